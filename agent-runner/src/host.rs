@@ -1,0 +1,106 @@
+//! The worker's view of the parent for one conversation: emit actions, record turns, run tools.
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::ContentRef;
+use ahp_types::Uri;
+use protocol::methods::worker;
+use protocol::{
+    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, ToolOutcome, ToolRunParams,
+    TurnRecordedParams,
+};
+use serde_json::Value;
+
+use crate::agent::AgentError;
+use crate::rpc::Peer;
+
+/// Handed to [`crate::Agent::create`]; cheap to clone into the tasks a session runs.
+#[derive(Clone)]
+pub struct SessionHost {
+    peer: Peer,
+    session: Uri,
+    chat: Uri,
+}
+
+impl SessionHost {
+    /// A handle for the conversation `chat` of `session`.
+    pub fn new(peer: Peer, session: Uri, chat: Uri) -> Self {
+        Self { peer, session, chat }
+    }
+
+    /// The session channel.
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// The chat channel.
+    pub fn chat(&self) -> &str {
+        &self.chat
+    }
+
+    /// Says an action on the chat channel.
+    pub fn emit_chat(&self, action: StateAction) {
+        self.emit(EmitChannel::Chat, action);
+    }
+
+    /// Says an action on the session channel.
+    pub fn emit_session(&self, action: StateAction) {
+        self.emit(EmitChannel::Session, action);
+    }
+
+    fn emit(&self, channel: EmitChannel, action: StateAction) {
+        self.peer.notify(worker::EMIT, EmitParams { chat: self.chat.clone(), channel, action });
+    }
+
+    /// Says what the backend wrote a turn down as, when it names turns its own way.
+    pub fn turn_recorded(&self, turn_id: &str, transcript_id: &str) {
+        self.peer.notify(
+            worker::TURN_RECORDED,
+            TurnRecordedParams {
+                chat: self.chat.clone(),
+                turn_id: turn_id.to_owned(),
+                transcript_id: transcript_id.to_owned(),
+            },
+        );
+    }
+
+    /// Asks the host to run a tool the model called (a host tool or a client's) and waits for it.
+    /// A tool that fails is an outcome with `success: false`, not an error.
+    pub async fn run_tool(
+        &self,
+        turn_id: &str,
+        tool_call_id: &str,
+        name: &str,
+        input: Value,
+    ) -> Result<ToolOutcome, AgentError> {
+        let params = ToolRunParams {
+            chat: self.chat.clone(),
+            turn_id: turn_id.to_owned(),
+            tool_call_id: tool_call_id.to_owned(),
+            name: name.to_owned(),
+            input,
+        };
+        self.peer.request(worker::TOOL_RUN, params).await.map_err(|e| AgentError::Host(e.to_string()))
+    }
+
+    /// Hands the host content a part would carry inline; answers where it was kept, if anywhere.
+    pub async fn keep_resource(
+        &self,
+        call_id: &str,
+        index: u32,
+        name: &str,
+        content_type: &str,
+        data_base64: String,
+    ) -> Result<Option<ContentRef>, AgentError> {
+        let params = KeepResourceParams {
+            chat: self.chat.clone(),
+            call_id: call_id.to_owned(),
+            index,
+            name: name.to_owned(),
+            content_type: content_type.to_owned(),
+            data: data_base64,
+        };
+        let result: KeepResourceResult =
+            self.peer.request(worker::RESOURCE_KEEP, params).await.map_err(|e| AgentError::Host(e.to_string()))?;
+        Ok(result.content_ref)
+    }
+}

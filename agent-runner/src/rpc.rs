@@ -1,0 +1,378 @@
+//! A bidirectional JSON-RPC peer over a pair of byte streams, one message per line.
+//!
+//! Both ends of the worker protocol use it: a worker over its stdin/stdout, the parent over the
+//! worker's pipes. Requests go out with [`Peer::request`]; what the other side sends arrives on the
+//! [`Incoming`] channel; responses are matched to requests by id. When the reading side ends (EOF,
+//! an IO error, or a line that is not the protocol) every request still waiting fails at once and
+//! [`PeerIo::ended`] says why.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use protocol::{codes, Frame, FrameError, RpcError, MAX_FRAME_BYTES};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+/// Why a request did not get a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    /// The other side answered with an error.
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    /// The connection ended before the answer came.
+    #[error("the connection ended before an answer came")]
+    Closed,
+    /// The answer did not have the shape the method returns.
+    #[error("the answer could not be read: {0}")]
+    Decode(String),
+}
+
+/// Why the reading side of a peer stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerEnd {
+    /// The other side closed its stream.
+    Eof,
+    /// The other side wrote something that is not the protocol; the excerpt shows what.
+    Violation(String),
+    /// Reading failed.
+    Io(String),
+}
+
+impl std::fmt::Display for PeerEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerEnd::Eof => f.write_str("its output closed"),
+            PeerEnd::Violation(what) => write!(f, "it wrote something that is not the protocol: {what}"),
+            PeerEnd::Io(e) => write!(f, "reading its output failed: {e}"),
+        }
+    }
+}
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>;
+
+struct Shared {
+    out: mpsc::UnboundedSender<String>,
+    pending: Pending,
+    next_id: AtomicU64,
+    ended: watch::Receiver<Option<PeerEnd>>,
+}
+
+/// The sending half of a connection; cheap to clone.
+#[derive(Clone)]
+pub struct Peer {
+    shared: Arc<Shared>,
+}
+
+/// Something the other side sent that is not an answer to us.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A request; answer it through [`Responder`].
+    Request(Request),
+    /// A notification.
+    Notification {
+        /// The method.
+        method: String,
+        /// Its params (`null` when absent).
+        params: Value,
+    },
+}
+
+/// A request from the other side, with what is needed to answer it once.
+#[derive(Debug)]
+pub struct Request {
+    /// The method.
+    pub method: String,
+    /// Its params (`null` when absent).
+    pub params: Value,
+    /// How to answer.
+    pub responder: Responder,
+}
+
+/// Answers one request. Dropping it unanswered answers with an internal error, so the other side
+/// never waits for an answer nobody will give.
+#[derive(Debug)]
+pub struct Responder {
+    id: u64,
+    out: Option<mpsc::UnboundedSender<String>>,
+}
+
+impl Responder {
+    /// The request's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Answers with a result or an error.
+    pub fn respond(mut self, result: Result<Value, RpcError>) {
+        if let Some(out) = self.out.take() {
+            let frame = match result {
+                Ok(result) => Frame::Response { id: self.id, result },
+                Err(error) => Frame::Error { id: self.id, error },
+            };
+            let _ = out.send(frame.encode());
+        }
+    }
+
+    /// Answers with a serializable result.
+    pub fn ok<T: Serialize>(self, value: T) {
+        let result = serde_json::to_value(value)
+            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, format!("could not encode the result: {e}")));
+        self.respond(result);
+    }
+
+    /// Answers with an error.
+    pub fn err(self, error: RpcError) {
+        self.respond(Err(error));
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if let Some(out) = self.out.take() {
+            let error = RpcError::new(codes::INTERNAL_ERROR, "the request was dropped without an answer");
+            let _ = out.send(Frame::Error { id: self.id, error }.encode());
+        }
+    }
+}
+
+/// A started peer: the sending half, what arrives, and a way to learn when reading stopped.
+pub struct PeerIo {
+    /// Send requests and notifications.
+    pub peer: Peer,
+    /// Requests and notifications from the other side, in the order they came.
+    pub incoming: mpsc::UnboundedReceiver<Incoming>,
+}
+
+impl Peer {
+    /// Starts reading `reader` and writing `writer` on the current tokio runtime.
+    pub fn start<R, W>(reader: R, writer: W) -> PeerIo
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
+        let (in_tx, in_rx) = mpsc::unbounded_channel::<Incoming>();
+        let (ended_tx, ended_rx) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            out: out_tx.clone(),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            ended: ended_rx,
+        });
+        tokio::spawn(write_loop(writer, out_rx));
+        tokio::spawn(read_loop(reader, shared.clone(), out_tx, in_tx, ended_tx));
+        PeerIo { peer: Peer { shared }, incoming: in_rx }
+    }
+
+    /// Sends a request and waits for its answer.
+    pub async fn request<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: P,
+    ) -> Result<R, PeerError> {
+        let value = self.request_value(method, params).await?;
+        serde_json::from_value(value).map_err(|e| PeerError::Decode(e.to_string()))
+    }
+
+    /// Sends a request and waits for its raw answer.
+    pub async fn request_value<P: Serialize>(&self, method: &str, params: P) -> Result<Value, PeerError> {
+        let params = serde_json::to_value(params).map_err(|e| PeerError::Decode(e.to_string()))?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, tx);
+        // A request sent after reading stopped would wait for ever: check after registering, so
+        // the reader's final sweep and this check cannot both miss it.
+        if self.shared.ended.borrow().is_some() {
+            lock(&self.shared.pending).remove(&id);
+            return Err(PeerError::Closed);
+        }
+        let frame = Frame::Request { id, method: method.to_owned(), params };
+        if self.shared.out.send(frame.encode()).is_err() {
+            lock(&self.shared.pending).remove(&id);
+            return Err(PeerError::Closed);
+        }
+        match rx.await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(PeerError::Rpc(error)),
+            Err(_) => Err(PeerError::Closed),
+        }
+    }
+
+    /// Sends a notification.
+    pub fn notify<P: Serialize>(&self, method: &str, params: P) {
+        match serde_json::to_value(params) {
+            Ok(params) => {
+                let _ = self.shared.out.send(Frame::Notification { method: method.to_owned(), params }.encode());
+            }
+            Err(e) => tracing::error!(method, error = %e, "could not encode a notification"),
+        }
+    }
+
+    /// Waits until the reading side stops, and says why.
+    pub async fn ended(&self) -> PeerEnd {
+        let mut rx = self.shared.ended.clone();
+        loop {
+            if let Some(end) = rx.borrow().clone() {
+                return end;
+            }
+            if rx.changed().await.is_err() {
+                return PeerEnd::Eof;
+            }
+        }
+    }
+
+    /// True once the reading side stopped.
+    pub fn is_ended(&self) -> bool {
+        self.shared.ended.borrow().is_some()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock leaves a map that is still consistent, so keep going.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::UnboundedReceiver<String>) {
+    while let Some(line) = rx.recv().await {
+        if writer.write_all(line.as_bytes()).await.is_err() {
+            return;
+        }
+        // Write whatever else is already waiting before flushing once: streaming emits many
+        // small lines, and one flush per line would be one syscall per delta.
+        while let Ok(more) = rx.try_recv() {
+            if writer.write_all(more.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        if writer.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    reader: R,
+    shared: Arc<Shared>,
+    out: mpsc::UnboundedSender<String>,
+    incoming: mpsc::UnboundedSender<Incoming>,
+    ended: watch::Sender<Option<PeerEnd>>,
+) {
+    let mut lines = FramedRead::new(reader, LinesCodec::new_with_max_length(MAX_FRAME_BYTES));
+    let end = loop {
+        let line = match lines.next().await {
+            None => break PeerEnd::Eof,
+            Some(Ok(line)) => line,
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                break PeerEnd::Violation(format!("a line longer than {MAX_FRAME_BYTES} bytes"))
+            }
+            Some(Err(LinesCodecError::Io(e))) => break PeerEnd::Io(e.to_string()),
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        match Frame::decode(&line) {
+            Ok(frame) => route(frame, &shared, &out, &incoming),
+            Err(e) => break PeerEnd::Violation(describe_violation(&line, &e)),
+        }
+    };
+    let _ = ended.send(Some(end));
+    let waiting: Vec<_> = lock(&shared.pending).drain().collect();
+    for (_, tx) in waiting {
+        let _ = tx.send(Err(RpcError::new(codes::SHUTTING_DOWN, "the connection ended")));
+    }
+}
+
+fn route(
+    frame: Frame,
+    shared: &Shared,
+    out: &mpsc::UnboundedSender<String>,
+    incoming: &mpsc::UnboundedSender<Incoming>,
+) {
+    match frame {
+        Frame::Request { id, method, params } => {
+            let responder = Responder { id, out: Some(out.clone()) };
+            let _ = incoming.send(Incoming::Request(Request { method, params, responder }));
+        }
+        Frame::Notification { method, params } => {
+            let _ = incoming.send(Incoming::Notification { method, params });
+        }
+        Frame::Response { id, result } => answer(shared, id, Ok(result)),
+        Frame::Error { id, error } => answer(shared, id, Err(error)),
+    }
+}
+
+fn answer(shared: &Shared, id: u64, result: Result<Value, RpcError>) {
+    match lock(&shared.pending).remove(&id) {
+        Some(tx) => {
+            let _ = tx.send(result);
+        }
+        None => tracing::debug!(id, "an answer to no request we are waiting on"),
+    }
+}
+
+fn describe_violation(line: &str, error: &FrameError) -> String {
+    let excerpt: String = line.chars().take(120).collect();
+    let more = if line.chars().count() > 120 { "…" } else { "" };
+    format!("{error}: {excerpt:?}{more}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn requests_cross_in_both_directions() {
+        let (a, b) = tokio::io::duplex(1024);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        let left = Peer::start(ar, aw);
+        let mut right = Peer::start(br, bw);
+        tokio::spawn(async move {
+            while let Some(Incoming::Request(req)) = right.incoming.recv().await {
+                let n = req.params.as_i64().unwrap_or(0);
+                req.responder.ok(n * 2);
+            }
+        });
+        let doubled: i64 = left.peer.request("double", 21).await.expect("answer");
+        assert_eq!(doubled, 42);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_request_is_answered_with_an_error() {
+        let (a, b) = tokio::io::duplex(1024);
+        let (ar, aw) = tokio::io::split(a);
+        let (br, bw) = tokio::io::split(b);
+        let left = Peer::start(ar, aw);
+        let mut right = Peer::start(br, bw);
+        tokio::spawn(async move {
+            while let Some(incoming) = right.incoming.recv().await {
+                drop(incoming);
+            }
+        });
+        let err = left.peer.request_value("ignored", ()).await.expect_err("an error");
+        assert!(matches!(err, PeerError::Rpc(e) if e.code == codes::INTERNAL_ERROR));
+    }
+
+    #[tokio::test]
+    async fn garbage_ends_the_peer_and_fails_waiting_requests() {
+        let (a, b) = tokio::io::duplex(1024);
+        let (ar, aw) = tokio::io::split(a);
+        let (_br, mut bw) = tokio::io::split(b);
+        let left = Peer::start(ar, aw);
+        let waiting = {
+            let peer = left.peer.clone();
+            tokio::spawn(async move { peer.request_value("x", ()).await })
+        };
+        bw.write_all(b"hello there\n").await.expect("write");
+        let end = left.peer.ended().await;
+        assert!(matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")), "{end:?}");
+        assert!(waiting.await.expect("join").is_err());
+    }
+}

@@ -1,0 +1,742 @@
+//! Params and results of every worker-protocol method (camelCase on the wire, as AHP's own).
+
+use ahp_types::actions::StateAction;
+use ahp_types::common::JsonObject;
+use ahp_types::state::{
+    AgentCapabilities, AgentSelection, ChatInputAnswer, ChatInputResponseKind, ContentRef, Message,
+    ModelSelection, SessionConfigSchema, SessionModelInfo, ToolDefinition, ToolResultContent, Turn,
+};
+use ahp_types::Uri;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who the parent is, for the worker's logs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerInfo {
+    /// Program name.
+    pub name: String,
+    /// Program version.
+    pub version: String,
+}
+
+/// `initialize` params: the parent's half of the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    /// The worker-protocol version the parent speaks ([`crate::WORKER_PROTOCOL_VERSION`]).
+    pub protocol_version: u32,
+    /// The provider id this worker serves under (the `agents` key in the config).
+    pub provider: String,
+    /// The backend kind (`echo`, `notes`, `claude`, `acp`, `pi`, `command`).
+    pub kind: String,
+    /// The `options` object of the config entry, as written.
+    #[serde(default)]
+    pub options: JsonObject,
+    /// A folder the worker may keep its own files in (settings, session files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
+    /// The parent.
+    pub host: PeerInfo,
+}
+
+/// What the agent can do beyond the required methods; absent means no.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentFeatures {
+    /// Answers `agent/list`.
+    pub list: bool,
+    /// Answers `agent/find`.
+    pub find: bool,
+    /// Answers `agent/transcript`.
+    pub transcript: bool,
+    /// Answers `agent/probe`.
+    pub probe: bool,
+    /// Answers `agent/directories`.
+    pub directories: bool,
+    /// Answers `agent/inheritedChatConfig`.
+    pub inherited_chat_config: bool,
+    /// Takes steering messages (`session/steer`).
+    pub steering: bool,
+    /// The keys of its own schema it answers `agent/completions` for.
+    pub completions: Vec<String>,
+    /// `"recorded"` to have transcript ids projected back to caller turn ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript_turn_ids: Option<String>,
+}
+
+/// Who the agent is: seed 004's `provider`, `displayName`, `description` and capabilities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentDescriptor {
+    /// The provider id (the parent overrides it with the config's key).
+    pub provider: String,
+    /// What a person reads.
+    pub display_name: String,
+    /// One line about the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// AHP capabilities (multiple chats, working directories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<AgentCapabilities>,
+    /// Optional parts of the contract the worker answers.
+    #[serde(default)]
+    pub features: AgentFeatures,
+}
+
+/// `initialize` result: the worker's half of the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    /// The worker-protocol version the worker speaks.
+    pub protocol_version: u32,
+    /// The agent this worker runs.
+    pub agent: AgentDescriptor,
+}
+
+/// The operator's policy, handed to `agent/schema` and to a start under the same names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    /// Managed settings the operator enforces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_settings: Option<Value>,
+    /// A window's policy restricts elevated auto-approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_approve_policy_restricted: Option<bool>,
+}
+
+/// `agent/schema` params.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaParams {
+    /// The policy in force.
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+/// `agent/schema` result: one schema used before a session exists and by every one that does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaResult {
+    /// The session config schema.
+    pub schema: SessionConfigSchema,
+    /// Default values.
+    #[serde(default)]
+    pub defaults: JsonObject,
+}
+
+/// `agent/completions` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletionsParams {
+    /// The schema key asked about.
+    pub property: String,
+    /// What a person typed so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// The config values chosen so far.
+    #[serde(default)]
+    pub config: JsonObject,
+    /// The folder the session would run in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<Uri>,
+}
+
+/// One answer for a completions ask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletionItem {
+    /// The value.
+    pub value: Value,
+    /// What a person reads.
+    pub label: String,
+    /// More about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `agent/completions` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletionsResult {
+    /// The answers.
+    pub items: Vec<CompletionItem>,
+}
+
+/// A command behind a slash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlashCommand {
+    /// The command's name, without the slash.
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `agent/probe` result: what the agent offers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeResult {
+    /// Models to pick from, in the order the agent prefers them.
+    #[serde(default)]
+    pub models: Vec<SessionModelInfo>,
+    /// Commands behind a slash.
+    #[serde(default)]
+    pub commands: Vec<SlashCommand>,
+    /// The account the harness bills to, in the shape of VS Code's `vscode.codexAccount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<Value>,
+}
+
+/// `agent/directories` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoriesResult {
+    /// Absolute paths.
+    pub directories: Vec<String>,
+}
+
+/// A session somebody can browse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    /// The backend's id for it.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// ISO-8601.
+    pub created_at: String,
+    /// ISO-8601.
+    pub modified_at: String,
+    /// `file://` URIs.
+    #[serde(default)]
+    pub working_directories: Vec<Uri>,
+}
+
+/// `agent/list` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResult {
+    /// The sessions.
+    pub sessions: Vec<Listed>,
+}
+
+/// Where a session ran, when the parent recorded it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct At {
+    /// An absolute path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+}
+
+/// `agent/find` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FindParams {
+    /// The backend's id.
+    pub id: String,
+    /// Where it ran.
+    #[serde(default)]
+    pub at: At,
+}
+
+/// `agent/find` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FindResult {
+    /// The row `agent/list` gives for it, if the agent has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<Listed>,
+}
+
+/// `agent/transcript` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptParams {
+    /// The backend's id.
+    pub id: String,
+    /// Where it ran.
+    #[serde(default)]
+    pub at: At,
+}
+
+/// `agent/transcript` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptResult {
+    /// The turns, oldest first; absent when the agent holds no record of the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<Vec<Turn>>,
+}
+
+/// `agent/inheritedChatConfig` params and result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigValues {
+    /// Config values by key.
+    pub config: JsonObject,
+}
+
+/// A tool offered to the model: a host tool or a client's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// The definition as the model is offered it (a client's tool is named `<clientId>__<name>`).
+    pub definition: ToolDefinition,
+    /// The client that runs it; absent for the host's own tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The name the call is drawn under in the chat (a client's tool: the client's own name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// The harness may hide it behind tool search.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defer_loading: bool,
+    /// What running it does, for a backend's permission policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<ToolEffects>,
+}
+
+/// A tool's effects claim (reads, writes, network, destructive).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ToolEffects {
+    /// Reads files or state.
+    pub reads: bool,
+    /// Writes files or state.
+    pub writes: bool,
+    /// Reaches the network.
+    pub network: bool,
+    /// Destroys something.
+    pub destructive: bool,
+}
+
+/// The session's own MCP endpoint under `/ahp-mcp`, for a backend that cannot take tools in process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsEndpoint {
+    /// `http://HOST:PORT/ahp-mcp/<id>`.
+    pub url: String,
+    /// The bearer token for that path alone.
+    pub token: String,
+}
+
+/// An MCP server the deployment configured, in VS Code's two shapes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum McpServer {
+    /// A program the agent starts.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its argv.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+        /// Where it starts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Variables over the host's own.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        env: std::collections::BTreeMap<String, String>,
+    },
+    /// An endpoint the agent reaches.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Headers for every request.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        headers: std::collections::BTreeMap<String, String>,
+    },
+}
+
+/// Everything a backend needs to start one conversation (seed 004's `Start`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    /// The session channel.
+    pub session: Uri,
+    /// The chat channel; every later `session/*` request names this chat.
+    pub chat: Uri,
+    /// The id the backend keeps this conversation under: new, or the one to resume.
+    pub conversation_id: String,
+    /// Continue `conversation_id` rather than start it.
+    #[serde(default)]
+    pub resume: bool,
+    /// The folder the process runs in (a path, not a URI); absent when the session has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// More folders it may reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_directories: Vec<String>,
+    /// The config values in force (defaults under the client's).
+    #[serde(default)]
+    pub settings: JsonObject,
+    /// The model the conversation starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSelection>,
+    /// Tools offered in process.
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    /// The session's `/ahp-mcp` endpoint; absent where the daemon serves no listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_endpoint: Option<ToolsEndpoint>,
+    /// The deployment's MCP servers; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<std::collections::BTreeMap<String, McpServer>>,
+    /// Words for the system prompt: the tools' instructions, then the clients' rules.
+    #[serde(default)]
+    pub instructions: Vec<String>,
+    /// How long a client's tool may wait for its client; 0 waits for ever.
+    pub client_tool_timeout_ms: u64,
+    /// The operator's policy.
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+/// `session/create` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateParams {
+    /// The start.
+    pub start: Start,
+}
+
+/// `session/create` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateResult {
+    /// The id the backend keeps this conversation under, when it chose its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    /// Models this session offers, when they differ from the probe's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<SessionModelInfo>>,
+}
+
+/// Names the conversation a `session/*` request is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatRef {
+    /// The chat channel given in the start.
+    pub chat: Uri,
+}
+
+/// `session/sendMessage` params: the turn was said by the parent already.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendMessageParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The turn's id, as the parent said it.
+    pub turn_id: String,
+    /// The message (text, origin, attachments).
+    pub message: Message,
+    /// What the host has to say on this turn, for the runtime's channel beside the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// `session/changeModel` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeModelParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The model.
+    pub model: ModelSelection,
+}
+
+/// `session/changeAgent` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeAgentParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The custom agent, or none for the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentSelection>,
+}
+
+/// `session/abort` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbortParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The turn a client stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+}
+
+/// `session/steer` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteerParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The running turn it is meant for.
+    pub turn_id: String,
+    /// The pending message's id.
+    pub id: String,
+    /// The message.
+    pub message: Message,
+}
+
+/// `session/steer` result: taken, or not yet (false; the parent hands it again).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteerResult {
+    /// The backend took the message.
+    pub taken: bool,
+}
+
+/// `session/withdrawSteering` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WithdrawSteeringParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The pending message's id.
+    pub id: String,
+}
+
+/// A yes/no answer (`session/withdrawSteering`, `session/confirm`, `session/answer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handled {
+    /// True when the backend had something to act on.
+    pub handled: bool,
+}
+
+/// `session/setDraft` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetDraftParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The draft, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<Message>,
+}
+
+/// `session/confirm` params: a tool call waiting to be allowed was answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfirmParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The running turn.
+    pub turn_id: String,
+    /// The call.
+    pub tool_call_id: String,
+    /// Allowed or denied.
+    pub approved: bool,
+    /// The option a person picked among the agent's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option_id: Option<String>,
+    /// `user-action` or `setting`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_source: Option<String>,
+    /// The input as a person edited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_tool_input: Option<String>,
+}
+
+/// `session/answer` params: a question that is not about a tool was answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnswerParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The running turn.
+    pub turn_id: String,
+    /// The request.
+    pub request_id: String,
+    /// `accept`, `decline` or `cancel`.
+    pub response: ChatInputResponseKind,
+    /// The answers by question id.
+    #[serde(default)]
+    pub answers: std::collections::HashMap<String, ChatInputAnswer>,
+}
+
+/// `session/setConfig` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetConfigParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The key.
+    pub key: String,
+    /// The value.
+    pub value: Value,
+}
+
+/// `session/setConfig` result: taken as sent, or a sentence saying why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetConfigResult {
+    /// The value was taken as it was sent.
+    pub accepted: bool,
+    /// Why it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+/// `session/settings` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsResult {
+    /// The config values in force.
+    pub values: JsonObject,
+}
+
+/// `session/setTools` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetToolsParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The whole set, replacing the one before.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// Which AHP channel an emitted action is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmitChannel {
+    /// The chat channel of the conversation.
+    Chat,
+    /// The session channel the conversation belongs to.
+    Session,
+}
+
+/// `emit` params: an AHP action the backend says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmitParams {
+    /// The conversation.
+    pub chat: Uri,
+    /// Its chat channel or its session's channel.
+    pub channel: EmitChannel,
+    /// The action, exactly as AHP 1.0.0 encodes it.
+    pub action: StateAction,
+}
+
+/// `turn/recorded` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRecordedParams {
+    /// The conversation.
+    pub chat: Uri,
+    /// The turn id the parent handed.
+    pub turn_id: String,
+    /// What the backend wrote that turn down as.
+    pub transcript_id: String,
+}
+
+/// `tool/run` params: run a tool the model called.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolRunParams {
+    /// The conversation.
+    pub chat: Uri,
+    /// The turn the call belongs to.
+    pub turn_id: String,
+    /// The call's id, as the backend emitted it in `chat/toolCallStart`.
+    pub tool_call_id: String,
+    /// The tool's name as offered (`list_sessions`, `<clientId>__<name>`).
+    pub name: String,
+    /// The arguments.
+    #[serde(default)]
+    pub input: Value,
+}
+
+/// `tool/run` result: how the call ended. A failure is information for the model, not an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolOutcome {
+    /// The tool did what was asked.
+    pub success: bool,
+    /// The text for the model (the error's explanation when it failed).
+    pub text: String,
+    /// Rich content for the call's result, when there is any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ToolResultContent>,
+    /// What a client draws once it is done (`<name> failed`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub past_tense_message: Option<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ToolOutcome {
+    /// A successful outcome with text for the model.
+    pub fn ok(text: impl Into<String>) -> Self {
+        Self { success: true, text: text.into(), content: Vec::new(), past_tense_message: None, error: None }
+    }
+
+    /// A failed outcome whose text explains the failure.
+    pub fn failed(text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self { success: false, error: Some(text.clone()), text, content: Vec::new(), past_tense_message: None }
+    }
+}
+
+/// `resource/keep` params: content a part would carry inline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeepResourceParams {
+    /// The conversation.
+    pub chat: Uri,
+    /// The tool call's id (or the message part's own id).
+    pub call_id: String,
+    /// The content's place among the contents.
+    pub index: u32,
+    /// A name for it.
+    pub name: String,
+    /// Its MIME type.
+    pub content_type: String,
+    /// The bytes, base64.
+    pub data: String,
+}
+
+/// `resource/keep` result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeepResourceResult {
+    /// Where the host kept it; absent when it kept it nowhere (over the limit, no folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_ref: Option<ContentRef>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_reads_the_minimal_shape_a_foreign_worker_gets() {
+        let start: Start = serde_json::from_value(serde_json::json!({
+            "session": "ahp-session:/s", "chat": "ahp-chat:/c", "conversationId": "c",
+            "clientToolTimeoutMs": 600000
+        }))
+        .expect("decodes");
+        assert!(!start.resume);
+        assert!(start.tools.is_empty());
+    }
+
+    #[test]
+    fn mcp_servers_use_vscode_shapes() {
+        let stdio: McpServer = serde_json::from_value(serde_json::json!({
+            "type": "stdio", "command": "srv", "args": ["/x"], "env": {"T": "1"}
+        }))
+        .expect("stdio");
+        assert!(matches!(stdio, McpServer::Stdio { .. }));
+        let http: McpServer =
+            serde_json::from_value(serde_json::json!({"type": "http", "url": "http://x"})).expect("http");
+        assert!(matches!(http, McpServer::Http { .. }));
+    }
+}
