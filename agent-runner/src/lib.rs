@@ -16,6 +16,8 @@ pub mod host;
 pub mod notes;
 pub mod rpc;
 pub mod runtime;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod turn;
 
 pub use agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};

@@ -1,1 +1,6 @@
-//! End-to-end test helpers.
+//! End-to-end test helpers: run `ahpd` as a real process, talk to it with the official AHP client,
+//! fold what it says through the official reducers, and serve mock model APIs for the real CLIs.
+//!
+//! **Invariant:** nothing here is needed at run time; only the test suite links this crate.
+
+pub mod mocks;

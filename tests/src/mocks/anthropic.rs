@@ -1,0 +1,1 @@
+//! A scripted mock of the Anthropic Messages API (issue 7): not built yet.
