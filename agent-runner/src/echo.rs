@@ -31,9 +31,21 @@ pub struct Echo {
 impl Echo {
     /// Builds the agent from its config entry's options.
     pub fn from_init(init: &InitializeParams) -> Self {
-        let pace = init.options.get("paceMs").and_then(Value::as_u64).unwrap_or(20);
-        let chunk_words = init.options.get("chunkWords").and_then(Value::as_u64).unwrap_or(1).max(1);
-        Self { pace: Duration::from_millis(pace), chunk_words: usize::try_from(chunk_words).unwrap_or(1) }
+        let pace = init
+            .options
+            .get("paceMs")
+            .and_then(Value::as_u64)
+            .unwrap_or(20);
+        let chunk_words = init
+            .options
+            .get("chunkWords")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            .max(1);
+        Self {
+            pace: Duration::from_millis(pace),
+            chunk_words: usize::try_from(chunk_words).unwrap_or(1),
+        }
     }
 }
 
@@ -45,7 +57,12 @@ pub fn echo_schema() -> SchemaResult {
         description: Some("How the echo says your words back".into()),
         default: Some(Value::String("plain".into())),
         r#enum: Some(VOICES.iter().map(|v| Value::String((*v).into())).collect()),
-        enum_labels: Some(vec!["Plain".into(), "Shouty".into(), "Backwards".into(), "Whisper".into()]),
+        enum_labels: Some(vec![
+            "Plain".into(),
+            "Shouty".into(),
+            "Backwards".into(),
+            "Whisper".into(),
+        ]),
         enum_descriptions: None,
         read_only: None,
         items: None,
@@ -77,7 +94,10 @@ impl Agent for Echo {
             display_name: "Echo".into(),
             description: Some("Says your words back; no model, no subprocess".into()),
             capabilities: None,
-            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
+            features: AgentFeatures {
+                steering: true,
+                ..AgentFeatures::default()
+            },
         }
     }
 
@@ -85,7 +105,11 @@ impl Agent for Echo {
         echo_schema()
     }
 
-    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+    async fn create(
+        &self,
+        start: Start,
+        host: SessionHost,
+    ) -> Result<Arc<dyn Session>, AgentError> {
         let mut settings = echo_schema().defaults;
         if let Some(Value::String(voice)) = start.settings.get("voice") {
             if VOICES.contains(&voice.as_str()) {
@@ -96,7 +120,11 @@ impl Agent for Echo {
             host,
             pace: self.pace,
             chunk_words: self.chunk_words,
-            state: Mutex::new(EchoState { settings, queue: VecDeque::new(), running: None }),
+            state: Mutex::new(EchoState {
+                settings,
+                queue: VecDeque::new(),
+                running: None,
+            }),
         });
         Ok(Arc::new(session))
     }
@@ -162,12 +190,22 @@ impl EchoSession {
             if state.running.is_some() {
                 return;
             }
-            let Some(params) = state.queue.pop_front() else { return };
+            let Some(params) = state.queue.pop_front() else {
+                return;
+            };
             let cancel = CancellationToken::new();
             let steering = Arc::new(Mutex::new(Vec::new()));
-            state.running =
-                Some(Running { turn_id: params.turn_id.clone(), cancel: cancel.clone(), steering: steering.clone() });
-            let voice = state.settings.get("voice").and_then(Value::as_str).unwrap_or("plain").to_owned();
+            state.running = Some(Running {
+                turn_id: params.turn_id.clone(),
+                cancel: cancel.clone(),
+                steering: steering.clone(),
+            });
+            let voice = state
+                .settings
+                .get("voice")
+                .and_then(Value::as_str)
+                .unwrap_or("plain")
+                .to_owned();
             (params, cancel, steering, voice)
         };
         let session = self.clone();
@@ -186,7 +224,11 @@ impl EchoSession {
         voice: String,
     ) {
         let mut turn = TurnWriter::new(self.host.clone(), params.turn_id.clone());
-        let text = if params.message.text.trim().is_empty() { "(nothing to say)".to_owned() } else { params.message.text.clone() };
+        let text = if params.message.text.trim().is_empty() {
+            "(nothing to say)".to_owned()
+        } else {
+            params.message.text.clone()
+        };
         let answer = in_voice(&voice, &text);
         let mut said_words = 0i64;
         for chunk in chunks(&answer, self.chunk_words) {

@@ -18,16 +18,16 @@ use std::time::Duration;
 
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
-    ChatInputAnswer, ChatInputAnswerValue, ChatInputQuestion, ChatInputRequest, ChatInputResponseKind,
-    ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind, Message, MessageKind,
-    MessageOrigin, SessionConfigPropertySchema, SessionConfigSchema, ToolCallClientContributor,
-    ToolCallContributor,
+    ChatInputAnswer, ChatInputAnswerValue, ChatInputQuestion, ChatInputRequest,
+    ChatInputResponseKind, ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind,
+    Message, MessageKind, MessageOrigin, SessionConfigPropertySchema, SessionConfigSchema,
+    ToolCallClientContributor, ToolCallContributor,
 };
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use protocol::{
-    AgentDescriptor, AgentFeatures, AnswerParams, ConfirmParams, InitializeParams, Policy, SchemaResult,
-    SendMessageParams, SetConfigResult, Start, ToolSpec,
+    AgentDescriptor, AgentFeatures, AnswerParams, ConfirmParams, InitializeParams, Policy,
+    SchemaResult, SendMessageParams, SetConfigResult, Start, ToolSpec,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -106,7 +106,11 @@ impl Agent for Notes {
         notes_schema()
     }
 
-    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+    async fn create(
+        &self,
+        start: Start,
+        host: SessionHost,
+    ) -> Result<Arc<dyn Session>, AgentError> {
         let mut settings = notes_schema().defaults;
         if let Some(Value::String(ask)) = start.settings.get("ask") {
             if ASK.contains(&ask.as_str()) {
@@ -187,7 +191,9 @@ fn parse(text: &str) -> Vec<Command> {
 }
 
 fn parse_one(command: &str) -> Command {
-    let (verb, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
+    let (verb, rest) = command
+        .split_once(char::is_whitespace)
+        .unwrap_or((command, ""));
     let rest = rest.trim();
     match verb {
         "read" if rest.is_empty() => Command::Read(None),
@@ -200,7 +206,8 @@ fn parse_one(command: &str) -> Command {
         "ask" => Command::Ask(rest.to_owned()),
         "call" => {
             let (name, json) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
-            let input = serde_json::from_str(json.trim()).unwrap_or(Value::Object(JsonObject::new()));
+            let input =
+                serde_json::from_str(json.trim()).unwrap_or(Value::Object(JsonObject::new()));
             Command::Call(name.to_owned(), input)
         }
         "fail" => Command::Fail,
@@ -212,7 +219,11 @@ fn parse_one(command: &str) -> Command {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') && !name.starts_with('.')
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && !name.starts_with('.')
 }
 
 impl NotesSession {
@@ -222,7 +233,9 @@ impl NotesSession {
             if state.running.is_some() {
                 return;
             }
-            let Some(params) = state.queue.pop_front() else { return };
+            let Some(params) = state.queue.pop_front() else {
+                return;
+            };
             let cancel = CancellationToken::new();
             state.running = Some((params.turn_id.clone(), cancel.clone()));
             (params, cancel)
@@ -239,8 +252,15 @@ impl NotesSession {
     }
 
     /// Runs one turn; answers the `later` texts to start as turns of its own afterwards.
-    async fn run_turn(self: &Arc<Self>, params: SendMessageParams, cancel: CancellationToken) -> Vec<String> {
-        let writer: Writer = Arc::new(Mutex::new(TurnWriter::new(self.host.clone(), params.turn_id.clone())));
+    async fn run_turn(
+        self: &Arc<Self>,
+        params: SendMessageParams,
+        cancel: CancellationToken,
+    ) -> Vec<String> {
+        let writer: Writer = Arc::new(Mutex::new(TurnWriter::new(
+            self.host.clone(),
+            params.turn_id.clone(),
+        )));
         let commands = parse(&params.message.text);
         let mut later = Vec::new();
         let mut fail_turn = false;
@@ -279,7 +299,9 @@ impl NotesSession {
         };
         let message = Message {
             text: text.clone(),
-            origin: MessageOrigin { kind: MessageKind::Agent },
+            origin: MessageOrigin {
+                kind: MessageKind::Agent,
+            },
             attachments: None,
             model: None,
             agent: None,
@@ -295,7 +317,12 @@ impl NotesSession {
     }
 
     fn ask_setting(&self) -> String {
-        lock(&self.state).settings.get("ask").and_then(Value::as_str).unwrap_or("writes").to_owned()
+        lock(&self.state)
+            .settings
+            .get("ask")
+            .and_then(Value::as_str)
+            .unwrap_or("writes")
+            .to_owned()
     }
 
     async fn run_command(self: Arc<Self>, writer: Writer, n: usize, command: Command) {
@@ -319,7 +346,15 @@ impl NotesSession {
                 let mut w = lock(&writer);
                 w.tool_start(&id, "fail", "Fail", None);
                 w.tool_running(&id, "Failing on purpose", None);
-                w.tool_complete(&id, tool_result(false, "Failed", None, Some("This tool always fails.".into())));
+                w.tool_complete(
+                    &id,
+                    tool_result(
+                        false,
+                        "Failed",
+                        None,
+                        Some("This tool always fails.".into()),
+                    ),
+                );
             }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -339,14 +374,40 @@ impl NotesSession {
     }
 
     /// Parks a confirmation question for a tool call and waits for the person.
-    async fn confirmation(&self, writer: &Writer, id: &str, invocation: &str, input: Option<String>, title: String) -> bool {
+    async fn confirmation(
+        &self,
+        writer: &Writer,
+        id: &str,
+        invocation: &str,
+        input: Option<String>,
+        title: String,
+    ) -> bool {
         let (tx, rx) = oneshot::channel();
         lock(&self.state).confirmations.insert(id.to_owned(), tx);
         let options = Some(vec![
-            ConfirmationOption { id: "allow".into(), label: "Allow".into(), kind: ConfirmationOptionKind::Approve, group: None },
-            ConfirmationOption { id: "deny".into(), label: "Deny".into(), kind: ConfirmationOptionKind::Deny, group: None },
+            ConfirmationOption {
+                id: "allow".into(),
+                label: "Allow".into(),
+                kind: ConfirmationOptionKind::Approve,
+                group: None,
+            },
+            ConfirmationOption {
+                id: "deny".into(),
+                label: "Deny".into(),
+                kind: ConfirmationOptionKind::Deny,
+                group: None,
+            },
         ]);
-        lock(writer).tool_asks(id, invocation, input, Question { title, options, meta: None });
+        lock(writer).tool_asks(
+            id,
+            invocation,
+            input,
+            Question {
+                title,
+                options,
+                meta: None,
+            },
+        );
         // A dropped sender is a question abort or close settled: the call does not run.
         rx.await.map(|d| d.approved).unwrap_or(false)
     }
@@ -357,7 +418,16 @@ impl NotesSession {
         let invocation = format!("Reading note {name}");
         let input = Some(serde_json::json!({ "name": name }).to_string());
         if self.ask_setting() == "always" {
-            if !self.confirmation(writer, &id, &invocation, input, format!("Read note {name}?")).await {
+            if !self
+                .confirmation(
+                    writer,
+                    &id,
+                    &invocation,
+                    input,
+                    format!("Read note {name}?"),
+                )
+                .await
+            {
                 let mut w = lock(writer);
                 w.end_part();
                 w.text(&format!("Not read: {name}."));
@@ -367,18 +437,31 @@ impl NotesSession {
             lock(writer).tool_running(&id, &invocation, input);
         }
         let read = if valid_name(name) {
-            tokio::fs::read_to_string(self.dir.join(name)).await.map_err(|_| format!("There is no note called {name}."))
+            tokio::fs::read_to_string(self.dir.join(name))
+                .await
+                .map_err(|_| format!("There is no note called {name}."))
         } else {
             Err(format!("{name} is not a note name."))
         };
         let mut w = lock(writer);
         match read {
             Ok(text) => {
-                w.tool_complete(&id, tool_result(true, format!("Read note {name}"), Some(text.clone()), None));
+                w.tool_complete(
+                    &id,
+                    tool_result(true, format!("Read note {name}"), Some(text.clone()), None),
+                );
                 w.end_part();
                 w.text(&format!("{name}: {text}"));
             }
-            Err(why) => w.tool_complete(&id, tool_result(false, format!("Could not read note {name}"), None, Some(why))),
+            Err(why) => w.tool_complete(
+                &id,
+                tool_result(
+                    false,
+                    format!("Could not read note {name}"),
+                    None,
+                    Some(why),
+                ),
+            ),
         }
     }
 
@@ -388,7 +471,16 @@ impl NotesSession {
         let invocation = format!("Writing note {name}");
         let input = Some(serde_json::json!({ "name": name, "text": text }).to_string());
         if self.ask_setting() != "never" {
-            if !self.confirmation(writer, &id, &invocation, input, format!("Write note {name}?")).await {
+            if !self
+                .confirmation(
+                    writer,
+                    &id,
+                    &invocation,
+                    input,
+                    format!("Write note {name}?"),
+                )
+                .await
+            {
                 let mut w = lock(writer);
                 w.end_part();
                 w.text(&format!("Not written: {name}."));
@@ -412,11 +504,22 @@ impl NotesSession {
         let mut w = lock(writer);
         match written {
             Ok(()) => {
-                w.tool_complete(&id, tool_result(true, format!("Wrote note {name}"), None, None));
+                w.tool_complete(
+                    &id,
+                    tool_result(true, format!("Wrote note {name}"), None, None),
+                );
                 w.end_part();
                 w.text(&format!("Wrote {name}."));
             }
-            Err(why) => w.tool_complete(&id, tool_result(false, format!("Could not write note {name}"), None, Some(why))),
+            Err(why) => w.tool_complete(
+                &id,
+                tool_result(
+                    false,
+                    format!("Could not write note {name}"),
+                    None,
+                    Some(why),
+                ),
+            ),
         }
     }
 
@@ -434,11 +537,21 @@ impl NotesSession {
             }
         }
         names.sort();
-        let text = if names.is_empty() { "No notes yet.".to_owned() } else { names.join("\n") };
+        let text = if names.is_empty() {
+            "No notes yet.".to_owned()
+        } else {
+            names.join("\n")
+        };
         lock(writer).tool_complete(&id, tool_result(true, "Listed notes", Some(text), None));
     }
 
-    async fn question(&self, writer: &Writer, id: String, message: &str, question: &str) -> Option<Answered> {
+    async fn question(
+        &self,
+        writer: &Writer,
+        id: String,
+        message: &str,
+        question: &str,
+    ) -> Option<Answered> {
         let (tx, rx) = oneshot::channel();
         lock(&self.state).questions.insert(id.clone(), tx);
         lock(writer).input_requested(ChatInputRequest {
@@ -462,7 +575,9 @@ impl NotesSession {
 
     async fn ask_for_note_name(&self, writer: &Writer, n: usize) -> Option<String> {
         let id = format!("{}:question{n}", lock(writer).turn_id());
-        let answered = self.question(writer, id, "Which note should I read?", "Note name").await?;
+        let answered = self
+            .question(writer, id, "Which note should I read?", "Note name")
+            .await?;
         if answered.response != ChatInputResponseKind::Accept {
             return None;
         }
@@ -474,7 +589,10 @@ impl NotesSession {
         let answered = self.question(writer, id, question, question).await;
         let reply = match answered {
             Some(a) if a.response == ChatInputResponseKind::Accept => {
-                format!("You answered: {}", text_answer(&a.answers).unwrap_or_default())
+                format!(
+                    "You answered: {}",
+                    text_answer(&a.answers).unwrap_or_default()
+                )
             }
             Some(_) => "You declined.".to_owned(),
             None => "The question was withdrawn.".to_owned(),
@@ -486,18 +604,32 @@ impl NotesSession {
 
     async fn call(&self, writer: &Writer, n: usize, name: &str, input: Value) {
         let id = Self::tool_call_id(writer, n);
-        let spec = lock(&self.state).tools.iter().find(|t| t.definition.name == name).cloned();
+        let spec = lock(&self.state)
+            .tools
+            .iter()
+            .find(|t| t.definition.name == name)
+            .cloned();
         let (tool_name, contributor) = match &spec {
-            Some(ToolSpec { owner: Some(client), display_name, .. }) => (
+            Some(ToolSpec {
+                owner: Some(client),
+                display_name,
+                ..
+            }) => (
                 display_name.clone().unwrap_or_else(|| name.to_owned()),
-                Some(ToolCallContributor::Client(ToolCallClientContributor { client_id: client.clone() })),
+                Some(ToolCallContributor::Client(ToolCallClientContributor {
+                    client_id: client.clone(),
+                })),
             ),
             _ => (name.to_owned(), None),
         };
         {
             let mut w = lock(writer);
             w.tool_start(&id, &tool_name, &tool_name, contributor);
-            w.tool_running(&id, &format!("Calling {tool_name}"), Some(input.to_string()));
+            w.tool_running(
+                &id,
+                &format!("Calling {tool_name}"),
+                Some(input.to_string()),
+            );
         }
         let turn_id = lock(writer).turn_id().to_owned();
         let outcome = self.host.run_tool(&turn_id, &id, name, input).await;
@@ -505,13 +637,33 @@ impl NotesSession {
         match outcome {
             Ok(outcome) => {
                 let past = outcome.past_tense_message.clone().unwrap_or_else(|| {
-                    if outcome.success { format!("Called {tool_name}") } else { format!("{tool_name} failed") }
+                    if outcome.success {
+                        format!("Called {tool_name}")
+                    } else {
+                        format!("{tool_name} failed")
+                    }
                 });
-                w.tool_complete(&id, tool_result(outcome.success, past, Some(outcome.text.clone()), outcome.error.clone()));
+                w.tool_complete(
+                    &id,
+                    tool_result(
+                        outcome.success,
+                        past,
+                        Some(outcome.text.clone()),
+                        outcome.error.clone(),
+                    ),
+                );
                 w.end_part();
                 w.text(&format!("{tool_name} said: {}", outcome.text));
             }
-            Err(e) => w.tool_complete(&id, tool_result(false, format!("{tool_name} failed"), None, Some(e.to_string()))),
+            Err(e) => w.tool_complete(
+                &id,
+                tool_result(
+                    false,
+                    format!("{tool_name} failed"),
+                    None,
+                    Some(e.to_string()),
+                ),
+            ),
         }
     }
 
@@ -526,17 +678,22 @@ impl NotesSession {
 
 fn text_answer(answers: &HashMap<String, ChatInputAnswer>) -> Option<String> {
     answers.values().find_map(|a| match a {
-        ChatInputAnswer::Submitted(answered) | ChatInputAnswer::Draft(answered) => match &answered.value {
-            ChatInputAnswerValue::Text(t) => Some(t.value.clone()),
-            _ => None,
-        },
+        ChatInputAnswer::Submitted(answered) | ChatInputAnswer::Draft(answered) => {
+            match &answered.value {
+                ChatInputAnswerValue::Text(t) => Some(t.value.clone()),
+                _ => None,
+            }
+        }
         ChatInputAnswer::Skipped(_) => None,
     })
 }
 
 fn uuid_like() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{nanos:x}")
 }
 
@@ -562,7 +719,11 @@ impl Session for Arc<NotesSession> {
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
         let parked = lock(&self.state).confirmations.remove(&params.tool_call_id);
         Ok(match parked {
-            Some(tx) => tx.send(Decision { approved: params.approved }).is_ok(),
+            Some(tx) => tx
+                .send(Decision {
+                    approved: params.approved,
+                })
+                .is_ok(),
             None => false,
         })
     }
@@ -570,7 +731,12 @@ impl Session for Arc<NotesSession> {
     async fn answer(&self, params: AnswerParams) -> Result<bool, AgentError> {
         let parked = lock(&self.state).questions.remove(&params.request_id);
         Ok(match parked {
-            Some(tx) => tx.send(Answered { response: params.response, answers: params.answers }).is_ok(),
+            Some(tx) => tx
+                .send(Answered {
+                    response: params.response,
+                    answers: params.answers,
+                })
+                .is_ok(),
             None => false,
         })
     }

@@ -48,7 +48,9 @@ impl std::fmt::Display for PeerEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PeerEnd::Eof => f.write_str("its output closed"),
-            PeerEnd::Violation(what) => write!(f, "it wrote something that is not the protocol: {what}"),
+            PeerEnd::Violation(what) => {
+                write!(f, "it wrote something that is not the protocol: {what}")
+            }
             PeerEnd::Io(e) => write!(f, "reading its output failed: {e}"),
         }
     }
@@ -58,6 +60,7 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>;
 
 struct Shared {
     out: mpsc::UnboundedSender<String>,
+    close_output: tokio_util::sync::CancellationToken,
     pending: Pending,
     next_id: AtomicU64,
     ended: watch::Receiver<Option<PeerEnd>>,
@@ -112,7 +115,10 @@ impl Responder {
     pub fn respond(mut self, result: Result<Value, RpcError>) {
         if let Some(out) = self.out.take() {
             let frame = match result {
-                Ok(result) => Frame::Response { id: self.id, result },
+                Ok(result) => Frame::Response {
+                    id: self.id,
+                    result,
+                },
                 Err(error) => Frame::Error { id: self.id, error },
             };
             let _ = out.send(frame.encode());
@@ -121,8 +127,12 @@ impl Responder {
 
     /// Answers with a serializable result.
     pub fn ok<T: Serialize>(self, value: T) {
-        let result = serde_json::to_value(value)
-            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, format!("could not encode the result: {e}")));
+        let result = serde_json::to_value(value).map_err(|e| {
+            RpcError::new(
+                codes::INTERNAL_ERROR,
+                format!("could not encode the result: {e}"),
+            )
+        });
         self.respond(result);
     }
 
@@ -135,7 +145,10 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(out) = self.out.take() {
-            let error = RpcError::new(codes::INTERNAL_ERROR, "the request was dropped without an answer");
+            let error = RpcError::new(
+                codes::INTERNAL_ERROR,
+                "the request was dropped without an answer",
+            );
             let _ = out.send(Frame::Error { id: self.id, error }.encode());
         }
     }
@@ -159,15 +172,20 @@ impl Peer {
         let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
         let (in_tx, in_rx) = mpsc::unbounded_channel::<Incoming>();
         let (ended_tx, ended_rx) = watch::channel(None);
+        let close_output = tokio_util::sync::CancellationToken::new();
         let shared = Arc::new(Shared {
             out: out_tx.clone(),
+            close_output: close_output.clone(),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             ended: ended_rx,
         });
-        tokio::spawn(write_loop(writer, out_rx));
+        tokio::spawn(write_loop(writer, out_rx, close_output));
         tokio::spawn(read_loop(reader, shared.clone(), out_tx, in_tx, ended_tx));
-        PeerIo { peer: Peer { shared }, incoming: in_rx }
+        PeerIo {
+            peer: Peer { shared },
+            incoming: in_rx,
+        }
     }
 
     /// Sends a request and waits for its answer.
@@ -181,7 +199,11 @@ impl Peer {
     }
 
     /// Sends a request and waits for its raw answer.
-    pub async fn request_value<P: Serialize>(&self, method: &str, params: P) -> Result<Value, PeerError> {
+    pub async fn request_value<P: Serialize>(
+        &self,
+        method: &str,
+        params: P,
+    ) -> Result<Value, PeerError> {
         let params = serde_json::to_value(params).map_err(|e| PeerError::Decode(e.to_string()))?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -192,7 +214,11 @@ impl Peer {
             lock(&self.shared.pending).remove(&id);
             return Err(PeerError::Closed);
         }
-        let frame = Frame::Request { id, method: method.to_owned(), params };
+        let frame = Frame::Request {
+            id,
+            method: method.to_owned(),
+            params,
+        };
         if self.shared.out.send(frame.encode()).is_err() {
             lock(&self.shared.pending).remove(&id);
             return Err(PeerError::Closed);
@@ -208,7 +234,13 @@ impl Peer {
     pub fn notify<P: Serialize>(&self, method: &str, params: P) {
         match serde_json::to_value(params) {
             Ok(params) => {
-                let _ = self.shared.out.send(Frame::Notification { method: method.to_owned(), params }.encode());
+                let _ = self.shared.out.send(
+                    Frame::Notification {
+                        method: method.to_owned(),
+                        params,
+                    }
+                    .encode(),
+                );
             }
             Err(e) => tracing::error!(method, error = %e, "could not encode a notification"),
         }
@@ -227,6 +259,11 @@ impl Peer {
         }
     }
 
+    /// Closes the writing side (the other end reads EOF) once what is queued has been written.
+    pub fn close_output(&self) {
+        self.shared.close_output.cancel();
+    }
+
     /// True once the reading side stopped.
     pub fn is_ended(&self) -> bool {
         self.shared.ended.borrow().is_some()
@@ -238,8 +275,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::UnboundedReceiver<String>) {
-    while let Some(line) = rx.recv().await {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: mpsc::UnboundedReceiver<String>,
+    close: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            line = rx.recv() => match line {
+                Some(line) => line,
+                None => break,
+            },
+            _ = close.cancelled() => break,
+        };
         if writer.write_all(line.as_bytes()).await.is_err() {
             return;
         }
@@ -285,7 +334,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let _ = ended.send(Some(end));
     let waiting: Vec<_> = lock(&shared.pending).drain().collect();
     for (_, tx) in waiting {
-        let _ = tx.send(Err(RpcError::new(codes::SHUTTING_DOWN, "the connection ended")));
+        let _ = tx.send(Err(RpcError::new(
+            codes::SHUTTING_DOWN,
+            "the connection ended",
+        )));
     }
 }
 
@@ -297,8 +349,15 @@ fn route(
 ) {
     match frame {
         Frame::Request { id, method, params } => {
-            let responder = Responder { id, out: Some(out.clone()) };
-            let _ = incoming.send(Incoming::Request(Request { method, params, responder }));
+            let responder = Responder {
+                id,
+                out: Some(out.clone()),
+            };
+            let _ = incoming.send(Incoming::Request(Request {
+                method,
+                params,
+                responder,
+            }));
         }
         Frame::Notification { method, params } => {
             let _ = incoming.send(Incoming::Notification { method, params });
@@ -319,7 +378,11 @@ fn answer(shared: &Shared, id: u64, result: Result<Value, RpcError>) {
 
 fn describe_violation(line: &str, error: &FrameError) -> String {
     let excerpt: String = line.chars().take(120).collect();
-    let more = if line.chars().count() > 120 { "…" } else { "" };
+    let more = if line.chars().count() > 120 {
+        "…"
+    } else {
+        ""
+    };
     format!("{error}: {excerpt:?}{more}")
 }
 
@@ -356,7 +419,11 @@ mod tests {
                 drop(incoming);
             }
         });
-        let err = left.peer.request_value("ignored", ()).await.expect_err("an error");
+        let err = left
+            .peer
+            .request_value("ignored", ())
+            .await
+            .expect_err("an error");
         assert!(matches!(err, PeerError::Rpc(e) if e.code == codes::INTERNAL_ERROR));
     }
 
@@ -372,7 +439,10 @@ mod tests {
         };
         bw.write_all(b"hello there\n").await.expect("write");
         let end = left.peer.ended().await;
-        assert!(matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")), "{end:?}");
+        assert!(
+            matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")),
+            "{end:?}"
+        );
         assert!(waiting.await.expect("join").is_err());
     }
 }

@@ -1,1 +1,15 @@
-fn main() {}
+//! The `ahpd` binary: parses the command line and runs the daemon or a verb.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use ahpd::cli::{Cli, Verb};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.verb {
+        None => ahpd::daemon::run_foreground(cli.daemon),
+        Some(Verb::Worker { kind }) => ahpd::worker::run(&kind),
+    }
+}

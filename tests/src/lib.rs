@@ -3,4 +3,9 @@
 //!
 //! **Invariant:** nothing here is needed at run time; only the test suite links this crate.
 
+pub mod client;
+pub mod daemon;
 pub mod mocks;
+
+pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
+pub use daemon::{Daemon, DaemonOptions};

@@ -1,0 +1,80 @@
+//! The command line: `ahpd` runs the daemon; verbs manage a running one or serve as a worker.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// ahpd runs coding-agent CLIs side by side and serves them to any number of clients over the
+/// Agent Host Protocol (AHP 1.0.0).
+///
+/// With no verb it runs the daemon in the foreground and prints where it listens. Configuration
+/// comes from ~/.config/ahpd/config.json (or $AHPD_CONFIG, or --config-file); flags win over files.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ahpd",
+    version,
+    propagate_version = true,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    /// What to do; nothing runs the daemon in the foreground.
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
+    /// Daemon options (for the foreground daemon).
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
+}
+
+/// The verbs.
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Run a built-in backend as a worker on this process's stdin/stdout (the daemon starts its
+    /// workers this way; see docs/workers.md).
+    #[command(hide = true)]
+    Worker {
+        /// The backend kind: echo, notes, claude, acp, pi.
+        kind: String,
+    },
+}
+
+/// Options of the daemon itself.
+#[derive(Debug, Clone, Args, Default)]
+pub struct DaemonArgs {
+    /// The port to listen on (default 9187); 0 picks a free one.
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// The address to listen on (default 127.0.0.1). A non-loopback address needs a token choice.
+    #[arg(long, value_name = "ADDR")]
+    pub host: Option<String>,
+    /// Read only this config file.
+    #[arg(long, value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+    /// The token clients must present (as ?tkn= or Authorization: Bearer).
+    #[arg(long, value_name = "SECRET", conflicts_with_all = ["connection_token_file", "without_connection_token"])]
+    pub connection_token: Option<String>,
+    /// A file holding the token; created with a random one if it does not exist.
+    #[arg(long, value_name = "PATH", conflicts_with = "without_connection_token")]
+    pub connection_token_file: Option<PathBuf>,
+    /// Accept connections without a token, even on a non-loopback address.
+    #[arg(long)]
+    pub without_connection_token: bool,
+    /// Serve exactly one connection over this process's stdin/stdout (one JSON message per line),
+    /// for a host that runs ahpd nested inside another. The announcement goes to stderr.
+    #[arg(long)]
+    pub stdio: bool,
+    /// Offer the tools that declare advanced permission to every session's model.
+    #[arg(long)]
+    pub advanced_tools: bool,
+    /// Offer the session tools (the default).
+    #[arg(long, overrides_with = "no_session_tools")]
+    pub session_tools: bool,
+    /// Offer the session tools to no session.
+    #[arg(long)]
+    pub no_session_tools: bool,
+    /// Offer the session tools to this provider's sessions alone (repeatable).
+    #[arg(long, value_name = "PROVIDER")]
+    pub session_tools_providers: Vec<String>,
+    /// How long a client's tool call may wait for its client, in ms (0 waits for ever).
+    #[arg(long, value_name = "MS")]
+    pub client_tool_timeout_ms: Option<u64>,
+}

@@ -1,0 +1,449 @@
+//! The daemon's configuration: every key it knows with its default and whether it applies live,
+//! read from JSON files (the platform config dir, `AHPD_CONFIG`, `--config-file`) with flags on
+//! top. A bad value on a known key stops startup with `<file>: <key> must be …`; an unknown key is
+//! a warning; an `mcpServers` entry that is neither shape is one warning and is left out.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+/// When a change to a key takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applies {
+    /// While the daemon runs (a root config push, or the next session opened).
+    Live,
+    /// After `ahpd restart`.
+    Restart,
+}
+
+/// One key the daemon knows.
+pub struct KeySpec {
+    /// The key as written in the file.
+    pub name: &'static str,
+    /// Its default, as JSON (`null` when it has none).
+    pub default: fn() -> Value,
+    /// When a change applies.
+    pub applies: Applies,
+    /// What it does, for `docs/config.md` and `ahpd config`.
+    pub about: &'static str,
+    /// Checks a value; the error completes "`<key>` must be …".
+    pub check: fn(&Value) -> Result<(), &'static str>,
+    /// Its value is a credential, shown as `<set>`.
+    pub secret: bool,
+}
+
+fn boolean(v: &Value) -> Result<(), &'static str> {
+    v.is_boolean().then_some(()).ok_or("true or false")
+}
+fn string(v: &Value) -> Result<(), &'static str> {
+    v.as_str()
+        .filter(|s| !s.is_empty())
+        .map(|_| ())
+        .ok_or("a non-empty string")
+}
+fn port(v: &Value) -> Result<(), &'static str> {
+    v.as_u64()
+        .filter(|p| *p <= 65535)
+        .map(|_| ())
+        .ok_or("an integer between 0 and 65535")
+}
+fn millis(v: &Value) -> Result<(), &'static str> {
+    v.as_u64()
+        .map(|_| ())
+        .ok_or("an integer number of milliseconds, 0 or more")
+}
+fn strings(v: &Value) -> Result<(), &'static str> {
+    v.as_array()
+        .filter(|a| a.iter().all(Value::is_string))
+        .map(|_| ())
+        .ok_or("a list of strings")
+}
+fn object(v: &Value) -> Result<(), &'static str> {
+    v.is_object().then_some(()).ok_or("an object")
+}
+fn on_off(v: &Value) -> Result<(), &'static str> {
+    matches!(v.as_str(), Some("on" | "off"))
+        .then_some(())
+        .ok_or("\"on\" or \"off\"")
+}
+fn scope(v: &Value) -> Result<(), &'static str> {
+    matches!(v.as_str(), Some("tree" | "session"))
+        .then_some(())
+        .ok_or("\"tree\" or \"session\"")
+}
+fn ring(v: &Value) -> Result<(), &'static str> {
+    v.as_u64()
+        .filter(|n| (1000..=1_000_000).contains(n))
+        .map(|_| ())
+        .ok_or("an integer between 1000 and 1000000")
+}
+fn frame(v: &Value) -> Result<(), &'static str> {
+    v.as_u64()
+        .filter(|n| (65_536..=64 * 1024 * 1024).contains(n))
+        .map(|_| ())
+        .ok_or("an integer between 65536 and 67108864")
+}
+fn agents(v: &Value) -> Result<(), &'static str> {
+    let Some(map) = v.as_object() else {
+        return Err("an object of agent entries");
+    };
+    for entry in map.values() {
+        let kind = entry.get("kind").and_then(Value::as_str);
+        if !matches!(
+            kind,
+            Some("echo" | "notes" | "claude" | "acp" | "pi" | "command")
+        ) {
+            return Err("an object of agent entries, each with a kind of echo, notes, claude, acp, pi or command");
+        }
+        if kind == Some("command") && entry.get("command").and_then(Value::as_str).is_none() {
+            return Err("an object of agent entries; a command entry needs a command");
+        }
+    }
+    Ok(())
+}
+
+/// Every key, in the order `docs/config.md` lists them.
+pub const KEYS: &[KeySpec] = &[
+    KeySpec { name: "port", default: || Value::from(9187), applies: Applies::Restart, about: "The port to listen on; 0 picks a free one.", check: port, secret: false },
+    KeySpec { name: "host", default: || Value::from("127.0.0.1"), applies: Applies::Restart, about: "The address to listen on. A non-loopback address needs a token choice.", check: string, secret: false },
+    KeySpec { name: "connectionToken", default: || Value::Null, applies: Applies::Restart, about: "The token a client must present (?tkn= or Authorization: Bearer).", check: string, secret: true },
+    KeySpec { name: "connectionTokenFile", default: || Value::Null, applies: Applies::Restart, about: "A file holding the token; created with a random one if missing.", check: string, secret: false },
+    KeySpec { name: "withoutConnectionToken", default: || Value::from(false), applies: Applies::Restart, about: "Accept connections with no token even on a non-loopback address.", check: boolean, secret: false },
+    KeySpec { name: "allowedOrigins", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Browser origins allowed to connect (exact, e.g. https://example.com). Every other web page is refused.", check: strings, secret: false },
+    KeySpec { name: "allowedHosts", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Host names a request may name besides loopback and the bound address.", check: strings, secret: false },
+    KeySpec { name: "agents", default: || Value::Null, applies: Applies::Restart, about: "The backends, by provider id: { kind, command?, args?, env?, displayName?, options? }. Absent: echo plus each known agent CLI found on the PATH.", check: agents, secret: false },
+    KeySpec { name: "advancedTools", default: || Value::from(false), applies: Applies::Live, about: "Offer the tools that declare advancedPermission to every session's model.", check: boolean, secret: false },
+    KeySpec { name: "sessionTools", default: || Value::from(true), applies: Applies::Live, about: "Whether the eleven session tools are offered at all.", check: boolean, secret: false },
+    KeySpec { name: "sessionToolsProviders", default: || Value::Array(vec![]), applies: Applies::Live, about: "Offer the session tools to these providers' sessions alone; empty offers them to every provider.", check: strings, secret: false },
+    KeySpec { name: "mcpServers", default: || Value::Null, applies: Applies::Live, about: "The MCP servers every session is offered, read again for each session opened.", check: object, secret: false },
+    KeySpec { name: "clientToolTimeoutMs", default: || Value::from(600_000), applies: Applies::Restart, about: "How long a tool call a client runs may wait for that client; 0 waits for ever.", check: millis, secret: false },
+    KeySpec { name: "clientToolCallDisconnectTimeoutMs", default: || Value::from(30_000), applies: Applies::Restart, about: "How long a client whose connections all closed keeps its place and the calls it owes; 0 releases it at once.", check: millis, secret: false },
+    KeySpec { name: "agentOrchestrationLimits", default: || Value::from("on"), applies: Applies::Live, about: "\"off\" turns the session tools' spawn depth and per-tree counts off.", check: on_off, secret: false },
+    KeySpec { name: "agentOrchestrationLimitsScope", default: || Value::from("tree"), applies: Applies::Live, about: "Count the limits per session tree (\"tree\") or per session (\"session\").", check: scope, secret: false },
+    KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
+    KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
+    KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },
+    KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
+    KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
+];
+
+/// The spec of a key.
+pub fn key(name: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Where a key's value came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// Its default.
+    Default,
+    /// A config file.
+    File(PathBuf),
+    /// A command-line flag.
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Flag => f.write_str("command line"),
+        }
+    }
+}
+
+/// The configuration in force.
+#[derive(Debug, Clone)]
+pub struct Config {
+    values: Map<String, Value>,
+    sources: BTreeMap<String, Source>,
+    /// The files that were read.
+    pub files: Vec<PathBuf>,
+    /// Warnings to log (unknown keys, bad MCP entries).
+    pub warnings: Vec<String>,
+}
+
+/// A configuration that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A file that must exist could not be read.
+    #[error("{0}: {1}")]
+    Unreadable(PathBuf, String),
+    /// A file is not JSON.
+    #[error("{0}: not JSON: {1}")]
+    NotJson(PathBuf, String),
+    /// A known key has a bad value.
+    #[error("{origin}: {key} must be {expected}")]
+    BadValue {
+        origin: Source,
+        key: String,
+        expected: &'static str,
+    },
+}
+
+impl Config {
+    /// Reads the files: `--config-file` alone when given, else the platform file then
+    /// `AHPD_CONFIG`.
+    pub fn load(config_dir: &Path, config_file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = Config {
+            values: Map::new(),
+            sources: BTreeMap::new(),
+            files: Vec::new(),
+            warnings: Vec::new(),
+        };
+        match config_file {
+            Some(file) => config.read_file(file, true)?,
+            None => {
+                config.read_file(&config_dir.join("config.json"), false)?;
+                if let Some(env) = std::env::var_os("AHPD_CONFIG") {
+                    config.read_file(Path::new(&env), true)?;
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    fn read_file(&mut self, path: &Path, must_exist: bool) -> Result<(), ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(()),
+            Err(e) => return Err(ConfigError::Unreadable(path.to_owned(), e.to_string())),
+        };
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| ConfigError::NotJson(path.to_owned(), e.to_string()))?;
+        let Value::Object(map) = value else {
+            return Err(ConfigError::NotJson(
+                path.to_owned(),
+                "the file must hold one JSON object".into(),
+            ));
+        };
+        self.files.push(path.to_owned());
+        for (name, value) in map {
+            self.set(&name, value, Source::File(path.to_owned()))?;
+        }
+        Ok(())
+    }
+
+    /// Sets a key from a flag (flags beat files).
+    pub fn set_flag(&mut self, name: &str, value: Value) -> Result<(), ConfigError> {
+        self.set(name, value, Source::Flag)
+    }
+
+    fn set(&mut self, name: &str, mut value: Value, source: Source) -> Result<(), ConfigError> {
+        let Some(spec) = key(name) else {
+            self.warnings.push(format!(
+                "{source}: {name} is not a setting ahpd knows; ignored"
+            ));
+            return Ok(());
+        };
+        (spec.check)(&value).map_err(|expected| ConfigError::BadValue {
+            origin: source.clone(),
+            key: name.to_owned(),
+            expected,
+        })?;
+        if name == "mcpServers" {
+            value = self.checked_mcp_servers(&source, value);
+        }
+        self.values.insert(name.to_owned(), value);
+        self.sources.insert(name.to_owned(), source);
+        Ok(())
+    }
+
+    /// Keeps the `mcpServers` entries that are one of the two shapes; each other one is a warning.
+    fn checked_mcp_servers(&mut self, source: &Source, value: Value) -> Value {
+        let Value::Object(entries) = value else {
+            return Value::Null;
+        };
+        let mut kept = Map::new();
+        for (name, entry) in entries {
+            match serde_json::from_value::<protocol::McpServer>(entry.clone()) {
+                Ok(protocol::McpServer::Stdio { command, .. }) if command.is_empty() => {
+                    self.warnings.push(format!("{source}: mcpServers.{name} is a stdio server with no command; ignored"))
+                }
+                Ok(protocol::McpServer::Http { url, .. }) if url.is_empty() => {
+                    self.warnings.push(format!("{source}: mcpServers.{name} is an http server with no url; ignored"))
+                }
+                Ok(_) => {
+                    kept.insert(name, entry);
+                }
+                Err(e) => self.warnings.push(format!("{source}: mcpServers.{name} is neither a stdio nor an http server ({e}); ignored")),
+            }
+        }
+        Value::Object(kept)
+    }
+
+    /// A key's value, or its default.
+    pub fn get(&self, name: &str) -> Value {
+        self.values
+            .get(name)
+            .cloned()
+            .or_else(|| key(name).map(|k| (k.default)()))
+            .unwrap_or(Value::Null)
+    }
+
+    /// Where a key's value came from.
+    pub fn source(&self, name: &str) -> Source {
+        self.sources.get(name).cloned().unwrap_or(Source::Default)
+    }
+
+    /// True when the key was set in a file or by a flag.
+    pub fn is_set(&self, name: &str) -> bool {
+        self.values.contains_key(name)
+    }
+
+    /// A string key.
+    pub fn string(&self, name: &str) -> Option<String> {
+        self.get(name).as_str().map(str::to_owned)
+    }
+
+    /// An unsigned integer key.
+    pub fn u64(&self, name: &str) -> u64 {
+        self.get(name).as_u64().unwrap_or(0)
+    }
+
+    /// A boolean key.
+    pub fn bool(&self, name: &str) -> bool {
+        self.get(name).as_bool().unwrap_or(false)
+    }
+
+    /// A list-of-strings key.
+    pub fn strings(&self, name: &str) -> Vec<String> {
+        self.get(name)
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every key with its value (credentials as `<set>`) and source, for `ahpd config`.
+    pub fn shown(&self) -> Vec<(String, Value, Source)> {
+        KEYS.iter()
+            .map(|spec| {
+                let value = self.get(spec.name);
+                (
+                    spec.name.to_owned(),
+                    redact(spec, value),
+                    self.source(spec.name),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Hides credentials: a secret key's value, and every value under `env` or `headers`.
+fn redact(spec: &KeySpec, value: Value) -> Value {
+    if spec.secret && !value.is_null() {
+        return Value::from("<set>");
+    }
+    redact_nested(value)
+}
+
+fn redact_nested(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = if (k == "env" || k == "headers") && v.is_object() {
+                        Value::Object(
+                            v.as_object()
+                                .map(|m| {
+                                    m.keys()
+                                        .map(|k| (k.clone(), Value::from("<set>")))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                        )
+                    } else {
+                        redact_nested(v)
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    fn temp() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ahpd-config-test-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        dir
+    }
+
+    #[test]
+    fn defaults_without_files() {
+        let dir = temp();
+        let config = Config::load(&dir, None).expect("loads");
+        assert_eq!(config.u64("port"), 9187);
+        assert_eq!(config.u64("clientToolTimeoutMs"), 600_000);
+        assert_eq!(config.u64("clientToolCallDisconnectTimeoutMs"), 30_000);
+        assert!(config.bool("sessionTools"));
+        assert_eq!(config.source("port"), Source::Default);
+    }
+
+    #[test]
+    fn a_bad_value_names_the_file_and_the_key() {
+        let dir = temp();
+        let file = write(&dir, "c.json", r#"{"port": "high"}"#);
+        let err = Config::load(&dir, Some(&file)).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: port must be an integer between 0 and 65535",
+                file.display()
+            )
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_mcp_entries_are_warnings() {
+        let dir = temp();
+        let file = write(
+            &dir,
+            "c.json",
+            r#"{"colour": 1, "mcpServers": {"ok": {"type": "http", "url": "http://x"}, "bad": {"type": "ftp"}, "nourl": {"type": "http", "url": ""}}}"#,
+        );
+        let config = Config::load(&dir, Some(&file)).expect("loads");
+        assert_eq!(config.warnings.len(), 3, "{:?}", config.warnings);
+        let servers = config.get("mcpServers");
+        assert!(servers.get("ok").is_some());
+        assert!(servers.get("bad").is_none());
+    }
+
+    #[test]
+    fn credentials_are_shown_as_set() {
+        let dir = temp();
+        let file = write(
+            &dir,
+            "c.json",
+            r#"{"connectionToken": "abc", "mcpServers": {"s": {"type": "http", "url": "http://x", "headers": {"Authorization": "Bearer x"}}}}"#,
+        );
+        let config = Config::load(&dir, Some(&file)).expect("loads");
+        let shown = config.shown();
+        let token = shown
+            .iter()
+            .find(|(k, _, _)| k == "connectionToken")
+            .expect("token");
+        assert_eq!(token.1, "<set>");
+        let servers = shown
+            .iter()
+            .find(|(k, _, _)| k == "mcpServers")
+            .expect("servers");
+        assert_eq!(servers.1["s"]["headers"]["Authorization"], "<set>");
+    }
+}

@@ -1,0 +1,588 @@
+//! A client's `dispatchAction`: checked, said to every client with the client's origin (the echo
+//! its pending copy waits for), and then handed to the backend where it is one's to act on.
+//!
+//! A refused action comes back to its sender with `rejectionReason` and changes nothing. An
+//! action for a channel that does not exist is ignored, as the spec says.
+
+use ahp_types::actions::{
+    ActionOrigin, ChatPendingMessageRemovedAction, ChatToolCallConfirmedAction, StateAction,
+};
+use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
+use serde_json::Value;
+
+use super::core::{action_type, channel_kind, ChannelKind, Committed};
+use super::driver::Op;
+use super::requests::ConnState;
+use super::{Core, Host};
+
+/// Every action type AHP 1.0.0 knows, to tell a malformed known action from an unknown one.
+const KNOWN_TYPES: &[&str] = &[
+    "root/agentsChanged",
+    "root/activeSessionsChanged",
+    "root/configChanged",
+    "root/terminalsChanged",
+    "session/ready",
+    "session/creationFailed",
+    "session/chatAdded",
+    "session/chatRemoved",
+    "session/chatUpdated",
+    "session/chatsReordered",
+    "session/defaultChatChanged",
+    "session/titleChanged",
+    "session/isReadChanged",
+    "session/isArchivedChanged",
+    "session/activityChanged",
+    "session/changesetsChanged",
+    "session/serverToolsChanged",
+    "session/activeClientSet",
+    "session/activeClientRemoved",
+    "session/workingDirectorySet",
+    "session/workingDirectoryRemoved",
+    "session/workingDirectoryReplaced",
+    "session/inputNeededSet",
+    "session/inputNeededRemoved",
+    "session/customizationsChanged",
+    "session/customizationToggled",
+    "session/customizationUpdated",
+    "session/customizationRemoved",
+    "session/mcpServerStateChanged",
+    "session/mcpServerStartRequested",
+    "session/mcpServerStopRequested",
+    "session/mcpServerBackgroundRequested",
+    "session/configChanged",
+    "session/metaChanged",
+    "chat/turnStarted",
+    "chat/delta",
+    "chat/responsePart",
+    "chat/toolCallStart",
+    "chat/toolCallDelta",
+    "chat/toolCallReady",
+    "chat/toolCallConfirmed",
+    "chat/toolCallComplete",
+    "chat/toolCallResultConfirmed",
+    "chat/toolCallContentChanged",
+    "chat/toolCallAuthRequired",
+    "chat/toolCallAuthResolved",
+    "chat/turnComplete",
+    "chat/turnCancelled",
+    "chat/error",
+    "chat/turnResume",
+    "chat/activityChanged",
+    "chat/backgroundWorkSet",
+    "chat/backgroundWorkRemoved",
+    "chat/movableChanged",
+    "chat/changesetsChanged",
+    "chat/canvasesChanged",
+    "chat/usage",
+    "chat/reasoning",
+    "chat/workingDirectorySet",
+    "chat/workingDirectoryRemoved",
+    "chat/pendingMessageSet",
+    "chat/pendingMessageRemoved",
+    "chat/queuedMessagesReordered",
+    "chat/draftChanged",
+    "chat/isReadChanged",
+    "chat/isArchivedChanged",
+    "chat/inputRequested",
+    "chat/inputAnswerChanged",
+    "chat/inputCompleted",
+    "chat/truncated",
+    "chat/turnsLoaded",
+    "canvas/stateChanged",
+    "changeset/statusChanged",
+    "changeset/fileSet",
+    "changeset/fileRemoved",
+    "changeset/filesReviewChanged",
+    "changeset/contentChanged",
+    "changeset/operationsChanged",
+    "changeset/operationStatusChanged",
+    "changeset/cleared",
+    "annotations/set",
+    "annotations/updated",
+    "annotations/removed",
+    "annotations/entrySet",
+    "annotations/entryRemoved",
+    "terminal/data",
+    "terminal/input",
+    "terminal/resized",
+    "terminal/claimed",
+    "terminal/titleChanged",
+    "terminal/cwdChanged",
+    "terminal/exited",
+    "terminal/cleared",
+    "terminal/commandDetectionAvailable",
+    "terminal/commandExecuted",
+    "terminal/commandFinished",
+    "resourceWatch/changed",
+    "automation/createRequested",
+    "automation/updateRequested",
+    "automation/set",
+    "automation/removed",
+    "automationRun/lifecycleChanged",
+    "automationRun/sessionSet",
+    "automationRun/sessionRemoved",
+    "automationRun/primarySessionChanged",
+    "automationRun/cancelRequested",
+];
+
+/// What the host does with a client action once it passed its checks.
+enum Then {
+    /// Nothing beyond saying it.
+    Nothing,
+    /// Hand it to the chat's backend.
+    Backend(Op),
+    /// A client stopped the running turn.
+    Stop(String),
+    /// A queued message arrived: start it if the chat is free.
+    StartQueued,
+    /// A steering message arrived: hand it to the running turn.
+    Steer,
+    /// A session config change: hand each key to every chat's backend.
+    Config(Vec<(String, Value)>),
+}
+
+impl Host {
+    /// Handles `dispatchAction` params from a connection.
+    pub(super) fn dispatch_action(&self, conn: &ConnState, params: Value) {
+        let channel = params
+            .get("channel")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let client_seq = params.get("clientSeq").and_then(Value::as_i64);
+        let (Some(channel), Some(client_seq)) = (channel, client_seq) else {
+            tracing::debug!(
+                conn = conn.id,
+                "dispatchAction without a channel or clientSeq; ignored"
+            );
+            return;
+        };
+        let Some(client_id) = conn.client_id.clone() else {
+            return;
+        };
+        let origin = ActionOrigin {
+            client_id,
+            client_seq,
+        };
+        let raw = params.get("action").cloned().unwrap_or(Value::Null);
+        let action: StateAction = match serde_json::from_value(raw.clone()) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(conn = conn.id, error = %e, "dispatchAction with an action that does not decode; ignored");
+                return;
+            }
+        };
+        let mut core = self.lock();
+        if !core.ch.has_channel(&channel) {
+            tracing::debug!(
+                conn = conn.id,
+                channel,
+                "an action for a channel that does not exist; ignored"
+            );
+            return;
+        }
+        if let StateAction::Unknown(value) = &action {
+            let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
+            let reason = if KNOWN_TYPES.contains(&kind) {
+                format!("{kind} is missing a required field, or one has the wrong type")
+            } else if kind.is_empty() {
+                "An action needs a \"type\"".to_owned()
+            } else {
+                format!("{kind} is not an action this host knows")
+            };
+            core.ch.reject(conn.id, &channel, &action, origin, &reason);
+            return;
+        }
+        let then = match check(&core, conn, &channel, &action) {
+            Ok(then) => then,
+            Err(reason) => {
+                core.ch.reject(conn.id, &channel, &action, origin, &reason);
+                return;
+            }
+        };
+        self.apply_client_action(&mut core, conn, &channel, action, origin, then);
+    }
+
+    fn apply_client_action(
+        &self,
+        core: &mut Core,
+        conn: &ConnState,
+        channel: &str,
+        action: StateAction,
+        origin: ActionOrigin,
+        then: Then,
+    ) {
+        let kind = super::core::channel_kind(channel);
+        if let StateAction::ChatTurnStarted(start) = action {
+            // A client's turn: said as the client sent it, with its origin, then handed to the
+            // backend by the turn engine.
+            self.start_turn(core, channel, start, Some((conn.id, origin)));
+            return;
+        }
+        if matches!(then, Then::Stop(_)) {
+            self.drop_pending(core, channel);
+        }
+        let extra = Some(conn.id);
+        let committed = if kind == Some(ChannelKind::Chat) {
+            self.commit_chat(core, channel, action, Some(origin), extra)
+        } else {
+            let committed = core.ch.commit(channel, action, Some(origin), extra);
+            if kind == Some(ChannelKind::Session) {
+                core.sync_summary(channel);
+            }
+            committed
+        };
+        if !matches!(committed, Committed::Sent { .. }) {
+            return;
+        }
+        match then {
+            Then::Nothing => {}
+            Then::Backend(op) => {
+                if let Some(meta) = core.chats.get(channel) {
+                    let _ = meta.driver.send(op);
+                }
+            }
+            Then::Stop(turn_id) => {
+                if let Some(meta) = core.chats.get(channel) {
+                    let _ = meta.driver.send(Op::Abort {
+                        turn_id: Some(turn_id),
+                    });
+                }
+            }
+            Then::StartQueued => self.start_next(core, channel),
+            Then::Steer => {
+                self.offer_steering(core, channel);
+                self.start_next(core, channel);
+            }
+            Then::Config(changes) => {
+                let chats: Vec<String> = core
+                    .ch
+                    .sessions
+                    .get(channel)
+                    .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
+                    .unwrap_or_default();
+                for chat in chats {
+                    if let Some(meta) = core.chats.get(&chat) {
+                        for (key, value) in &changes {
+                            let _ = meta.driver.send(Op::SetConfig {
+                                key: key.clone(),
+                                value: value.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stop drops what waits behind the turn it stops: the queue and the steering message.
+    fn drop_pending(&self, core: &mut Core, chat: &str) {
+        let Some(state) = core.ch.chats.get(chat) else {
+            return;
+        };
+        let mut removals: Vec<(PendingMessageKind, String)> = state
+            .queued_messages
+            .iter()
+            .flatten()
+            .map(|m| (PendingMessageKind::Queued, m.id.clone()))
+            .collect();
+        if let Some(s) = &state.steering_message {
+            removals.push((PendingMessageKind::Steering, s.id.clone()));
+        }
+        for (kind, id) in removals {
+            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
+                kind,
+                id,
+            });
+            core.ch.commit(chat, action, None, None);
+        }
+    }
+}
+
+fn running_turn(state: &ChatState) -> Option<&str> {
+    state.active_turn.as_ref().map(|t| t.id.as_str())
+}
+
+fn tool_call<'a>(
+    state: &'a ChatState,
+    turn_id: &str,
+    tool_call_id: &str,
+) -> Option<&'a ToolCallState> {
+    let turn = state.active_turn.as_ref().filter(|t| t.id == turn_id)?;
+    turn.response_parts.iter().find_map(|p| match p {
+        ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == Some(tool_call_id) => {
+            Some(&tc.tool_call)
+        }
+        _ => None,
+    })
+}
+
+fn tool_call_id_of(state: &ToolCallState) -> Option<&str> {
+    Some(match state {
+        ToolCallState::Streaming(s) => &s.tool_call_id,
+        ToolCallState::PendingConfirmation(s) => &s.tool_call_id,
+        ToolCallState::Running(s) => &s.tool_call_id,
+        ToolCallState::AuthRequired(s) => &s.tool_call_id,
+        ToolCallState::PendingResultConfirmation(s) => &s.tool_call_id,
+        ToolCallState::Completed(s) => &s.tool_call_id,
+        ToolCallState::Cancelled(s) => &s.tool_call_id,
+        ToolCallState::Unknown(_) => return None,
+    })
+}
+
+fn open_request(state: &ChatState, request_id: &str) -> bool {
+    state.active_turn.as_ref().is_some_and(|t| {
+        t.response_parts.iter().any(|p| matches!(p, ResponsePart::InputRequest(r) if r.request.id == request_id && r.response.is_none()))
+    })
+}
+
+fn user_message(message: &ahp_types::state::Message) -> Result<(), String> {
+    if message.origin.kind == MessageKind::User {
+        Ok(())
+    } else {
+        Err("A client may only send messages whose origin is \"user\"".to_owned())
+    }
+}
+
+/// Checks a client's action against the host's state; answers what to do after saying it, or the
+/// reason it is refused.
+fn check(
+    core: &Core,
+    conn: &ConnState,
+    channel: &str,
+    action: &StateAction,
+) -> Result<Then, String> {
+    let kind = channel_kind(channel);
+    let scope = action_type(action);
+    let prefix = scope.split('/').next().unwrap_or("");
+    let expected = match kind {
+        Some(ChannelKind::Root) => "root",
+        Some(ChannelKind::Session) => "session",
+        Some(ChannelKind::Chat) => "chat",
+        Some(ChannelKind::Annotations) => "annotations",
+        None => "",
+    };
+    if prefix != expected {
+        return Err(format!(
+            "{scope} does not belong on the {expected} channel {channel}"
+        ));
+    }
+    if !core.ch.is_subscribed(conn.id, channel) && !answers_a_request(action) {
+        return Err(format!(
+            "Subscribe to {channel} before dispatching actions to it"
+        ));
+    }
+    match action {
+        StateAction::RootConfigChanged(_) => Err("This host's root configuration is not writable by clients yet".to_owned()),
+        StateAction::SessionTitleChanged(a) => {
+            if a.title.trim().is_empty() {
+                Err("A session's title must not be empty".to_owned())
+            } else {
+                Ok(Then::Nothing)
+            }
+        }
+        StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_) => Ok(Then::Nothing),
+        StateAction::SessionDefaultChatChanged(a) => {
+            let in_catalogue = match &a.default_chat {
+                None => true,
+                Some(c) => core.ch.sessions.get(channel).is_some_and(|s| s.chats.iter().any(|x| &x.resource == c)),
+            };
+            if in_catalogue {
+                Ok(Then::Nothing)
+            } else {
+                Err("The default chat must be one of the session's chats".to_owned())
+            }
+        }
+        StateAction::SessionConfigChanged(a) => check_session_config(core, channel, &a.config, a.replace.unwrap_or(false)),
+        StateAction::SessionActiveClientSet(a) => {
+            if conn.client_id.as_deref() == Some(a.active_client.client_id.as_str()) {
+                Ok(Then::Nothing)
+            } else {
+                Err("A client can only make itself active, under its own clientId".to_owned())
+            }
+        }
+        StateAction::SessionActiveClientRemoved(a) => {
+            if conn.client_id.as_deref() == Some(a.client_id.as_str()) {
+                Ok(Then::Nothing)
+            } else {
+                Err("A client can only remove itself from a session's active clients".to_owned())
+            }
+        }
+        StateAction::SessionCustomizationToggled(_)
+        | StateAction::SessionMcpServerStartRequested(_)
+        | StateAction::SessionMcpServerStopRequested(_)
+        | StateAction::SessionMcpServerBackgroundRequested(_) => Ok(Then::Nothing),
+        StateAction::SessionWorkingDirectorySet(_) | StateAction::SessionWorkingDirectoryRemoved(_) | StateAction::SessionWorkingDirectoryReplaced(_) => {
+            Err("This session's agent works in one directory; it cannot take another".to_owned())
+        }
+        StateAction::ChatTurnStarted(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            user_message(&a.message)?;
+            if a.turn_id.trim().is_empty() {
+                return Err("A turn needs an id".to_owned());
+            }
+            if let Some(running) = running_turn(state) {
+                return Err(format!("Turn {running} is running in this chat; send a steering or queued message instead"));
+            }
+            if state.turns.iter().any(|t| t.id == a.turn_id) {
+                return Err(format!("This chat has a turn {} already", a.turn_id));
+            }
+            if a.started_at.parse::<jiff::Timestamp>().is_err() {
+                return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
+            }
+            Ok(Then::Nothing)
+        }
+        StateAction::ChatTurnCancelled(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            // A stop naming another turn, or none running, goes to every client as the client's
+            // own action and reaches no backend (seed 004).
+            Ok(if running_turn(state) == Some(a.turn_id.as_str()) { Then::Stop(a.turn_id.clone()) } else { Then::Nothing })
+        }
+        StateAction::ChatToolCallConfirmed(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            match tool_call(state, &a.turn_id, &a.tool_call_id) {
+                Some(ToolCallState::PendingConfirmation(_)) => Ok(Then::Backend(confirm_op(channel, a))),
+                Some(_) => Err(format!("Tool call {} is not waiting to be allowed", a.tool_call_id)),
+                None => Err(format!("There is no tool call {} in the running turn", a.tool_call_id)),
+            }
+        }
+        StateAction::ChatToolCallResultConfirmed(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            match tool_call(state, &a.turn_id, &a.tool_call_id) {
+                Some(ToolCallState::PendingResultConfirmation(_)) => Ok(Then::Nothing),
+                _ => Err(format!("Tool call {} has no result waiting to be confirmed", a.tool_call_id)),
+            }
+        }
+        StateAction::ChatToolCallComplete(_) | StateAction::ChatToolCallContentChanged(_) => {
+            Err("Only the client that runs a tool call may complete it, and this call is not a client's".to_owned())
+        }
+        StateAction::ChatInputAnswerChanged(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            if open_request(state, &a.request_id) {
+                Ok(Then::Nothing)
+            } else {
+                Err(format!("There is no open question {} in the running turn", a.request_id))
+            }
+        }
+        StateAction::ChatInputCompleted(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            if !open_request(state, &a.request_id) {
+                return Err(format!("There is no open question {} in the running turn", a.request_id));
+            }
+            let turn_id = running_turn(state).unwrap_or_default().to_owned();
+            Ok(Then::Backend(Op::Answer(protocol::AnswerParams {
+                chat: channel.to_owned(),
+                turn_id,
+                request_id: a.request_id.clone(),
+                response: a.response,
+                answers: a.answers.clone().unwrap_or_default(),
+            })))
+        }
+        StateAction::ChatPendingMessageSet(a) => {
+            user_message(&a.message)?;
+            Ok(match a.kind {
+                PendingMessageKind::Queued => Then::StartQueued,
+                PendingMessageKind::Steering => Then::Steer,
+            })
+        }
+        StateAction::ChatPendingMessageRemoved(a) => {
+            let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            let exists = match a.kind {
+                PendingMessageKind::Steering => state.steering_message.as_ref().is_some_and(|m| m.id == a.id),
+                PendingMessageKind::Queued => state.queued_messages.iter().flatten().any(|m| m.id == a.id),
+            };
+            if !exists {
+                return Err(format!("There is no pending message {}", a.id));
+            }
+            Ok(match a.kind {
+                PendingMessageKind::Steering => Then::Backend(Op::Withdraw { id: a.id.clone() }),
+                PendingMessageKind::Queued => Then::Nothing,
+            })
+        }
+        StateAction::ChatQueuedMessagesReordered(_) | StateAction::ChatIsReadChanged(_) | StateAction::ChatIsArchivedChanged(_) => {
+            Ok(Then::Nothing)
+        }
+        StateAction::ChatDraftChanged(a) => {
+            if let Some(draft) = &a.draft {
+                user_message(draft)?;
+            }
+            Ok(Then::Backend(Op::SetDraft(a.draft.clone())))
+        }
+        StateAction::ChatTurnResume(_) => Err("This host's agents cannot resume a failed turn; send the message again".to_owned()),
+        StateAction::ChatTruncated(_) => Err("This host's agents cannot truncate a chat".to_owned()),
+        StateAction::ChatWorkingDirectorySet(_) | StateAction::ChatWorkingDirectoryRemoved(_) => {
+            Err("A chat works in its session's directory; it cannot take another".to_owned())
+        }
+        StateAction::AnnotationsSet(_)
+        | StateAction::AnnotationsUpdated(_)
+        | StateAction::AnnotationsRemoved(_)
+        | StateAction::AnnotationsEntrySet(_)
+        | StateAction::AnnotationsEntryRemoved(_) => Ok(Then::Nothing),
+        _ => Err(format!("{scope} is the host's to say; a client cannot dispatch it")),
+    }
+}
+
+/// Answers to something a session asks may come from a client that watches the session but not
+/// the chat (AHP: clients may answer without subscribing to the chat).
+fn answers_a_request(action: &StateAction) -> bool {
+    matches!(
+        action,
+        StateAction::ChatToolCallConfirmed(_)
+            | StateAction::ChatToolCallResultConfirmed(_)
+            | StateAction::ChatInputAnswerChanged(_)
+            | StateAction::ChatInputCompleted(_)
+            | StateAction::ChatToolCallComplete(_)
+            | StateAction::ChatToolCallContentChanged(_)
+    )
+}
+
+fn confirm_op(chat: &str, a: &ChatToolCallConfirmedAction) -> Op {
+    Op::Confirm(protocol::ConfirmParams {
+        chat: chat.to_owned(),
+        turn_id: a.turn_id.clone(),
+        tool_call_id: a.tool_call_id.clone(),
+        approved: a.approved,
+        option_id: a.selected_option_id.clone(),
+        decision_source: a
+            .confirmed
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .and_then(|v| v.as_str().map(str::to_owned)),
+        edited_tool_input: a.edited_tool_input.clone(),
+    })
+}
+
+fn check_session_config(
+    core: &Core,
+    session: &str,
+    config: &ahp_types::common::JsonObject,
+    replace: bool,
+) -> Result<Then, String> {
+    if replace {
+        return Err(
+            "A client may change a session's settings key by key, not replace them all".to_owned(),
+        );
+    }
+    let provider = core
+        .sessions
+        .get(session)
+        .map(|m| m.provider.clone())
+        .ok_or("no such session")?;
+    let schema = core
+        .agent(&provider)
+        .and_then(|a| a.schema.clone())
+        .ok_or("the agent has not started")?;
+    let mut changes = Vec::new();
+    for (key, value) in config {
+        let property = schema
+            .schema
+            .properties
+            .get(key)
+            .ok_or_else(|| format!("Session configuration '{key}' is not writable."))?;
+        if property.session_mutable != Some(true) {
+            return Err(format!("Session configuration '{key}' is not writable."));
+        }
+        super::catalog::check_config_value(&schema, key, value).map_err(|e| e.message)?;
+        changes.push((key.clone(), value.clone()));
+    }
+    Ok(Then::Config(changes))
+}

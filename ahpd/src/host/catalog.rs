@@ -1,0 +1,837 @@
+//! Sessions and chats as a catalogue: creating and disposing them, the summaries list views read,
+//! the session's chat entries, and its `inputNeeded` list — the upkeep the reducers leave to the
+//! host.
+
+use std::collections::VecDeque;
+
+use ahp_types::actions::{
+    PartialChatSummary, RootActiveSessionsChangedAction, SessionActiveClientSetAction,
+    SessionChatAddedAction, SessionChatRemovedAction, SessionChatUpdatedAction,
+    SessionDefaultChatChangedAction, SessionInputNeededRemovedAction, SessionInputNeededSetAction,
+    StateAction,
+};
+use ahp_types::commands::{CreateChatParams, CreateSessionParams};
+use ahp_types::common::JsonObject;
+use ahp_types::notifications::{
+    PartialSessionSummary, SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams,
+};
+use ahp_types::state::{
+    AnnotationsState, ChatState, ChatSummary, ResponsePart, SessionChatInputRequest,
+    SessionChatSummary, SessionConfigState, SessionInputRequest, SessionLifecycle, SessionState,
+    SessionSummary, SessionToolConfirmationRequest, ToolCallConfirmationState, ToolCallState,
+};
+use ahp_types::ROOT_RESOURCE_URI;
+use protocol::SchemaResult;
+use serde_json::Value;
+
+use super::core::{channel_kind, notification, ChannelKind};
+use super::driver::{spawn_driver, Op};
+use super::errors::{parse_params, AhpError};
+use super::requests::{response, ConnState};
+use super::{now_iso, uri_id, ChatMeta, Core, Host, SessionMeta};
+
+/// Status bits (AHP's `SessionStatus`).
+pub mod status {
+    /// No turn, nothing pending.
+    pub const IDLE: u32 = 1;
+    /// The last turn ended in error.
+    pub const ERROR: u32 = 2;
+    /// A turn runs.
+    pub const IN_PROGRESS: u32 = 8;
+    /// A turn waits for a person (includes `IN_PROGRESS`).
+    pub const INPUT_NEEDED: u32 = 24;
+    /// The activity bits.
+    pub const ACTIVITY: u32 = 0b11111;
+    /// Seen since it last changed.
+    pub const IS_READ: u32 = 32;
+    /// Archived.
+    pub const IS_ARCHIVED: u32 = 64;
+}
+
+const NEW_SESSION_TITLE: &str = "New session";
+
+/// The config values a session starts with: the schema's defaults under what the client chose,
+/// each checked against the schema.
+pub fn resolve_config(
+    schema: &SchemaResult,
+    given: Option<&JsonObject>,
+) -> Result<JsonObject, AhpError> {
+    let mut values = schema.defaults.clone();
+    for (key, value) in given.into_iter().flatten() {
+        check_config_value(schema, key, value)?;
+        values.insert(key.clone(), value.clone());
+    }
+    Ok(values)
+}
+
+/// Checks one config value against the schema, in words a person can act on.
+pub fn check_config_value(schema: &SchemaResult, key: &str, value: &Value) -> Result<(), AhpError> {
+    let Some(property) = schema.schema.properties.get(key) else {
+        return Err(AhpError::invalid_params(format!(
+            "Session configuration '{key}' is not a setting of this agent."
+        )));
+    };
+    if let Some(allowed) = &property.r#enum {
+        if property.enum_dynamic != Some(true) && !allowed.contains(value) {
+            let shown = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            return Err(AhpError::invalid_params(format!(
+                "Session configuration '{key}' does not offer '{shown}'."
+            )));
+        }
+    }
+    let type_ok = match property.r#type.as_str() {
+        "string" => value.is_string(),
+        "boolean" => value.is_boolean(),
+        "number" => value.is_number(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => true,
+    };
+    if !type_ok {
+        return Err(AhpError::invalid_params(format!(
+            "Session configuration '{key}' must be a {}.",
+            property.r#type
+        )));
+    }
+    Ok(())
+}
+
+fn empty_chat(uri: &str, now: &str) -> ChatState {
+    ChatState {
+        resource: uri.to_owned(),
+        title: String::new(),
+        status: status::IDLE,
+        activity: None,
+        modified_at: now.to_owned(),
+        changes: None,
+        origin: None,
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns: Vec::new(),
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: None,
+        queued_messages: None,
+        draft: None,
+        meta: None,
+    }
+}
+
+fn chat_summary(chat: &ChatState, title: &str) -> ChatSummary {
+    ChatSummary {
+        resource: chat.resource.clone(),
+        title: title.to_owned(),
+        status: chat.status,
+        activity: chat.activity.clone(),
+        modified_at: chat.modified_at.clone(),
+        changes: chat.changes.clone(),
+        origin: chat.origin.clone(),
+        movable: chat.movable,
+        interactivity: chat.interactivity,
+        working_directories: chat.working_directories.clone(),
+    }
+}
+
+/// A path from a `file://` URI (or a plain absolute path).
+pub fn path_of(uri: &str) -> Option<std::path::PathBuf> {
+    let path = uri.strip_prefix("file://").unwrap_or(uri);
+    let path = std::path::PathBuf::from(path);
+    path.is_absolute().then_some(path)
+}
+
+impl Core {
+    /// The provider a request names, or the first backend that is up.
+    pub fn pick_provider(&self, asked: Option<&str>) -> Result<String, AhpError> {
+        let offered: Vec<&str> = self
+            .agents
+            .iter()
+            .filter(|a| a.descriptor.is_some())
+            .map(|a| a.provider.as_str())
+            .collect();
+        match asked {
+            Some(p) if offered.contains(&p) => Ok(p.to_owned()),
+            Some(p) if self.agents.iter().any(|a| a.provider == p) => {
+                Err(AhpError::provider_not_found(format!(
+                    "The {p} agent has not started; see the daemon's log"
+                )))
+            }
+            Some(p) => Err(AhpError::provider_not_found(format!(
+                "This host offers no agent called {p}; it offers {}",
+                if offered.is_empty() {
+                    "none".to_owned()
+                } else {
+                    offered.join(", ")
+                }
+            ))),
+            None => offered
+                .first()
+                .map(|p| (*p).to_owned())
+                .ok_or_else(|| AhpError::provider_not_found("This host offers no agent yet")),
+        }
+    }
+
+    /// Tells root subscribers how many sessions there are, when it changed.
+    fn publish_session_count(&mut self) {
+        let count = i64::try_from(self.sessions.len()).unwrap_or(i64::MAX);
+        if self.ch.root.active_sessions != Some(count) {
+            let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction {
+                active_sessions: count,
+            });
+            self.ch.commit(ROOT_RESOURCE_URI, action, None, None);
+        }
+    }
+
+    /// A session's summary as list views show it.
+    pub fn summary_of(&self, uri: &str) -> Option<SessionSummary> {
+        let state = self.ch.sessions.get(uri)?;
+        let meta = self.sessions.get(uri)?;
+        let chats: Vec<&ChatState> = state
+            .chats
+            .iter()
+            .filter_map(|c| self.ch.chats.get(&c.resource))
+            .collect();
+        let default = state
+            .default_chat
+            .as_ref()
+            .and_then(|d| self.ch.chats.get(d));
+        let mut activity = default
+            .map(|c| c.status & status::ACTIVITY)
+            .unwrap_or(status::IDLE);
+        if chats
+            .iter()
+            .any(|c| c.status & status::ACTIVITY == status::INPUT_NEEDED)
+        {
+            activity = status::INPUT_NEEDED;
+        } else if activity == status::IDLE
+            && chats
+                .iter()
+                .any(|c| c.status & status::ACTIVITY == status::ERROR)
+        {
+            activity = status::ERROR;
+        }
+        let flags = state.status & !status::ACTIVITY;
+        let modified_at = chats
+            .iter()
+            .map(|c| c.modified_at.clone())
+            .max()
+            .unwrap_or_else(|| meta.created_at.clone());
+        let compact = (state.chats.len() > 1).then(|| {
+            state
+                .chats
+                .iter()
+                .map(|c| SessionChatSummary {
+                    resource: c.resource.clone(),
+                    title: c.title.clone(),
+                    origin: c.origin.clone(),
+                    interactivity: c.interactivity,
+                    status: Some(c.status),
+                    changes: c.changes.clone(),
+                })
+                .collect()
+        });
+        Some(SessionSummary {
+            provider: state.provider.clone(),
+            title: state.title.clone(),
+            status: activity | flags,
+            activity: state.activity.clone(),
+            origin: state.origin.clone(),
+            project: state.project.clone(),
+            working_directories: state.working_directories.clone(),
+            annotations: state.annotations.clone(),
+            resource: uri.to_owned(),
+            created_at: meta.created_at.clone(),
+            modified_at,
+            changes: None,
+            meta: None,
+            chats: compact,
+            default_chat: state.default_chat.clone(),
+        })
+    }
+
+    /// Tells root subscribers what changed in a session's summary since they were last told.
+    pub fn sync_summary(&mut self, session: &str) {
+        let Some(now) = self.summary_of(session) else {
+            return;
+        };
+        let Some(meta) = self.sessions.get_mut(session) else {
+            return;
+        };
+        let before = &meta.last_summary;
+        if *before == now {
+            return;
+        }
+        let changes = PartialSessionSummary {
+            provider: None,
+            title: (before.title != now.title).then(|| now.title.clone()),
+            status: (before.status != now.status).then_some(now.status),
+            activity: (before.activity != now.activity)
+                .then(|| now.activity.clone().unwrap_or_default()),
+            origin: None,
+            project: None,
+            working_directories: (before.working_directories != now.working_directories)
+                .then(|| now.working_directories.clone().unwrap_or_default()),
+            annotations: None,
+            resource: None,
+            created_at: None,
+            modified_at: (before.modified_at != now.modified_at).then(|| now.modified_at.clone()),
+            changes: None,
+            meta: None,
+            chats: (before.chats != now.chats).then(|| now.chats.clone().unwrap_or_default()),
+            default_chat: (before.default_chat != now.default_chat)
+                .then(|| now.default_chat.clone())
+                .flatten(),
+        };
+        meta.last_summary = now;
+        let params = SessionSummaryChangedParams {
+            channel: ROOT_RESOURCE_URI.to_owned(),
+            session: session.to_owned(),
+            changes,
+        };
+        let frame = notification("root/sessionSummaryChanged", &params);
+        self.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+    }
+
+    /// Keeps the session's entry for a chat in step with the chat's own state (status, activity,
+    /// modified time) with `session/chatUpdated`, then the root summary.
+    pub fn sync_chat(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else {
+            return;
+        };
+        let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
+            return;
+        };
+        let Some(entry) = self
+            .ch
+            .sessions
+            .get(&session)
+            .and_then(|s| s.chats.iter().find(|c| c.resource == chat))
+        else {
+            return;
+        };
+        let changes = PartialChatSummary {
+            resource: None,
+            title: None,
+            status: (entry.status != state.status).then_some(state.status),
+            activity: (entry.activity != state.activity)
+                .then(|| state.activity.clone())
+                .flatten(),
+            modified_at: (entry.modified_at != state.modified_at)
+                .then(|| state.modified_at.clone()),
+            changes: None,
+            origin: None,
+            movable: None,
+            interactivity: None,
+            working_directories: None,
+        };
+        let cleared_activity = entry.activity.is_some() && state.activity.is_none();
+        if cleared_activity {
+            // A partial update cannot clear a field: send the whole entry again.
+            let summary = chat_summary(state, &entry.title);
+            let action = StateAction::SessionChatAdded(SessionChatAddedAction { summary });
+            self.ch.commit(&session, action, None, None);
+        } else if changes.status.is_some()
+            || changes.activity.is_some()
+            || changes.modified_at.is_some()
+        {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction {
+                chat: chat.to_owned(),
+                changes,
+            });
+            self.ch.commit(&session, action, None, None);
+        }
+        self.sync_summary(&session);
+    }
+
+    /// Renames a chat in its session's catalogue (and the session, for its default chat).
+    pub fn set_chat_title(&mut self, chat: &str, title: &str) {
+        let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
+            return;
+        };
+        let changes = PartialChatSummary {
+            title: Some(title.to_owned()),
+            ..PartialChatSummary::default()
+        };
+        self.ch.commit(
+            &session,
+            StateAction::SessionChatUpdated(SessionChatUpdatedAction {
+                chat: chat.to_owned(),
+                changes,
+            }),
+            None,
+            None,
+        );
+        let is_default = self
+            .ch
+            .sessions
+            .get(&session)
+            .and_then(|s| s.default_chat.as_deref())
+            == Some(chat);
+        if is_default {
+            let action =
+                StateAction::SessionTitleChanged(ahp_types::actions::SessionTitleChangedAction {
+                    title: title.to_owned(),
+                });
+            self.ch.commit(&session, action, None, None);
+        }
+        self.sync_summary(&session);
+    }
+
+    /// Raises and takes down the session's `inputNeeded` entries for a chat from the chat's
+    /// state: a call waiting to be allowed, a question waiting for an answer.
+    pub fn sync_input_needed(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else {
+            return;
+        };
+        let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
+            return;
+        };
+        let wanted = wanted_input(chat, state);
+        let current: Vec<SessionInputRequest> = self
+            .ch
+            .sessions
+            .get(&session)
+            .and_then(|s| s.input_needed.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| input_chat(r) == Some(chat))
+            .collect();
+        for old in &current {
+            let id = input_id(old).unwrap_or_default().to_owned();
+            if !wanted.iter().any(|w| input_id(w) == Some(id.as_str())) {
+                self.ch.commit(
+                    &session,
+                    StateAction::SessionInputNeededRemoved(SessionInputNeededRemovedAction { id }),
+                    None,
+                    None,
+                );
+            }
+        }
+        for request in wanted {
+            if !current.contains(&request) {
+                self.ch.commit(
+                    &session,
+                    StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction {
+                        request,
+                    })),
+                    None,
+                    None,
+                );
+            }
+        }
+    }
+}
+
+fn wanted_input(chat: &str, state: &ChatState) -> Vec<SessionInputRequest> {
+    let Some(turn) = &state.active_turn else {
+        return Vec::new();
+    };
+    let mut wanted = Vec::new();
+    for part in &turn.response_parts {
+        match part {
+            ResponsePart::ToolCall(tc) => {
+                let confirmation = match &tc.tool_call {
+                    ToolCallState::PendingConfirmation(p) => Some((
+                        p.tool_call_id.clone(),
+                        ToolCallConfirmationState::PendingConfirmation(p.clone()),
+                    )),
+                    ToolCallState::PendingResultConfirmation(p) => Some((
+                        p.tool_call_id.clone(),
+                        ToolCallConfirmationState::PendingResultConfirmation(p.clone()),
+                    )),
+                    _ => None,
+                };
+                if let Some((id, tool_call)) = confirmation {
+                    wanted.push(SessionInputRequest::ToolConfirmation(
+                        SessionToolConfirmationRequest {
+                            id: format!("toolConfirmation:{chat}:{id}"),
+                            chat: chat.to_owned(),
+                            turn_id: turn.id.clone(),
+                            tool_call,
+                        },
+                    ));
+                }
+            }
+            ResponsePart::InputRequest(r) if r.response.is_none() => {
+                wanted.push(SessionInputRequest::ChatInput(SessionChatInputRequest {
+                    id: format!("chatInput:{chat}:{}", r.request.id),
+                    chat: chat.to_owned(),
+                    request: r.request.clone(),
+                }));
+            }
+            _ => {}
+        }
+    }
+    wanted
+}
+
+fn input_id(request: &SessionInputRequest) -> Option<&str> {
+    match request {
+        SessionInputRequest::ChatInput(r) => Some(&r.id),
+        SessionInputRequest::ToolConfirmation(r) => Some(&r.id),
+        SessionInputRequest::ToolClientExecution(r) => Some(&r.id),
+        SessionInputRequest::ToolAuthentication(r) => Some(&r.id),
+        SessionInputRequest::Unknown(_) => None,
+    }
+}
+
+fn input_chat(request: &SessionInputRequest) -> Option<&str> {
+    match request {
+        SessionInputRequest::ChatInput(r) => Some(&r.chat),
+        SessionInputRequest::ToolConfirmation(r) => Some(&r.chat),
+        SessionInputRequest::ToolClientExecution(r) => Some(&r.chat),
+        SessionInputRequest::ToolAuthentication(r) => Some(&r.chat),
+        SessionInputRequest::Unknown(_) => None,
+    }
+}
+
+impl Host {
+    pub(super) fn create_session(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let result = self.try_create_session(conn, params);
+        if let Err(e) = result {
+            self.send_to(conn.id, response(&id, Err(e)));
+            return;
+        }
+        self.send_to(conn.id, response(&id, Ok(Value::Null)));
+    }
+
+    fn try_create_session(&self, conn: &ConnState, params: Value) -> Result<(), AhpError> {
+        let params: CreateSessionParams = parse_params("createSession", params)?;
+        let uri = params.channel.clone();
+        if channel_kind(&uri) != Some(ChannelKind::Session) {
+            return Err(AhpError::invalid_params(format!(
+                "Invalid createSession params: channel must be an ahp-session:/<id> URI, not {uri}"
+            )));
+        }
+        let working_directory = match params.working_directories.as_ref().and_then(|d| d.first()) {
+            None => self.config().default_directory.clone(),
+            Some(dir) => {
+                let path = path_of(dir).ok_or_else(|| AhpError::invalid_params(format!("Invalid createSession params: {dir} is not a file:// URI of an absolute path")))?;
+                if !path.is_dir() {
+                    return Err(AhpError::invalid_params(format!(
+                        "Invalid createSession params: {} is not a directory",
+                        path.display()
+                    )));
+                }
+                Some(path)
+            }
+        };
+        let mut core = self.lock();
+        if core.ch.sessions.contains_key(&uri) {
+            return Err(AhpError::session_exists(&uri));
+        }
+        let provider = core.pick_provider(params.provider.as_deref())?;
+        let schema = core
+            .agent(&provider)
+            .and_then(|a| a.schema.clone())
+            .ok_or_else(|| {
+                AhpError::provider_not_found(format!("The {provider} agent has not started yet"))
+            })?;
+        let values = resolve_config(&schema, params.config.as_ref())?;
+        if let Some(active) = &params.active_client {
+            if conn.client_id.as_deref() != Some(active.client_id.as_str()) {
+                return Err(AhpError::invalid_params("Invalid createSession params: activeClient.clientId must be this connection's clientId"));
+            }
+        }
+        let now = now_iso();
+        let state = SessionState {
+            provider: provider.clone(),
+            title: NEW_SESSION_TITLE.to_owned(),
+            status: status::IDLE,
+            activity: None,
+            origin: None,
+            project: None,
+            working_directories: working_directory
+                .as_ref()
+                .map(|d| vec![super::requests::file_uri(d)]),
+            annotations: None,
+            lifecycle: SessionLifecycle::Creating,
+            creation_error: None,
+            server_tools: None,
+            active_clients: Vec::new(),
+            chats: Vec::new(),
+            default_chat: None,
+            config: Some(SessionConfigState {
+                schema: schema.schema.clone(),
+                values,
+            }),
+            customizations: None,
+            changesets: None,
+            input_needed: None,
+            meta: None,
+        };
+        let annotations = format!("{uri}/annotations");
+        core.ch.sessions.insert(uri.clone(), state);
+        core.ch.annotations.insert(
+            annotations.clone(),
+            AnnotationsState {
+                annotations: Vec::new(),
+            },
+        );
+        let placeholder = SessionSummary {
+            provider: provider.clone(),
+            title: String::new(),
+            status: 0,
+            activity: None,
+            origin: None,
+            project: None,
+            working_directories: None,
+            annotations: None,
+            resource: uri.clone(),
+            created_at: now.clone(),
+            modified_at: now.clone(),
+            changes: None,
+            meta: None,
+            chats: None,
+            default_chat: None,
+        };
+        core.sessions.insert(
+            uri.clone(),
+            SessionMeta {
+                provider: provider.clone(),
+                created_at: now.clone(),
+                working_directory,
+                last_summary: placeholder,
+                annotations,
+            },
+        );
+        let chat = format!("ahp-chat:/{}", uri_id(&uri));
+        self.add_chat(&mut core, &uri, &chat, &now, true);
+        if let Some(active) = params.active_client {
+            let action = StateAction::SessionActiveClientSet(SessionActiveClientSetAction {
+                active_client: active,
+            });
+            core.ch.commit(&uri, action, None, None);
+        }
+        core.publish_session_count();
+        if let Some(summary) = core.summary_of(&uri) {
+            if let Some(meta) = core.sessions.get_mut(&uri) {
+                meta.last_summary = summary.clone();
+            }
+            let frame = notification(
+                "root/sessionAdded",
+                &SessionAddedParams {
+                    channel: ROOT_RESOURCE_URI.to_owned(),
+                    summary,
+                },
+            );
+            core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        }
+        if let Some(meta) = core.chats.get(&chat) {
+            let _ = meta.driver.send(Op::Ensure {
+                announce_ready: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a chat to a session: its state, its driver, and its catalogue entry.
+    fn add_chat(&self, core: &mut Core, session: &str, chat: &str, now: &str, default: bool) {
+        let provider = core
+            .sessions
+            .get(session)
+            .map(|m| m.provider.clone())
+            .unwrap_or_default();
+        let state = empty_chat(chat, now);
+        core.ch.chats.insert(chat.to_owned(), state.clone());
+        let driver = spawn_driver(self.clone(), chat.to_owned(), provider);
+        core.chats.insert(
+            chat.to_owned(),
+            ChatMeta {
+                session: session.to_owned(),
+                conversation_id: uri_id(chat).to_owned(),
+                started_in_backend: false,
+                driver,
+                live: None,
+                turn_clock: None,
+                ended: VecDeque::new(),
+                steering_offered: None,
+                titled: false,
+            },
+        );
+        let summary = chat_summary(&state, "");
+        core.ch.commit(
+            session,
+            StateAction::SessionChatAdded(SessionChatAddedAction { summary }),
+            None,
+            None,
+        );
+        if default {
+            let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
+                default_chat: Some(chat.to_owned()),
+            });
+            core.ch.commit(session, action, None, None);
+        }
+    }
+
+    pub(super) fn dispose_session(&self, params: Value) -> Result<Value, AhpError> {
+        let params: ahp_types::commands::DisposeSessionParams =
+            parse_params("disposeSession", params)?;
+        let uri = params.channel;
+        let mut core = self.lock();
+        if !core.ch.sessions.contains_key(&uri) {
+            return Err(AhpError::session_not_found(&uri));
+        }
+        let chats: Vec<String> = core
+            .ch
+            .sessions
+            .get(&uri)
+            .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
+            .unwrap_or_default();
+        for chat in chats {
+            remove_chat_state(&mut core, &chat);
+        }
+        if let Some(meta) = core.sessions.remove(&uri) {
+            core.ch.annotations.remove(&meta.annotations);
+            core.ch.drop_channel(&meta.annotations);
+        }
+        core.ch.sessions.remove(&uri);
+        core.ch.drop_channel(&uri);
+        core.publish_session_count();
+        let frame = notification(
+            "root/sessionRemoved",
+            &SessionRemovedParams {
+                channel: ROOT_RESOURCE_URI.to_owned(),
+                session: uri,
+            },
+        );
+        core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        Ok(Value::Null)
+    }
+
+    pub(super) fn create_chat(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let result = self.try_create_chat(params);
+        self.send_to(conn.id, response(&id, result.map(|()| Value::Null)));
+    }
+
+    fn try_create_chat(&self, params: Value) -> Result<(), AhpError> {
+        let params: CreateChatParams = parse_params("createChat", params)?;
+        let session = params.channel.clone();
+        if channel_kind(&params.chat) != Some(ChannelKind::Chat) {
+            return Err(AhpError::invalid_params(format!(
+                "Invalid createChat params: chat must be an ahp-chat:/<id> URI, not {}",
+                params.chat
+            )));
+        }
+        let mut core = self.lock();
+        let provider = core
+            .sessions
+            .get(&session)
+            .map(|m| m.provider.clone())
+            .ok_or_else(|| AhpError::session_not_found(&session))?;
+        let capable = core
+            .agent(&provider)
+            .and_then(|a| a.descriptor.as_ref())
+            .and_then(|d| d.capabilities.as_ref())
+            .and_then(|c| c.multiple_chats.as_ref())
+            .is_some();
+        if !capable {
+            return Err(AhpError::invalid_params(format!(
+                "The {provider} agent holds one chat per session; it cannot open another"
+            )));
+        }
+        if params.source.is_some() {
+            return Err(AhpError::invalid_params(format!(
+                "The {provider} agent cannot fork a chat or open a side chat"
+            )));
+        }
+        if core.ch.chats.contains_key(&params.chat) {
+            return Err(AhpError::invalid_params(format!(
+                "Invalid createChat params: chat {} exists already",
+                params.chat
+            )));
+        }
+        let now = now_iso();
+        self.add_chat(&mut core, &session, &params.chat, &now, false);
+        if let Some(meta) = core.chats.get(&params.chat) {
+            let _ = meta.driver.send(Op::Ensure {
+                announce_ready: false,
+            });
+        }
+        core.sync_summary(&session);
+        if let Some(message) = params.initial_message {
+            self.start_turn(
+                &mut core,
+                &params.chat,
+                super::turns::host_turn(message, None),
+                None,
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) fn dispose_chat(&self, params: Value) -> Result<Value, AhpError> {
+        let params: ahp_types::commands::DisposeChatParams = parse_params("disposeChat", params)?;
+        let chat = params.channel;
+        let mut core = self.lock();
+        let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) else {
+            return Err(AhpError::not_found(format!("There is no chat {chat}")));
+        };
+        let is_default = core
+            .ch
+            .sessions
+            .get(&session)
+            .and_then(|s| s.default_chat.as_deref())
+            == Some(chat.as_str());
+        if is_default {
+            return Err(AhpError::invalid_params(
+                "The default chat goes with its session: dispose the session instead",
+            ));
+        }
+        remove_chat_state(&mut core, &chat);
+        core.ch.commit(
+            &session,
+            StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }),
+            None,
+            None,
+        );
+        core.sync_summary(&session);
+        Ok(Value::Null)
+    }
+}
+
+fn remove_chat_state(core: &mut Core, chat: &str) {
+    if let Some(meta) = core.chats.remove(chat) {
+        let _ = meta.driver.send(Op::Close);
+    }
+    core.ch.chats.remove(chat);
+    core.ch.drop_channel(chat);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_runner::echo::echo_schema;
+
+    #[test]
+    fn config_is_checked_against_the_schema() {
+        let schema = echo_schema();
+        let mut given = JsonObject::new();
+        given.insert("voice".into(), Value::from("shouty"));
+        assert_eq!(
+            resolve_config(&schema, Some(&given)).expect("ok")["voice"],
+            "shouty"
+        );
+        given.insert("voice".into(), Value::from("loud"));
+        assert_eq!(
+            resolve_config(&schema, Some(&given))
+                .expect_err("refused")
+                .message,
+            "Session configuration 'voice' does not offer 'loud'."
+        );
+        let mut unknown = JsonObject::new();
+        unknown.insert("colour".into(), Value::from("red"));
+        assert!(resolve_config(&schema, Some(&unknown)).is_err());
+        assert_eq!(
+            resolve_config(&schema, None).expect("defaults")["voice"],
+            "plain"
+        );
+    }
+}

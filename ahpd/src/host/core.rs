@@ -1,0 +1,528 @@
+//! The single write path: channel states folded through the official reducers, one global
+//! `serverSeq`, the replay ring, subscriptions, and fan-out to connections.
+//!
+//! Everything here runs under the host's one lock and never awaits. An action is applied to the
+//! channel's state with `ahp::reducers`, given the next sequence number, kept in the replay ring,
+//! and sent to every connection subscribed to its channel, in that order, so a snapshot taken under
+//! the same lock contains exactly the actions up to its `fromSeq`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use ahp::reducers::{
+    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root,
+    apply_action_to_session, ReduceOutcome,
+};
+use ahp_types::actions::{ActionOrigin, StateAction};
+use ahp_types::state::{
+    AnnotationsState, ChatState, RootState, SessionState, Snapshot, SnapshotState,
+};
+use axum::extract::ws::Utf8Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// A serialized message ready for any transport; cloning it shares the bytes.
+pub type Frame = Utf8Bytes;
+
+/// A connection's id, unique for the life of the process.
+pub type ConnId = u64;
+
+/// Where a channel's state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChannelKind {
+    /// `ahp-root://`.
+    Root,
+    /// `ahp-session:/<id>`.
+    Session,
+    /// `ahp-chat:/<id>`.
+    Chat,
+    /// `ahp-session:/<id>/annotations`.
+    Annotations,
+}
+
+/// Classifies a channel URI by its shape, without looking it up.
+pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
+    if uri == ahp_types::ROOT_RESOURCE_URI {
+        return Some(ChannelKind::Root);
+    }
+    if let Some(rest) = uri.strip_prefix("ahp-session:/") {
+        return match rest.split_once('/') {
+            None if !rest.is_empty() => Some(ChannelKind::Session),
+            Some((id, "annotations")) if !id.is_empty() => Some(ChannelKind::Annotations),
+            _ => None,
+        };
+    }
+    match uri.strip_prefix("ahp-chat:/") {
+        Some(rest) if !rest.is_empty() && !rest.contains('/') => Some(ChannelKind::Chat),
+        _ => None,
+    }
+}
+
+/// One connection's sending side and what it is subscribed to.
+pub struct ConnEntry {
+    tx: mpsc::Sender<Frame>,
+    kick: CancellationToken,
+    /// The channels this connection receives.
+    pub subs: HashSet<String>,
+    /// The `clientId` from `initialize`/`reconnect`, once it came.
+    pub client_id: Option<String>,
+}
+
+/// An action as it was sent, kept for reconnecting clients.
+struct Retained {
+    seq: u64,
+    channel: Arc<str>,
+    /// The envelope (`params` of the `action` notification) as JSON.
+    envelope: Arc<str>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Committed {
+    /// The action went out with this sequence number; the reducer took it as the outcome says.
+    Sent { seq: u64, outcome: ReduceOutcome },
+    /// The reducer found it out of scope or invalid; nothing went out.
+    Refused(ReduceOutcome),
+    /// No such channel.
+    NoChannel,
+}
+
+/// The channel states and everything that moves them.
+pub struct Channels {
+    seq: u64,
+    ring: VecDeque<Retained>,
+    ring_capacity: usize,
+    /// The root channel's state.
+    pub root: RootState,
+    /// Session channel states by URI.
+    pub sessions: HashMap<String, SessionState>,
+    /// Chat channel states by URI.
+    pub chats: HashMap<String, ChatState>,
+    /// Annotations channel states by URI.
+    pub annotations: HashMap<String, AnnotationsState>,
+    subscribers: HashMap<String, HashSet<ConnId>>,
+    conns: HashMap<ConnId, ConnEntry>,
+    next_conn: ConnId,
+}
+
+#[derive(Serialize)]
+struct EnvelopeOut<'a> {
+    channel: &'a str,
+    action: &'a StateAction,
+    #[serde(rename = "serverSeq")]
+    server_seq: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'a ActionOrigin>,
+    #[serde(rename = "rejectionReason", skip_serializing_if = "Option::is_none")]
+    rejection_reason: Option<&'a str>,
+}
+
+/// Encodes a JSON-RPC notification.
+pub fn notification<P: Serialize>(method: &str, params: &P) -> Frame {
+    #[derive(Serialize)]
+    struct Out<'a, P> {
+        jsonrpc: &'static str,
+        method: &'a str,
+        params: &'a P,
+    }
+    encode(&Out {
+        jsonrpc: "2.0",
+        method,
+        params,
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Frame {
+    match serde_json::to_string(value) {
+        Ok(s) => Frame::from(s),
+        Err(e) => {
+            tracing::error!(error = %e, "could not encode an outgoing message");
+            Frame::from_static("{}")
+        }
+    }
+}
+
+fn action_frame(envelope_json: &str) -> Frame {
+    Frame::from(format!(
+        r#"{{"jsonrpc":"2.0","method":"action","params":{envelope_json}}}"#
+    ))
+}
+
+impl Channels {
+    /// An empty host with a root state and a replay ring of `ring_capacity` envelopes.
+    pub fn new(root: RootState, ring_capacity: usize) -> Self {
+        Self {
+            seq: 0,
+            ring: VecDeque::with_capacity(ring_capacity.min(65_536)),
+            ring_capacity: ring_capacity.max(1),
+            root,
+            sessions: HashMap::new(),
+            chats: HashMap::new(),
+            annotations: HashMap::new(),
+            subscribers: HashMap::new(),
+            conns: HashMap::new(),
+            next_conn: 1,
+        }
+    }
+
+    /// The last sequence number given out (0 before the first).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// True when the channel exists.
+    pub fn has_channel(&self, uri: &str) -> bool {
+        match channel_kind(uri) {
+            Some(ChannelKind::Root) => true,
+            Some(ChannelKind::Session) => self.sessions.contains_key(uri),
+            Some(ChannelKind::Chat) => self.chats.contains_key(uri),
+            Some(ChannelKind::Annotations) => self.annotations.contains_key(uri),
+            None => false,
+        }
+    }
+
+    /// Registers a connection whose outgoing queue is `tx`; `kick` is cancelled to drop it.
+    pub fn add_conn(&mut self, tx: mpsc::Sender<Frame>, kick: CancellationToken) -> ConnId {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(
+            id,
+            ConnEntry {
+                tx,
+                kick,
+                subs: HashSet::new(),
+                client_id: None,
+            },
+        );
+        id
+    }
+
+    /// Forgets a connection and its subscriptions; answers what it was subscribed to.
+    pub fn remove_conn(&mut self, id: ConnId) -> Option<ConnEntry> {
+        let entry = self.conns.remove(&id)?;
+        for channel in &entry.subs {
+            if let Some(set) = self.subscribers.get_mut(channel) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.subscribers.remove(channel);
+                }
+            }
+        }
+        Some(entry)
+    }
+
+    /// A connection's entry.
+    pub fn conn(&self, id: ConnId) -> Option<&ConnEntry> {
+        self.conns.get(&id)
+    }
+
+    /// A connection's entry, to change.
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut ConnEntry> {
+        self.conns.get_mut(&id)
+    }
+
+    /// Connections holding `client_id`, other than `except`.
+    pub fn conns_of_client(&self, client_id: &str, except: ConnId) -> Vec<ConnId> {
+        self.conns
+            .iter()
+            .filter(|(id, c)| **id != except && c.client_id.as_deref() == Some(client_id))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Drops a connection that cannot keep up, or that another connection replaced.
+    pub fn kick(&mut self, id: ConnId, why: &str) {
+        if let Some(conn) = self.conns.get(&id) {
+            tracing::info!(conn = id, why, "dropping a connection");
+            conn.kick.cancel();
+        }
+    }
+
+    /// Subscribes a connection to a channel (idempotent).
+    pub fn subscribe(&mut self, id: ConnId, channel: &str) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.subs.insert(channel.to_owned());
+            self.subscribers
+                .entry(channel.to_owned())
+                .or_default()
+                .insert(id);
+        }
+    }
+
+    /// Unsubscribes a connection from a channel; answers whether it was subscribed.
+    pub fn unsubscribe(&mut self, id: ConnId, channel: &str) -> bool {
+        let was = self
+            .conns
+            .get_mut(&id)
+            .map(|c| c.subs.remove(channel))
+            .unwrap_or(false);
+        if let Some(set) = self.subscribers.get_mut(channel) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.subscribers.remove(channel);
+            }
+        }
+        was
+    }
+
+    /// True when the connection receives the channel.
+    pub fn is_subscribed(&self, id: ConnId, channel: &str) -> bool {
+        self.conns
+            .get(&id)
+            .is_some_and(|c| c.subs.contains(channel))
+    }
+
+    /// Connections subscribed to a channel.
+    pub fn subscribers_of(&self, channel: &str) -> Vec<ConnId> {
+        self.subscribers
+            .get(channel)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Unsubscribes everybody from a channel that is going away.
+    pub fn drop_channel(&mut self, channel: &str) {
+        if let Some(set) = self.subscribers.remove(channel) {
+            for id in set {
+                if let Some(conn) = self.conns.get_mut(&id) {
+                    conn.subs.remove(channel);
+                }
+            }
+        }
+    }
+
+    /// Queues a frame for one connection; one that cannot take it is dropped rather than buffered
+    /// without bound (it can reconnect and resume).
+    pub fn send(&mut self, id: ConnId, frame: Frame) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        match conn.tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let kick = conn.kick.clone();
+                tracing::warn!(
+                    conn = id,
+                    "a client stopped reading; dropping it so it can reconnect and resume"
+                );
+                kick.cancel();
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Sends a frame to every subscriber of a channel.
+    pub fn broadcast(&mut self, channel: &str, frame: &Frame) {
+        let Some(set) = self.subscribers.get(channel) else {
+            return;
+        };
+        let ids: Vec<ConnId> = set.iter().copied().collect();
+        for id in ids {
+            self.send(id, frame.clone());
+        }
+    }
+
+    /// Applies an action to its channel's state with the official reducer and, unless the reducer
+    /// found it out of scope or invalid, says it to every subscriber with the next sequence number.
+    /// `extra` also receives it (a client that dispatched to a channel it does not watch).
+    pub fn commit(
+        &mut self,
+        channel: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        extra: Option<ConnId>,
+    ) -> Committed {
+        let outcome = match self.reduce(channel, &action) {
+            Some(outcome) => outcome,
+            None => return Committed::NoChannel,
+        };
+        if matches!(
+            outcome,
+            ReduceOutcome::OutOfScope | ReduceOutcome::Invalid(_)
+        ) {
+            tracing::warn!(
+                channel,
+                ?outcome,
+                kind = action_type(&action),
+                "an action the reducer would not take"
+            );
+            return Committed::Refused(outcome);
+        }
+        let seq = self.next_seq();
+        let envelope = encode_envelope(channel, &action, seq, origin.as_ref(), None);
+        let frame = action_frame(&envelope);
+        self.retain(seq, channel, envelope);
+        self.broadcast(channel, &frame);
+        if let Some(id) = extra {
+            if !self.is_subscribed(id, channel) {
+                self.send(id, frame);
+            }
+        }
+        Committed::Sent { seq, outcome }
+    }
+
+    /// Sends a refused client action back to the connection that dispatched it, with the reason
+    /// and a fresh sequence number. Nothing changes and nobody else is told.
+    pub fn reject(
+        &mut self,
+        id: ConnId,
+        channel: &str,
+        action: &StateAction,
+        origin: ActionOrigin,
+        reason: &str,
+    ) {
+        let seq = self.next_seq();
+        let envelope = encode_envelope(channel, action, seq, Some(&origin), Some(reason));
+        self.send(id, action_frame(&envelope));
+    }
+
+    /// Sends an action to one connection only, without changing state or keeping it for replay
+    /// (`chat/turnsLoaded` answers the connection that paged).
+    pub fn send_private(&mut self, id: ConnId, channel: &str, action: &StateAction) -> u64 {
+        let seq = self.next_seq();
+        let envelope = encode_envelope(channel, action, seq, None, None);
+        self.send(id, action_frame(&envelope));
+        seq
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn retain(&mut self, seq: u64, channel: &str, envelope: String) {
+        if self.ring.len() == self.ring_capacity {
+            self.ring.pop_front();
+        }
+        self.ring.push_back(Retained {
+            seq,
+            channel: Arc::from(channel),
+            envelope: Arc::from(envelope),
+        });
+    }
+
+    fn reduce(&mut self, channel: &str, action: &StateAction) -> Option<ReduceOutcome> {
+        Some(match channel_kind(channel)? {
+            ChannelKind::Root => apply_action_to_root(&mut self.root, action),
+            ChannelKind::Session => {
+                apply_action_to_session(self.sessions.get_mut(channel)?, action)
+            }
+            ChannelKind::Chat => apply_action_to_chat(self.chats.get_mut(channel)?, action),
+            ChannelKind::Annotations => {
+                apply_action_to_annotations(self.annotations.get_mut(channel)?, action)
+            }
+        })
+    }
+
+    /// The channel's state as a snapshot taken now.
+    pub fn snapshot(&self, uri: &str) -> Option<Snapshot> {
+        let state = match channel_kind(uri)? {
+            ChannelKind::Root => SnapshotState::Root(Box::new(self.root.clone())),
+            ChannelKind::Session => {
+                SnapshotState::Session(Box::new(self.sessions.get(uri)?.clone()))
+            }
+            ChannelKind::Chat => SnapshotState::Chat(Box::new(self.chats.get(uri)?.clone())),
+            ChannelKind::Annotations => {
+                SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone()))
+            }
+        };
+        Some(Snapshot {
+            resource: uri.to_owned(),
+            state,
+            from_seq: seq_i64(self.seq),
+        })
+    }
+
+    /// Every retained envelope after `after` on the given channels, oldest first, or `None` when
+    /// the ring no longer holds all of them.
+    pub fn replay_since(&self, after: u64, channels: &HashSet<String>) -> Option<Vec<Arc<str>>> {
+        if after > self.seq {
+            return None;
+        }
+        if after < self.seq {
+            let oldest = self.ring.front().map(|r| r.seq)?;
+            if oldest > after + 1 {
+                return None;
+            }
+        }
+        Some(
+            self.ring
+                .iter()
+                .filter(|r| r.seq > after && channels.contains(r.channel.as_ref()))
+                .map(|r| r.envelope.clone())
+                .collect(),
+        )
+    }
+}
+
+/// A sequence number as the `i64` AHP's snapshot and handshake fields use.
+pub fn seq_i64(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+fn encode_envelope(
+    channel: &str,
+    action: &StateAction,
+    seq: u64,
+    origin: Option<&ActionOrigin>,
+    reason: Option<&str>,
+) -> String {
+    let out = EnvelopeOut {
+        channel,
+        action,
+        server_seq: seq,
+        origin,
+        rejection_reason: reason,
+    };
+    serde_json::to_string(&out).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "could not encode an action");
+        String::from("{}")
+    })
+}
+
+/// The `type` string of an action, for logs and refusals.
+pub fn action_type(action: &StateAction) -> String {
+    match serde_json::to_value(action) {
+        Ok(v) => v
+            .get("type")
+            .and_then(|t| t.as_str())
+            .unwrap_or("unknown")
+            .to_owned(),
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
+/// Joins raw JSON envelopes into one array value without re-parsing them.
+pub fn raw_array(items: &[Arc<str>]) -> Box<RawValue> {
+    let joined = format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| s.as_ref())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    RawValue::from_string(joined)
+        .unwrap_or_else(|_| RawValue::from_string("[]".into()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_channels_by_shape() {
+        assert_eq!(channel_kind("ahp-root://"), Some(ChannelKind::Root));
+        assert_eq!(channel_kind("ahp-session:/abc"), Some(ChannelKind::Session));
+        assert_eq!(
+            channel_kind("ahp-session:/abc/annotations"),
+            Some(ChannelKind::Annotations)
+        );
+        assert_eq!(channel_kind("ahp-chat:/c1"), Some(ChannelKind::Chat));
+        assert_eq!(channel_kind("ahp-session:/"), None);
+        assert_eq!(channel_kind("ahp-chat:/a/b"), None);
+        assert_eq!(channel_kind("file:///x"), None);
+    }
+}

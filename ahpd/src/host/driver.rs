@@ -1,0 +1,458 @@
+//! One task per chat that hands its operations to the backend's worker, in order.
+//!
+//! The host decides under its lock what a chat's backend must be told and queues it here; the
+//! driver waits for the worker (which may be starting again after a crash), creates the chat's
+//! backend session in the current worker (resuming it when the backend had it), and sends each
+//! operation, taking the answer back to the host.
+
+use std::time::Duration;
+
+use ahp_types::actions::{SessionCreationFailedAction, SessionReadyAction, StateAction};
+use ahp_types::state::{ErrorInfo, Message};
+use protocol::methods::parent;
+use protocol::{
+    AnswerParams, ConfirmParams, CreateParams, CreateResult, Handled, SetConfigResult, SteerResult,
+    ToolSpec,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::supervisor::WorkerHandle;
+
+use super::Host;
+
+/// How long one request to a worker may take before the host gives up on it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Something a chat's backend must be told.
+#[derive(Debug)]
+pub enum Op {
+    /// Make sure the backend holds the conversation; `announce_ready` says `session/ready` (or
+    /// `session/creationFailed`) after the session's first one.
+    Ensure { announce_ready: bool },
+    /// A turn's prompt (the host said its start already).
+    Send { turn_id: String, message: Message },
+    /// A client stopped the running turn.
+    Abort { turn_id: Option<String> },
+    /// A person answered a confirmation.
+    Confirm(ConfirmParams),
+    /// A person answered a question.
+    Answer(AnswerParams),
+    /// A steering message for the running turn.
+    Steer {
+        turn_id: String,
+        id: String,
+        message: Message,
+    },
+    /// A client took back a steering message.
+    Withdraw { id: String },
+    /// The draft changed.
+    SetDraft(Option<Message>),
+    /// A config key changed.
+    SetConfig { key: String, value: Value },
+    /// The tools offered changed.
+    SetTools(Vec<ToolSpec>),
+    /// The chat is going away.
+    Close,
+}
+
+/// Starts a chat's driver; operations sent to the answer run in order.
+pub fn spawn_driver(host: Host, chat: String, provider: String) -> mpsc::UnboundedSender<Op> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let driver = Driver {
+        host: host.clone(),
+        chat,
+        provider,
+        live: None,
+    };
+    host.spawn("chat driver", driver.run(rx));
+    tx
+}
+
+struct Driver {
+    host: Host,
+    chat: String,
+    provider: String,
+    live: Option<WorkerHandle>,
+}
+
+impl Driver {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+        while let Some(op) = rx.recv().await {
+            if let Op::Close = op {
+                self.close().await;
+                return;
+            }
+            let worker = match self.ensure().await {
+                Ok(worker) => worker,
+                Err(why) => {
+                    self.unavailable(op, why);
+                    continue;
+                }
+            };
+            self.perform(&worker, op).await;
+        }
+        self.close().await;
+    }
+
+    /// The worker holding this chat's backend session, creating (or resuming) it there first.
+    async fn ensure(&mut self) -> Result<WorkerHandle, String> {
+        let worker = self
+            .host
+            .supervisor()
+            .worker(&self.provider, self.host.config().worker_wait)
+            .await
+            .map_err(|e| e.to_string())?;
+        if self.live.as_ref().map(|w| w.incarnation) == Some(worker.incarnation) {
+            return Ok(worker);
+        }
+        let start = self
+            .host
+            .start_for(&self.chat, worker.incarnation)
+            .ok_or_else(|| "the chat is gone".to_owned())?;
+        let answer = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            worker
+                .peer
+                .request::<_, CreateResult>(parent::CREATE, CreateParams { start }),
+        )
+        .await;
+        match answer {
+            Ok(Ok(created)) => {
+                self.host.created_in_backend(
+                    &self.chat,
+                    worker.incarnation,
+                    created.conversation_id,
+                );
+                self.live = Some(worker.clone());
+                Ok(worker)
+            }
+            Ok(Err(e)) => {
+                self.host.lost_backend(&self.chat, worker.incarnation);
+                Err(format!(
+                    "the {} agent could not start this chat: {e}",
+                    self.provider
+                ))
+            }
+            Err(_) => {
+                self.host.lost_backend(&self.chat, worker.incarnation);
+                Err(format!(
+                    "the {} agent did not start this chat within {} s",
+                    self.provider,
+                    REQUEST_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// What to do with an operation when no worker can take it.
+    fn unavailable(&self, op: Op, why: String) {
+        match op {
+            Op::Ensure {
+                announce_ready: true,
+            } => self.host.creation_finished(&self.chat, Err(why)),
+            Op::Send { turn_id, .. } => {
+                self.host
+                    .send_failed(&self.chat, &turn_id, "sendFailed", why)
+            }
+            Op::Steer { id, .. } => self.host.steering_answered(&self.chat, &id, false),
+            other => {
+                tracing::warn!(chat = %self.chat, "could not hand {} to the backend: {why}", op_name(&other))
+            }
+        }
+    }
+
+    async fn perform(&mut self, worker: &WorkerHandle, op: Op) {
+        let chat = self.chat.clone();
+        match op {
+            Op::Ensure { announce_ready } => {
+                if announce_ready {
+                    self.host.creation_finished(&chat, Ok(()));
+                }
+            }
+            Op::Send { turn_id, message } => self.send(worker, turn_id, message).await,
+            Op::Abort { turn_id } => {
+                let params = protocol::AbortParams { chat, turn_id };
+                self.request(worker, parent::ABORT, params).await;
+            }
+            Op::Confirm(params) => {
+                if let Some(answer) = self.request(worker, parent::CONFIRM, params).await {
+                    if !serde_json::from_value::<Handled>(answer).is_ok_and(|h| h.handled) {
+                        tracing::warn!(chat = %self.chat, "the backend had no question waiting for that confirmation");
+                    }
+                }
+            }
+            Op::Answer(params) => {
+                if let Some(answer) = self.request(worker, parent::ANSWER, params).await {
+                    if !serde_json::from_value::<Handled>(answer).is_ok_and(|h| h.handled) {
+                        tracing::warn!(chat = %self.chat, "the backend was not waiting on that answer");
+                    }
+                }
+            }
+            Op::Steer {
+                turn_id,
+                id,
+                message,
+            } => {
+                let params = protocol::SteerParams {
+                    chat,
+                    turn_id,
+                    id: id.clone(),
+                    message,
+                };
+                let taken = self
+                    .request(worker, parent::STEER, params)
+                    .await
+                    .and_then(|v| serde_json::from_value::<SteerResult>(v).ok())
+                    .is_some_and(|r| r.taken);
+                self.host.steering_answered(&self.chat, &id, taken);
+            }
+            Op::Withdraw { id } => {
+                self.request(
+                    worker,
+                    parent::WITHDRAW_STEERING,
+                    protocol::WithdrawSteeringParams { chat, id },
+                )
+                .await;
+            }
+            Op::SetDraft(draft) => {
+                self.request(
+                    worker,
+                    parent::SET_DRAFT,
+                    protocol::SetDraftParams { chat, draft },
+                )
+                .await;
+            }
+            Op::SetConfig { key, value } => {
+                let params = protocol::SetConfigParams {
+                    chat,
+                    key: key.clone(),
+                    value,
+                };
+                if let Some(answer) = self.request(worker, parent::SET_CONFIG, params).await {
+                    if let Ok(SetConfigResult {
+                        accepted: false,
+                        refusal,
+                    }) = serde_json::from_value(answer)
+                    {
+                        tracing::warn!(chat = %self.chat, key, "the backend did not take a config change: {}", refusal.unwrap_or_default());
+                    }
+                }
+            }
+            Op::SetTools(tools) => {
+                self.request(
+                    worker,
+                    parent::SET_TOOLS,
+                    protocol::SetToolsParams { chat, tools },
+                )
+                .await;
+            }
+            Op::Close => {}
+        }
+    }
+
+    /// Hands a turn's prompt over: its model and agent first, unless it was stopped meanwhile.
+    async fn send(&mut self, worker: &WorkerHandle, turn_id: String, message: Message) {
+        let chat = self.chat.clone();
+        if !self.host.is_running(&chat, &turn_id) {
+            // Stopped while the host prepared it: never sent.
+            return;
+        }
+        if let Some(model) = message.model.clone() {
+            let params = protocol::ChangeModelParams {
+                chat: chat.clone(),
+                model: model.clone(),
+            };
+            if let Err(e) = self.call(worker, parent::CHANGE_MODEL, params).await {
+                let why = format!(
+                    "The {} agent would not take model {}: {e}",
+                    self.provider, model.id
+                );
+                self.host
+                    .send_failed(&chat, &turn_id, "modelSelectionFailed", why);
+                return;
+            }
+        }
+        if message.agent.is_some() {
+            let params = protocol::ChangeAgentParams {
+                chat: chat.clone(),
+                agent: message.agent.clone(),
+            };
+            if let Err(e) = self.call(worker, parent::CHANGE_AGENT, params).await {
+                tracing::warn!(chat, "the backend would not change agent: {e}");
+            }
+        }
+        if !self.host.is_running(&chat, &turn_id) {
+            return;
+        }
+        let params = protocol::SendMessageParams {
+            chat: chat.clone(),
+            turn_id: turn_id.clone(),
+            message,
+            instructions: None,
+        };
+        if let Err(e) = self.call(worker, parent::SEND_MESSAGE, params).await {
+            self.host.send_failed(&chat, &turn_id, "sendFailed", e);
+        }
+    }
+
+    async fn call<P: serde::Serialize>(
+        &self,
+        worker: &WorkerHandle,
+        method: &str,
+        params: P,
+    ) -> Result<Value, String> {
+        match tokio::time::timeout(REQUEST_TIMEOUT, worker.peer.request_value(method, params)).await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())),
+        }
+    }
+
+    async fn request<P: serde::Serialize>(
+        &self,
+        worker: &WorkerHandle,
+        method: &str,
+        params: P,
+    ) -> Option<Value> {
+        match self.call(worker, method, params).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(chat = %self.chat, method, "the backend failed: {e}");
+                None
+            }
+        }
+    }
+
+    async fn close(&mut self) {
+        if let Some(worker) = self.live.take() {
+            let params = protocol::ChatRef {
+                chat: self.chat.clone(),
+            };
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                worker.peer.request_value(parent::CLOSE, params),
+            )
+            .await;
+        }
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Ensure { .. } => "the chat's start",
+        Op::Send { .. } => "a prompt",
+        Op::Abort { .. } => "a stop",
+        Op::Confirm(_) => "a confirmation",
+        Op::Answer(_) => "an answer",
+        Op::Steer { .. } => "a steering message",
+        Op::Withdraw { .. } => "a withdrawn steering message",
+        Op::SetDraft(_) => "a draft",
+        Op::SetConfig { .. } => "a config change",
+        Op::SetTools(_) => "the tools",
+        Op::Close => "the close",
+    }
+}
+
+impl Host {
+    /// The start for a chat's backend session in worker `incarnation`; the chat counts as living
+    /// there from now on, so what the worker says during creation is taken.
+    pub(super) fn start_for(&self, chat: &str, incarnation: u64) -> Option<protocol::Start> {
+        let mut core = self.lock();
+        let meta = core.chats.get_mut(chat)?;
+        meta.live = Some(incarnation);
+        let (session, conversation_id, resume) = (
+            meta.session.clone(),
+            meta.conversation_id.clone(),
+            meta.started_in_backend,
+        );
+        let session_meta = core.sessions.get(&session)?;
+        let settings = core
+            .ch
+            .sessions
+            .get(&session)
+            .and_then(|s| s.config.as_ref().map(|c| c.values.clone()))
+            .unwrap_or_default();
+        Some(protocol::Start {
+            session,
+            chat: chat.to_owned(),
+            conversation_id,
+            resume,
+            working_directory: session_meta
+                .working_directory
+                .as_ref()
+                .map(|p| p.display().to_string()),
+            additional_directories: Vec::new(),
+            settings,
+            model: None,
+            tools: Vec::new(),
+            tools_endpoint: None,
+            mcp_servers: None,
+            instructions: Vec::new(),
+            client_tool_timeout_ms: self.config().client_tool_timeout_ms,
+            policy: protocol::Policy::default(),
+        })
+    }
+
+    pub(super) fn created_in_backend(
+        &self,
+        chat: &str,
+        incarnation: u64,
+        conversation_id: Option<String>,
+    ) {
+        let mut core = self.lock();
+        if let Some(meta) = core.chats.get_mut(chat) {
+            meta.live = Some(incarnation);
+            meta.started_in_backend = true;
+            if let Some(id) = conversation_id {
+                meta.conversation_id = id;
+            }
+        }
+    }
+
+    pub(super) fn lost_backend(&self, chat: &str, incarnation: u64) {
+        let mut core = self.lock();
+        if let Some(meta) = core.chats.get_mut(chat) {
+            if meta.live == Some(incarnation) {
+                meta.live = None;
+            }
+        }
+    }
+
+    /// The session's first backend start finished: `session/ready`, or `session/creationFailed`.
+    pub(super) fn creation_finished(&self, chat: &str, result: Result<(), String>) {
+        let mut core = self.lock();
+        let Some(session) = core.chats.get(chat).map(|m| m.session.clone()) else {
+            return;
+        };
+        let action = match result {
+            Ok(()) => StateAction::SessionReady(SessionReadyAction {}),
+            Err(why) => StateAction::SessionCreationFailed(SessionCreationFailedAction {
+                error: ErrorInfo {
+                    error_type: "creationFailed".into(),
+                    message: why,
+                    stack: None,
+                    meta: None,
+                },
+            }),
+        };
+        core.ch.commit(&session, action, None, None);
+    }
+
+    /// True while `turn_id` is the chat's running turn.
+    pub(super) fn is_running(&self, chat: &str, turn_id: &str) -> bool {
+        self.lock()
+            .ch
+            .chats
+            .get(chat)
+            .and_then(|c| c.active_turn.as_ref())
+            .is_some_and(|t| t.id == turn_id)
+    }
+
+    /// The prompt could not be handed over: the turn ends in error with the reason.
+    pub(super) fn send_failed(&self, chat: &str, turn_id: &str, error_type: &str, why: String) {
+        let mut core = self.lock();
+        self.fail_turn(&mut core, chat, turn_id, error_type, why);
+    }
+}

@@ -1,0 +1,366 @@
+//! The host: the one process that holds state. Sessions, chats, turns, who is subscribed to what,
+//! and what each backend's worker is doing with each chat.
+//!
+//! Every change goes through [`core::Channels::commit`] under one lock, so what a client folds
+//! through the official reducers is what the host holds, by construction. Work that waits (a
+//! worker's answer, a store write that is not on the turn's path) happens outside the lock: each
+//! chat has a driver task ([`driver`]) that hands its operations to the worker in order.
+
+pub mod actions;
+pub mod catalog;
+pub mod core;
+pub mod driver;
+pub mod errors;
+pub mod requests;
+pub mod turns;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ahp_types::state::{AgentInfo, RootState, SessionModelInfo, SessionSummary};
+use protocol::{AgentDescriptor, SchemaResult};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use self::core::{Channels, ConnId, Frame};
+use self::driver::Op;
+use crate::supervisor::{Supervisor, WorkerEvent};
+
+/// Settings the host reads while it runs.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Envelopes kept for reconnecting clients.
+    pub replay_capacity: usize,
+    /// Frames queued for one connection before it counts as not reading.
+    pub outbound_capacity: usize,
+    /// How long a client's tool may wait for its client (handed to backends).
+    pub client_tool_timeout_ms: u64,
+    /// The folder a session runs in when the client names none.
+    pub default_directory: Option<PathBuf>,
+    /// How long a request may wait for a worker that is starting.
+    pub worker_wait: Duration,
+    /// The host's name and version for `initialize`.
+    pub server_version: String,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            replay_capacity: 4096,
+            outbound_capacity: 16_384,
+            client_tool_timeout_ms: 600_000,
+            default_directory: None,
+            worker_wait: Duration::from_secs(15),
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+/// What the host knows of one backend.
+pub struct AgentEntry {
+    /// The provider id.
+    pub provider: String,
+    /// What its worker said it is, once it said so.
+    pub descriptor: Option<AgentDescriptor>,
+    /// Its session config schema and defaults.
+    pub schema: Option<SchemaResult>,
+    /// The models it offers.
+    pub models: Vec<SessionModelInfo>,
+}
+
+/// The host's own record of a session, beside its channel state.
+pub struct SessionMeta {
+    /// The backend.
+    pub provider: String,
+    /// When it was created (ISO-8601).
+    pub created_at: String,
+    /// The folder it runs in.
+    pub working_directory: Option<PathBuf>,
+    /// The summary root subscribers were last told.
+    pub last_summary: SessionSummary,
+    /// Its annotations channel.
+    pub annotations: String,
+}
+
+/// The host's own record of a chat.
+pub struct ChatMeta {
+    /// The session it belongs to.
+    pub session: String,
+    /// The id the backend keeps the conversation under.
+    pub conversation_id: String,
+    /// The backend has this conversation on record (a restart resumes rather than starts it).
+    pub started_in_backend: bool,
+    /// Operations for the backend, in order.
+    pub driver: mpsc::UnboundedSender<Op>,
+    /// The worker incarnation the backend session lives in; actions from any other are dropped.
+    pub live: Option<u64>,
+    /// When the running turn began, for durations the host measures itself.
+    pub turn_clock: Option<(String, Instant)>,
+    /// Turns that ended recently, so a late ending from the backend is recognised and dropped.
+    pub ended: VecDeque<String>,
+    /// A steering message handed to the backend that it has not taken yet.
+    pub steering_offered: Option<String>,
+    /// The chat's first turn names it (the deferred title strategy).
+    pub titled: bool,
+}
+
+/// Everything under the host's lock.
+pub struct Core {
+    /// Channel states, sequence numbers, subscriptions.
+    pub ch: Channels,
+    /// Sessions by URI.
+    pub sessions: HashMap<String, SessionMeta>,
+    /// Chats by URI.
+    pub chats: HashMap<String, ChatMeta>,
+    /// Backends in the config's order.
+    pub agents: Vec<AgentEntry>,
+    /// Client ids seen by this process (reconnect replays only for these).
+    pub known_clients: HashSet<String>,
+}
+
+/// The host; cheap to clone.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: Mutex<Core>,
+    supervisor: Supervisor,
+    config: HostConfig,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Host {
+    /// A host for the given backends; call [`Host::run_events`] to start handling what workers say.
+    pub fn new(
+        config: HostConfig,
+        supervisor: Supervisor,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
+        let agents = supervisor
+            .providers()
+            .into_iter()
+            .map(|provider| AgentEntry {
+                provider,
+                descriptor: None,
+                schema: None,
+                models: Vec::new(),
+            })
+            .collect();
+        let root = RootState {
+            agents: Vec::new(),
+            active_sessions: Some(0),
+            terminals: None,
+            config: None,
+            meta: None,
+        };
+        let core = Core {
+            ch: Channels::new(root, config.replay_capacity),
+            sessions: HashMap::new(),
+            chats: HashMap::new(),
+            agents,
+            known_clients: HashSet::new(),
+        };
+        Self {
+            inner: Arc::new(Inner {
+                core: Mutex::new(core),
+                supervisor,
+                config,
+                cancel,
+                tracker,
+            }),
+        }
+    }
+
+    /// Locks the host's state. Never held across an await.
+    pub fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic under the lock leaves state that was being changed; keep serving rather than
+        // take every client down with it.
+        self.inner.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HostConfig {
+        &self.inner.config
+    }
+
+    /// The worker supervisor.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.inner.supervisor
+    }
+
+    /// The daemon's cancellation token.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Spawns a tracked task that stops with the daemon.
+    pub fn spawn<F>(&self, name: &'static str, future: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let cancel = self.inner.cancel.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => tracing::trace!(task = name, "stopped with the daemon"),
+                _ = future => {}
+            }
+        });
+    }
+
+    /// Registers a connection; frames for it go to `tx`; `kick` drops it.
+    pub fn connect(&self, tx: mpsc::Sender<Frame>, kick: CancellationToken) -> ConnId {
+        self.lock().ch.add_conn(tx, kick)
+    }
+
+    /// Forgets a connection.
+    pub fn disconnect(&self, id: ConnId) {
+        let mut core = self.lock();
+        if let Some(entry) = core.ch.remove_conn(id) {
+            tracing::debug!(conn = id, client = ?entry.client_id, "connection closed");
+        }
+    }
+
+    /// Handles what workers say until the daemon stops.
+    pub fn run_events(&self, mut events: mpsc::UnboundedReceiver<WorkerEvent>) {
+        let host = self.clone();
+        self.spawn("worker events", async move {
+            while let Some(event) = events.recv().await {
+                host.on_worker_event(event);
+            }
+        });
+    }
+
+    fn on_worker_event(&self, event: WorkerEvent) {
+        match event {
+            WorkerEvent::Ready {
+                provider,
+                descriptor,
+                schema,
+                ..
+            } => self.agent_ready(&provider, descriptor, schema),
+            WorkerEvent::Probed { provider, probe } => self.agent_probed(&provider, probe),
+            WorkerEvent::Emit {
+                incarnation,
+                params,
+                ..
+            } => self.backend_emit(incarnation, params),
+            WorkerEvent::TurnRecorded { params, .. } => {
+                tracing::debug!(chat = %params.chat, turn = %params.turn_id, transcript = %params.transcript_id, "turn recorded");
+            }
+            WorkerEvent::ToolRun {
+                params, responder, ..
+            } => self.run_tool(params, responder),
+            WorkerEvent::KeepResource { responder, .. } => {
+                responder.ok(protocol::KeepResourceResult::default())
+            }
+            WorkerEvent::Exited {
+                provider,
+                incarnation,
+                reason,
+            } => self.worker_exited(&provider, incarnation, &reason),
+        }
+    }
+
+    fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, schema: SchemaResult) {
+        let mut core = self.lock();
+        if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
+            entry.descriptor = Some(descriptor);
+            entry.schema = Some(schema);
+        }
+        core.publish_agents();
+    }
+
+    fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult) {
+        let mut core = self.lock();
+        if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
+            entry.models = probe
+                .models
+                .into_iter()
+                .map(|mut m| {
+                    m.provider = provider.to_owned();
+                    m
+                })
+                .collect();
+        }
+        core.publish_agents();
+    }
+
+    fn run_tool(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {
+        // The host's own tools and clients' tools arrive with the tools issue; until then no tool
+        // is offered, so a call names one nobody offered.
+        tracing::warn!(chat = %params.chat, tool = %params.name, "a backend called a tool this host does not offer");
+        responder.ok(protocol::ToolOutcome::failed(format!(
+            "No tool named {} is offered in this session.",
+            params.name
+        )));
+    }
+}
+
+impl Core {
+    /// The root state's agent list from what the workers said, sent if it changed.
+    pub fn publish_agents(&mut self) {
+        let agents: Vec<AgentInfo> = self
+            .agents
+            .iter()
+            .filter_map(|entry| {
+                let d = entry.descriptor.as_ref()?;
+                Some(AgentInfo {
+                    provider: entry.provider.clone(),
+                    display_name: d.display_name.clone(),
+                    description: d.description.clone().unwrap_or_default(),
+                    models: entry.models.clone(),
+                    protected_resources: None,
+                    customizations: None,
+                    capabilities: d.capabilities.clone(),
+                })
+            })
+            .collect();
+        if agents != self.ch.root.agents {
+            let action = ahp_types::actions::StateAction::RootAgentsChanged(
+                ahp_types::actions::RootAgentsChangedAction { agents },
+            );
+            self.ch
+                .commit(ahp_types::ROOT_RESOURCE_URI, action, None, None);
+        }
+    }
+
+    /// The entry for a provider.
+    pub fn agent(&self, provider: &str) -> Option<&AgentEntry> {
+        self.agents.iter().find(|a| a.provider == provider)
+    }
+}
+
+/// Milliseconds elapsed since `since`, as AHP's `duration` wants them.
+pub fn millis_since(since: Instant) -> i64 {
+    i64::try_from(since.elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Now, as an RFC 3339 timestamp with milliseconds.
+pub fn now_iso() -> String {
+    agent_runner::now_iso()
+}
+
+/// Keeps `ids` bounded while remembering the newest.
+pub fn remember(ids: &mut VecDeque<String>, id: String) {
+    if ids.len() == 16 {
+        ids.pop_front();
+    }
+    ids.push_back(id);
+}
+
+/// A fresh id for something the host makes.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The id part of an `ahp-session:/<id>` or `ahp-chat:/<id>` URI.
+pub fn uri_id(uri: &str) -> &str {
+    uri.rsplit_once(":/").map(|(_, id)| id).unwrap_or(uri)
+}

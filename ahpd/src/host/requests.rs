@@ -1,0 +1,800 @@
+//! One connection's JSON-RPC: framing checks, the handshake, and each AHP command.
+//!
+//! A frame is decoded here, checked for the shapes JSON-RPC and AHP require, and routed. A
+//! malformed frame, an unknown method or wrong params get the error the spec names and the
+//! connection lives on. Answers that must be ordered against actions (a subscribe's snapshot, a
+//! page of turns) are queued under the host's lock.
+
+use std::collections::HashSet;
+
+use ahp_types::commands::{
+    CompletionsParams, FetchTurnsParams, Implementation, InitializeParams, InitializeResult,
+    ListSessionsParams, ReconnectParams, ResolveSessionConfigParams,
+    SessionConfigCompletionsParams, SubscribeParams,
+};
+use ahp_types::state::{Snapshot, SnapshotState};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::core::{channel_kind, seq_i64, ChannelKind, ConnId, Frame};
+use super::errors::{parse_params, AhpError};
+use super::{Core, Host};
+
+/// What one connection has said about itself.
+pub struct ConnState {
+    /// The host's id for it.
+    pub id: ConnId,
+    /// `initialize` or `reconnect` succeeded.
+    pub initialized: bool,
+    /// Its `clientId`.
+    pub client_id: Option<String>,
+    /// The largest frame it may send.
+    pub max_frame_bytes: usize,
+    /// Set when the connection must close after what is queued (a refused handshake).
+    pub close_after_flush: bool,
+}
+
+impl ConnState {
+    /// A new connection's state.
+    pub fn new(id: ConnId, max_frame_bytes: usize) -> Self {
+        Self {
+            id,
+            initialized: false,
+            client_id: None,
+            max_frame_bytes,
+            close_after_flush: false,
+        }
+    }
+}
+
+/// Encodes a response to request `id`.
+pub fn response(id: &Value, result: Result<Value, AhpError>) -> Frame {
+    let value = match result {
+        Ok(result) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Err(error) => serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() }),
+    };
+    Frame::from(value.to_string())
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<Value, AhpError> {
+    serde_json::to_value(value)
+        .map_err(|e| AhpError::internal(format!("could not encode the answer: {e}")))
+}
+
+/// Strips the ids a frame over the limit would be answered under, without trusting the rest.
+fn id_of_oversized(text: &str) -> Value {
+    #[derive(serde::Deserialize)]
+    struct IdOnly {
+        #[serde(default)]
+        id: Value,
+    }
+    serde_json::from_str::<IdOnly>(text)
+        .map(|x| x.id)
+        .unwrap_or(Value::Null)
+}
+
+impl Host {
+    /// Sends a frame to one connection.
+    pub fn send_to(&self, conn: ConnId, frame: Frame) {
+        self.lock().ch.send(conn, frame);
+    }
+
+    /// Handles one text frame from a connection.
+    pub fn handle_frame(&self, conn: &mut ConnState, text: &str) {
+        if text.len() > conn.max_frame_bytes {
+            let id = id_of_oversized(text);
+            let message = format!(
+                "A message of {} bytes is over this host's limit of {} bytes; it was not read",
+                text.len(),
+                conn.max_frame_bytes
+            );
+            self.send_to(
+                conn.id,
+                response(&id, Err(AhpError::invalid_request(message))),
+            );
+            return;
+        }
+        let value: Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                let error = AhpError {
+                    code: -32700,
+                    message: format!("Parse error: {e}"),
+                    data: None,
+                };
+                self.send_to(conn.id, response(&Value::Null, Err(error)));
+                return;
+            }
+        };
+        let Value::Object(mut message) = value else {
+            let why = if value.is_array() {
+                "Batches are not supported: send one JSON-RPC message per frame"
+            } else {
+                "A message must be a JSON-RPC 2.0 object"
+            };
+            self.send_to(
+                conn.id,
+                response(&Value::Null, Err(AhpError::invalid_request(why))),
+            );
+            return;
+        };
+        let id = message.remove("id");
+        if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            let id = id.unwrap_or(Value::Null);
+            self.send_to(
+                conn.id,
+                response(
+                    &id,
+                    Err(AhpError::invalid_request("\"jsonrpc\" must be \"2.0\"")),
+                ),
+            );
+            return;
+        }
+        let params = message.remove("params").unwrap_or(Value::Null);
+        let Some(method) = message
+            .remove("method")
+            .and_then(|m| m.as_str().map(str::to_owned))
+        else {
+            // A response to a request the host sent (none are outstanding yet); or a message
+            // with no method at all.
+            if id.is_none() || !(message.contains_key("result") || message.contains_key("error")) {
+                self.send_to(
+                    conn.id,
+                    response(
+                        &id.unwrap_or(Value::Null),
+                        Err(AhpError::invalid_request("A request needs a \"method\"")),
+                    ),
+                );
+            }
+            return;
+        };
+        match id {
+            None | Some(Value::Null) => self.handle_notification(conn, &method, params),
+            Some(Value::Number(n)) if n.as_u64().is_some() => {
+                let id = Value::Number(n);
+                self.handle_request(conn, id, &method, params);
+            }
+            Some(other) => {
+                let error = AhpError::invalid_request(
+                    "Request ids must be whole numbers (AHP clients match answers by integer id)",
+                );
+                self.send_to(conn.id, response(&other, Err(error)));
+            }
+        }
+    }
+
+    fn handle_notification(&self, conn: &mut ConnState, method: &str, params: Value) {
+        if !conn.initialized {
+            tracing::debug!(
+                conn = conn.id,
+                method,
+                "a notification before the handshake; ignored"
+            );
+            return;
+        }
+        match method {
+            "dispatchAction" => self.dispatch_action(conn, params),
+            "unsubscribe" => match params.get("channel").and_then(Value::as_str) {
+                Some(channel) => self.unsubscribe(conn, channel),
+                None => tracing::debug!(conn = conn.id, "unsubscribe without a channel; ignored"),
+            },
+            other => tracing::debug!(
+                conn = conn.id,
+                method = other,
+                "an unknown notification; ignored"
+            ),
+        }
+    }
+
+    fn handle_request(&self, conn: &mut ConnState, id: Value, method: &str, params: Value) {
+        if !params.is_null() && !params.is_object() {
+            self.send_to(
+                conn.id,
+                response(
+                    &id,
+                    Err(AhpError::invalid_params("params must be an object")),
+                ),
+            );
+            return;
+        }
+        if method == "ping" {
+            self.send_to(conn.id, response(&id, Ok(Value::Null)));
+            return;
+        }
+        if method != "initialize" && method != "reconnect" && !conn.initialized {
+            let error =
+                AhpError::invalid_request("initialize or reconnect must be the first request");
+            self.send_to(conn.id, response(&id, Err(error)));
+            return;
+        }
+        if params.get("channel").and_then(Value::as_str).is_none() && is_known_method(method) {
+            let error = AhpError::invalid_params(format!(
+                "Invalid {method} params: \"channel\" is required"
+            ));
+            self.send_to(conn.id, response(&id, Err(error)));
+            return;
+        }
+        let result = match method {
+            "initialize" => return self.initialize(conn, id, params),
+            "reconnect" => return self.reconnect(conn, id, params),
+            "subscribe" => return self.subscribe(conn, id, params),
+            "fetchTurns" => return self.fetch_turns(conn, id, params),
+            "createSession" => return self.create_session(conn, id, params),
+            "createChat" => return self.create_chat(conn, id, params),
+            "resolveSessionConfig" => return self.resolve_session_config(conn, id, params),
+            "sessionConfigCompletions" => return self.session_config_completions(conn, id, params),
+            "listSessions" => self.list_sessions(params),
+            "disposeSession" => self.dispose_session(params),
+            "disposeChat" => self.dispose_chat(params),
+            "completions" => self.completions(params),
+            other if is_known_method(other) => Err(AhpError::method_not_found(&format!(
+                "{other} (this host does not serve it yet)"
+            ))),
+            other => Err(AhpError::method_not_found(other)),
+        };
+        self.send_to(conn.id, response(&id, result));
+    }
+
+    fn initialize(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let result = self.try_initialize(conn, params);
+        let mut core = self.lock();
+        match result {
+            Ok(value) => {
+                // The snapshots were taken under this same lock: the answer goes out before any
+                // action they do not contain.
+                core.ch.send(conn.id, response(&id, Ok(value)));
+            }
+            Err(error) => {
+                if error.code == ahp_types::errors::ahp_error_codes::UNSUPPORTED_PROTOCOL_VERSION {
+                    conn.close_after_flush = true;
+                }
+                core.ch.send(conn.id, response(&id, Err(error)));
+            }
+        }
+    }
+
+    fn try_initialize(&self, conn: &mut ConnState, params: Value) -> Result<Value, AhpError> {
+        if conn.initialized {
+            return Err(AhpError::invalid_request(
+                "This connection is initialized already",
+            ));
+        }
+        let params: InitializeParams = parse_params("initialize", params)?;
+        check_root_channel("initialize", &params.channel)?;
+        if params.client_id.trim().is_empty() {
+            return Err(AhpError::invalid_params(
+                "Invalid initialize params: clientId must not be empty",
+            ));
+        }
+        let version = negotiate(&params.protocol_versions)?;
+        let mut core = self.lock();
+        self.adopt_client(&mut core, conn, &params.client_id);
+        let mut snapshots = Vec::new();
+        for uri in params.initial_subscriptions.unwrap_or_default() {
+            if let Some(snapshot) = core.ch.snapshot(&uri) {
+                core.ch.subscribe(conn.id, &uri);
+                snapshots.push(snapshot);
+            } else {
+                tracing::debug!(
+                    conn = conn.id,
+                    uri,
+                    "an initial subscription to a channel that does not exist; skipped"
+                );
+            }
+        }
+        conn.initialized = true;
+        let result = InitializeResult {
+            protocol_version: version,
+            server_seq: seq_i64(core.ch.seq()),
+            server_info: Some(Implementation {
+                name: "ahpd".into(),
+                version: Some(self.config().server_version.clone()),
+                title: Some("ahpd".into()),
+            }),
+            meta: None,
+            snapshots,
+            default_directory: self
+                .config()
+                .default_directory
+                .as_ref()
+                .map(|d| file_uri(d)),
+            completion_trigger_characters: None,
+            terminal_command_prefix: None,
+            telemetry: None,
+            automations: None,
+        };
+        to_value(&result)
+    }
+
+    /// Binds a client id to this connection; an older connection holding it is half-open and
+    /// goes.
+    fn adopt_client(&self, core: &mut Core, conn: &mut ConnState, client_id: &str) {
+        for other in core.ch.conns_of_client(client_id, conn.id) {
+            core.ch
+                .kick(other, "another connection took over its client id");
+        }
+        if let Some(entry) = core.ch.conn_mut(conn.id) {
+            entry.client_id = Some(client_id.to_owned());
+        }
+        conn.client_id = Some(client_id.to_owned());
+    }
+
+    fn reconnect(&self, conn: &mut ConnState, id: Value, params: Value) {
+        if conn.initialized {
+            self.send_to(
+                conn.id,
+                response(
+                    &id,
+                    Err(AhpError::invalid_request(
+                        "This connection is initialized already",
+                    )),
+                ),
+            );
+            return;
+        }
+        let params: ReconnectParams = match parse_params("reconnect", params) {
+            Ok(p) => p,
+            Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
+        };
+        if let Err(e) = check_root_channel("reconnect", &params.channel) {
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
+        if params.client_id.trim().is_empty() {
+            let e =
+                AhpError::invalid_params("Invalid reconnect params: clientId must not be empty");
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
+        let mut core = self.lock();
+        let known = core.known_clients.contains(&params.client_id);
+        self.adopt_client(&mut core, conn, &params.client_id);
+        let (live, missing): (Vec<String>, Vec<String>) = params
+            .subscriptions
+            .iter()
+            .cloned()
+            .partition(|uri| core.ch.has_channel(uri));
+        let last_seen = u64::try_from(params.last_seen_server_seq).unwrap_or(0);
+        let live_set: HashSet<String> = live.iter().cloned().collect();
+        let replay = if known {
+            core.ch.replay_since(last_seen, &live_set)
+        } else {
+            None
+        };
+        for uri in &live {
+            core.ch.subscribe(conn.id, uri);
+        }
+        conn.initialized = true;
+        let frame = match replay {
+            Some(envelopes) => {
+                #[derive(Serialize)]
+                struct Replay<'a> {
+                    r#type: &'static str,
+                    actions: &'a RawValue,
+                    missing: &'a [String],
+                }
+                let joined = format!(
+                    "[{}]",
+                    envelopes
+                        .iter()
+                        .map(|s| s.as_ref())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                match RawValue::from_string(joined) {
+                    Ok(actions) => encode_result(
+                        &id,
+                        &Replay {
+                            r#type: "replay",
+                            actions: &actions,
+                            missing: &missing,
+                        },
+                    ),
+                    Err(e) => response(
+                        &id,
+                        Err(AhpError::internal(format!(
+                            "could not assemble the replay: {e}"
+                        ))),
+                    ),
+                }
+            }
+            None => {
+                let snapshots: Vec<Snapshot> = live
+                    .iter()
+                    .filter_map(|uri| core.ch.snapshot(uri))
+                    .collect();
+                let value = serde_json::json!({ "type": "snapshot", "snapshots": snapshots });
+                response(&id, Ok(value))
+            }
+        };
+        core.ch.send(conn.id, frame);
+    }
+
+    fn subscribe(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let params: SubscribeParams = match parse_params("subscribe", params) {
+            Ok(p) => p,
+            Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
+        };
+        let uri = params.channel;
+        let Some(kind) = channel_kind(&uri) else {
+            let e = AhpError::invalid_params(format!("{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations)"));
+            return self.send_to(conn.id, response(&id, Err(e)));
+        };
+        let mut core = self.lock();
+        let Some(mut snapshot) = core.ch.snapshot(&uri) else {
+            drop(core);
+            let e = AhpError::not_found(format!("There is no channel {uri}"));
+            return self.send_to(conn.id, response(&id, Err(e)));
+        };
+        if kind == ChannelKind::Chat {
+            if let Some(n) = params.view.and_then(|v| v.turns) {
+                limit_turns(&mut snapshot, n);
+            }
+        }
+        core.ch.subscribe(conn.id, &uri);
+        let frame = response(&id, to_value(&serde_json::json!({ "snapshot": snapshot })));
+        core.ch.send(conn.id, frame);
+    }
+
+    fn unsubscribe(&self, conn: &ConnState, channel: &str) {
+        let mut core = self.lock();
+        core.ch.unsubscribe(conn.id, channel);
+    }
+
+    fn fetch_turns(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let params: FetchTurnsParams = match parse_params("fetchTurns", params) {
+            Ok(p) => p,
+            Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
+        };
+        let mut core = self.lock();
+        let Some(chat) = core.ch.chats.get(&params.channel) else {
+            drop(core);
+            return self.send_to(
+                conn.id,
+                response(
+                    &id,
+                    Err(AhpError::not_found(format!(
+                        "There is no chat {}",
+                        params.channel
+                    ))),
+                ),
+            );
+        };
+        let turns = &chat.turns;
+        let end = match params.cursor.as_deref() {
+            None => turns.len(),
+            Some(cursor) => match cursor
+                .strip_prefix("before:")
+                .and_then(|t| turns.iter().position(|x| x.id == t))
+            {
+                Some(i) => i,
+                None => {
+                    drop(core);
+                    let e = AhpError::invalid_params(format!(
+                        "Invalid fetchTurns params: cursor {cursor} is not one this host gave"
+                    ));
+                    return self.send_to(conn.id, response(&id, Err(e)));
+                }
+            },
+        };
+        let start = end.saturating_sub(TURN_PAGE);
+        let page = turns[start..end].to_vec();
+        let next = (start > 0).then(|| format!("before:{}", turns[start].id));
+        let action = ahp_types::actions::StateAction::ChatTurnsLoaded(
+            ahp_types::actions::ChatTurnsLoadedAction {
+                turns: page,
+                turns_next_cursor: next,
+            },
+        );
+        // Only the connection that paged receives the page: other subscribers hold every turn.
+        core.ch.send_private(conn.id, &params.channel, &action);
+        core.ch
+            .send(conn.id, response(&id, Ok(serde_json::json!({}))));
+    }
+
+    fn list_sessions(&self, params: Value) -> Result<Value, AhpError> {
+        let params: ListSessionsParams = parse_params("listSessions", params)?;
+        check_root_channel("listSessions", &params.channel)?;
+        let limit = match params.limit {
+            None => 1000,
+            Some(n) if n >= 1 => usize::try_from(n.min(1000)).unwrap_or(1000),
+            Some(n) => {
+                return Err(AhpError::invalid_params(format!(
+                    "Invalid listSessions params: limit must be at least 1, not {n}"
+                )))
+            }
+        };
+        let core = self.lock();
+        let mut all: Vec<_> = core
+            .sessions
+            .values()
+            .map(|m| m.last_summary.clone())
+            .collect();
+        all.sort_by(|a, b| {
+            b.modified_at
+                .cmp(&a.modified_at)
+                .then_with(|| a.resource.cmp(&b.resource))
+        });
+        let start = match params.cursor.as_deref() {
+            None => 0,
+            Some(cursor) => decode_cursor(cursor)
+                .map(|(modified, uri)| {
+                    all.iter()
+                        .position(|s| {
+                            (s.modified_at.as_str(), s.resource.as_str())
+                                < (modified.as_str(), uri.as_str())
+                                && s.modified_at <= modified
+                        })
+                        .unwrap_or(all.len())
+                })
+                .ok_or_else(|| {
+                    AhpError::invalid_params(format!(
+                        "Invalid listSessions params: cursor {cursor} is not one this host gave"
+                    ))
+                })?,
+        };
+        let page: Vec<_> = all.iter().skip(start).take(limit).cloned().collect();
+        let next_cursor = (start + page.len() < all.len())
+            .then(|| {
+                page.last()
+                    .map(|s| encode_cursor(&s.modified_at, &s.resource))
+            })
+            .flatten();
+        let mut result = serde_json::json!({ "items": page });
+        if let Some(cursor) = next_cursor {
+            result["nextCursor"] = Value::String(cursor);
+        }
+        Ok(result)
+    }
+
+    fn completions(&self, params: Value) -> Result<Value, AhpError> {
+        let params: CompletionsParams = parse_params("completions", params)?;
+        if !self.lock().ch.chats.contains_key(&params.channel) {
+            return Err(AhpError::not_found(format!(
+                "There is no chat {}",
+                params.channel
+            )));
+        }
+        Ok(serde_json::json!({ "items": [] }))
+    }
+
+    fn resolve_session_config(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let result = (|| {
+            let params: ResolveSessionConfigParams = parse_params("resolveSessionConfig", params)?;
+            check_root_channel("resolveSessionConfig", &params.channel)?;
+            let core = self.lock();
+            let provider = core.pick_provider(params.provider.as_deref())?;
+            let schema = core
+                .agent(&provider)
+                .and_then(|a| a.schema.clone())
+                .ok_or_else(|| {
+                    AhpError::provider_not_found(format!(
+                        "The {provider} agent has not started yet"
+                    ))
+                })?;
+            let values = super::catalog::resolve_config(&schema, params.config.as_ref())?;
+            Ok(serde_json::json!({ "schema": schema.schema, "values": values }))
+        })();
+        self.send_to(conn.id, response(&id, result));
+    }
+
+    fn session_config_completions(&self, conn: &mut ConnState, id: Value, params: Value) {
+        let parsed: Result<SessionConfigCompletionsParams, _> =
+            parse_params("sessionConfigCompletions", params);
+        let params = match parsed {
+            Ok(p) => p,
+            Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
+        };
+        let provider = match self.lock().pick_provider(params.provider.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
+        };
+        let answers = self
+            .lock()
+            .agent(&provider)
+            .and_then(|a| a.descriptor.as_ref())
+            .map(|d| d.features.completions.contains(&params.property));
+        if answers != Some(true) {
+            return self.send_to(
+                conn.id,
+                response(&id, Ok(serde_json::json!({ "items": [] }))),
+            );
+        }
+        let (host, conn_id) = (self.clone(), conn.id);
+        self.spawn("session config completions", async move {
+            let result = host.ask_completions(&provider, params).await;
+            host.send_to(conn_id, response(&id, result));
+        });
+    }
+
+    async fn ask_completions(
+        &self,
+        provider: &str,
+        params: SessionConfigCompletionsParams,
+    ) -> Result<Value, AhpError> {
+        let worker = self
+            .supervisor()
+            .worker(provider, self.config().worker_wait)
+            .await
+            .map_err(|e| AhpError::internal(e.to_string()))?;
+        let ask = protocol::CompletionsParams {
+            property: params.property,
+            query: params.query,
+            config: params.config.unwrap_or_default(),
+            working_directory: params.working_directory,
+        };
+        let answer: protocol::CompletionsResult = worker
+            .peer
+            .request(protocol::methods::parent::COMPLETIONS, ask)
+            .await
+            .map_err(|e| {
+                AhpError::internal(format!("The {provider} agent could not answer: {e}"))
+            })?;
+        let items: Vec<Value> = answer
+            .items
+            .into_iter()
+            .map(|i| {
+                let value = match i.value {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let mut item = serde_json::json!({ "value": value, "label": i.label });
+                if let Some(d) = i.description {
+                    item["description"] = Value::String(d);
+                }
+                item
+            })
+            .collect();
+        Ok(serde_json::json!({ "items": items }))
+    }
+}
+
+/// Turns sent per page of `fetchTurns`.
+const TURN_PAGE: usize = 50;
+
+fn limit_turns(snapshot: &mut Snapshot, n: i64) {
+    let SnapshotState::Chat(chat) = &mut snapshot.state else {
+        return;
+    };
+    let keep = usize::try_from(n.max(0)).unwrap_or(0);
+    if chat.turns.len() > keep {
+        let cut = chat.turns.len() - keep;
+        chat.turns_next_cursor = chat.turns.get(cut).map(|t| format!("before:{}", t.id));
+        chat.turns.drain(..cut);
+    }
+}
+
+fn encode_result<T: Serialize>(id: &Value, result: &T) -> Frame {
+    #[derive(Serialize)]
+    struct Out<'a, T> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a T,
+    }
+    match serde_json::to_string(&Out {
+        jsonrpc: "2.0",
+        id,
+        result,
+    }) {
+        Ok(s) => Frame::from(s),
+        Err(e) => response(
+            id,
+            Err(AhpError::internal(format!(
+                "could not encode the answer: {e}"
+            ))),
+        ),
+    }
+}
+
+fn is_known_method(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize"
+            | "reconnect"
+            | "subscribe"
+            | "listSessions"
+            | "resolveSessionConfig"
+            | "sessionConfigCompletions"
+            | "createSession"
+            | "disposeSession"
+            | "createChat"
+            | "disposeChat"
+            | "moveChat"
+            | "fetchTurns"
+            | "completions"
+            | "authenticate"
+            | "createTerminal"
+            | "disposeTerminal"
+            | "invokeChangesetOperation"
+            | "resourceRead"
+            | "resourceWrite"
+            | "resourceList"
+            | "resourceCopy"
+            | "resourceMove"
+            | "resourceDelete"
+            | "resourceResolve"
+            | "resourceMkdir"
+            | "resourceRequest"
+            | "createResourceWatch"
+            | "listAutomationTriggerDefinitions"
+            | "runAutomation"
+            | "fetchAutomationRuns"
+    )
+}
+
+fn check_root_channel(method: &str, channel: &str) -> Result<(), AhpError> {
+    if channel == ROOT_RESOURCE_URI {
+        Ok(())
+    } else {
+        Err(AhpError::invalid_params(format!(
+            "Invalid {method} params: channel must be {ROOT_RESOURCE_URI}, not {channel}"
+        )))
+    }
+}
+
+/// Picks the protocol version: AHP 1.x only, the highest offered.
+fn negotiate(offered: &[String]) -> Result<String, AhpError> {
+    match ahp_types::negotiate_protocol_version(offered) {
+        Err(e) => Err(AhpError::invalid_params(format!(
+            "Invalid initialize params: {e}"
+        ))),
+        Ok(Some(v)) if v.starts_with("1.") => Ok(v.to_owned()),
+        Ok(_) => Err(AhpError::unsupported_version(offered)),
+    }
+}
+
+fn encode_cursor(modified_at: &str, uri: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{modified_at}\n{uri}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (modified, uri) = text.split_once('\n')?;
+    Some((modified.to_owned(), uri.to_owned()))
+}
+
+/// A `file://` URI for a path.
+pub fn file_uri(path: &std::path::Path) -> String {
+    format!("file://{}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiates_only_ahp_one() {
+        assert_eq!(
+            negotiate(&["1.0.0".into(), "0.9.0".into()]).expect("ok"),
+            "1.0.0"
+        );
+        assert_eq!(negotiate(&["1.2.0".into()]).expect("ok"), "1.2.0");
+        assert_eq!(
+            negotiate(&["0.9.0".into()]).expect_err("refused").code,
+            -32005
+        );
+        assert_eq!(
+            negotiate(&["2.0.0".into()]).expect_err("refused").code,
+            -32005
+        );
+        assert_eq!(
+            negotiate(&["1.0".into()]).expect_err("malformed").code,
+            -32602
+        );
+    }
+
+    #[test]
+    fn cursors_round_trip() {
+        let c = encode_cursor("2026-01-01T00:00:00.000Z", "ahp-session:/x");
+        assert_eq!(
+            decode_cursor(&c),
+            Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into()))
+        );
+        assert_eq!(decode_cursor("garbage!"), None);
+    }
+}

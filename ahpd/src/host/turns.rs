@@ -1,0 +1,444 @@
+//! The turn engine: starting turns (a client's, a queued one, the backend's own), taking what
+//! backends say about them, ending them when a backend cannot, and starting what waits behind.
+//!
+//! Seed 004's rules for backend actions live here: a start of a turn the chat holds already is
+//! not said again; while a turn runs an action of another turn is dropped; with none running a
+//! completion of a turn that already ended is dropped; everything else goes out.
+
+use std::time::Instant;
+
+use ahp_types::actions::{
+    ActionOrigin, ChatErrorAction, ChatPendingMessageRemovedAction, ChatTurnStartedAction,
+    StateAction,
+};
+use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, PendingMessageKind};
+use protocol::{EmitChannel, EmitParams};
+
+use super::core::{action_type, Committed, ConnId};
+use super::driver::Op;
+use super::{millis_since, now_iso, remember, Core, Host};
+
+/// Host-only fields a backend puts on a confirmation for the host to decide from; they are taken
+/// off before any client sees the call.
+const HOST_ONLY_META: [&str; 7] = [
+    "permissionKind",
+    "permissionPath",
+    "permissionUrl",
+    "shellCommand",
+    "shellLanguage",
+    "requestSandboxBypass",
+    "managedApprovalRequired",
+];
+
+/// A turn the host starts itself (a queued message, a wakeup, a session tool's message).
+pub fn host_turn(message: Message, queued_message_id: Option<String>) -> ChatTurnStartedAction {
+    ChatTurnStartedAction {
+        turn_id: super::new_id(),
+        started_at: now_iso(),
+        message,
+        queued_message_id,
+        meta: None,
+    }
+}
+
+/// The turn an action belongs to, for actions that name one.
+pub fn turn_of(action: &StateAction) -> Option<&str> {
+    Some(match action {
+        StateAction::ChatTurnStarted(a) => &a.turn_id,
+        StateAction::ChatDelta(a) => &a.turn_id,
+        StateAction::ChatResponsePart(a) => &a.turn_id,
+        StateAction::ChatReasoning(a) => &a.turn_id,
+        StateAction::ChatUsage(a) => &a.turn_id,
+        StateAction::ChatToolCallStart(a) => &a.turn_id,
+        StateAction::ChatToolCallDelta(a) => &a.turn_id,
+        StateAction::ChatToolCallReady(a) => &a.turn_id,
+        StateAction::ChatToolCallConfirmed(a) => &a.turn_id,
+        StateAction::ChatToolCallComplete(a) => &a.turn_id,
+        StateAction::ChatToolCallResultConfirmed(a) => &a.turn_id,
+        StateAction::ChatToolCallContentChanged(a) => &a.turn_id,
+        StateAction::ChatToolCallAuthRequired(a) => &a.turn_id,
+        StateAction::ChatToolCallAuthResolved(a) => &a.turn_id,
+        StateAction::ChatTurnComplete(a) => &a.turn_id,
+        StateAction::ChatTurnCancelled(a) => &a.turn_id,
+        StateAction::ChatError(a) => &a.turn_id,
+        StateAction::ChatTurnResume(a) => &a.turn_id,
+        _ => return None,
+    })
+}
+
+/// True for the three actions that end a turn.
+pub fn is_ending(action: &StateAction) -> bool {
+    matches!(
+        action,
+        StateAction::ChatTurnComplete(_)
+            | StateAction::ChatTurnCancelled(_)
+            | StateAction::ChatError(_)
+    )
+}
+
+/// A chat's first message, cut to a title.
+pub fn title_from(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    const MAX: usize = 60;
+    if line.chars().count() <= MAX {
+        return line.to_owned();
+    }
+    let cut: String = line.chars().take(MAX - 1).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// Session-channel actions a backend may say; the rest of that channel is the host's.
+fn backend_may_say_on_session(action: &StateAction) -> bool {
+    matches!(
+        action,
+        StateAction::SessionTitleChanged(_)
+            | StateAction::SessionActivityChanged(_)
+            | StateAction::SessionConfigChanged(_)
+            | StateAction::SessionCustomizationsChanged(_)
+            | StateAction::SessionCustomizationUpdated(_)
+            | StateAction::SessionCustomizationRemoved(_)
+            | StateAction::SessionMcpServerStateChanged(_)
+            | StateAction::SessionChangesetsChanged(_)
+            | StateAction::SessionMetaChanged(_)
+    )
+}
+
+impl Host {
+    /// Says a turn's start and hands it to the backend. `origin` is the client whose action it
+    /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
+    pub(super) fn start_turn(
+        &self,
+        core: &mut Core,
+        chat: &str,
+        start: ChatTurnStartedAction,
+        origin: Option<(ConnId, ActionOrigin)>,
+    ) {
+        let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
+        let (origin, extra) = match origin {
+            Some((conn, origin)) => (Some(origin), Some(conn)),
+            None => (None, None),
+        };
+        if !matches!(
+            core.ch
+                .commit(chat, StateAction::ChatTurnStarted(start), origin, extra),
+            Committed::Sent { .. }
+        ) {
+            return;
+        }
+        let untitled = core.chats.get(chat).is_some_and(|m| !m.titled);
+        if let Some(meta) = core.chats.get_mut(chat) {
+            meta.turn_clock = Some((turn_id.clone(), Instant::now()));
+            meta.titled = true;
+        }
+        if untitled {
+            let title = title_from(&message.text);
+            if !title.is_empty() {
+                core.set_chat_title(chat, &title);
+            }
+        }
+        core.sync_input_needed(chat);
+        core.sync_chat(chat);
+        if let Some(meta) = core.chats.get(chat) {
+            let _ = meta.driver.send(Op::Send {
+                turn_id: turn_id.clone(),
+                message,
+            });
+        }
+        self.offer_steering(core, chat);
+    }
+
+    /// Takes an action a backend said.
+    pub(super) fn backend_emit(&self, incarnation: u64, params: EmitParams) {
+        let mut core = self.lock();
+        let live = core.chats.get(&params.chat).and_then(|m| m.live);
+        if live != Some(incarnation) {
+            tracing::debug!(chat = %params.chat, incarnation, ?live, "dropping an action from a worker that no longer holds this chat");
+            return;
+        }
+        match params.channel {
+            EmitChannel::Chat => self.backend_chat_action(&mut core, &params.chat, params.action),
+            EmitChannel::Session => {
+                let Some(session) = core.chats.get(&params.chat).map(|m| m.session.clone()) else {
+                    return;
+                };
+                if backend_may_say_on_session(&params.action) {
+                    core.ch.commit(&session, params.action, None, None);
+                    core.sync_summary(&session);
+                } else {
+                    tracing::warn!(
+                        session,
+                        kind = action_type(&params.action),
+                        "a backend said a session action that is the host's; dropped"
+                    );
+                }
+            }
+        }
+    }
+
+    fn backend_chat_action(&self, core: &mut Core, chat: &str, mut action: StateAction) {
+        let Some(state) = core.ch.chats.get(chat) else {
+            return;
+        };
+        let active = state.active_turn.as_ref().map(|t| t.id.clone());
+        match (turn_of(&action), &active) {
+            (Some(turn), Some(running)) if turn != running => {
+                tracing::debug!(
+                    chat,
+                    turn,
+                    running,
+                    kind = action_type(&action),
+                    "an action of another turn while one runs; dropped"
+                );
+                return;
+            }
+            (Some(turn), Some(_)) if matches!(action, StateAction::ChatTurnStarted(_)) => {
+                tracing::debug!(
+                    chat,
+                    turn,
+                    "a start of the turn the chat holds already; not said again"
+                );
+                return;
+            }
+            (Some(turn), None) if is_ending(&action) => {
+                tracing::debug!(chat, turn, "an ending of a turn that is over; dropped");
+                return;
+            }
+            (Some(turn), None) if matches!(action, StateAction::ChatTurnStarted(_)) => {
+                let ended = core
+                    .chats
+                    .get(chat)
+                    .is_some_and(|m| m.ended.iter().any(|t| t == turn));
+                if ended {
+                    tracing::debug!(chat, turn, "a start of a turn that is over; dropped");
+                    return;
+                }
+            }
+            _ => {}
+        }
+        if let StateAction::ChatToolCallReady(ready) = &mut action {
+            if let Some(meta) = ready.meta.as_mut() {
+                for key in HOST_ONLY_META {
+                    meta.remove(key);
+                }
+                if meta.is_empty() {
+                    ready.meta = None;
+                }
+            }
+        }
+        let started = match &action {
+            StateAction::ChatTurnStarted(a) => Some(a.turn_id.clone()),
+            _ => None,
+        };
+        self.commit_chat(core, chat, action, None, None);
+        if let Some(turn_id) = started {
+            if let Some(meta) = core.chats.get_mut(chat) {
+                meta.turn_clock = Some((turn_id, Instant::now()));
+                meta.titled = true;
+            }
+        }
+        self.offer_steering(core, chat);
+    }
+
+    /// Commits a chat action and keeps everything that depends on it in step: the session's
+    /// catalogue entry and summary, its `inputNeeded` list, and what starts when a turn ends.
+    pub(super) fn commit_chat(
+        &self,
+        core: &mut Core,
+        chat: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        extra: Option<ConnId>,
+    ) -> Committed {
+        let before = core
+            .ch
+            .chats
+            .get(chat)
+            .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        let committed = core.ch.commit(chat, action, origin, extra);
+        if !matches!(committed, Committed::Sent { .. }) {
+            return committed;
+        }
+        let after = core
+            .ch
+            .chats
+            .get(chat)
+            .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        core.sync_input_needed(chat);
+        core.sync_chat(chat);
+        if let Some(ended) = before.filter(|b| after.as_ref() != Some(b)) {
+            self.turn_ended(core, chat, ended);
+        }
+        committed
+    }
+
+    /// A turn ended: remember it, then start what waits (a steering message the turn did not
+    /// take, else the head of the queue).
+    fn turn_ended(&self, core: &mut Core, chat: &str, ended: String) {
+        if let Some(meta) = core.chats.get_mut(chat) {
+            remember(&mut meta.ended, ended);
+            meta.turn_clock = None;
+            meta.steering_offered = None;
+        }
+        self.start_next(core, chat);
+    }
+
+    /// Starts the steering message or the head of the queue, when the chat is free.
+    pub(super) fn start_next(&self, core: &mut Core, chat: &str) {
+        let Some(state) = core.ch.chats.get(chat) else {
+            return;
+        };
+        if state.active_turn.is_some() {
+            return;
+        }
+        let next = state.steering_message.clone().or_else(|| {
+            state
+                .queued_messages
+                .as_ref()
+                .and_then(|q| q.first().cloned())
+        });
+        if let Some(pending) = next {
+            self.start_turn(
+                core,
+                chat,
+                host_turn(pending.message, Some(pending.id)),
+                None,
+            );
+        }
+    }
+
+    /// Hands the chat's steering message to the running turn, unless it was handed already.
+    pub(super) fn offer_steering(&self, core: &mut Core, chat: &str) {
+        let Some(state) = core.ch.chats.get(chat) else {
+            return;
+        };
+        let (Some(turn), Some(steering)) =
+            (state.active_turn.as_ref(), state.steering_message.as_ref())
+        else {
+            return;
+        };
+        let Some(meta) = core.chats.get_mut(chat) else {
+            return;
+        };
+        if meta.steering_offered.as_deref() == Some(steering.id.as_str()) {
+            return;
+        }
+        meta.steering_offered = Some(steering.id.clone());
+        let op = Op::Steer {
+            turn_id: turn.id.clone(),
+            id: steering.id.clone(),
+            message: steering.message.clone(),
+        };
+        let _ = meta.driver.send(op);
+    }
+
+    /// The backend's answer to a steering offer.
+    pub(super) fn steering_answered(&self, chat: &str, id: &str, taken: bool) {
+        let mut core = self.lock();
+        let current = core
+            .ch
+            .chats
+            .get(chat)
+            .and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
+        if current.as_deref() != Some(id) {
+            return;
+        }
+        if taken {
+            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
+                kind: PendingMessageKind::Steering,
+                id: id.to_owned(),
+            });
+            self.commit_chat(&mut core, chat, action, None, None);
+        } else if let Some(meta) = core.chats.get_mut(chat) {
+            // Not yet: hand it again on the turn's next action, or run it next once it ended.
+            meta.steering_offered = None;
+            self.start_next(&mut core, chat);
+        }
+    }
+
+    /// Ends the running turn `turn_id` in error, when the backend cannot (it died, it refused
+    /// the prompt). Does nothing when that turn is not the one running.
+    pub(super) fn fail_turn(
+        &self,
+        core: &mut Core,
+        chat: &str,
+        turn_id: &str,
+        error_type: &str,
+        message: String,
+    ) {
+        let running = core
+            .ch
+            .chats
+            .get(chat)
+            .and_then(|c| c.active_turn.as_ref())
+            .is_some_and(|t| t.id == turn_id);
+        if !running {
+            return;
+        }
+        let duration = core
+            .chats
+            .get(chat)
+            .and_then(|m| m.turn_clock.as_ref())
+            .filter(|(t, _)| t == turn_id)
+            .map(|(_, since)| millis_since(*since))
+            .unwrap_or(0);
+        let action = StateAction::ChatError(ChatErrorAction {
+            turn_id: turn_id.to_owned(),
+            duration,
+            part: ErrorResponsePart {
+                error: ErrorInfo {
+                    error_type: error_type.to_owned(),
+                    message,
+                    stack: None,
+                    meta: None,
+                },
+                resumable: None,
+            },
+            meta: None,
+        });
+        self.commit_chat(core, chat, action, None, None);
+    }
+
+    /// A worker died: every chat it held loses its backend session, and each running turn ends
+    /// at once with the reason.
+    pub(super) fn worker_exited(&self, provider: &str, incarnation: u64, reason: &str) {
+        let mut core = self.lock();
+        let chats: Vec<String> = core
+            .chats
+            .iter()
+            .filter(|(_, m)| m.live == Some(incarnation))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for chat in chats {
+            if let Some(meta) = core.chats.get_mut(&chat) {
+                meta.live = None;
+            }
+            let running = core
+                .ch
+                .chats
+                .get(&chat)
+                .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+            if let Some(turn_id) = running {
+                let message = format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.");
+                self.fail_turn(&mut core, &chat, &turn_id, "workerExited", message);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_the_first_line_cut_short() {
+        assert_eq!(title_from("\n  Fix the build  \nand more"), "Fix the build");
+        let long = "a".repeat(100);
+        let title = title_from(&long);
+        assert_eq!(title.chars().count(), 60);
+        assert!(title.ends_with('…'));
+    }
+}

@@ -1,0 +1,17 @@
+//! ahpd: the daemon that runs coding-agent CLIs side by side and serves them over the Agent Host
+//! Protocol. It is the parent and holds all state; every backend runs out of process as a worker
+//! (`docs/workers.md`). See `docs/architecture.md` for the code map.
+//!
+//! **Invariant:** no backend-specific code lives here; a backend is a worker reached through the
+//! worker protocol, even when the worker is this same binary re-executed (`ahpd worker <kind>`).
+
+pub mod agents;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod fsutil;
+pub mod host;
+pub mod paths;
+pub mod server;
+pub mod supervisor;
+pub mod worker;

@@ -1,0 +1,239 @@
+//! The listener: one port serving the AHP WebSocket upgrade at `/` (later `/ahp-mcp` beside it),
+//! with the door checks a developer's machine needs — the connection token, and refusing web pages
+//! and rebound host names — and the `--stdio` transport for a host nested inside another.
+
+pub mod stdio;
+pub mod ws;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::host::Host;
+
+/// The door's settings.
+#[derive(Debug, Clone)]
+pub struct DoorPolicy {
+    /// The connection token, when one is required.
+    pub token: Option<String>,
+    /// The address the listener is bound to.
+    pub bound: IpAddr,
+    /// Host names (beyond loopback and the bound address) a request may name.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (exact, e.g. `https://example.com`) a browser page may connect from.
+    pub allowed_origins: Vec<String>,
+    /// Frames over this many bytes are answered with an error and not read.
+    pub max_frame_bytes: usize,
+    /// Frames over this many bytes close the connection (the WebSocket's own limit).
+    pub hard_frame_bytes: usize,
+}
+
+#[derive(Clone)]
+struct AppState {
+    host: Host,
+    door: Arc<DoorPolicy>,
+}
+
+/// The router for the daemon's one listener.
+pub fn router(host: Host, door: DoorPolicy) -> Router {
+    let state = AppState {
+        host,
+        door: Arc::new(door),
+    };
+    Router::new()
+        .route("/", get(upgrade))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "Nothing here: ahpd serves AHP over a WebSocket at /\n",
+    )
+        .into_response()
+}
+
+async fn upgrade(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    if let Err(why) = check_host(&app.door, &headers) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    if let Err(why) = check_origin(&app.door, &headers) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    if let Err(why) = check_token(&app.door, &headers, &query) {
+        return (StatusCode::UNAUTHORIZED, why).into_response();
+    }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => {
+            return (
+                StatusCode::UPGRADE_REQUIRED,
+                format!("ahpd speaks AHP over a WebSocket here: {rejection}\n"),
+            )
+                .into_response()
+        }
+    };
+    let (host, door) = (app.host.clone(), app.door.clone());
+    ws.max_message_size(door.hard_frame_bytes)
+        .max_frame_size(door.hard_frame_bytes)
+        .on_upgrade(move |socket| ws::serve(host, socket, door.max_frame_bytes))
+}
+
+/// Refuses a `Host` that is neither loopback, the bound address, nor explicitly allowed: a page
+/// on a rebound DNS name must not reach the daemon.
+pub fn check_host(door: &DoorPolicy, headers: &HeaderMap) -> Result<(), String> {
+    let Some(value) = headers
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(());
+    };
+    let name = host_name(value);
+    let loopback =
+        matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost");
+    let literal: Option<IpAddr> = name.parse().ok();
+    let bound = literal
+        .is_some_and(|ip| ip == door.bound || (door.bound.is_unspecified() && literal.is_some()));
+    let allowed = door
+        .allowed_hosts
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(&name));
+    if loopback || bound || allowed || literal.is_some_and(|ip| ip.is_loopback()) {
+        Ok(())
+    } else {
+        Err(format!("Refused: the Host {value} is not this daemon's address. Add it to allowedHosts if it is yours.\n"))
+    }
+}
+
+/// `example.com:80` → `example.com`; `[::1]:80` → `::1`.
+fn host_name(value: &str) -> String {
+    let value = value.trim();
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("").to_ascii_lowercase();
+    }
+    value
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(value, |(h, _)| h)
+        .to_ascii_lowercase()
+}
+
+/// Refuses a browser page that was not explicitly allowed: a page a developer visits must never
+/// be able to drive their agents.
+pub fn check_origin(door: &DoorPolicy, headers: &HeaderMap) -> Result<(), String> {
+    let Some(origin) = headers.get(axum::http::header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    if door.allowed_origins.iter().any(|o| o == origin) {
+        Ok(())
+    } else {
+        Err(format!("Refused: a web page at {origin} may not connect. Add it to allowedOrigins if you trust it.\n"))
+    }
+}
+
+/// Accepts the token as `?tkn=`, `?token=` or `Authorization: Bearer`.
+pub fn check_token(
+    door: &DoorPolicy,
+    headers: &HeaderMap,
+    query: &std::collections::HashMap<String, String>,
+) -> Result<(), String> {
+    let Some(expected) = &door.token else {
+        return Ok(());
+    };
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let offered = query
+        .get("tkn")
+        .or_else(|| query.get("token"))
+        .map(String::as_str)
+        .or(bearer);
+    match offered {
+        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
+        Some(_) => Err("Refused: wrong connection token.\n".to_owned()),
+        None => Err("Refused: this daemon needs its connection token (?tkn=... or Authorization: Bearer ...).\n".to_owned()),
+    }
+}
+
+/// Compares without leaking where the first difference is.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn door() -> DoorPolicy {
+        DoorPolicy {
+            token: Some("s3cret".into()),
+            bound: "127.0.0.1".parse().expect("ip"),
+            allowed_hosts: vec!["devbox".into()],
+            allowed_origins: vec!["https://ok.example".into()],
+            max_frame_bytes: 1024,
+            hard_frame_bytes: 4096,
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn host_header_must_be_ours() {
+        let d = door();
+        assert!(check_host(&d, &headers(&[("host", "127.0.0.1:9187")])).is_ok());
+        assert!(check_host(&d, &headers(&[("host", "localhost:9187")])).is_ok());
+        assert!(check_host(&d, &headers(&[("host", "[::1]:9187")])).is_ok());
+        assert!(check_host(&d, &headers(&[("host", "devbox:9187")])).is_ok());
+        assert!(check_host(&d, &headers(&[("host", "evil.example:9187")])).is_err());
+    }
+
+    #[test]
+    fn web_pages_need_permission() {
+        let d = door();
+        assert!(check_origin(&d, &headers(&[])).is_ok());
+        assert!(check_origin(&d, &headers(&[("origin", "https://ok.example")])).is_ok());
+        assert!(check_origin(&d, &headers(&[("origin", "https://evil.example")])).is_err());
+    }
+
+    #[test]
+    fn token_in_query_or_header() {
+        let d = door();
+        let mut q = std::collections::HashMap::new();
+        assert!(check_token(&d, &headers(&[]), &q).is_err());
+        q.insert("tkn".to_owned(), "s3cret".to_owned());
+        assert!(check_token(&d, &headers(&[]), &q).is_ok());
+        q.insert("tkn".to_owned(), "nope".to_owned());
+        assert!(check_token(&d, &headers(&[]), &q).is_err());
+        assert!(check_token(
+            &d,
+            &headers(&[("authorization", "Bearer s3cret")]),
+            &Default::default()
+        )
+        .is_ok());
+    }
+}

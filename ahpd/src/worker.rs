@@ -1,0 +1,17 @@
+//! `ahpd worker <kind>`: this binary serving one built-in backend over its own stdio.
+
+use std::process::ExitCode;
+
+/// Runs the worker for `kind`, or says which kinds exist.
+pub fn run(kind: &str) -> ExitCode {
+    match agent_runner::builtin_factory(kind) {
+        Some(factory) => agent_runner::run_stdio_worker(factory),
+        None => {
+            eprintln!(
+                "ahpd worker: no backend of kind {kind}; this build has {}",
+                crate::agents::BUILT_IN_KINDS.join(", ")
+            );
+            ExitCode::from(crate::daemon::EXIT_USAGE)
+        }
+    }
+}

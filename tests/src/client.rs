@@ -1,0 +1,396 @@
+//! A client as a client really is: the official `ahp` 1.0.0 client over `ahp-ws`, folding every
+//! envelope it receives through `ahp::reducers` into a mirror of each channel it watches, and
+//! checking that mirror against a fresh snapshot from the host.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use ahp::reducers::{
+    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root,
+    apply_action_to_session, ReduceOutcome,
+};
+use ahp::{Client, ClientConfig, ClientEventStream, SubscriptionEvent};
+use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
+use ahp_types::commands::InitializeResult;
+use ahp_types::state::{
+    ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot,
+    SnapshotState, Turn,
+};
+use ahp_types::ROOT_RESOURCE_URI;
+use anyhow::{anyhow, bail, Context};
+use serde_json::Value;
+
+/// How long any one wait in a test may take before it fails (a safety net, not a measurement).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Removes `null` values (absent and `null` mean the same to a client).
+pub fn strip_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}
+
+/// A user message.
+pub fn user_message(text: &str) -> Message {
+    Message {
+        text: text.to_owned(),
+        origin: MessageOrigin {
+            kind: MessageKind::User,
+        },
+        attachments: None,
+        model: None,
+        agent: None,
+        meta: None,
+    }
+}
+
+/// Now, RFC 3339 with milliseconds.
+pub fn now_iso() -> String {
+    format!("{:.3}", jiff::Timestamp::now())
+}
+
+/// Channel states as this client folded them.
+#[derive(Default)]
+pub struct Mirror {
+    /// State by channel.
+    pub states: HashMap<String, SnapshotState>,
+    from_seq: HashMap<String, i64>,
+}
+
+impl Mirror {
+    /// Takes a snapshot as the channel's starting point.
+    pub fn seed(&mut self, snapshot: Snapshot) {
+        self.from_seq
+            .insert(snapshot.resource.clone(), snapshot.from_seq);
+        self.states.insert(snapshot.resource, snapshot.state);
+    }
+
+    /// Folds one envelope; answers the reducer's outcome, or `None` when it did not apply (a
+    /// rejection, something the snapshot already holds, a channel not watched).
+    pub fn fold(&mut self, env: &ActionEnvelope) -> Option<ReduceOutcome> {
+        if env.rejection_reason.is_some() {
+            return None;
+        }
+        let from = *self.from_seq.get(&env.channel)?;
+        if i64::try_from(env.server_seq).unwrap_or(i64::MAX) <= from {
+            return None;
+        }
+        Some(match self.states.get_mut(&env.channel)? {
+            SnapshotState::Root(r) => apply_action_to_root(r, &env.action),
+            SnapshotState::Session(s) => apply_action_to_session(s, &env.action),
+            SnapshotState::Chat(c) => apply_action_to_chat(c, &env.action),
+            SnapshotState::Annotations(a) => apply_action_to_annotations(a, &env.action),
+            _ => ReduceOutcome::OutOfScope,
+        })
+    }
+
+    /// A session's folded state.
+    pub fn session(&self, uri: &str) -> Option<&SessionState> {
+        match self.states.get(uri)? {
+            SnapshotState::Session(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A chat's folded state.
+    pub fn chat(&self, uri: &str) -> Option<&ChatState> {
+        match self.states.get(uri)? {
+            SnapshotState::Chat(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// One connected client.
+pub struct TestClient {
+    /// The official client.
+    pub client: Client,
+    /// Its client id.
+    pub client_id: String,
+    events: ClientEventStream,
+    /// Envelopes received and not yet folded (they are past the last snapshot compared).
+    held: VecDeque<ActionEnvelope>,
+    /// What it folded.
+    pub mirror: Mirror,
+    /// Every envelope it received, in order.
+    pub envelopes: Vec<ActionEnvelope>,
+    /// Every protocol notification it received.
+    pub notifications: Vec<SubscriptionEvent>,
+    /// The handshake's answer.
+    pub init: Option<InitializeResult>,
+}
+
+fn config() -> ClientConfig {
+    ClientConfig {
+        default_request_timeout: Some(PATIENCE),
+        subscription_buffer: 1 << 16,
+    }
+}
+
+impl TestClient {
+    /// Connects without a handshake.
+    pub async fn connect_raw(url: &str, client_id: &str) -> anyhow::Result<Self> {
+        let transport = ahp_ws::WebSocketTransport::connect(url)
+            .await
+            .map_err(|e| anyhow!("connect {url}: {e}"))?;
+        let client = Client::connect(transport, config())
+            .await
+            .map_err(|e| anyhow!("client: {e}"))?;
+        let events = client.events();
+        Ok(Self {
+            client,
+            client_id: client_id.to_owned(),
+            events,
+            held: VecDeque::new(),
+            mirror: Mirror::default(),
+            envelopes: Vec::new(),
+            notifications: Vec::new(),
+            init: None,
+        })
+    }
+
+    /// Connects and says `initialize`, subscribed to the root channel.
+    pub async fn connect(url: &str, client_id: &str) -> anyhow::Result<Self> {
+        let mut this = Self::connect_raw(url, client_id).await?;
+        let versions = ahp_types::SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect();
+        let init = this
+            .client
+            .initialize(
+                client_id.to_owned(),
+                versions,
+                vec![ROOT_RESOURCE_URI.to_owned()],
+            )
+            .await
+            .map_err(|e| anyhow!("initialize: {e}"))?;
+        for snapshot in init.snapshots.clone() {
+            this.mirror.seed(snapshot);
+        }
+        this.init = Some(init);
+        Ok(this)
+    }
+
+    /// Takes every event already received, folding what the mirror may fold now.
+    pub fn pump(&mut self) -> anyhow::Result<()> {
+        while let Some(event) = self.try_next() {
+            self.take(event)?;
+        }
+        Ok(())
+    }
+
+    fn try_next(&mut self) -> Option<SubscriptionEvent> {
+        let now = futures_util::FutureExt::now_or_never(self.events.recv());
+        now.flatten().map(|e| e.event)
+    }
+
+    fn take(&mut self, event: SubscriptionEvent) -> anyhow::Result<()> {
+        match event {
+            SubscriptionEvent::Action(env) => {
+                self.envelopes.push(env.clone());
+                self.held.push_back(env);
+                self.fold_held(u64::MAX)?;
+            }
+            other => self.notifications.push(other),
+        }
+        Ok(())
+    }
+
+    fn fold_held(&mut self, up_to: u64) -> anyhow::Result<()> {
+        while self.held.front().is_some_and(|e| e.server_seq <= up_to) {
+            let Some(env) = self.held.pop_front() else {
+                break;
+            };
+            if let Some(ReduceOutcome::Invalid(e)) = self.mirror.fold(&env) {
+                bail!(
+                    "the reducer found envelope {} invalid: {e:?}",
+                    env.server_seq
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the next event, at most `within`.
+    pub async fn next_event(&mut self, within: Duration) -> anyhow::Result<()> {
+        let event = tokio::time::timeout(within, self.events.recv())
+            .await
+            .context("no event in time")?;
+        let event = event.ok_or_else(|| anyhow!("the connection closed"))?;
+        self.take(event.event)
+    }
+
+    /// Waits until `predicate` holds on the mirror.
+    pub async fn until(
+        &mut self,
+        what: &str,
+        predicate: impl Fn(&Mirror) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            self.pump()?;
+            if predicate(&self.mirror) {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                bail!("waited {PATIENCE:?} for {what}");
+            }
+            let _ = self.next_event(left).await;
+        }
+    }
+
+    /// Subscribes and seeds the mirror with the snapshot.
+    pub async fn subscribe(&mut self, uri: &str) -> anyhow::Result<()> {
+        let (result, _sub) = self
+            .client
+            .subscribe(uri.to_owned())
+            .await
+            .map_err(|e| anyhow!("subscribe {uri}: {e}"))?;
+        let snapshot = result
+            .snapshot
+            .ok_or_else(|| anyhow!("subscribe {uri}: no snapshot"))?;
+        self.pump()?;
+        self.mirror.seed(snapshot);
+        Ok(())
+    }
+
+    /// A raw request.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ahp::ClientError> {
+        self.client.request::<Value, Value>(method, params).await
+    }
+
+    /// Creates a session on `provider` with `config`, waits until it is ready, and subscribes to it
+    /// and its default chat. Answers (session, chat).
+    pub async fn create_session(
+        &mut self,
+        provider: &str,
+        config: Option<Value>,
+    ) -> anyhow::Result<(String, String)> {
+        let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+        let mut params = serde_json::json!({ "channel": session, "provider": provider });
+        if let Some(config) = config {
+            params["config"] = config;
+        }
+        self.request("createSession", params)
+            .await
+            .map_err(|e| anyhow!("createSession: {e}"))?;
+        self.subscribe(&session).await?;
+        let s = session.clone();
+        self.until("the session to be ready", move |m| {
+            m.session(&s).is_some_and(|st| {
+                st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some()
+            })
+        })
+        .await?;
+        let chat = self
+            .mirror
+            .session(&session)
+            .and_then(|s| s.default_chat.clone())
+            .ok_or_else(|| anyhow!("no default chat"))?;
+        self.subscribe(&chat).await?;
+        Ok((session, chat))
+    }
+
+    /// Dispatches an action; answers its client sequence number.
+    pub async fn dispatch(&self, channel: &str, action: StateAction) -> anyhow::Result<i64> {
+        let handle = self
+            .client
+            .dispatch(channel.to_owned(), action)
+            .await
+            .map_err(|e| anyhow!("dispatch: {e}"))?;
+        Ok(handle.client_seq)
+    }
+
+    /// Starts a turn with `text`; answers its id.
+    pub async fn send(&self, chat: &str, text: &str) -> anyhow::Result<String> {
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let action = StateAction::ChatTurnStarted(ChatTurnStartedAction {
+            turn_id: turn_id.clone(),
+            started_at: now_iso(),
+            message: user_message(text),
+            queued_message_id: None,
+            meta: None,
+        });
+        self.dispatch(chat, action).await?;
+        Ok(turn_id)
+    }
+
+    /// Waits until turn `turn_id` is in the chat's history, and answers it.
+    pub async fn finished(&mut self, chat: &str, turn_id: &str) -> anyhow::Result<Turn> {
+        let (c, t) = (chat.to_owned(), turn_id.to_owned());
+        self.until(&format!("turn {turn_id} to end"), move |m| {
+            m.chat(&c)
+                .is_some_and(|st| st.turns.iter().any(|x| x.id == t))
+        })
+        .await?;
+        self.mirror
+            .chat(chat)
+            .and_then(|c| c.turns.iter().find(|t| t.id == turn_id).cloned())
+            .ok_or_else(|| anyhow!("turn {turn_id} vanished"))
+    }
+
+    /// Sends `text` and waits for the turn to end.
+    pub async fn turn(&mut self, chat: &str, text: &str) -> anyhow::Result<Turn> {
+        let id = self.send(chat, text).await?;
+        self.finished(chat, &id).await
+    }
+
+    /// Asks the host for a fresh snapshot of `uri` and checks that what this client folded up to
+    /// that snapshot's `fromSeq` equals it (after stripping nulls).
+    pub async fn check_against_snapshot(&mut self, uri: &str) -> anyhow::Result<()> {
+        let answer = self
+            .request("subscribe", serde_json::json!({ "channel": uri }))
+            .await
+            .map_err(|e| anyhow!("fresh subscribe {uri}: {e}"))?;
+        let snapshot: Snapshot =
+            serde_json::from_value(answer["snapshot"].clone()).context("snapshot")?;
+        // Everything up to fromSeq was sent before the answer; fold exactly that much.
+        while let Some(event) = self.try_next() {
+            match event {
+                SubscriptionEvent::Action(env) => {
+                    self.envelopes.push(env.clone());
+                    self.held.push_back(env);
+                }
+                other => self.notifications.push(other),
+            }
+        }
+        self.fold_held(u64::try_from(snapshot.from_seq).unwrap_or(0))?;
+        let folded = self
+            .mirror
+            .states
+            .get(uri)
+            .ok_or_else(|| anyhow!("not watching {uri}"))?;
+        let ours = strip_nulls(serde_json::to_value(folded)?);
+        let theirs = strip_nulls(serde_json::to_value(&snapshot.state)?);
+        if ours != theirs {
+            bail!(
+                "the folded state of {uri} differs from the host's snapshot at seq {}:\nfolded:   {}\nsnapshot: {}",
+                snapshot.from_seq,
+                serde_json::to_string(&ours)?,
+                serde_json::to_string(&theirs)?
+            );
+        }
+        self.fold_held(u64::MAX)?;
+        Ok(())
+    }
+}
+
+/// The text of a turn's markdown parts, joined.
+pub fn turn_text(turn: &Turn) -> String {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ahp_types::state::ResponsePart::Markdown(m) => Some(m.content.as_str()),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,265 @@
+//! Runs the real `ahpd` binary as a child process in its own folders, reads its announcement, and
+//! stops or kills it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The `ahpd` binary the tests run: `$AHPD_BIN`, else `target/debug/ahpd` of this workspace.
+pub fn ahpd_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_BIN") {
+        return PathBuf::from(bin);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        });
+    let bin = target.join("debug").join("ahpd");
+    assert!(
+        bin.exists(),
+        "{} does not exist: run scripts/test (or `cargo build -p ahpd`) before the end-to-end tests",
+        bin.display()
+    );
+    bin
+}
+
+/// How to start a daemon.
+#[derive(Clone, Default)]
+pub struct DaemonOptions {
+    /// `config.json` contents (written to the daemon's own config folder).
+    pub config: Option<serde_json::Value>,
+    /// Extra command-line arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl DaemonOptions {
+    /// A daemon with this config.
+    pub fn with_config(config: serde_json::Value) -> Self {
+        Self {
+            config: Some(config),
+            ..Self::default()
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    child: Child,
+    /// Its `ws://` URL (without a token).
+    pub url: String,
+    /// The folder its XDG config and data folders live in.
+    pub home: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+    /// Everything it wrote to stdout after the first line.
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    /// Everything it wrote to stderr.
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts a daemon with echo only, on a free port, in a fresh folder.
+    pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(DaemonOptions::default()).await
+    }
+
+    /// Starts a daemon in a fresh folder.
+    pub async fn start_with(options: DaemonOptions) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("ahpd-test-")
+            .tempdir()
+            .context("temp dir")?;
+        let home = dir.path().to_owned();
+        let mut daemon = Self::start_in(&home, options).await?;
+        daemon._dir = Some(dir);
+        Ok(daemon)
+    }
+
+    /// Starts a daemon whose folders are under `home` (kept: a second daemon can start there).
+    pub async fn start_in(home: &Path, options: DaemonOptions) -> anyhow::Result<Self> {
+        let config_dir = home.join("config").join("ahpd");
+        std::fs::create_dir_all(&config_dir)?;
+        if let Some(config) = &options.config {
+            std::fs::write(
+                config_dir.join("config.json"),
+                serde_json::to_vec_pretty(config)?,
+            )?;
+        }
+        let mut command = Command::new(ahpd_bin());
+        if !options.args.iter().any(|a| a == "--port") {
+            command.args(["--port", "0"]);
+        }
+        command
+            .args(&options.args)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("HOME", home)
+            .env_remove("AHPD_CONFIG")
+            .env(
+                "AHPD_LOG",
+                std::env::var("AHPD_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().context("spawning ahpd")?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let err_lines = Arc::new(Mutex::new(Vec::new()));
+        {
+            let err_lines = err_lines.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if std::env::var_os("AHPD_TEST_ECHO_LOG").is_some() {
+                        eprintln!("[ahpd] {line}");
+                    }
+                    err_lines
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(line);
+                }
+            });
+        }
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+        let first = match first {
+            Ok(Ok(Some(line))) => line,
+            other => {
+                let status = child.try_wait().ok().flatten();
+                let log = err_lines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .join("\n");
+                bail!(
+                    "ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}"
+                );
+            }
+        };
+        let url = first
+            .strip_prefix("ahpd on ")
+            .ok_or_else(|| anyhow!("unexpected first line: {first}"))?
+            .trim()
+            .to_owned();
+        let out_lines = Arc::new(Mutex::new(Vec::new()));
+        {
+            let out_lines = out_lines.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    out_lines
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(line);
+                }
+            });
+        }
+        Ok(Self {
+            child,
+            url,
+            home: home.to_owned(),
+            _dir: None,
+            stdout: out_lines,
+            stderr: err_lines,
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> i32 {
+        self.child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .unwrap_or(0)
+    }
+
+    /// Its stderr so far.
+    pub fn log(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join("\n")
+    }
+
+    /// Waits until its stderr has a line containing `needle`.
+    pub async fn wait_for_log(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(line) = self
+                .stderr
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .find(|l| l.contains(needle))
+            {
+                return Ok(line.clone());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "the daemon's log never said {needle:?}; it said:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for it to exit.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
+    }
+
+    /// Kills it with SIGKILL (no chance to tidy up) and reaps it.
+    pub async fn kill9(&mut self) -> anyhow::Result<()> {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGKILL,
+        )?;
+        self.child.wait().await?;
+        Ok(())
+    }
+}
+
+/// Every process whose parent is `pid` (from /proc).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| parent_of(*child) == Some(pid))
+        .collect()
+}
+
+/// A process's parent (from /proc).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// True while a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
