@@ -9,3 +9,4 @@ pub mod mocks;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
 pub use daemon::{Daemon, DaemonOptions};
+pub mod raw;

@@ -318,6 +318,7 @@ impl Host {
         if let Some(entry) = core.ch.conn_mut(conn.id) {
             entry.client_id = Some(client_id.to_owned());
         }
+        core.known_clients.insert(client_id.to_owned());
         conn.client_id = Some(client_id.to_owned());
     }
 
@@ -519,11 +520,11 @@ impl Host {
             None => 0,
             Some(cursor) => decode_cursor(cursor)
                 .map(|(modified, uri)| {
+                    // Newest first, then by URI: everything after the cursor's row.
                     all.iter()
                         .position(|s| {
-                            (s.modified_at.as_str(), s.resource.as_str())
-                                < (modified.as_str(), uri.as_str())
-                                && s.modified_at <= modified
+                            s.modified_at < modified
+                                || (s.modified_at == modified && s.resource > uri)
                         })
                         .unwrap_or(all.len())
                 })

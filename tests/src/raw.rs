@@ -1,0 +1,133 @@
+//! A raw WebSocket peer for what the official client will not send: malformed frames, string ids,
+//! batches, oversized messages, and upgrades with hostile headers.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A raw connection.
+pub struct RawSocket {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+/// Opens a WebSocket to `url` with extra headers; on an HTTP refusal answers its status.
+pub async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u16> {
+    let mut request = url.into_client_request().map_err(|_| 0u16)?;
+    for (k, v) in headers {
+        let name = tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| 0u16)?;
+        request
+            .headers_mut()
+            .insert(name, v.parse().map_err(|_| 0u16)?);
+    }
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(64 << 20))
+        .max_frame_size(Some(64 << 20));
+    match tokio_tungstenite::connect_async_with_config(request, Some(config), false).await {
+        Ok((ws, _)) => Ok(RawSocket { ws }),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            Err(response.status().as_u16())
+        }
+        Err(_) => Err(0),
+    }
+}
+
+impl RawSocket {
+    /// Connects with no extra headers.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        upgrade(url, &[])
+            .await
+            .map_err(|status| anyhow!("upgrade refused with HTTP {status}"))
+    }
+
+    /// Sends one text frame.
+    pub async fn send_text(&mut self, text: impl Into<String>) -> anyhow::Result<()> {
+        self.ws.send(Message::Text(text.into().into())).await?;
+        Ok(())
+    }
+
+    /// Sends a JSON value as one frame.
+    pub async fn send(&mut self, value: Value) -> anyhow::Result<()> {
+        self.send_text(value.to_string()).await
+    }
+
+    /// The next JSON message, waiting at most 30 s.
+    pub async fn recv(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .map_err(|_| anyhow!("no message within 30 s"))?
+                .ok_or_else(|| anyhow!("the connection closed"))??;
+            match message {
+                Message::Text(text) => return Ok(serde_json::from_str(&text)?),
+                Message::Close(frame) => bail!("the connection closed: {frame:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// The next response (skipping notifications).
+    pub async fn response(&mut self) -> anyhow::Result<Value> {
+        loop {
+            let message = self.recv().await?;
+            if message.get("method").is_none() {
+                return Ok(message);
+            }
+        }
+    }
+
+    /// Sends a request and waits for the response with its id.
+    pub async fn call(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.send(
+            serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
+        )
+        .await?;
+        loop {
+            let message = self.response().await?;
+            if message.get("id") == Some(&Value::from(id)) {
+                return Ok(message);
+            }
+        }
+    }
+
+    /// True once the peer closed the connection (within 10 s).
+    pub async fn closed(&mut self) -> bool {
+        let wait = async {
+            loop {
+                match self.ws.next().await {
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return true,
+                    Some(Ok(_)) => continue,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// An HTTP GET on the daemon's port; answers the status code.
+pub async fn http_status(url: &str, path: &str) -> anyhow::Result<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("ws://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow!("no status line"))?;
+    Ok(status.parse()?)
+}
