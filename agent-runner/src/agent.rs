@@ -6,9 +6,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{AgentSelection, Message, ModelSelection, Turn};
 use async_trait::async_trait;
 use protocol::{
-    codes, AgentDescriptor, AnswerParams, At, CompletionsParams, CompletionsResult, ConfirmParams,
-    Listed, Policy, ProbeResult, RpcError, SchemaResult, SendMessageParams, SetConfigResult, Start,
-    SteerParams, ToolSpec,
+    codes, AgentDescriptor, AnswerParams, At, CompletionsParams, CompletionsResult, ConfirmParams, Listed, Policy,
+    ProbeResult, RpcError, SchemaResult, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec,
 };
 use serde_json::Value;
 
@@ -60,10 +59,7 @@ pub trait Agent: Send + Sync + 'static {
     fn schema(&self, policy: &Policy) -> SchemaResult;
 
     /// Answers for a key of its own schema.
-    async fn completions(
-        &self,
-        _params: CompletionsParams,
-    ) -> Result<CompletionsResult, AgentError> {
+    async fn completions(&self, _params: CompletionsParams) -> Result<CompletionsResult, AgentError> {
         Ok(CompletionsResult::default())
     }
 
@@ -98,8 +94,7 @@ pub trait Agent: Send + Sync + 'static {
     }
 
     /// Starts (or resumes) one conversation.
-    async fn create(&self, start: Start, host: SessionHost)
-        -> Result<Arc<dyn Session>, AgentError>;
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError>;
 
     /// The worker is stopping; sessions were closed already.
     async fn shutdown(&self) {}
@@ -181,10 +176,7 @@ pub trait Session: Send + Sync + 'static {
 
 /// Seed 004's refusal for a key the session does not take.
 pub fn not_writable(key: &str) -> SetConfigResult {
-    SetConfigResult {
-        accepted: false,
-        refusal: Some(format!("Session configuration '{key}' is not writable.")),
-    }
+    SetConfigResult { accepted: false, refusal: Some(format!("Session configuration '{key}' is not writable.")) }
 }
 
 /// Seed 004's refusal for a value the session does not offer.
@@ -195,16 +187,19 @@ pub fn not_offered(key: &str, value: &Value) -> SetConfigResult {
     };
     SetConfigResult {
         accepted: false,
-        refusal: Some(format!(
-            "Session configuration '{key}' does not offer '{shown}'."
-        )),
+        refusal: Some(format!("Session configuration '{key}' does not offer '{shown}'.")),
     }
 }
 
 /// A value taken as it was sent.
 pub fn accepted() -> SetConfigResult {
-    SetConfigResult {
-        accepted: true,
-        refusal: None,
+    SetConfigResult { accepted: true, refusal: None }
+}
+
+/// The capability of a backend that holds any number of chats in a session, none forked.
+pub fn multiple_chats() -> ahp_types::state::AgentCapabilities {
+    ahp_types::state::AgentCapabilities {
+        multiple_chats: Some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+        multiple_working_directories: None,
     }
 }

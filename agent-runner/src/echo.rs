@@ -9,8 +9,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, UsageInfo};
 use async_trait::async_trait;
 use protocol::{
-    AgentDescriptor, AgentFeatures, InitializeParams, Policy, SchemaResult, SendMessageParams,
-    SetConfigResult, Start, SteerParams,
+    AgentDescriptor, AgentFeatures, InitializeParams, Policy, SchemaResult, SendMessageParams, SetConfigResult, Start,
+    SteerParams,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -31,21 +31,9 @@ pub struct Echo {
 impl Echo {
     /// Builds the agent from its config entry's options.
     pub fn from_init(init: &InitializeParams) -> Self {
-        let pace = init
-            .options
-            .get("paceMs")
-            .and_then(Value::as_u64)
-            .unwrap_or(20);
-        let chunk_words = init
-            .options
-            .get("chunkWords")
-            .and_then(Value::as_u64)
-            .unwrap_or(1)
-            .max(1);
-        Self {
-            pace: Duration::from_millis(pace),
-            chunk_words: usize::try_from(chunk_words).unwrap_or(1),
-        }
+        let pace = init.options.get("paceMs").and_then(Value::as_u64).unwrap_or(20);
+        let chunk_words = init.options.get("chunkWords").and_then(Value::as_u64).unwrap_or(1).max(1);
+        Self { pace: Duration::from_millis(pace), chunk_words: usize::try_from(chunk_words).unwrap_or(1) }
     }
 }
 
@@ -57,12 +45,7 @@ pub fn echo_schema() -> SchemaResult {
         description: Some("How the echo says your words back".into()),
         default: Some(Value::String("plain".into())),
         r#enum: Some(VOICES.iter().map(|v| Value::String((*v).into())).collect()),
-        enum_labels: Some(vec![
-            "Plain".into(),
-            "Shouty".into(),
-            "Backwards".into(),
-            "Whisper".into(),
-        ]),
+        enum_labels: Some(vec!["Plain".into(), "Shouty".into(), "Backwards".into(), "Whisper".into()]),
         enum_descriptions: None,
         read_only: None,
         items: None,
@@ -93,11 +76,8 @@ impl Agent for Echo {
             provider: "echo".into(),
             display_name: "Echo".into(),
             description: Some("Says your words back; no model, no subprocess".into()),
-            capabilities: None,
-            features: AgentFeatures {
-                steering: true,
-                ..AgentFeatures::default()
-            },
+            capabilities: Some(crate::agent::multiple_chats()),
+            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
         }
     }
 
@@ -105,11 +85,7 @@ impl Agent for Echo {
         echo_schema()
     }
 
-    async fn create(
-        &self,
-        start: Start,
-        host: SessionHost,
-    ) -> Result<Arc<dyn Session>, AgentError> {
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
         let mut settings = echo_schema().defaults;
         if let Some(Value::String(voice)) = start.settings.get("voice") {
             if VOICES.contains(&voice.as_str()) {
@@ -120,11 +96,7 @@ impl Agent for Echo {
             host,
             pace: self.pace,
             chunk_words: self.chunk_words,
-            state: Mutex::new(EchoState {
-                settings,
-                queue: VecDeque::new(),
-                running: None,
-            }),
+            state: Mutex::new(EchoState { settings, queue: VecDeque::new(), running: None }),
         });
         Ok(Arc::new(session))
     }
@@ -195,17 +167,9 @@ impl EchoSession {
             };
             let cancel = CancellationToken::new();
             let steering = Arc::new(Mutex::new(Vec::new()));
-            state.running = Some(Running {
-                turn_id: params.turn_id.clone(),
-                cancel: cancel.clone(),
-                steering: steering.clone(),
-            });
-            let voice = state
-                .settings
-                .get("voice")
-                .and_then(Value::as_str)
-                .unwrap_or("plain")
-                .to_owned();
+            state.running =
+                Some(Running { turn_id: params.turn_id.clone(), cancel: cancel.clone(), steering: steering.clone() });
+            let voice = state.settings.get("voice").and_then(Value::as_str).unwrap_or("plain").to_owned();
             (params, cancel, steering, voice)
         };
         let session = self.clone();

@@ -5,8 +5,7 @@ use ahp_types::state::ContentRef;
 use ahp_types::Uri;
 use protocol::methods::worker;
 use protocol::{
-    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, ToolOutcome, ToolRunParams,
-    TurnRecordedParams,
+    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, ToolOutcome, ToolRunParams, TurnRecordedParams,
 };
 use serde_json::Value;
 
@@ -24,11 +23,7 @@ pub struct SessionHost {
 impl SessionHost {
     /// A handle for the conversation `chat` of `session`.
     pub fn new(peer: Peer, session: Uri, chat: Uri) -> Self {
-        Self {
-            peer,
-            session,
-            chat,
-        }
+        Self { peer, session, chat }
     }
 
     /// The session channel.
@@ -52,14 +47,7 @@ impl SessionHost {
     }
 
     fn emit(&self, channel: EmitChannel, action: StateAction) {
-        self.peer.notify(
-            worker::EMIT,
-            EmitParams {
-                chat: self.chat.clone(),
-                channel,
-                action,
-            },
-        );
+        self.peer.notify(worker::EMIT, EmitParams { chat: self.chat.clone(), channel, action });
     }
 
     /// Says what the backend wrote a turn down as, when it names turns its own way.
@@ -90,10 +78,7 @@ impl SessionHost {
             name: name.to_owned(),
             input,
         };
-        self.peer
-            .request(worker::TOOL_RUN, params)
-            .await
-            .map_err(|e| AgentError::Host(e.to_string()))
+        self.peer.request(worker::TOOL_RUN, params).await.map_err(|e| AgentError::Host(e.to_string()))
     }
 
     /// Hands the host content a part would carry inline; answers where it was kept, if anywhere.
@@ -113,11 +98,8 @@ impl SessionHost {
             content_type: content_type.to_owned(),
             data: data_base64,
         };
-        let result: KeepResourceResult = self
-            .peer
-            .request(worker::RESOURCE_KEEP, params)
-            .await
-            .map_err(|e| AgentError::Host(e.to_string()))?;
+        let result: KeepResourceResult =
+            self.peer.request(worker::RESOURCE_KEEP, params).await.map_err(|e| AgentError::Host(e.to_string()))?;
         Ok(result.content_ref)
     }
 }

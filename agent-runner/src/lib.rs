@@ -30,12 +30,8 @@ use std::sync::Arc;
 /// The factory for a built-in test agent kind (`echo`, `notes`), or `None` for another kind.
 pub fn builtin_factory(kind: &str) -> Option<AgentFactory> {
     match kind {
-        "echo" => Some(Box::new(|init, _ctx| {
-            Ok(Arc::new(echo::Echo::from_init(init)) as Arc<dyn Agent>)
-        })),
-        "notes" => Some(Box::new(|init, _ctx| {
-            Ok(Arc::new(notes::Notes::from_init(init)) as Arc<dyn Agent>)
-        })),
+        "echo" => Some(Box::new(|init, _ctx| Ok(Arc::new(echo::Echo::from_init(init)) as Arc<dyn Agent>))),
+        "notes" => Some(Box::new(|init, _ctx| Ok(Arc::new(notes::Notes::from_init(init)) as Arc<dyn Agent>))),
         _ => None,
     }
 }

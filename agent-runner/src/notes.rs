@@ -18,16 +18,15 @@ use std::time::Duration;
 
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
-    ChatInputAnswer, ChatInputAnswerValue, ChatInputQuestion, ChatInputRequest,
-    ChatInputResponseKind, ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind,
-    Message, MessageKind, MessageOrigin, SessionConfigPropertySchema, SessionConfigSchema,
-    ToolCallClientContributor, ToolCallContributor,
+    ChatInputAnswer, ChatInputAnswerValue, ChatInputQuestion, ChatInputRequest, ChatInputResponseKind,
+    ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind, Message, MessageKind, MessageOrigin,
+    SessionConfigPropertySchema, SessionConfigSchema, ToolCallClientContributor, ToolCallContributor,
 };
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use protocol::{
-    AgentDescriptor, AgentFeatures, AnswerParams, ConfirmParams, InitializeParams, Policy,
-    SchemaResult, SendMessageParams, SetConfigResult, Start, ToolSpec,
+    AgentDescriptor, AgentFeatures, AnswerParams, ConfirmParams, InitializeParams, Policy, SchemaResult,
+    SendMessageParams, SetConfigResult, Start, ToolSpec,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -97,8 +96,8 @@ impl Agent for Notes {
             provider: "notes".into(),
             display_name: "Notes".into(),
             description: Some("Keeps notes; asks before it writes one".into()),
-            capabilities: None,
-            features: AgentFeatures::default(),
+            capabilities: Some(crate::agent::multiple_chats()),
+            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
         }
     }
 
@@ -106,11 +105,7 @@ impl Agent for Notes {
         notes_schema()
     }
 
-    async fn create(
-        &self,
-        start: Start,
-        host: SessionHost,
-    ) -> Result<Arc<dyn Session>, AgentError> {
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
         let mut settings = notes_schema().defaults;
         if let Some(Value::String(ask)) = start.settings.get("ask") {
             if ASK.contains(&ask.as_str()) {
@@ -147,7 +142,7 @@ struct NotesState {
     settings: JsonObject,
     tools: Vec<ToolSpec>,
     queue: VecDeque<SendMessageParams>,
-    running: Option<(String, CancellationToken)>,
+    running: Option<(String, CancellationToken, Writer)>,
     // Parked questions live in maps keyed by id: two parallel tools ask twice before either is
     // answered, and one slot would lose the first.
     confirmations: HashMap<String, oneshot::Sender<Decision>>,
@@ -183,17 +178,11 @@ enum Command {
 }
 
 fn parse(text: &str) -> Vec<Command> {
-    text.split([';', '\n'])
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(parse_one)
-        .collect()
+    text.split([';', '\n']).map(str::trim).filter(|c| !c.is_empty()).map(parse_one).collect()
 }
 
 fn parse_one(command: &str) -> Command {
-    let (verb, rest) = command
-        .split_once(char::is_whitespace)
-        .unwrap_or((command, ""));
+    let (verb, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
     let rest = rest.trim();
     match verb {
         "read" if rest.is_empty() => Command::Read(None),
@@ -206,8 +195,7 @@ fn parse_one(command: &str) -> Command {
         "ask" => Command::Ask(rest.to_owned()),
         "call" => {
             let (name, json) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
-            let input =
-                serde_json::from_str(json.trim()).unwrap_or(Value::Object(JsonObject::new()));
+            let input = serde_json::from_str(json.trim()).unwrap_or(Value::Object(JsonObject::new()));
             Command::Call(name.to_owned(), input)
         }
         "fail" => Command::Fail,
@@ -220,15 +208,13 @@ fn parse_one(command: &str) -> Command {
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         && !name.starts_with('.')
 }
 
 impl NotesSession {
     fn pump(self: &Arc<Self>) {
-        let (params, cancel) = {
+        let (params, cancel, writer) = {
             let mut state = lock(&self.state);
             if state.running.is_some() {
                 return;
@@ -237,12 +223,13 @@ impl NotesSession {
                 return;
             };
             let cancel = CancellationToken::new();
-            state.running = Some((params.turn_id.clone(), cancel.clone()));
-            (params, cancel)
+            let writer: Writer = Arc::new(Mutex::new(TurnWriter::new(self.host.clone(), params.turn_id.clone())));
+            state.running = Some((params.turn_id.clone(), cancel.clone(), writer.clone()));
+            (params, cancel, writer)
         };
         let session = self.clone();
         tokio::spawn(async move {
-            let later = session.run_turn(params, cancel).await;
+            let later = session.run_turn(params, cancel, writer).await;
             for text in later {
                 session.own_turn(text).await;
             }
@@ -256,11 +243,8 @@ impl NotesSession {
         self: &Arc<Self>,
         params: SendMessageParams,
         cancel: CancellationToken,
+        writer: Writer,
     ) -> Vec<String> {
-        let writer: Writer = Arc::new(Mutex::new(TurnWriter::new(
-            self.host.clone(),
-            params.turn_id.clone(),
-        )));
         let commands = parse(&params.message.text);
         let mut later = Vec::new();
         let mut fail_turn = false;
@@ -299,9 +283,7 @@ impl NotesSession {
         };
         let message = Message {
             text: text.clone(),
-            origin: MessageOrigin {
-                kind: MessageKind::Agent,
-            },
+            origin: MessageOrigin { kind: MessageKind::Agent },
             attachments: None,
             model: None,
             agent: None,
@@ -317,12 +299,7 @@ impl NotesSession {
     }
 
     fn ask_setting(&self) -> String {
-        lock(&self.state)
-            .settings
-            .get("ask")
-            .and_then(Value::as_str)
-            .unwrap_or("writes")
-            .to_owned()
+        lock(&self.state).settings.get("ask").and_then(Value::as_str).unwrap_or("writes").to_owned()
     }
 
     async fn run_command(self: Arc<Self>, writer: Writer, n: usize, command: Command) {
@@ -346,15 +323,7 @@ impl NotesSession {
                 let mut w = lock(&writer);
                 w.tool_start(&id, "fail", "Fail", None);
                 w.tool_running(&id, "Failing on purpose", None);
-                w.tool_complete(
-                    &id,
-                    tool_result(
-                        false,
-                        "Failed",
-                        None,
-                        Some("This tool always fails.".into()),
-                    ),
-                );
+                w.tool_complete(&id, tool_result(false, "Failed", None, Some("This tool always fails.".into())));
             }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -398,16 +367,7 @@ impl NotesSession {
                 group: None,
             },
         ]);
-        lock(writer).tool_asks(
-            id,
-            invocation,
-            input,
-            Question {
-                title,
-                options,
-                meta: None,
-            },
-        );
+        lock(writer).tool_asks(id, invocation, input, Question { title, options, meta: None });
         // A dropped sender is a question abort or close settled: the call does not run.
         rx.await.map(|d| d.approved).unwrap_or(false)
     }
@@ -418,16 +378,7 @@ impl NotesSession {
         let invocation = format!("Reading note {name}");
         let input = Some(serde_json::json!({ "name": name }).to_string());
         if self.ask_setting() == "always" {
-            if !self
-                .confirmation(
-                    writer,
-                    &id,
-                    &invocation,
-                    input,
-                    format!("Read note {name}?"),
-                )
-                .await
-            {
+            if !self.confirmation(writer, &id, &invocation, input, format!("Read note {name}?")).await {
                 let mut w = lock(writer);
                 w.end_part();
                 w.text(&format!("Not read: {name}."));
@@ -437,31 +388,20 @@ impl NotesSession {
             lock(writer).tool_running(&id, &invocation, input);
         }
         let read = if valid_name(name) {
-            tokio::fs::read_to_string(self.dir.join(name))
-                .await
-                .map_err(|_| format!("There is no note called {name}."))
+            tokio::fs::read_to_string(self.dir.join(name)).await.map_err(|_| format!("There is no note called {name}."))
         } else {
             Err(format!("{name} is not a note name."))
         };
         let mut w = lock(writer);
         match read {
             Ok(text) => {
-                w.tool_complete(
-                    &id,
-                    tool_result(true, format!("Read note {name}"), Some(text.clone()), None),
-                );
+                w.tool_complete(&id, tool_result(true, format!("Read note {name}"), Some(text.clone()), None));
                 w.end_part();
                 w.text(&format!("{name}: {text}"));
             }
-            Err(why) => w.tool_complete(
-                &id,
-                tool_result(
-                    false,
-                    format!("Could not read note {name}"),
-                    None,
-                    Some(why),
-                ),
-            ),
+            Err(why) => {
+                w.tool_complete(&id, tool_result(false, format!("Could not read note {name}"), None, Some(why)))
+            }
         }
     }
 
@@ -471,16 +411,7 @@ impl NotesSession {
         let invocation = format!("Writing note {name}");
         let input = Some(serde_json::json!({ "name": name, "text": text }).to_string());
         if self.ask_setting() != "never" {
-            if !self
-                .confirmation(
-                    writer,
-                    &id,
-                    &invocation,
-                    input,
-                    format!("Write note {name}?"),
-                )
-                .await
-            {
+            if !self.confirmation(writer, &id, &invocation, input, format!("Write note {name}?")).await {
                 let mut w = lock(writer);
                 w.end_part();
                 w.text(&format!("Not written: {name}."));
@@ -504,22 +435,13 @@ impl NotesSession {
         let mut w = lock(writer);
         match written {
             Ok(()) => {
-                w.tool_complete(
-                    &id,
-                    tool_result(true, format!("Wrote note {name}"), None, None),
-                );
+                w.tool_complete(&id, tool_result(true, format!("Wrote note {name}"), None, None));
                 w.end_part();
                 w.text(&format!("Wrote {name}."));
             }
-            Err(why) => w.tool_complete(
-                &id,
-                tool_result(
-                    false,
-                    format!("Could not write note {name}"),
-                    None,
-                    Some(why),
-                ),
-            ),
+            Err(why) => {
+                w.tool_complete(&id, tool_result(false, format!("Could not write note {name}"), None, Some(why)))
+            }
         }
     }
 
@@ -537,21 +459,11 @@ impl NotesSession {
             }
         }
         names.sort();
-        let text = if names.is_empty() {
-            "No notes yet.".to_owned()
-        } else {
-            names.join("\n")
-        };
+        let text = if names.is_empty() { "No notes yet.".to_owned() } else { names.join("\n") };
         lock(writer).tool_complete(&id, tool_result(true, "Listed notes", Some(text), None));
     }
 
-    async fn question(
-        &self,
-        writer: &Writer,
-        id: String,
-        message: &str,
-        question: &str,
-    ) -> Option<Answered> {
+    async fn question(&self, writer: &Writer, id: String, message: &str, question: &str) -> Option<Answered> {
         let (tx, rx) = oneshot::channel();
         lock(&self.state).questions.insert(id.clone(), tx);
         lock(writer).input_requested(ChatInputRequest {
@@ -575,9 +487,7 @@ impl NotesSession {
 
     async fn ask_for_note_name(&self, writer: &Writer, n: usize) -> Option<String> {
         let id = format!("{}:question{n}", lock(writer).turn_id());
-        let answered = self
-            .question(writer, id, "Which note should I read?", "Note name")
-            .await?;
+        let answered = self.question(writer, id, "Which note should I read?", "Note name").await?;
         if answered.response != ChatInputResponseKind::Accept {
             return None;
         }
@@ -589,10 +499,7 @@ impl NotesSession {
         let answered = self.question(writer, id, question, question).await;
         let reply = match answered {
             Some(a) if a.response == ChatInputResponseKind::Accept => {
-                format!(
-                    "You answered: {}",
-                    text_answer(&a.answers).unwrap_or_default()
-                )
+                format!("You answered: {}", text_answer(&a.answers).unwrap_or_default())
             }
             Some(_) => "You declined.".to_owned(),
             None => "The question was withdrawn.".to_owned(),
@@ -604,32 +511,18 @@ impl NotesSession {
 
     async fn call(&self, writer: &Writer, n: usize, name: &str, input: Value) {
         let id = Self::tool_call_id(writer, n);
-        let spec = lock(&self.state)
-            .tools
-            .iter()
-            .find(|t| t.definition.name == name)
-            .cloned();
+        let spec = lock(&self.state).tools.iter().find(|t| t.definition.name == name).cloned();
         let (tool_name, contributor) = match &spec {
-            Some(ToolSpec {
-                owner: Some(client),
-                display_name,
-                ..
-            }) => (
+            Some(ToolSpec { owner: Some(client), display_name, .. }) => (
                 display_name.clone().unwrap_or_else(|| name.to_owned()),
-                Some(ToolCallContributor::Client(ToolCallClientContributor {
-                    client_id: client.clone(),
-                })),
+                Some(ToolCallContributor::Client(ToolCallClientContributor { client_id: client.clone() })),
             ),
             _ => (name.to_owned(), None),
         };
         {
             let mut w = lock(writer);
             w.tool_start(&id, &tool_name, &tool_name, contributor);
-            w.tool_running(
-                &id,
-                &format!("Calling {tool_name}"),
-                Some(input.to_string()),
-            );
+            w.tool_running(&id, &format!("Calling {tool_name}"), Some(input.to_string()));
         }
         let turn_id = lock(writer).turn_id().to_owned();
         let outcome = self.host.run_tool(&turn_id, &id, name, input).await;
@@ -645,25 +538,14 @@ impl NotesSession {
                 });
                 w.tool_complete(
                     &id,
-                    tool_result(
-                        outcome.success,
-                        past,
-                        Some(outcome.text.clone()),
-                        outcome.error.clone(),
-                    ),
+                    tool_result(outcome.success, past, Some(outcome.text.clone()), outcome.error.clone()),
                 );
                 w.end_part();
                 w.text(&format!("{tool_name} said: {}", outcome.text));
             }
-            Err(e) => w.tool_complete(
-                &id,
-                tool_result(
-                    false,
-                    format!("{tool_name} failed"),
-                    None,
-                    Some(e.to_string()),
-                ),
-            ),
+            Err(e) => {
+                w.tool_complete(&id, tool_result(false, format!("{tool_name} failed"), None, Some(e.to_string())))
+            }
         }
     }
 
@@ -678,22 +560,17 @@ impl NotesSession {
 
 fn text_answer(answers: &HashMap<String, ChatInputAnswer>) -> Option<String> {
     answers.values().find_map(|a| match a {
-        ChatInputAnswer::Submitted(answered) | ChatInputAnswer::Draft(answered) => {
-            match &answered.value {
-                ChatInputAnswerValue::Text(t) => Some(t.value.clone()),
-                _ => None,
-            }
-        }
+        ChatInputAnswer::Submitted(answered) | ChatInputAnswer::Draft(answered) => match &answered.value {
+            ChatInputAnswerValue::Text(t) => Some(t.value.clone()),
+            _ => None,
+        },
         ChatInputAnswer::Skipped(_) => None,
     })
 }
 
 fn uuid_like() -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{nanos:x}")
 }
 
@@ -708,7 +585,7 @@ impl Session for Arc<NotesSession> {
     async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
         let mut state = lock(&self.state);
         state.queue.clear();
-        if let Some((_, cancel)) = &state.running {
+        if let Some((_, cancel, _)) = &state.running {
             cancel.cancel();
         }
         state.confirmations.clear();
@@ -716,14 +593,21 @@ impl Session for Arc<NotesSession> {
         Ok(())
     }
 
+    async fn steer(&self, params: protocol::SteerParams) -> Result<bool, AgentError> {
+        let writer = match &lock(&self.state).running {
+            Some((turn_id, _, writer)) if *turn_id == params.turn_id => writer.clone(),
+            _ => return Ok(false),
+        };
+        let mut w = lock(&writer);
+        w.end_part();
+        w.text(&format!("Steered: {}", params.message.text));
+        Ok(true)
+    }
+
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
         let parked = lock(&self.state).confirmations.remove(&params.tool_call_id);
         Ok(match parked {
-            Some(tx) => tx
-                .send(Decision {
-                    approved: params.approved,
-                })
-                .is_ok(),
+            Some(tx) => tx.send(Decision { approved: params.approved }).is_ok(),
             None => false,
         })
     }
@@ -731,12 +615,7 @@ impl Session for Arc<NotesSession> {
     async fn answer(&self, params: AnswerParams) -> Result<bool, AgentError> {
         let parked = lock(&self.state).questions.remove(&params.request_id);
         Ok(match parked {
-            Some(tx) => tx
-                .send(Answered {
-                    response: params.response,
-                    answers: params.answers,
-                })
-                .is_ok(),
+            Some(tx) => tx.send(Answered { response: params.response, answers: params.answers }).is_ok(),
             None => false,
         })
     }

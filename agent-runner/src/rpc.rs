@@ -115,10 +115,7 @@ impl Responder {
     pub fn respond(mut self, result: Result<Value, RpcError>) {
         if let Some(out) = self.out.take() {
             let frame = match result {
-                Ok(result) => Frame::Response {
-                    id: self.id,
-                    result,
-                },
+                Ok(result) => Frame::Response { id: self.id, result },
                 Err(error) => Frame::Error { id: self.id, error },
             };
             let _ = out.send(frame.encode());
@@ -127,12 +124,8 @@ impl Responder {
 
     /// Answers with a serializable result.
     pub fn ok<T: Serialize>(self, value: T) {
-        let result = serde_json::to_value(value).map_err(|e| {
-            RpcError::new(
-                codes::INTERNAL_ERROR,
-                format!("could not encode the result: {e}"),
-            )
-        });
+        let result = serde_json::to_value(value)
+            .map_err(|e| RpcError::new(codes::INTERNAL_ERROR, format!("could not encode the result: {e}")));
         self.respond(result);
     }
 
@@ -145,10 +138,7 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(out) = self.out.take() {
-            let error = RpcError::new(
-                codes::INTERNAL_ERROR,
-                "the request was dropped without an answer",
-            );
+            let error = RpcError::new(codes::INTERNAL_ERROR, "the request was dropped without an answer");
             let _ = out.send(Frame::Error { id: self.id, error }.encode());
         }
     }
@@ -182,28 +172,17 @@ impl Peer {
         });
         tokio::spawn(write_loop(writer, out_rx, close_output));
         tokio::spawn(read_loop(reader, shared.clone(), out_tx, in_tx, ended_tx));
-        PeerIo {
-            peer: Peer { shared },
-            incoming: in_rx,
-        }
+        PeerIo { peer: Peer { shared }, incoming: in_rx }
     }
 
     /// Sends a request and waits for its answer.
-    pub async fn request<P: Serialize, R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: P,
-    ) -> Result<R, PeerError> {
+    pub async fn request<P: Serialize, R: DeserializeOwned>(&self, method: &str, params: P) -> Result<R, PeerError> {
         let value = self.request_value(method, params).await?;
         serde_json::from_value(value).map_err(|e| PeerError::Decode(e.to_string()))
     }
 
     /// Sends a request and waits for its raw answer.
-    pub async fn request_value<P: Serialize>(
-        &self,
-        method: &str,
-        params: P,
-    ) -> Result<Value, PeerError> {
+    pub async fn request_value<P: Serialize>(&self, method: &str, params: P) -> Result<Value, PeerError> {
         let params = serde_json::to_value(params).map_err(|e| PeerError::Decode(e.to_string()))?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -214,11 +193,7 @@ impl Peer {
             lock(&self.shared.pending).remove(&id);
             return Err(PeerError::Closed);
         }
-        let frame = Frame::Request {
-            id,
-            method: method.to_owned(),
-            params,
-        };
+        let frame = Frame::Request { id, method: method.to_owned(), params };
         if self.shared.out.send(frame.encode()).is_err() {
             lock(&self.shared.pending).remove(&id);
             return Err(PeerError::Closed);
@@ -234,13 +209,7 @@ impl Peer {
     pub fn notify<P: Serialize>(&self, method: &str, params: P) {
         match serde_json::to_value(params) {
             Ok(params) => {
-                let _ = self.shared.out.send(
-                    Frame::Notification {
-                        method: method.to_owned(),
-                        params,
-                    }
-                    .encode(),
-                );
+                let _ = self.shared.out.send(Frame::Notification { method: method.to_owned(), params }.encode());
             }
             Err(e) => tracing::error!(method, error = %e, "could not encode a notification"),
         }
@@ -334,10 +303,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let _ = ended.send(Some(end));
     let waiting: Vec<_> = lock(&shared.pending).drain().collect();
     for (_, tx) in waiting {
-        let _ = tx.send(Err(RpcError::new(
-            codes::SHUTTING_DOWN,
-            "the connection ended",
-        )));
+        let _ = tx.send(Err(RpcError::new(codes::SHUTTING_DOWN, "the connection ended")));
     }
 }
 
@@ -349,15 +315,8 @@ fn route(
 ) {
     match frame {
         Frame::Request { id, method, params } => {
-            let responder = Responder {
-                id,
-                out: Some(out.clone()),
-            };
-            let _ = incoming.send(Incoming::Request(Request {
-                method,
-                params,
-                responder,
-            }));
+            let responder = Responder { id, out: Some(out.clone()) };
+            let _ = incoming.send(Incoming::Request(Request { method, params, responder }));
         }
         Frame::Notification { method, params } => {
             let _ = incoming.send(Incoming::Notification { method, params });
@@ -378,11 +337,7 @@ fn answer(shared: &Shared, id: u64, result: Result<Value, RpcError>) {
 
 fn describe_violation(line: &str, error: &FrameError) -> String {
     let excerpt: String = line.chars().take(120).collect();
-    let more = if line.chars().count() > 120 {
-        "…"
-    } else {
-        ""
-    };
+    let more = if line.chars().count() > 120 { "…" } else { "" };
     format!("{error}: {excerpt:?}{more}")
 }
 
@@ -419,11 +374,7 @@ mod tests {
                 drop(incoming);
             }
         });
-        let err = left
-            .peer
-            .request_value("ignored", ())
-            .await
-            .expect_err("an error");
+        let err = left.peer.request_value("ignored", ()).await.expect_err("an error");
         assert!(matches!(err, PeerError::Rpc(e) if e.code == codes::INTERNAL_ERROR));
     }
 
@@ -439,10 +390,7 @@ mod tests {
         };
         bw.write_all(b"hello there\n").await.expect("write");
         let end = left.peer.ended().await;
-        assert!(
-            matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")),
-            "{end:?}"
-        );
+        assert!(matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")), "{end:?}");
         assert!(waiting.await.expect("join").is_err());
     }
 }

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use protocol::methods::parent;
 use protocol::{
-    codes, AbortParams, AnswerParams, ChangeAgentParams, ChangeModelParams, ChatRef,
-    CompletionsParams, ConfigValues, ConfirmParams, CreateParams, CreateResult, DirectoriesResult,
-    FindParams, FindResult, Handled, InitializeParams, InitializeResult, ListResult, RpcError,
-    SchemaParams, SendMessageParams, SetConfigParams, SetDraftParams, SetToolsParams,
-    SettingsResult, SteerParams, SteerResult, TranscriptParams, TranscriptResult,
+    codes, AbortParams, AnswerParams, ChangeAgentParams, ChangeModelParams, ChatRef, CompletionsParams, ConfigValues,
+    ConfirmParams, CreateParams, CreateResult, DirectoriesResult, FindParams, FindResult, Handled, InitializeParams,
+    InitializeResult, ListResult, RpcError, SchemaParams, SendMessageParams, SetConfigParams, SetDraftParams,
+    SetToolsParams, SettingsResult, SteerParams, SteerResult, TranscriptParams, TranscriptResult,
     WithdrawSteeringParams, WORKER_PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
@@ -23,8 +22,7 @@ use crate::host::SessionHost;
 use crate::rpc::{Incoming, Peer, Request};
 
 /// What a worker binary hands the runtime: given the handshake, build the agent.
-pub type AgentFactory =
-    Box<dyn FnOnce(&InitializeParams, WorkerContext) -> Result<Arc<dyn Agent>, AgentError> + Send>;
+pub type AgentFactory = Box<dyn FnOnce(&InitializeParams, WorkerContext) -> Result<Arc<dyn Agent>, AgentError> + Send>;
 
 /// What an agent may keep from the handshake to talk to the parent outside any session.
 #[derive(Clone)]
@@ -35,10 +33,7 @@ pub struct WorkerContext {
 impl WorkerContext {
     /// Tells the parent that what `probe` answers may have changed.
     pub fn probe_changed(&self) {
-        self.peer.notify(
-            protocol::methods::worker::PROBE_CHANGED,
-            serde_json::json!({}),
-        );
+        self.peer.notify(protocol::methods::worker::PROBE_CHANGED, serde_json::json!({}));
     }
 }
 
@@ -51,11 +46,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Runs a worker over its stdin and stdout until the parent closes stdin. Logs go to stderr.
 pub fn run_stdio_worker(factory: AgentFactory) -> std::process::ExitCode {
     init_stderr_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "could not start the async runtime");
@@ -78,11 +69,8 @@ pub fn run_stdio_worker(factory: AgentFactory) -> std::process::ExitCode {
 pub fn init_stderr_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AHPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_target(false)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
 }
 
 /// Serves the worker protocol on a pair of streams until the reading side ends.
@@ -133,28 +121,20 @@ async fn handshake(
 ) -> Result<Arc<dyn Agent>, AgentError> {
     loop {
         let Some(message) = incoming.recv().await else {
-            return Err(AgentError::Failed(
-                "the parent closed stdin before the handshake".into(),
-            ));
+            return Err(AgentError::Failed("the parent closed stdin before the handshake".into()));
         };
         let request = match message {
             Incoming::Request(r) => r,
             Incoming::Notification { .. } => continue,
         };
         if request.method != parent::INITIALIZE {
-            request.responder.err(RpcError::new(
-                codes::INVALID_REQUEST,
-                "initialize must come first",
-            ));
+            request.responder.err(RpcError::new(codes::INVALID_REQUEST, "initialize must come first"));
             continue;
         }
         let params: InitializeParams = match serde_json::from_value(request.params) {
             Ok(p) => p,
             Err(e) => {
-                request.responder.err(RpcError::new(
-                    codes::INVALID_PARAMS,
-                    format!("initialize: {e}"),
-                ));
+                request.responder.err(RpcError::new(codes::INVALID_PARAMS, format!("initialize: {e}")));
                 continue;
             }
         };
@@ -163,9 +143,7 @@ async fn handshake(
                 "this worker speaks worker protocol {WORKER_PROTOCOL_VERSION}, not {}",
                 params.protocol_version
             );
-            request
-                .responder
-                .err(RpcError::new(codes::INVALID_PARAMS, message.clone()));
+            request.responder.err(RpcError::new(codes::INVALID_PARAMS, message.clone()));
             return Err(AgentError::Failed(message));
         }
         let agent = match factory(&params, WorkerContext { peer: peer.clone() }) {
@@ -177,10 +155,7 @@ async fn handshake(
         };
         let mut descriptor = agent.descriptor();
         descriptor.provider = params.provider.clone();
-        request.responder.ok(InitializeResult {
-            protocol_version: WORKER_PROTOCOL_VERSION,
-            agent: descriptor,
-        });
+        request.responder.ok(InitializeResult { protocol_version: WORKER_PROTOCOL_VERSION, agent: descriptor });
         return Ok(agent);
     }
 }
@@ -190,10 +165,7 @@ fn params<T: DeserializeOwned>(value: Value) -> Result<T, RpcError> {
 }
 
 fn session_for(sessions: &Sessions, chat: &str) -> Result<Arc<dyn Session>, RpcError> {
-    lock(sessions)
-        .get(chat)
-        .cloned()
-        .ok_or_else(|| AgentError::UnknownChat(chat.to_owned()).to_rpc())
+    lock(sessions).get(chat).cloned().ok_or_else(|| AgentError::UnknownChat(chat.to_owned()).to_rpc())
 }
 
 fn to_value<T: serde::Serialize>(value: T) -> Result<Value, RpcError> {
@@ -201,11 +173,7 @@ fn to_value<T: serde::Serialize>(value: T) -> Result<Value, RpcError> {
 }
 
 async fn dispatch(agent: Arc<dyn Agent>, sessions: Sessions, peer: Peer, request: Request) {
-    let Request {
-        method,
-        params: raw,
-        responder,
-    } = request;
+    let Request { method, params: raw, responder } = request;
     let result = route(&agent, &sessions, &peer, &method, raw).await;
     responder.respond(result);
 }
@@ -228,29 +196,19 @@ async fn route(
             to_value(agent.completions(p).await.map_err(fail)?)
         }
         parent::PROBE => to_value(agent.probe().await.map_err(fail)?),
-        parent::DIRECTORIES => to_value(DirectoriesResult {
-            directories: agent.directories().await.map_err(fail)?,
-        }),
-        parent::LIST => to_value(ListResult {
-            sessions: agent.list().await.map_err(fail)?,
-        }),
+        parent::DIRECTORIES => to_value(DirectoriesResult { directories: agent.directories().await.map_err(fail)? }),
+        parent::LIST => to_value(ListResult { sessions: agent.list().await.map_err(fail)? }),
         parent::FIND => {
             let p: FindParams = params(raw)?;
-            to_value(FindResult {
-                session: agent.find(&p.id, &p.at).await.map_err(fail)?,
-            })
+            to_value(FindResult { session: agent.find(&p.id, &p.at).await.map_err(fail)? })
         }
         parent::TRANSCRIPT => {
             let p: TranscriptParams = params(raw)?;
-            to_value(TranscriptResult {
-                turns: agent.transcript(&p.id, &p.at).await.map_err(fail)?,
-            })
+            to_value(TranscriptResult { turns: agent.transcript(&p.id, &p.at).await.map_err(fail)? })
         }
         parent::INHERITED_CHAT_CONFIG => {
             let p: ConfigValues = params(raw)?;
-            to_value(ConfigValues {
-                config: agent.inherited_chat_config(&p.config),
-            })
+            to_value(ConfigValues { config: agent.inherited_chat_config(&p.config) })
         }
         parent::CREATE => {
             let p: CreateParams = params(raw)?;
@@ -262,104 +220,64 @@ async fn route(
                 // A chat created twice (the parent resumed it): the old one must not linger.
                 tokio::spawn(async move { old.close().await });
             }
-            to_value(CreateResult {
-                conversation_id,
-                models: None,
-            })
+            to_value(CreateResult { conversation_id, models: None })
         }
         parent::SEND_MESSAGE => {
             let p: SendMessageParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .send_message(p)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.send_message(p).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::CHANGE_MODEL => {
             let p: ChangeModelParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .change_model(p.model)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.change_model(p.model).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::CHANGE_AGENT => {
             let p: ChangeAgentParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .change_agent(p.agent)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.change_agent(p.agent).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::ABORT => {
             let p: AbortParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .abort(p.turn_id)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.abort(p.turn_id).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::STEER => {
             let p: SteerParams = params(raw)?;
-            let taken = session_for(sessions, &p.chat)?
-                .steer(p)
-                .await
-                .map_err(fail)?;
+            let taken = session_for(sessions, &p.chat)?.steer(p).await.map_err(fail)?;
             to_value(SteerResult { taken })
         }
         parent::WITHDRAW_STEERING => {
             let p: WithdrawSteeringParams = params(raw)?;
-            let handled = session_for(sessions, &p.chat)?
-                .withdraw_steering(p.id)
-                .await
-                .map_err(fail)?;
+            let handled = session_for(sessions, &p.chat)?.withdraw_steering(p.id).await.map_err(fail)?;
             to_value(Handled { handled })
         }
         parent::SET_DRAFT => {
             let p: SetDraftParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .set_draft(p.draft)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.set_draft(p.draft).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::CONFIRM => {
             let p: ConfirmParams = params(raw)?;
-            let handled = session_for(sessions, &p.chat)?
-                .confirm(p)
-                .await
-                .map_err(fail)?;
+            let handled = session_for(sessions, &p.chat)?.confirm(p).await.map_err(fail)?;
             to_value(Handled { handled })
         }
         parent::ANSWER => {
             let p: AnswerParams = params(raw)?;
-            let handled = session_for(sessions, &p.chat)?
-                .answer(p)
-                .await
-                .map_err(fail)?;
+            let handled = session_for(sessions, &p.chat)?.answer(p).await.map_err(fail)?;
             to_value(Handled { handled })
         }
         parent::SET_CONFIG => {
             let p: SetConfigParams = params(raw)?;
-            to_value(
-                session_for(sessions, &p.chat)?
-                    .set_config(p.key, p.value)
-                    .await
-                    .map_err(fail)?,
-            )
+            to_value(session_for(sessions, &p.chat)?.set_config(p.key, p.value).await.map_err(fail)?)
         }
         parent::SETTINGS => {
             let p: ChatRef = params(raw)?;
-            to_value(SettingsResult {
-                values: session_for(sessions, &p.chat)?.settings().await,
-            })
+            to_value(SettingsResult { values: session_for(sessions, &p.chat)?.settings().await })
         }
         parent::SET_TOOLS => {
             let p: SetToolsParams = params(raw)?;
-            session_for(sessions, &p.chat)?
-                .set_tools(p.tools)
-                .await
-                .map_err(fail)?;
+            session_for(sessions, &p.chat)?.set_tools(p.tools).await.map_err(fail)?;
             Ok(Value::Null)
         }
         parent::CLOSE => {
@@ -370,13 +288,7 @@ async fn route(
             }
             Ok(Value::Null)
         }
-        parent::INITIALIZE => Err(RpcError::new(
-            codes::INVALID_REQUEST,
-            "the worker is initialized already",
-        )),
-        other => Err(RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("this worker does not answer {other}"),
-        )),
+        parent::INITIALIZE => Err(RpcError::new(codes::INVALID_REQUEST, "the worker is initialized already")),
+        other => Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this worker does not answer {other}"))),
     }
 }

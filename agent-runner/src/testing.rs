@@ -15,9 +15,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{ChatState, Message, MessageKind, MessageOrigin, Turn};
 use protocol::methods::{parent, worker};
 use protocol::{
-    AbortParams, AnswerParams, ConfirmParams, CreateParams, CreateResult, EmitChannel, EmitParams,
-    InitializeParams, InitializeResult, PeerInfo, SendMessageParams, Start, ToolOutcome,
-    ToolRunParams, WORKER_PROTOCOL_VERSION,
+    AbortParams, AnswerParams, ConfirmParams, CreateParams, CreateResult, EmitChannel, EmitParams, InitializeParams,
+    InitializeResult, PeerInfo, SendMessageParams, Start, ToolOutcome, ToolRunParams, WORKER_PROTOCOL_VERSION,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -33,18 +32,9 @@ pub type ToolHandler = Arc<dyn Fn(ToolRunParams) -> ToolOutcome + Send + Sync>;
 #[derive(Debug, Clone)]
 pub enum Said {
     /// An action, with how the chat reducer took it.
-    Action {
-        chat: String,
-        channel: EmitChannel,
-        action: StateAction,
-        outcome: Option<ReduceOutcome>,
-    },
+    Action { chat: String, channel: EmitChannel, action: StateAction, outcome: Option<ReduceOutcome> },
     /// A `turn/recorded`.
-    TurnRecorded {
-        chat: String,
-        turn_id: String,
-        transcript_id: String,
-    },
+    TurnRecorded { chat: String, turn_id: String, transcript_id: String },
 }
 
 /// The parent's half of the worker protocol, for tests.
@@ -89,9 +79,7 @@ pub fn empty_chat(uri: &str) -> ChatState {
 pub fn user_message(text: &str) -> Message {
     Message {
         text: text.to_owned(),
-        origin: MessageOrigin {
-            kind: MessageKind::User,
-        },
+        origin: MessageOrigin { kind: MessageKind::User },
         attachments: None,
         model: None,
         agent: None,
@@ -134,32 +122,15 @@ impl TestParent {
     }
 
     /// Spawns a worker process and speaks to it over its stdio.
-    pub fn spawn(
-        mut command: tokio::process::Command,
-        tools: ToolHandler,
-    ) -> std::io::Result<Self> {
-        command
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
+    pub fn spawn(mut command: tokio::process::Command, tools: ToolHandler) -> std::io::Result<Self> {
+        command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).kill_on_drop(true);
         let mut child = command.spawn()?;
-        let stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stdin"))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
         Ok(Self::over(stdout, stdin, tools, Some(child)))
     }
 
-    fn over<R, W>(
-        read: R,
-        write: W,
-        tools: ToolHandler,
-        child: Option<tokio::process::Child>,
-    ) -> Self
+    fn over<R, W>(read: R, write: W, tools: ToolHandler, child: Option<tokio::process::Child>) -> Self
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -177,9 +148,9 @@ impl TestParent {
                             continue;
                         };
                         let outcome = match emit.channel {
-                            EmitChannel::Chat => lock(&fold)
-                                .get_mut(&emit.chat)
-                                .map(|c| apply_action_to_chat(c, &emit.action)),
+                            EmitChannel::Chat => {
+                                lock(&fold).get_mut(&emit.chat).map(|c| apply_action_to_chat(c, &emit.action))
+                            }
                             EmitChannel::Session => None,
                         };
                         let _ = said_tx.send(Said::Action {
@@ -189,29 +160,19 @@ impl TestParent {
                             outcome,
                         });
                     }
-                    Incoming::Notification { method, params }
-                        if method == worker::TURN_RECORDED =>
-                    {
+                    Incoming::Notification { method, params } if method == worker::TURN_RECORDED => {
                         let chat = params["chat"].as_str().unwrap_or_default().to_owned();
                         let turn_id = params["turnId"].as_str().unwrap_or_default().to_owned();
-                        let transcript_id = params["transcriptId"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned();
-                        let _ = said_tx.send(Said::TurnRecorded {
-                            chat,
-                            turn_id,
-                            transcript_id,
-                        });
+                        let transcript_id = params["transcriptId"].as_str().unwrap_or_default().to_owned();
+                        let _ = said_tx.send(Said::TurnRecorded { chat, turn_id, transcript_id });
                     }
                     Incoming::Notification { .. } => {}
                     Incoming::Request(request) if request.method == worker::TOOL_RUN => {
                         match serde_json::from_value::<ToolRunParams>(request.params) {
                             Ok(call) => request.responder.ok(tools(call)),
-                            Err(e) => request.responder.err(protocol::RpcError::new(
-                                protocol::codes::INVALID_PARAMS,
-                                e.to_string(),
-                            )),
+                            Err(e) => request
+                                .responder
+                                .err(protocol::RpcError::new(protocol::codes::INVALID_PARAMS, e.to_string())),
                         }
                     }
                     Incoming::Request(request) => {
@@ -220,12 +181,7 @@ impl TestParent {
                 }
             }
         });
-        Self {
-            peer: io.peer,
-            said: said_rx,
-            chats,
-            child,
-        }
+        Self { peer: io.peer, said: said_rx, chats, child }
     }
 
     /// The peer, for requests this harness has no helper for.
@@ -252,10 +208,7 @@ impl TestParent {
             kind: kind.to_owned(),
             options,
             data_dir,
-            host: PeerInfo {
-                name: "test-parent".into(),
-                version: "0".into(),
-            },
+            host: PeerInfo { name: "test-parent".into(), version: "0".into() },
         };
         self.peer.request(parent::INITIALIZE, params).await
     }
@@ -263,9 +216,7 @@ impl TestParent {
     /// Starts a conversation and begins folding its chat channel.
     pub async fn create(&self, start: Start) -> Result<CreateResult, PeerError> {
         lock(&self.chats).insert(start.chat.clone(), empty_chat(&start.chat));
-        self.peer
-            .request(parent::CREATE, CreateParams { start })
-            .await
+        self.peer.request(parent::CREATE, CreateParams { start }).await
     }
 
     /// Says a turn's start (as the host does) and hands the worker its prompt.
@@ -281,23 +232,14 @@ impl TestParent {
         if let Some(state) = lock(&self.chats).get_mut(chat) {
             apply_action_to_chat(state, &started);
         }
-        let params = SendMessageParams {
-            chat: chat.to_owned(),
-            turn_id: turn_id.to_owned(),
-            message,
-            instructions: None,
-        };
-        self.peer
-            .request_value(parent::SEND_MESSAGE, params)
-            .await
-            .map(|_| ())
+        let params =
+            SendMessageParams { chat: chat.to_owned(), turn_id: turn_id.to_owned(), message, instructions: None };
+        self.peer.request_value(parent::SEND_MESSAGE, params).await.map(|_| ())
     }
 
     /// Applies a client's action to the folded chat (a confirmation, an answer) as the host would.
     pub fn apply_client_action(&self, chat: &str, action: &StateAction) -> Option<ReduceOutcome> {
-        lock(&self.chats)
-            .get_mut(chat)
-            .map(|c| apply_action_to_chat(c, action))
+        lock(&self.chats).get_mut(chat).map(|c| apply_action_to_chat(c, action))
     }
 
     /// Hands a confirmation to the worker.
@@ -313,13 +255,7 @@ impl TestParent {
     /// Aborts the running turn.
     pub async fn abort(&self, chat: &str, turn_id: Option<&str>) -> Result<Value, PeerError> {
         self.peer
-            .request_value(
-                parent::ABORT,
-                AbortParams {
-                    chat: chat.to_owned(),
-                    turn_id: turn_id.map(str::to_owned),
-                },
-            )
+            .request_value(parent::ABORT, AbortParams { chat: chat.to_owned(), turn_id: turn_id.map(str::to_owned) })
             .await
     }
 
@@ -330,10 +266,7 @@ impl TestParent {
 
     /// The next thing the worker said, waiting at most `within`.
     pub async fn next(&mut self, within: Duration) -> Option<Said> {
-        tokio::time::timeout(within, self.said.recv())
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(within, self.said.recv()).await.ok().flatten()
     }
 
     /// Waits until `chat` has no running turn and answers its last turn (folded), failing after
@@ -350,14 +283,8 @@ impl TestParent {
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match self.next(left).await {
-                Some(Said::Action {
-                    outcome: Some(ReduceOutcome::Invalid(e)),
-                    action,
-                    ..
-                }) => {
-                    return Err(format!(
-                        "an action the reducer found invalid: {e:?} {action:?}"
-                    ))
+                Some(Said::Action { outcome: Some(ReduceOutcome::Invalid(e)), action, .. }) => {
+                    return Err(format!("an action the reducer found invalid: {e:?} {action:?}"))
                 }
                 Some(_) => {}
                 None => return Err(format!("the turn did not end within {within:?}")),
@@ -402,22 +329,13 @@ mod tests {
         let mut parent = TestParent::in_process(factory, no_tools());
         let mut options = JsonObject::new();
         options.insert("paceMs".into(), Value::from(0));
-        let init = parent
-            .initialize("echo", "echo", options, None)
-            .await
-            .expect("handshake");
+        let init = parent.initialize("echo", "echo", options, None).await.expect("handshake");
         assert_eq!(init.agent.provider, "echo");
         let mut s = start("ahp-session:/s", "ahp-chat:/c");
         s.settings.insert("voice".into(), Value::from("shouty"));
         parent.create(s).await.expect("create");
-        parent
-            .send("ahp-chat:/c", "t1", "hello there world")
-            .await
-            .expect("send");
-        let turn = parent
-            .until_idle("ahp-chat:/c", Duration::from_secs(5))
-            .await
-            .expect("turn ends");
+        parent.send("ahp-chat:/c", "t1", "hello there world").await.expect("send");
+        let turn = parent.until_idle("ahp-chat:/c", Duration::from_secs(5)).await.expect("turn ends");
         assert_eq!(turn.state, TurnState::Complete);
         let text: String = turn
             .response_parts

@@ -8,16 +8,15 @@
 use std::time::Instant;
 
 use ahp_types::actions::{
-    ChatDeltaAction, ChatErrorAction, ChatInputRequestedAction, ChatReasoningAction,
-    ChatResponsePartAction, ChatToolCallCompleteAction, ChatToolCallDeltaAction,
-    ChatToolCallReadyAction, ChatToolCallStartAction, ChatTurnCancelledAction,
-    ChatTurnCompleteAction, ChatTurnStartedAction, ChatUsageAction, StateAction,
+    ChatDeltaAction, ChatErrorAction, ChatInputRequestedAction, ChatReasoningAction, ChatResponsePartAction,
+    ChatToolCallCompleteAction, ChatToolCallDeltaAction, ChatToolCallReadyAction, ChatToolCallStartAction,
+    ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, ChatUsageAction, StateAction,
 };
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
-    ChatInputRequest, ConfirmationOption, ErrorInfo, ErrorResponsePart, MarkdownResponsePart,
-    Message, ReasoningResponsePart, ResponsePart, SystemNotificationResponsePart,
-    ToolCallConfirmationReason, ToolCallContributor, ToolCallResult, ToolInput, UsageInfo,
+    ChatInputRequest, ConfirmationOption, ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message,
+    ReasoningResponsePart, ResponsePart, SystemNotificationResponsePart, ToolCallConfirmationReason,
+    ToolCallContributor, ToolCallResult, ToolInput, UsageInfo,
 };
 use serde_json::Value;
 
@@ -70,29 +69,20 @@ pub struct TurnWriter {
 impl TurnWriter {
     /// A writer for a turn the host said (handed with `sendMessage`).
     pub fn new(host: SessionHost, turn_id: impl Into<String>) -> Self {
-        Self {
-            host,
-            turn_id: turn_id.into(),
-            started: Instant::now(),
-            next_part: 0,
-            open: None,
-            ended: false,
-        }
+        Self { host, turn_id: turn_id.into(), started: Instant::now(), next_part: 0, open: None, ended: false }
     }
 
     /// Starts a turn of the agent's own accord: says its start before anything else, as seed 004's
     /// first silent rule requires.
     pub fn start_own(host: SessionHost, turn_id: impl Into<String>, message: Message) -> Self {
         let writer = Self::new(host, turn_id);
-        writer
-            .host
-            .emit_chat(StateAction::ChatTurnStarted(ChatTurnStartedAction {
-                turn_id: writer.turn_id.clone(),
-                started_at: now_iso(),
-                message,
-                queued_message_id: None,
-                meta: None,
-            }));
+        writer.host.emit_chat(StateAction::ChatTurnStarted(ChatTurnStartedAction {
+            turn_id: writer.turn_id.clone(),
+            started_at: now_iso(),
+            message,
+            queued_message_id: None,
+            meta: None,
+        }));
         writer
     }
 
@@ -144,35 +134,26 @@ impl TurnWriter {
         }
         if let Some((open, id)) = &self.open {
             if *open == kind {
-                let (turn_id, part_id, content) =
-                    (self.turn_id.clone(), id.clone(), content.to_owned());
+                let (turn_id, part_id, content) = (self.turn_id.clone(), id.clone(), content.to_owned());
                 self.emit(match kind {
-                    Streaming::Markdown => StateAction::ChatDelta(ChatDeltaAction {
-                        turn_id,
-                        part_id,
-                        content,
-                        meta: None,
-                    }),
-                    Streaming::Reasoning => StateAction::ChatReasoning(ChatReasoningAction {
-                        turn_id,
-                        part_id,
-                        content,
-                        meta: None,
-                    }),
+                    Streaming::Markdown => {
+                        StateAction::ChatDelta(ChatDeltaAction { turn_id, part_id, content, meta: None })
+                    }
+                    Streaming::Reasoning => {
+                        StateAction::ChatReasoning(ChatReasoningAction { turn_id, part_id, content, meta: None })
+                    }
                 });
                 return;
             }
         }
         let id = self.part_id();
         let part = match kind {
-            Streaming::Markdown => ResponsePart::Markdown(MarkdownResponsePart {
-                id: id.clone(),
-                content: content.to_owned(),
-            }),
-            Streaming::Reasoning => ResponsePart::Reasoning(ReasoningResponsePart {
-                id: id.clone(),
-                content: content.to_owned(),
-            }),
+            Streaming::Markdown => {
+                ResponsePart::Markdown(MarkdownResponsePart { id: id.clone(), content: content.to_owned() })
+            }
+            Streaming::Reasoning => {
+                ResponsePart::Reasoning(ReasoningResponsePart { id: id.clone(), content: content.to_owned() })
+            }
         };
         self.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
             turn_id: self.turn_id.clone(),
@@ -233,19 +214,8 @@ impl TurnWriter {
     }
 
     /// The call's input is whole and it runs without asking (`confirmed: not-needed`).
-    pub fn tool_running(
-        &mut self,
-        tool_call_id: &str,
-        invocation_message: &str,
-        input: Option<String>,
-    ) {
-        self.tool_ready(
-            tool_call_id,
-            invocation_message,
-            input,
-            None,
-            Some(ToolCallConfirmationReason::NotNeeded),
-        );
+    pub fn tool_running(&mut self, tool_call_id: &str, invocation_message: &str, input: Option<String>) {
+        self.tool_ready(tool_call_id, invocation_message, input, None, Some(ToolCallConfirmationReason::NotNeeded));
     }
 
     /// The call waits to be allowed: no `confirmed`, and the question's fields.
@@ -256,13 +226,7 @@ impl TurnWriter {
         input: Option<String>,
         question: Question,
     ) {
-        self.tool_ready(
-            tool_call_id,
-            invocation_message,
-            input,
-            Some(question),
-            None,
-        );
+        self.tool_ready(tool_call_id, invocation_message, input, Some(question), None);
     }
 
     fn tool_ready(
@@ -296,32 +260,24 @@ impl TurnWriter {
 
     /// The call finished: one result object, `success: false` for a failure.
     pub fn tool_complete(&mut self, tool_call_id: &str, result: ToolCallResult) {
-        self.emit(StateAction::ChatToolCallComplete(
-            ChatToolCallCompleteAction {
-                turn_id: self.turn_id.clone(),
-                tool_call_id: tool_call_id.to_owned(),
-                meta: None,
-                result,
-                requires_result_confirmation: None,
-            },
-        ));
+        self.emit(StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.to_owned(),
+            meta: None,
+            result,
+            requires_result_confirmation: None,
+        }));
     }
 
     /// A question that is not about a tool; it creates its own part.
     pub fn input_requested(&mut self, request: ChatInputRequest) {
         self.end_part();
-        self.emit(StateAction::ChatInputRequested(ChatInputRequestedAction {
-            request,
-        }));
+        self.emit(StateAction::ChatInputRequested(ChatInputRequestedAction { request }));
     }
 
     /// What the turn used so far.
     pub fn usage(&mut self, usage: UsageInfo) {
-        self.emit(StateAction::ChatUsage(ChatUsageAction {
-            turn_id: self.turn_id.clone(),
-            usage,
-            meta: None,
-        }));
+        self.emit(StateAction::ChatUsage(ChatUsageAction { turn_id: self.turn_id.clone(), usage, meta: None }));
     }
 
     /// Ends the turn with exactly one action and a real duration; later calls do nothing.
@@ -331,23 +287,16 @@ impl TurnWriter {
         }
         let (turn_id, duration) = (self.turn_id.clone(), self.duration_ms());
         let action = match end {
-            TurnEnd::Complete => StateAction::ChatTurnComplete(ChatTurnCompleteAction {
-                turn_id,
-                duration,
-                meta: None,
-            }),
-            TurnEnd::Cancelled => StateAction::ChatTurnCancelled(ChatTurnCancelledAction {
-                turn_id,
-                duration,
-                meta: None,
-            }),
+            TurnEnd::Complete => {
+                StateAction::ChatTurnComplete(ChatTurnCompleteAction { turn_id, duration, meta: None })
+            }
+            TurnEnd::Cancelled => {
+                StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id, duration, meta: None })
+            }
             TurnEnd::Error(error) => StateAction::ChatError(ChatErrorAction {
                 turn_id,
                 duration,
-                part: ErrorResponsePart {
-                    error,
-                    resumable: None,
-                },
+                part: ErrorResponsePart { error, resumable: None },
                 meta: None,
             }),
         };
@@ -373,12 +322,7 @@ impl TurnWriter {
 
 /// An `ErrorInfo` with a type and a sentence.
 pub fn error_info(error_type: &str, message: impl Into<String>) -> ErrorInfo {
-    ErrorInfo {
-        error_type: error_type.to_owned(),
-        message: message.into(),
-        stack: None,
-        meta: None,
-    }
+    ErrorInfo { error_type: error_type.to_owned(), message: message.into(), stack: None, meta: None }
 }
 
 /// A tool result: one object, as a client spreads it over the call.

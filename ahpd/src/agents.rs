@@ -28,10 +28,9 @@ pub struct Planned {
 /// The workers for a config. `exe` is this binary (built-in workers re-execute it).
 pub fn plan(agents: &Value, exe: &Path, data_dir: &Path, handshake: Duration) -> Vec<Planned> {
     match agents.as_object() {
-        Some(map) => map
-            .iter()
-            .map(|(provider, entry)| configured(provider, entry, exe, data_dir, handshake))
-            .collect(),
+        Some(map) => {
+            map.iter().map(|(provider, entry)| configured(provider, entry, exe, data_dir, handshake)).collect()
+        }
         None => defaults(exe, data_dir, handshake),
     }
 }
@@ -76,31 +75,13 @@ fn builtin(
     }
 }
 
-fn configured(
-    provider: &str,
-    entry: &Value,
-    exe: &Path,
-    data_dir: &Path,
-    handshake: Duration,
-) -> Planned {
-    let kind = entry
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("echo")
-        .to_owned();
-    let mut options = entry
-        .get("options")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+fn configured(provider: &str, entry: &Value, exe: &Path, data_dir: &Path, handshake: Duration) -> Planned {
+    let kind = entry.get("kind").and_then(Value::as_str).unwrap_or("echo").to_owned();
+    let mut options = entry.get("options").and_then(Value::as_object).cloned().unwrap_or_default();
     let env: BTreeMap<String, String> = entry
         .get("env")
         .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect()
-        })
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned()))).collect())
         .unwrap_or_default();
     if let Some(name) = entry.get("displayName") {
         options.insert("displayName".into(), name.clone());
@@ -108,27 +89,13 @@ fn configured(
     let args: Vec<String> = entry
         .get("args")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
-    let command = entry
-        .get("command")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let in_process = entry
-        .get("inProcess")
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-        && BUILT_IN_KINDS.contains(&kind.as_str());
+    let command = entry.get("command").and_then(Value::as_str).map(str::to_owned);
+    let in_process =
+        entry.get("inProcess").and_then(Value::as_bool).unwrap_or(false) && BUILT_IN_KINDS.contains(&kind.as_str());
     let launch = if kind == "command" {
-        Launch::Exec {
-            program: PathBuf::from(command.unwrap_or_default()),
-            args,
-            env,
-        }
+        Launch::Exec { program: PathBuf::from(command.unwrap_or_default()), args, env }
     } else if in_process {
         Launch::InProcess { kind: kind.clone() }
     } else {
@@ -139,11 +106,7 @@ fn configured(
         if !args.is_empty() {
             options.entry("args").or_insert(Value::from(args));
         }
-        Launch::Exec {
-            program: exe.to_owned(),
-            args: vec!["worker".into(), kind.clone()],
-            env,
-        }
+        Launch::Exec { program: exe.to_owned(), args: vec!["worker".into(), kind.clone()], env }
     };
     let spec = WorkerSpec {
         provider: provider.to_owned(),
@@ -153,20 +116,14 @@ fn configured(
         data_dir: data_dir.join("workers").join(provider),
         handshake_timeout: handshake,
     };
-    Planned {
-        spec,
-        why: "configured".into(),
-    }
+    Planned { spec, why: "configured".into() }
 }
 
 /// The first executable called `program` on the PATH.
 pub fn find_on_path(program: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }

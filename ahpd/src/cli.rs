@@ -10,12 +10,7 @@ use clap::{Args, Parser, Subcommand};
 /// With no verb it runs the daemon in the foreground and prints where it listens. Configuration
 /// comes from ~/.config/ahpd/config.json (or $AHPD_CONFIG, or --config-file); flags win over files.
 #[derive(Debug, Parser)]
-#[command(
-    name = "ahpd",
-    version,
-    propagate_version = true,
-    args_conflicts_with_subcommands = true
-)]
+#[command(name = "ahpd", version, propagate_version = true, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// What to do; nothing runs the daemon in the foreground.
     #[command(subcommand)]

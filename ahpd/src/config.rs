@@ -37,46 +37,28 @@ fn boolean(v: &Value) -> Result<(), &'static str> {
     v.is_boolean().then_some(()).ok_or("true or false")
 }
 fn string(v: &Value) -> Result<(), &'static str> {
-    v.as_str()
-        .filter(|s| !s.is_empty())
-        .map(|_| ())
-        .ok_or("a non-empty string")
+    v.as_str().filter(|s| !s.is_empty()).map(|_| ()).ok_or("a non-empty string")
 }
 fn port(v: &Value) -> Result<(), &'static str> {
-    v.as_u64()
-        .filter(|p| *p <= 65535)
-        .map(|_| ())
-        .ok_or("an integer between 0 and 65535")
+    v.as_u64().filter(|p| *p <= 65535).map(|_| ()).ok_or("an integer between 0 and 65535")
 }
 fn millis(v: &Value) -> Result<(), &'static str> {
-    v.as_u64()
-        .map(|_| ())
-        .ok_or("an integer number of milliseconds, 0 or more")
+    v.as_u64().map(|_| ()).ok_or("an integer number of milliseconds, 0 or more")
 }
 fn strings(v: &Value) -> Result<(), &'static str> {
-    v.as_array()
-        .filter(|a| a.iter().all(Value::is_string))
-        .map(|_| ())
-        .ok_or("a list of strings")
+    v.as_array().filter(|a| a.iter().all(Value::is_string)).map(|_| ()).ok_or("a list of strings")
 }
 fn object(v: &Value) -> Result<(), &'static str> {
     v.is_object().then_some(()).ok_or("an object")
 }
 fn on_off(v: &Value) -> Result<(), &'static str> {
-    matches!(v.as_str(), Some("on" | "off"))
-        .then_some(())
-        .ok_or("\"on\" or \"off\"")
+    matches!(v.as_str(), Some("on" | "off")).then_some(()).ok_or("\"on\" or \"off\"")
 }
 fn scope(v: &Value) -> Result<(), &'static str> {
-    matches!(v.as_str(), Some("tree" | "session"))
-        .then_some(())
-        .ok_or("\"tree\" or \"session\"")
+    matches!(v.as_str(), Some("tree" | "session")).then_some(()).ok_or("\"tree\" or \"session\"")
 }
 fn ring(v: &Value) -> Result<(), &'static str> {
-    v.as_u64()
-        .filter(|n| (1000..=1_000_000).contains(n))
-        .map(|_| ())
-        .ok_or("an integer between 1000 and 1000000")
+    v.as_u64().filter(|n| (1000..=1_000_000).contains(n)).map(|_| ()).ok_or("an integer between 1000 and 1000000")
 }
 fn frame(v: &Value) -> Result<(), &'static str> {
     v.as_u64()
@@ -90,10 +72,7 @@ fn agents(v: &Value) -> Result<(), &'static str> {
     };
     for entry in map.values() {
         let kind = entry.get("kind").and_then(Value::as_str);
-        if !matches!(
-            kind,
-            Some("echo" | "notes" | "claude" | "acp" | "pi" | "command")
-        ) {
+        if !matches!(kind, Some("echo" | "notes" | "claude" | "acp" | "pi" | "command")) {
             return Err("an object of agent entries, each with a kind of echo, notes, claude, acp, pi or command");
         }
         if kind == Some("command") && entry.get("command").and_then(Value::as_str).is_none() {
@@ -176,23 +155,15 @@ pub enum ConfigError {
     NotJson(PathBuf, String),
     /// A known key has a bad value.
     #[error("{origin}: {key} must be {expected}")]
-    BadValue {
-        origin: Source,
-        key: String,
-        expected: &'static str,
-    },
+    BadValue { origin: Source, key: String, expected: &'static str },
 }
 
 impl Config {
     /// Reads the files: `--config-file` alone when given, else the platform file then
     /// `AHPD_CONFIG`.
     pub fn load(config_dir: &Path, config_file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut config = Config {
-            values: Map::new(),
-            sources: BTreeMap::new(),
-            files: Vec::new(),
-            warnings: Vec::new(),
-        };
+        let mut config =
+            Config { values: Map::new(), sources: BTreeMap::new(), files: Vec::new(), warnings: Vec::new() };
         match config_file {
             Some(file) => config.read_file(file, true)?,
             None => {
@@ -211,13 +182,10 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(()),
             Err(e) => return Err(ConfigError::Unreadable(path.to_owned(), e.to_string())),
         };
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| ConfigError::NotJson(path.to_owned(), e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| ConfigError::NotJson(path.to_owned(), e.to_string()))?;
         let Value::Object(map) = value else {
-            return Err(ConfigError::NotJson(
-                path.to_owned(),
-                "the file must hold one JSON object".into(),
-            ));
+            return Err(ConfigError::NotJson(path.to_owned(), "the file must hold one JSON object".into()));
         };
         self.files.push(path.to_owned());
         for (name, value) in map {
@@ -233,9 +201,7 @@ impl Config {
 
     fn set(&mut self, name: &str, mut value: Value, source: Source) -> Result<(), ConfigError> {
         let Some(spec) = key(name) else {
-            self.warnings.push(format!(
-                "{source}: {name} is not a setting ahpd knows; ignored"
-            ));
+            self.warnings.push(format!("{source}: {name} is not a setting ahpd knows; ignored"));
             return Ok(());
         };
         (spec.check)(&value).map_err(|expected| ConfigError::BadValue {
@@ -259,16 +225,18 @@ impl Config {
         let mut kept = Map::new();
         for (name, entry) in entries {
             match serde_json::from_value::<protocol::McpServer>(entry.clone()) {
-                Ok(protocol::McpServer::Stdio { command, .. }) if command.is_empty() => {
-                    self.warnings.push(format!("{source}: mcpServers.{name} is a stdio server with no command; ignored"))
-                }
+                Ok(protocol::McpServer::Stdio { command, .. }) if command.is_empty() => self
+                    .warnings
+                    .push(format!("{source}: mcpServers.{name} is a stdio server with no command; ignored")),
                 Ok(protocol::McpServer::Http { url, .. }) if url.is_empty() => {
                     self.warnings.push(format!("{source}: mcpServers.{name} is an http server with no url; ignored"))
                 }
                 Ok(_) => {
                     kept.insert(name, entry);
                 }
-                Err(e) => self.warnings.push(format!("{source}: mcpServers.{name} is neither a stdio nor an http server ({e}); ignored")),
+                Err(e) => self
+                    .warnings
+                    .push(format!("{source}: mcpServers.{name} is neither a stdio nor an http server ({e}); ignored")),
             }
         }
         Value::Object(kept)
@@ -276,11 +244,7 @@ impl Config {
 
     /// A key's value, or its default.
     pub fn get(&self, name: &str) -> Value {
-        self.values
-            .get(name)
-            .cloned()
-            .or_else(|| key(name).map(|k| (k.default)()))
-            .unwrap_or(Value::Null)
+        self.values.get(name).cloned().or_else(|| key(name).map(|k| (k.default)())).unwrap_or(Value::Null)
     }
 
     /// Where a key's value came from.
@@ -312,11 +276,7 @@ impl Config {
     pub fn strings(&self, name: &str) -> Vec<String> {
         self.get(name)
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
             .unwrap_or_default()
     }
 
@@ -325,11 +285,7 @@ impl Config {
         KEYS.iter()
             .map(|spec| {
                 let value = self.get(spec.name);
-                (
-                    spec.name.to_owned(),
-                    redact(spec, value),
-                    self.source(spec.name),
-                )
+                (spec.name.to_owned(), redact(spec, value), self.source(spec.name))
             })
             .collect()
     }
@@ -351,11 +307,7 @@ fn redact_nested(value: Value) -> Value {
                     let v = if (k == "env" || k == "headers") && v.is_object() {
                         Value::Object(
                             v.as_object()
-                                .map(|m| {
-                                    m.keys()
-                                        .map(|k| (k.clone(), Value::from("<set>")))
-                                        .collect()
-                                })
+                                .map(|m| m.keys().map(|k| (k.clone(), Value::from("<set>"))).collect())
                                 .unwrap_or_default(),
                         )
                     } else {
@@ -401,13 +353,7 @@ mod tests {
         let dir = temp();
         let file = write(&dir, "c.json", r#"{"port": "high"}"#);
         let err = Config::load(&dir, Some(&file)).expect_err("refused");
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "{}: port must be an integer between 0 and 65535",
-                file.display()
-            )
-        );
+        assert_eq!(err.to_string(), format!("{}: port must be an integer between 0 and 65535", file.display()));
     }
 
     #[test]
@@ -435,15 +381,9 @@ mod tests {
         );
         let config = Config::load(&dir, Some(&file)).expect("loads");
         let shown = config.shown();
-        let token = shown
-            .iter()
-            .find(|(k, _, _)| k == "connectionToken")
-            .expect("token");
+        let token = shown.iter().find(|(k, _, _)| k == "connectionToken").expect("token");
         assert_eq!(token.1, "<set>");
-        let servers = shown
-            .iter()
-            .find(|(k, _, _)| k == "mcpServers")
-            .expect("servers");
+        let servers = shown.iter().find(|(k, _, _)| k == "mcpServers").expect("servers");
         assert_eq!(servers.1["s"]["headers"]["Authorization"], "<set>");
     }
 }

@@ -41,9 +41,7 @@ impl std::fmt::Display for TokenSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TokenSource::None { loopback: true } => f.write_str("no token: loopback only"),
-            TokenSource::None { loopback: false } => {
-                f.write_str("no token: any connection is accepted")
-            }
+            TokenSource::None { loopback: false } => f.write_str("no token: any connection is accepted"),
             TokenSource::Given => f.write_str("token: from the command line or config"),
             TokenSource::Read(p) => write!(f, "token: read from {}", p.display()),
             TokenSource::Written(p) => write!(f, "token: written to {}", p.display()),
@@ -63,10 +61,7 @@ pub fn apply_flags(config: &mut Config, args: &DaemonArgs) -> Result<(), ConfigE
         config.set_flag("connectionToken", Value::from(token.clone()))?;
     }
     if let Some(file) = &args.connection_token_file {
-        config.set_flag(
-            "connectionTokenFile",
-            Value::from(file.display().to_string()),
-        )?;
+        config.set_flag("connectionTokenFile", Value::from(file.display().to_string()))?;
     }
     if args.without_connection_token {
         config.set_flag("withoutConnectionToken", Value::from(true))?;
@@ -80,10 +75,7 @@ pub fn apply_flags(config: &mut Config, args: &DaemonArgs) -> Result<(), ConfigE
         config.set_flag("sessionTools", Value::from(true))?;
     }
     if !args.session_tools_providers.is_empty() {
-        config.set_flag(
-            "sessionToolsProviders",
-            Value::from(args.session_tools_providers.clone()),
-        )?;
+        config.set_flag("sessionToolsProviders", Value::from(args.session_tools_providers.clone()))?;
     }
     if let Some(ms) = args.client_tool_timeout_ms {
         config.set_flag("clientToolTimeoutMs", Value::from(ms))?;
@@ -96,10 +88,7 @@ fn is_loopback(host: &str) -> bool {
 }
 
 /// Works out the token from the config, refusing the combinations that make no sense.
-pub fn resolve_token(
-    config: &Config,
-    base: &Path,
-) -> Result<(Option<String>, TokenSource), String> {
+pub fn resolve_token(config: &Config, base: &Path) -> Result<(Option<String>, TokenSource), String> {
     let host = config.string("host").unwrap_or_else(|| "127.0.0.1".into());
     let without = config.bool("withoutConnectionToken");
     let given = config.string("connectionToken");
@@ -153,33 +142,20 @@ pub struct Plan {
 /// Reads the configuration and flags; a problem is a sentence and exit code 2.
 pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
     let paths = Paths::platform().map_err(|e| e.to_string())?;
-    let mut config =
-        Config::load(&paths.config_dir, args.config_file.as_deref()).map_err(|e| e.to_string())?;
+    let mut config = Config::load(&paths.config_dir, args.config_file.as_deref()).map_err(|e| e.to_string())?;
     apply_flags(&mut config, args).map_err(|e| e.to_string())?;
     let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let (token, token_source) = if args.stdio {
-        (None, TokenSource::None { loopback: true })
-    } else {
-        resolve_token(&config, &base)?
-    };
-    Ok(Plan {
-        paths,
-        config,
-        token,
-        token_source,
-        stdio: args.stdio,
-    })
+    let (token, token_source) =
+        if args.stdio { (None, TokenSource::None { loopback: true }) } else { resolve_token(&config, &base)? };
+    Ok(Plan { paths, config, token, token_source, stdio: args.stdio })
 }
 
 /// Sets up logging to stderr (`AHPD_LOG` filters, default info).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AHPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_target(false)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
 }
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT.
@@ -195,10 +171,7 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
     for warning in &plan.config.warnings {
         tracing::warn!("{warning}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("could not start the async runtime: {e}");
@@ -223,14 +196,10 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let config = &plan.config;
     std::fs::create_dir_all(&plan.paths.data_dir)
         .with_context(|| format!("could not create {}", plan.paths.data_dir.display()))?;
-    let exe = std::env::current_exe()
-        .context("could not find this program's own path to start its workers")?;
+    let exe = std::env::current_exe().context("could not find this program's own path to start its workers")?;
     let handshake = Duration::from_millis(config.u64("workerHandshakeTimeoutMs").max(100));
     let planned = agents::plan(&config.get("agents"), &exe, &plan.paths.data_dir, handshake);
-    let agent_lines: Vec<String> = planned
-        .iter()
-        .map(|p| format!("{} ({})", p.spec.provider, p.why))
-        .collect();
+    let agent_lines: Vec<String> = planned.iter().map(|p| format!("{} ({})", p.spec.provider, p.why)).collect();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(
         planned.into_iter().map(|p| p.spec).collect(),
@@ -244,20 +213,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         default_directory: std::env::current_dir().ok(),
         ..HostConfig::default()
     };
-    let host = Host::new(
-        host_config,
-        supervisor.clone(),
-        cancel.clone(),
-        tracker.clone(),
-    );
+    let host = Host::new(host_config, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
     supervisor.start_all();
-    supervisor
-        .first_starts(handshake + Duration::from_secs(2))
-        .await;
+    supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     let max_frame = usize::try_from(config.u64("maxFrameBytes")).unwrap_or(4 << 20);
 
-    let signals = tracker.spawn(stop_on_signal(cancel.clone()));
+    let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     if plan.stdio {
         eprintln!("ahpd over stdio");
         announce_facts(&plan, &agent_lines, |line| eprintln!("{line}"));
@@ -267,9 +229,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         let bind_host = config.string("host").unwrap_or_else(|| "127.0.0.1".into());
         let port = u16::try_from(config.u64("port")).unwrap_or(9187);
         let listener = bind(&bind_host, port).await?;
-        let local = listener
-            .local_addr()
-            .context("could not read the bound address")?;
+        let local = listener.local_addr().context("could not read the bound address")?;
         let door = DoorPolicy {
             token: plan.token.clone(),
             bound: local.ip(),
@@ -290,10 +250,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     tracing::info!("stopping: closing connections and stopping every worker");
     signals.abort();
     tracker.close();
-    if tokio::time::timeout(Duration::from_secs(15), tracker.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(15), tracker.wait()).await.is_err() {
         tracing::warn!("some tasks did not stop within 15 s");
     }
     Ok(())
@@ -308,29 +265,10 @@ fn display_addr(host: &str, local: SocketAddr) -> String {
 }
 
 fn announce_facts(plan: &Plan, agents: &[String], say: impl Fn(&str)) {
-    say(&format!(
-        "agents: {}",
-        if agents.is_empty() {
-            "none".to_owned()
-        } else {
-            agents.join(", ")
-        }
-    ));
+    say(&format!("agents: {}", if agents.is_empty() { "none".to_owned() } else { agents.join(", ") }));
     say(&format!("sessions in {}", plan.paths.store().display()));
-    let files: Vec<String> = plan
-        .config
-        .files
-        .iter()
-        .map(|f| f.display().to_string())
-        .collect();
-    say(&format!(
-        "config: {}",
-        if files.is_empty() {
-            "none (defaults)".to_owned()
-        } else {
-            files.join(", ")
-        }
-    ));
+    let files: Vec<String> = plan.config.files.iter().map(|f| f.display().to_string()).collect();
+    say(&format!("config: {}", if files.is_empty() { "none (defaults)".to_owned() } else { files.join(", ") }));
     say(&plan.token_source.to_string());
     say(&format!("pid {}", std::process::id()));
 }
@@ -341,24 +279,21 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     } else {
         format!("{host}:{port}")
     };
-    TcpListener::bind(&target)
-        .await
-        .with_context(|| format!("could not listen on {target}"))
+    TcpListener::bind(&target).await.with_context(|| format!("could not listen on {target}"))
 }
 
-async fn stop_on_signal(cancel: CancellationToken) {
+/// Installs the stop-signal handlers now (before the announcement, so a SIGTERM that follows it
+/// is always a clean stop) and answers the task that waits for one.
+fn stop_on_signal(cancel: CancellationToken) -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("could not listen for stop signals");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-        _ = cancel.cancelled() => return,
-    }
-    cancel.cancel();
+    let mut term = signal(SignalKind::terminate()).context("could not listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("could not listen for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            _ = cancel.cancelled() => return,
+        }
+        cancel.cancel();
+    })
 }

@@ -15,13 +15,9 @@ pub struct Paths {
 impl Paths {
     /// The platform's folders for ahpd.
     pub fn platform() -> anyhow::Result<Self> {
-        let dirs = directories::ProjectDirs::from("", "", "ahpd").ok_or_else(|| {
-            anyhow::anyhow!("could not find a home folder for ahpd's configuration and data")
-        })?;
-        Ok(Self {
-            config_dir: dirs.config_dir().to_owned(),
-            data_dir: dirs.data_dir().to_owned(),
-        })
+        let dirs = directories::ProjectDirs::from("", "", "ahpd")
+            .ok_or_else(|| anyhow::anyhow!("could not find a home folder for ahpd's configuration and data"))?;
+        Ok(Self { config_dir: dirs.config_dir().to_owned(), data_dir: dirs.data_dir().to_owned() })
     }
 
     /// The session store.

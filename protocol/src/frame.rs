@@ -22,11 +22,7 @@ pub struct RpcError {
 impl RpcError {
     /// An error with a code and a sentence.
     pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
 }
 
@@ -34,11 +30,7 @@ impl RpcError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
     /// A request: answer it with a response carrying the same id.
-    Request {
-        id: u64,
-        method: String,
-        params: Value,
-    },
+    Request { id: u64, method: String, params: Value },
     /// A notification: no answer.
     Notification { method: String, params: Value },
     /// A successful answer to one of our requests.
@@ -67,8 +59,7 @@ impl Frame {
         if line.len() > MAX_FRAME_BYTES {
             return Err(FrameError::TooLong(line.len()));
         }
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| FrameError::NotJson(e.to_string()))?;
+        let value: Value = serde_json::from_str(line).map_err(|e| FrameError::NotJson(e.to_string()))?;
         let Value::Object(mut map) = value else {
             return Err(FrameError::NotJsonRpc("a message is one JSON object"));
         };
@@ -77,10 +68,7 @@ impl Frame {
         }
         let id = match map.remove("id") {
             None | Some(Value::Null) => None,
-            Some(Value::Number(n)) => Some(
-                n.as_u64()
-                    .ok_or(FrameError::NotJsonRpc("\"id\" must be a whole number"))?,
-            ),
+            Some(Value::Number(n)) => Some(n.as_u64().ok_or(FrameError::NotJsonRpc("\"id\" must be a whole number"))?),
             Some(_) => return Err(FrameError::NotJsonRpc("\"id\" must be a whole number")),
         };
         let params = map.remove("params").unwrap_or(Value::Null);
@@ -101,9 +89,7 @@ impl Frame {
         }
         match map.remove("result") {
             Some(result) => Ok(Frame::Response { id, result }),
-            None => Err(FrameError::NotJsonRpc(
-                "a response needs \"result\" or \"error\"",
-            )),
+            None => Err(FrameError::NotJsonRpc("a response needs \"result\" or \"error\"")),
         }
     }
 
@@ -136,23 +122,10 @@ mod tests {
     #[test]
     fn round_trips_every_kind() {
         let frames = [
-            Frame::Request {
-                id: 7,
-                method: "session/abort".into(),
-                params: serde_json::json!({"chat": "c"}),
-            },
-            Frame::Notification {
-                method: "emit".into(),
-                params: serde_json::json!({}),
-            },
-            Frame::Response {
-                id: 7,
-                result: Value::Null,
-            },
-            Frame::Error {
-                id: 8,
-                error: RpcError::new(-32601, "no"),
-            },
+            Frame::Request { id: 7, method: "session/abort".into(), params: serde_json::json!({"chat": "c"}) },
+            Frame::Notification { method: "emit".into(), params: serde_json::json!({}) },
+            Frame::Response { id: 7, result: Value::Null },
+            Frame::Error { id: 8, error: RpcError::new(-32601, "no") },
         ];
         for frame in frames {
             let line = frame.encode();
@@ -163,25 +136,10 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_frame() {
-        assert!(matches!(
-            Frame::decode("hello"),
-            Err(FrameError::NotJson(_))
-        ));
-        assert!(matches!(
-            Frame::decode("[1]"),
-            Err(FrameError::NotJsonRpc(_))
-        ));
-        assert!(matches!(
-            Frame::decode(r#"{"id":1,"method":"x"}"#),
-            Err(FrameError::NotJsonRpc(_))
-        ));
-        assert!(matches!(
-            Frame::decode(r#"{"jsonrpc":"2.0","id":"1","method":"x"}"#),
-            Err(FrameError::NotJsonRpc(_))
-        ));
-        assert!(matches!(
-            Frame::decode(r#"{"jsonrpc":"2.0","id":1}"#),
-            Err(FrameError::NotJsonRpc(_))
-        ));
+        assert!(matches!(Frame::decode("hello"), Err(FrameError::NotJson(_))));
+        assert!(matches!(Frame::decode("[1]"), Err(FrameError::NotJsonRpc(_))));
+        assert!(matches!(Frame::decode(r#"{"id":1,"method":"x"}"#), Err(FrameError::NotJsonRpc(_))));
+        assert!(matches!(Frame::decode(r#"{"jsonrpc":"2.0","id":"1","method":"x"}"#), Err(FrameError::NotJsonRpc(_))));
+        assert!(matches!(Frame::decode(r#"{"jsonrpc":"2.0","id":1}"#), Err(FrameError::NotJsonRpc(_))));
     }
 }

@@ -3,8 +3,8 @@
 use ahp_types::actions::StateAction;
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
-    AgentCapabilities, AgentSelection, ChatInputAnswer, ChatInputResponseKind, ContentRef, Message,
-    ModelSelection, SessionConfigSchema, SessionModelInfo, ToolDefinition, ToolResultContent, Turn,
+    AgentCapabilities, AgentSelection, ChatInputAnswer, ChatInputResponseKind, ContentRef, Message, ModelSelection,
+    SessionConfigSchema, SessionModelInfo, ToolDefinition, ToolResultContent, Turn,
 };
 use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
@@ -676,25 +676,13 @@ pub struct ToolOutcome {
 impl ToolOutcome {
     /// A successful outcome with text for the model.
     pub fn ok(text: impl Into<String>) -> Self {
-        Self {
-            success: true,
-            text: text.into(),
-            content: Vec::new(),
-            past_tense_message: None,
-            error: None,
-        }
+        Self { success: true, text: text.into(), content: Vec::new(), past_tense_message: None, error: None }
     }
 
     /// A failed outcome whose text explains the failure.
     pub fn failed(text: impl Into<String>) -> Self {
         let text = text.into();
-        Self {
-            success: false,
-            error: Some(text.clone()),
-            text,
-            content: Vec::new(),
-            past_tense_message: None,
-        }
+        Self { success: false, error: Some(text.clone()), text, content: Vec::new(), past_tense_message: None }
     }
 }
 
@@ -748,8 +736,7 @@ mod tests {
         .expect("stdio");
         assert!(matches!(stdio, McpServer::Stdio { .. }));
         let http: McpServer =
-            serde_json::from_value(serde_json::json!({"type": "http", "url": "http://x"}))
-                .expect("http");
+            serde_json::from_value(serde_json::json!({"type": "http", "url": "http://x"})).expect("http");
         assert!(matches!(http, McpServer::Http { .. }));
     }
 }

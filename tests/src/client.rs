@@ -6,15 +6,13 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome,
 };
 use ahp::{Client, ClientConfig, ClientEventStream, SubscriptionEvent};
 use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
 use ahp_types::commands::InitializeResult;
 use ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot,
-    SnapshotState, Turn,
+    ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot, SnapshotState, Turn,
 };
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::{anyhow, bail, Context};
@@ -26,12 +24,9 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// Removes `null` values (absent and `null` mean the same to a client).
 pub fn strip_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, strip_nulls(v)))
-                .collect(),
-        ),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect())
+        }
         Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
         other => other,
     }
@@ -41,9 +36,7 @@ pub fn strip_nulls(value: Value) -> Value {
 pub fn user_message(text: &str) -> Message {
     Message {
         text: text.to_owned(),
-        origin: MessageOrigin {
-            kind: MessageKind::User,
-        },
+        origin: MessageOrigin { kind: MessageKind::User },
         attachments: None,
         model: None,
         agent: None,
@@ -67,8 +60,7 @@ pub struct Mirror {
 impl Mirror {
     /// Takes a snapshot as the channel's starting point.
     pub fn seed(&mut self, snapshot: Snapshot) {
-        self.from_seq
-            .insert(snapshot.resource.clone(), snapshot.from_seq);
+        self.from_seq.insert(snapshot.resource.clone(), snapshot.from_seq);
         self.states.insert(snapshot.resource, snapshot.state);
     }
 
@@ -128,21 +120,14 @@ pub struct TestClient {
 }
 
 fn config() -> ClientConfig {
-    ClientConfig {
-        default_request_timeout: Some(PATIENCE),
-        subscription_buffer: 1 << 16,
-    }
+    ClientConfig { default_request_timeout: Some(PATIENCE), subscription_buffer: 1 << 16 }
 }
 
 impl TestClient {
     /// Connects without a handshake.
     pub async fn connect_raw(url: &str, client_id: &str) -> anyhow::Result<Self> {
-        let transport = ahp_ws::WebSocketTransport::connect(url)
-            .await
-            .map_err(|e| anyhow!("connect {url}: {e}"))?;
-        let client = Client::connect(transport, config())
-            .await
-            .map_err(|e| anyhow!("client: {e}"))?;
+        let transport = ahp_ws::WebSocketTransport::connect(url).await.map_err(|e| anyhow!("connect {url}: {e}"))?;
+        let client = Client::connect(transport, config()).await.map_err(|e| anyhow!("client: {e}"))?;
         let events = client.events();
         Ok(Self {
             client,
@@ -159,17 +144,10 @@ impl TestClient {
     /// Connects and says `initialize`, subscribed to the root channel.
     pub async fn connect(url: &str, client_id: &str) -> anyhow::Result<Self> {
         let mut this = Self::connect_raw(url, client_id).await?;
-        let versions = ahp_types::SUPPORTED_PROTOCOL_VERSIONS
-            .iter()
-            .map(|v| (*v).to_owned())
-            .collect();
+        let versions = ahp_types::SUPPORTED_PROTOCOL_VERSIONS.iter().map(|v| (*v).to_owned()).collect();
         let init = this
             .client
-            .initialize(
-                client_id.to_owned(),
-                versions,
-                vec![ROOT_RESOURCE_URI.to_owned()],
-            )
+            .initialize(client_id.to_owned(), versions, vec![ROOT_RESOURCE_URI.to_owned()])
             .await
             .map_err(|e| anyhow!("initialize: {e}"))?;
         for snapshot in init.snapshots.clone() {
@@ -210,10 +188,7 @@ impl TestClient {
                 break;
             };
             if let Some(ReduceOutcome::Invalid(e)) = self.mirror.fold(&env) {
-                bail!(
-                    "the reducer found envelope {} invalid: {e:?}",
-                    env.server_seq
-                );
+                bail!("the reducer found envelope {} invalid: {e:?}", env.server_seq);
             }
         }
         Ok(())
@@ -221,19 +196,13 @@ impl TestClient {
 
     /// Waits for the next event, at most `within`.
     pub async fn next_event(&mut self, within: Duration) -> anyhow::Result<()> {
-        let event = tokio::time::timeout(within, self.events.recv())
-            .await
-            .context("no event in time")?;
+        let event = tokio::time::timeout(within, self.events.recv()).await.context("no event in time")?;
         let event = event.ok_or_else(|| anyhow!("the connection closed"))?;
         self.take(event.event)
     }
 
     /// Waits until `predicate` holds on the mirror.
-    pub async fn until(
-        &mut self,
-        what: &str,
-        predicate: impl Fn(&Mirror) -> bool,
-    ) -> anyhow::Result<()> {
+    pub async fn until(&mut self, what: &str, predicate: impl Fn(&Mirror) -> bool) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             self.pump()?;
@@ -250,14 +219,9 @@ impl TestClient {
 
     /// Subscribes and seeds the mirror with the snapshot.
     pub async fn subscribe(&mut self, uri: &str) -> anyhow::Result<()> {
-        let (result, _sub) = self
-            .client
-            .subscribe(uri.to_owned())
-            .await
-            .map_err(|e| anyhow!("subscribe {uri}: {e}"))?;
-        let snapshot = result
-            .snapshot
-            .ok_or_else(|| anyhow!("subscribe {uri}: no snapshot"))?;
+        let (result, _sub) =
+            self.client.subscribe(uri.to_owned()).await.map_err(|e| anyhow!("subscribe {uri}: {e}"))?;
+        let snapshot = result.snapshot.ok_or_else(|| anyhow!("subscribe {uri}: no snapshot"))?;
         self.pump()?;
         self.mirror.seed(snapshot);
         Ok(())
@@ -270,25 +234,17 @@ impl TestClient {
 
     /// Creates a session on `provider` with `config`, waits until it is ready, and subscribes to it
     /// and its default chat. Answers (session, chat).
-    pub async fn create_session(
-        &mut self,
-        provider: &str,
-        config: Option<Value>,
-    ) -> anyhow::Result<(String, String)> {
+    pub async fn create_session(&mut self, provider: &str, config: Option<Value>) -> anyhow::Result<(String, String)> {
         let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
         let mut params = serde_json::json!({ "channel": session, "provider": provider });
         if let Some(config) = config {
             params["config"] = config;
         }
-        self.request("createSession", params)
-            .await
-            .map_err(|e| anyhow!("createSession: {e}"))?;
+        self.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
         self.subscribe(&session).await?;
         let s = session.clone();
         self.until("the session to be ready", move |m| {
-            m.session(&s).is_some_and(|st| {
-                st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some()
-            })
+            m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
         })
         .await?;
         let chat = self
@@ -302,11 +258,7 @@ impl TestClient {
 
     /// Dispatches an action; answers its client sequence number.
     pub async fn dispatch(&self, channel: &str, action: StateAction) -> anyhow::Result<i64> {
-        let handle = self
-            .client
-            .dispatch(channel.to_owned(), action)
-            .await
-            .map_err(|e| anyhow!("dispatch: {e}"))?;
+        let handle = self.client.dispatch(channel.to_owned(), action).await.map_err(|e| anyhow!("dispatch: {e}"))?;
         Ok(handle.client_seq)
     }
 
@@ -328,8 +280,7 @@ impl TestClient {
     pub async fn finished(&mut self, chat: &str, turn_id: &str) -> anyhow::Result<Turn> {
         let (c, t) = (chat.to_owned(), turn_id.to_owned());
         self.until(&format!("turn {turn_id} to end"), move |m| {
-            m.chat(&c)
-                .is_some_and(|st| st.turns.iter().any(|x| x.id == t))
+            m.chat(&c).is_some_and(|st| st.turns.iter().any(|x| x.id == t))
         })
         .await?;
         self.mirror
@@ -351,8 +302,7 @@ impl TestClient {
             .request("subscribe", serde_json::json!({ "channel": uri }))
             .await
             .map_err(|e| anyhow!("fresh subscribe {uri}: {e}"))?;
-        let snapshot: Snapshot =
-            serde_json::from_value(answer["snapshot"].clone()).context("snapshot")?;
+        let snapshot: Snapshot = serde_json::from_value(answer["snapshot"].clone()).context("snapshot")?;
         // Everything up to fromSeq was sent before the answer; fold exactly that much.
         while let Some(event) = self.try_next() {
             match event {
@@ -364,11 +314,7 @@ impl TestClient {
             }
         }
         self.fold_held(u64::try_from(snapshot.from_seq).unwrap_or(0))?;
-        let folded = self
-            .mirror
-            .states
-            .get(uri)
-            .ok_or_else(|| anyhow!("not watching {uri}"))?;
+        let folded = self.mirror.states.get(uri).ok_or_else(|| anyhow!("not watching {uri}"))?;
         let ours = strip_nulls(serde_json::to_value(folded)?);
         let theirs = strip_nulls(serde_json::to_value(&snapshot.state)?);
         if ours != theirs {
@@ -393,4 +339,110 @@ pub fn turn_text(turn: &Turn) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// Tool calls in the running turn waiting to be allowed: (turn id, tool call id).
+pub fn waiting_calls(chat: &ChatState) -> Vec<(String, String)> {
+    let Some(turn) = &chat.active_turn else { return Vec::new() };
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                ahp_types::state::ToolCallState::PendingConfirmation(p) => {
+                    Some((turn.id.clone(), p.tool_call_id.clone()))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Questions in the running turn waiting for an answer.
+pub fn open_questions(chat: &ChatState) -> Vec<String> {
+    let Some(turn) = &chat.active_turn else { return Vec::new() };
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ahp_types::state::ResponsePart::InputRequest(r) if r.response.is_none() => Some(r.request.id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+impl TestClient {
+    /// Allows or denies a waiting tool call.
+    pub async fn confirm(&self, chat: &str, turn_id: &str, tool_call_id: &str, approved: bool) -> anyhow::Result<i64> {
+        use ahp_types::actions::ChatToolCallConfirmedAction;
+        use ahp_types::state::ToolCallConfirmationReason;
+        let action = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
+            turn_id: turn_id.to_owned(),
+            tool_call_id: tool_call_id.to_owned(),
+            meta: None,
+            approved,
+            confirmed: approved.then_some(ToolCallConfirmationReason::UserAction),
+            reason: None,
+            edited_tool_input: None,
+            user_suggestion: None,
+            reason_message: None,
+            selected_option_id: Some(if approved { "allow" } else { "deny" }.to_owned()),
+        });
+        self.dispatch(chat, action).await
+    }
+
+    /// Answers a question with text (`Some`) or declines it (`None`).
+    pub async fn answer(&self, chat: &str, request_id: &str, text: Option<&str>) -> anyhow::Result<i64> {
+        use ahp_types::actions::ChatInputCompletedAction;
+        use ahp_types::state::{
+            ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputResponseKind, ChatInputTextAnswerValue,
+        };
+        let (response, answers) = match text {
+            Some(text) => {
+                let answer = ChatInputAnswer::Submitted(ChatInputAnswered {
+                    value: ChatInputAnswerValue::Text(ChatInputTextAnswerValue { value: text.to_owned() }),
+                });
+                (ChatInputResponseKind::Accept, Some([("answer".to_owned(), answer)].into_iter().collect()))
+            }
+            None => (ChatInputResponseKind::Decline, None),
+        };
+        let action = StateAction::ChatInputCompleted(ChatInputCompletedAction {
+            request_id: request_id.to_owned(),
+            response,
+            answers,
+        });
+        self.dispatch(chat, action).await
+    }
+
+    /// Waits until the chat's running turn has `n` calls waiting to be allowed; answers them.
+    pub async fn until_waiting_calls(&mut self, chat: &str, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+        let c = chat.to_owned();
+        self.until(&format!("{n} calls to wait"), move |m| m.chat(&c).is_some_and(|s| waiting_calls(s).len() == n))
+            .await?;
+        Ok(self.mirror.chat(chat).map(waiting_calls).unwrap_or_default())
+    }
+
+    /// Waits until the chat's running turn has `n` open questions; answers their ids.
+    pub async fn until_questions(&mut self, chat: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        let c = chat.to_owned();
+        self.until(&format!("{n} questions"), move |m| m.chat(&c).is_some_and(|s| open_questions(s).len() == n))
+            .await?;
+        Ok(self.mirror.chat(chat).map(open_questions).unwrap_or_default())
+    }
+
+    /// Dispatches a pending message (queued or steering).
+    pub async fn pending(
+        &self,
+        chat: &str,
+        kind: ahp_types::state::PendingMessageKind,
+        id: &str,
+        text: &str,
+    ) -> anyhow::Result<i64> {
+        use ahp_types::actions::ChatPendingMessageSetAction;
+        let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
+            kind,
+            id: id.to_owned(),
+            message: user_message(text),
+        });
+        self.dispatch(chat, action).await
+    }
 }

@@ -17,11 +17,7 @@ pub fn ahpd_bin() -> PathBuf {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("target")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
     let bin = target.join("debug").join("ahpd");
     assert!(
         bin.exists(),
@@ -45,10 +41,7 @@ pub struct DaemonOptions {
 impl DaemonOptions {
     /// A daemon with this config.
     pub fn with_config(config: serde_json::Value) -> Self {
-        Self {
-            config: Some(config),
-            ..Self::default()
-        }
+        Self { config: Some(config), ..Self::default() }
     }
 }
 
@@ -74,10 +67,7 @@ impl Daemon {
 
     /// Starts a daemon in a fresh folder.
     pub async fn start_with(options: DaemonOptions) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
-            .prefix("ahpd-test-")
-            .tempdir()
-            .context("temp dir")?;
+        let dir = tempfile::Builder::new().prefix("ahpd-test-").tempdir().context("temp dir")?;
         let home = dir.path().to_owned();
         let mut daemon = Self::start_in(&home, options).await?;
         daemon._dir = Some(dir);
@@ -89,10 +79,7 @@ impl Daemon {
         let config_dir = home.join("config").join("ahpd");
         std::fs::create_dir_all(&config_dir)?;
         if let Some(config) = &options.config {
-            std::fs::write(
-                config_dir.join("config.json"),
-                serde_json::to_vec_pretty(config)?,
-            )?;
+            std::fs::write(config_dir.join("config.json"), serde_json::to_vec_pretty(config)?)?;
         }
         let mut command = Command::new(ahpd_bin());
         if !options.args.iter().any(|a| a == "--port") {
@@ -104,10 +91,7 @@ impl Daemon {
             .env("XDG_DATA_HOME", home.join("data"))
             .env("HOME", home)
             .env_remove("AHPD_CONFIG")
-            .env(
-                "AHPD_LOG",
-                std::env::var("AHPD_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            .env("AHPD_LOG", std::env::var("AHPD_LOG").unwrap_or_else(|_| "info".into()))
             .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(home)
             .stdin(Stdio::null())
@@ -126,10 +110,7 @@ impl Daemon {
                     if std::env::var_os("AHPD_TEST_ECHO_LOG").is_some() {
                         eprintln!("[ahpd] {line}");
                     }
-                    err_lines
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(line);
+                    err_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
                 }
             });
         }
@@ -139,76 +120,45 @@ impl Daemon {
             Ok(Ok(Some(line))) => line,
             other => {
                 let status = child.try_wait().ok().flatten();
-                let log = err_lines
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .join("\n");
-                bail!(
-                    "ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}"
-                );
+                let log = err_lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+                bail!("ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}");
             }
         };
-        let url = first
-            .strip_prefix("ahpd on ")
-            .ok_or_else(|| anyhow!("unexpected first line: {first}"))?
-            .trim()
-            .to_owned();
+        let url =
+            first.strip_prefix("ahpd on ").ok_or_else(|| anyhow!("unexpected first line: {first}"))?.trim().to_owned();
         let out_lines = Arc::new(Mutex::new(Vec::new()));
         {
             let out_lines = out_lines.clone();
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
-                    out_lines
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(line);
+                    out_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
                 }
             });
         }
-        Ok(Self {
-            child,
-            url,
-            home: home.to_owned(),
-            _dir: None,
-            stdout: out_lines,
-            stderr: err_lines,
-        })
+        Ok(Self { child, url, home: home.to_owned(), _dir: None, stdout: out_lines, stderr: err_lines })
     }
 
     /// Its pid.
     pub fn pid(&self) -> i32 {
-        self.child
-            .id()
-            .and_then(|p| i32::try_from(p).ok())
-            .unwrap_or(0)
+        self.child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0)
     }
 
     /// Its stderr so far.
     pub fn log(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .join("\n")
+        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
     }
 
     /// Waits until its stderr has a line containing `needle`.
     pub async fn wait_for_log(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(line) = self
-                .stderr
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .find(|l| l.contains(needle))
+            if let Some(line) =
+                self.stderr.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle))
             {
                 return Ok(line.clone());
             }
             if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "the daemon's log never said {needle:?}; it said:\n{}",
-                    self.log()
-                );
+                bail!("the daemon's log never said {needle:?}; it said:\n{}", self.log());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -216,19 +166,13 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for it to exit.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGTERM)?;
         Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
     }
 
     /// Kills it with SIGKILL (no chance to tidy up) and reaps it.
     pub async fn kill9(&mut self) -> anyhow::Result<()> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::SIGKILL,
-        )?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGKILL)?;
         self.child.wait().await?;
         Ok(())
     }
@@ -255,11 +199,7 @@ pub fn parent_of(pid: i32) -> Option<i32> {
 /// True while a process exists (and is not a zombie).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                != Some("Z")
-        }
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z"),
         Err(_) => false,
     }
 }

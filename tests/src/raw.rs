@@ -11,29 +11,22 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// A raw connection.
 pub struct RawSocket {
-    ws: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
+    ws: tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
 }
 
 /// Opens a WebSocket to `url` with extra headers; on an HTTP refusal answers its status.
 pub async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u16> {
     let mut request = url.into_client_request().map_err(|_| 0u16)?;
     for (k, v) in headers {
-        let name = tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| 0u16)?;
-        request
-            .headers_mut()
-            .insert(name, v.parse().map_err(|_| 0u16)?);
+        let name = tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).map_err(|_| 0u16)?;
+        request.headers_mut().insert(name, v.parse().map_err(|_| 0u16)?);
     }
     let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
         .max_message_size(Some(64 << 20))
         .max_frame_size(Some(64 << 20));
     match tokio_tungstenite::connect_async_with_config(request, Some(config), false).await {
         Ok((ws, _)) => Ok(RawSocket { ws }),
-        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-            Err(response.status().as_u16())
-        }
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => Err(response.status().as_u16()),
         Err(_) => Err(0),
     }
 }
@@ -41,9 +34,7 @@ pub async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u
 impl RawSocket {
     /// Connects with no extra headers.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        upgrade(url, &[])
-            .await
-            .map_err(|status| anyhow!("upgrade refused with HTTP {status}"))
+        upgrade(url, &[]).await.map_err(|status| anyhow!("upgrade refused with HTTP {status}"))
     }
 
     /// Sends one text frame.
@@ -84,10 +75,7 @@ impl RawSocket {
 
     /// Sends a request and waits for the response with its id.
     pub async fn call(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Value> {
-        self.send(
-            serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }),
-        )
-        .await?;
+        self.send(serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await?;
         loop {
             let message = self.response().await?;
             if message.get("id") == Some(&Value::from(id)) {
@@ -106,9 +94,7 @@ impl RawSocket {
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(10), wait)
-            .await
-            .unwrap_or(false)
+        tokio::time::timeout(Duration::from_secs(10), wait).await.unwrap_or(false)
     }
 }
 
@@ -117,17 +103,10 @@ pub async fn http_status(url: &str, path: &str) -> anyhow::Result<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = url.trim_start_matches("ws://").trim_end_matches('/');
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
     let mut buf = Vec::new();
     stream.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .ok_or_else(|| anyhow!("no status line"))?;
+    let status = text.split_whitespace().nth(1).ok_or_else(|| anyhow!("no status line"))?;
     Ok(status.parse()?)
 }

@@ -8,7 +8,11 @@ use tests::{Daemon, DaemonOptions, TestClient};
 async fn initialized(url: &str, client_id: &str) -> anyhow::Result<RawSocket> {
     let mut ws = RawSocket::connect(url).await?;
     let init = ws
-        .call(1, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id }))
+        .call(
+            1,
+            "initialize",
+            json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id }),
+        )
         .await?;
     assert_eq!(init["result"]["protocolVersion"], "1.0.0", "{init}");
     Ok(ws)
@@ -24,33 +28,18 @@ async fn malformed_frames_get_their_errors_and_the_connection_lives_on() -> anyh
     let mut ws = RawSocket::connect(&daemon.url).await?;
 
     // Only ping before the handshake.
-    let pong = ws
-        .call(1, "ping", json!({ "channel": "ahp-root://" }))
-        .await?;
+    let pong = ws.call(1, "ping", json!({ "channel": "ahp-root://" })).await?;
     assert_eq!(pong["result"], Value::Null);
-    assert!(
-        pong.as_object().is_some_and(|o| o.contains_key("result")),
-        "ping answers result: null"
-    );
-    let early = ws
-        .call(2, "listSessions", json!({ "channel": "ahp-root://" }))
-        .await?;
+    assert!(pong.as_object().is_some_and(|o| o.contains_key("result")), "ping answers result: null");
+    let early = ws.call(2, "listSessions", json!({ "channel": "ahp-root://" })).await?;
     assert_eq!(error_code(&early), -32600);
 
     let init = ws
-        .call(
-            3,
-            "initialize",
-            json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "raw" }),
-        )
+        .call(3, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "raw" }))
         .await?;
     assert_eq!(init["result"]["protocolVersion"], "1.0.0");
     let twice = ws
-        .call(
-            4,
-            "initialize",
-            json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "raw" }),
-        )
+        .call(4, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "raw" }))
         .await?;
     assert_eq!(error_code(&twice), -32600);
 
@@ -59,7 +48,8 @@ async fn malformed_frames_get_their_errors_and_the_connection_lives_on() -> anyh
     assert_eq!(error_code(&parse), -32700);
     assert_eq!(parse["id"], Value::Null);
 
-    ws.send(json!({ "jsonrpc": "2.0", "id": "seven", "method": "ping", "params": { "channel": "ahp-root://" } })).await?;
+    ws.send(json!({ "jsonrpc": "2.0", "id": "seven", "method": "ping", "params": { "channel": "ahp-root://" } }))
+        .await?;
     let string_id = ws.response().await?;
     assert_eq!(error_code(&string_id), -32600);
     assert_eq!(string_id["id"], "seven");
@@ -68,31 +58,19 @@ async fn malformed_frames_get_their_errors_and_the_connection_lives_on() -> anyh
     let batch = ws.response().await?;
     assert_eq!(error_code(&batch), -32600);
 
-    let unknown = ws
-        .call(6, "frobnicate", json!({ "channel": "ahp-root://" }))
-        .await?;
+    let unknown = ws.call(6, "frobnicate", json!({ "channel": "ahp-root://" })).await?;
     assert_eq!(error_code(&unknown), -32601);
 
     let no_channel = ws.call(7, "subscribe", json!({})).await?;
     assert_eq!(error_code(&no_channel), -32602);
 
-    let wrong_params = ws
-        .call(
-            8,
-            "listSessions",
-            json!({ "channel": "ahp-root://", "limit": "many" }),
-        )
-        .await?;
+    let wrong_params = ws.call(8, "listSessions", json!({ "channel": "ahp-root://", "limit": "many" })).await?;
     assert_eq!(error_code(&wrong_params), -32602);
 
-    let no_such = ws
-        .call(9, "subscribe", json!({ "channel": "ahp-session:/nope" }))
-        .await?;
+    let no_such = ws.call(9, "subscribe", json!({ "channel": "ahp-session:/nope" })).await?;
     assert_eq!(error_code(&no_such), -32008);
 
-    let bad_scheme = ws
-        .call(10, "subscribe", json!({ "channel": "ftp://x" }))
-        .await?;
+    let bad_scheme = ws.call(10, "subscribe", json!({ "channel": "ftp://x" })).await?;
     assert_eq!(error_code(&bad_scheme), -32602);
 
     let big = format!(
@@ -104,14 +82,8 @@ async fn malformed_frames_get_their_errors_and_the_connection_lives_on() -> anyh
     assert_eq!(error_code(&too_big), -32600, "{too_big}");
     assert_eq!(too_big["id"], 11);
 
-    let still = ws
-        .call(12, "ping", json!({ "channel": "ahp-root://" }))
-        .await?;
-    assert_eq!(
-        still["result"],
-        Value::Null,
-        "ping still answers after all that"
-    );
+    let still = ws.call(12, "ping", json!({ "channel": "ahp-root://" })).await?;
+    assert_eq!(still["result"], Value::Null, "ping still answers after all that");
     Ok(())
 }
 
@@ -129,12 +101,7 @@ async fn refused_actions_come_back_with_a_reason_and_change_nothing() -> anyhow:
     let rejected = ws.recv().await?;
     assert_eq!(rejected["method"], "action");
     assert_eq!(rejected["params"]["origin"]["clientSeq"], 1);
-    assert!(
-        rejected["params"]["rejectionReason"]
-            .as_str()
-            .is_some_and(|r| r.contains("Subscribe")),
-        "{rejected}"
-    );
+    assert!(rejected["params"]["rejectionReason"].as_str().is_some_and(|r| r.contains("Subscribe")), "{rejected}");
 
     // Subscribed now: a host-only action, a bad timestamp, an agent-origin message.
     let sub = ws.call(20, "subscribe", json!({ "channel": chat })).await?;
@@ -152,26 +119,17 @@ async fn refused_actions_come_back_with_a_reason_and_change_nothing() -> anyhow:
         ws.send(json!({ "jsonrpc": "2.0", "method": "dispatchAction", "params": { "channel": chat, "clientSeq": seq, "action": action } })).await?;
         let reply = ws.recv().await?;
         assert_eq!(reply["params"]["origin"]["clientSeq"], seq, "{reply}");
-        assert!(
-            reply["params"]["rejectionReason"].is_string(),
-            "case {i} {action} was not refused: {reply}"
-        );
+        assert!(reply["params"]["rejectionReason"].is_string(), "case {i} {action} was not refused: {reply}");
     }
     // An action for a channel that does not exist is ignored: the next thing we hear is the ping.
     ws.send(json!({ "jsonrpc": "2.0", "method": "dispatchAction", "params": { "channel": "ahp-chat:/nowhere", "clientSeq": 99, "action": turn } })).await?;
-    let pong = ws
-        .call(30, "ping", json!({ "channel": "ahp-root://" }))
-        .await?;
+    let pong = ws.call(30, "ping", json!({ "channel": "ahp-root://" })).await?;
     assert_eq!(pong["id"], 30);
 
     owner.pump()?;
     owner.check_against_snapshot(&chat).await?;
     owner.check_against_snapshot(&session).await?;
-    assert_eq!(
-        owner.mirror.chat(&chat).map(|c| c.turns.len()),
-        Some(0),
-        "nothing changed"
-    );
+    assert_eq!(owner.mirror.chat(&chat).map(|c| c.turns.len()), Some(0), "nothing changed");
     Ok(())
 }
 
@@ -180,50 +138,33 @@ async fn version_negotiation_refuses_what_it_cannot_speak_and_closes() -> anyhow
     let daemon = Daemon::start().await?;
     let mut ws = RawSocket::connect(&daemon.url).await?;
     let refused = ws
-        .call(
-            1,
-            "initialize",
-            json!({ "channel": "ahp-root://", "protocolVersions": ["0.9.0"], "clientId": "old" }),
-        )
+        .call(1, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["0.9.0"], "clientId": "old" }))
         .await?;
     assert_eq!(error_code(&refused), -32005);
-    assert!(refused["error"]["data"]["supportedVersions"]
-        .as_array()
-        .is_some_and(|v| !v.is_empty()));
+    assert!(refused["error"]["data"]["supportedVersions"].as_array().is_some_and(|v| !v.is_empty()));
     assert!(ws.closed().await, "the connection closes after -32005");
 
     let mut ws = RawSocket::connect(&daemon.url).await?;
     let malformed = ws
-        .call(
-            1,
-            "initialize",
-            json!({ "channel": "ahp-root://", "protocolVersions": ["1.0"], "clientId": "x" }),
-        )
+        .call(1, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["1.0"], "clientId": "x" }))
         .await?;
     assert_eq!(error_code(&malformed), -32602);
-    let newer = ws.call(2, "initialize", json!({ "channel": "ahp-root://", "protocolVersions": ["1.3.0", "0.9.0"], "clientId": "x" })).await?;
-    assert_eq!(
-        newer["result"]["protocolVersion"], "1.3.0",
-        "the highest 1.x offered, verbatim"
-    );
+    let newer = ws
+        .call(
+            2,
+            "initialize",
+            json!({ "channel": "ahp-root://", "protocolVersions": ["1.3.0", "0.9.0"], "clientId": "x" }),
+        )
+        .await?;
+    assert_eq!(newer["result"]["protocolVersion"], "1.3.0", "the highest 1.x offered, verbatim");
     Ok(())
 }
 
 #[tokio::test]
 async fn the_door_refuses_web_pages_rebound_hosts_and_wrong_tokens() -> anyhow::Result<()> {
     let daemon = Daemon::start().await?;
-    assert_eq!(
-        upgrade(&daemon.url, &[("origin", "https://evil.example")])
-            .await
-            .err(),
-        Some(403)
-    );
-    assert_eq!(
-        upgrade(&daemon.url, &[("host", "evil.example:80")])
-            .await
-            .err(),
-        Some(403)
-    );
+    assert_eq!(upgrade(&daemon.url, &[("origin", "https://evil.example")]).await.err(), Some(403));
+    assert_eq!(upgrade(&daemon.url, &[("host", "evil.example:80")]).await.err(), Some(403));
     assert!(upgrade(&daemon.url, &[("host", "localhost")]).await.is_ok());
     assert_eq!(http_status(&daemon.url, "/nothing-here").await?, 404);
 
@@ -233,27 +174,11 @@ async fn the_door_refuses_web_pages_rebound_hosts_and_wrong_tokens() -> anyhow::
     })
     .await?;
     assert_eq!(upgrade(&guarded.url, &[]).await.err(), Some(401));
-    assert_eq!(
-        upgrade(&format!("{}/?tkn=wrong", guarded.url), &[])
-            .await
-            .err(),
-        Some(401)
-    );
-    assert!(upgrade(&format!("{}/?tkn=s3cret", guarded.url), &[])
-        .await
-        .is_ok());
-    assert!(upgrade(&guarded.url, &[("authorization", "Bearer s3cret")])
-        .await
-        .is_ok());
-    assert!(
-        !guarded.log().contains("s3cret"),
-        "the token is never logged"
-    );
-    let said: String = guarded
-        .stdout
-        .lock()
-        .map(|l| l.join("\n"))
-        .unwrap_or_default();
+    assert_eq!(upgrade(&format!("{}/?tkn=wrong", guarded.url), &[]).await.err(), Some(401));
+    assert!(upgrade(&format!("{}/?tkn=s3cret", guarded.url), &[]).await.is_ok());
+    assert!(upgrade(&guarded.url, &[("authorization", "Bearer s3cret")]).await.is_ok());
+    assert!(!guarded.log().contains("s3cret"), "the token is never logged");
+    let said: String = guarded.stdout.lock().map(|l| l.join("\n")).unwrap_or_default();
     assert!(!said.contains("s3cret"), "nor announced");
     Ok(())
 }
@@ -262,17 +187,11 @@ async fn the_door_refuses_web_pages_rebound_hosts_and_wrong_tokens() -> anyhow::
 async fn a_public_address_without_a_token_choice_is_refused() -> anyhow::Result<()> {
     let out = tokio::process::Command::new(tests::daemon::ahpd_bin())
         .args(["--host", "0.0.0.0", "--port", "0"])
-        .env(
-            "XDG_CONFIG_HOME",
-            std::env::temp_dir().join("ahpd-none-config"),
-        )
+        .env("XDG_CONFIG_HOME", std::env::temp_dir().join("ahpd-none-config"))
         .output()
         .await?;
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("Binding 0.0.0.0 exposes this host beyond this machine."),
-        "{err}"
-    );
+    assert!(err.contains("Binding 0.0.0.0 exposes this host beyond this machine."), "{err}");
     Ok(())
 }

@@ -4,9 +4,7 @@
 //! A refused action comes back to its sender with `rejectionReason` and changes nothing. An
 //! action for a channel that does not exist is ignored, as the spec says.
 
-use ahp_types::actions::{
-    ActionOrigin, ChatPendingMessageRemovedAction, ChatToolCallConfirmedAction, StateAction,
-};
+use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatToolCallConfirmedAction, StateAction};
 use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
 use serde_json::Value;
 
@@ -144,25 +142,16 @@ enum Then {
 impl Host {
     /// Handles `dispatchAction` params from a connection.
     pub(super) fn dispatch_action(&self, conn: &ConnState, params: Value) {
-        let channel = params
-            .get("channel")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let channel = params.get("channel").and_then(Value::as_str).map(str::to_owned);
         let client_seq = params.get("clientSeq").and_then(Value::as_i64);
         let (Some(channel), Some(client_seq)) = (channel, client_seq) else {
-            tracing::debug!(
-                conn = conn.id,
-                "dispatchAction without a channel or clientSeq; ignored"
-            );
+            tracing::debug!(conn = conn.id, "dispatchAction without a channel or clientSeq; ignored");
             return;
         };
         let Some(client_id) = conn.client_id.clone() else {
             return;
         };
-        let origin = ActionOrigin {
-            client_id,
-            client_seq,
-        };
+        let origin = ActionOrigin { client_id, client_seq };
         let raw = params.get("action").cloned().unwrap_or(Value::Null);
         let action: StateAction = match serde_json::from_value(raw.clone()) {
             Ok(a) => a,
@@ -173,11 +162,7 @@ impl Host {
         };
         let mut core = self.lock();
         if !core.ch.has_channel(&channel) {
-            tracing::debug!(
-                conn = conn.id,
-                channel,
-                "an action for a channel that does not exist; ignored"
-            );
+            tracing::debug!(conn = conn.id, channel, "an action for a channel that does not exist; ignored");
             return;
         }
         if let StateAction::Unknown(value) = &action {
@@ -243,9 +228,7 @@ impl Host {
             }
             Then::Stop(turn_id) => {
                 if let Some(meta) = core.chats.get(channel) {
-                    let _ = meta.driver.send(Op::Abort {
-                        turn_id: Some(turn_id),
-                    });
+                    let _ = meta.driver.send(Op::Abort { turn_id: Some(turn_id) });
                 }
             }
             Then::StartQueued => self.start_next(core, channel),
@@ -263,10 +246,7 @@ impl Host {
                 for chat in chats {
                     if let Some(meta) = core.chats.get(&chat) {
                         for (key, value) in &changes {
-                            let _ = meta.driver.send(Op::SetConfig {
-                                key: key.clone(),
-                                value: value.clone(),
-                            });
+                            let _ = meta.driver.send(Op::SetConfig { key: key.clone(), value: value.clone() });
                         }
                     }
                 }
@@ -279,20 +259,13 @@ impl Host {
         let Some(state) = core.ch.chats.get(chat) else {
             return;
         };
-        let mut removals: Vec<(PendingMessageKind, String)> = state
-            .queued_messages
-            .iter()
-            .flatten()
-            .map(|m| (PendingMessageKind::Queued, m.id.clone()))
-            .collect();
+        let mut removals: Vec<(PendingMessageKind, String)> =
+            state.queued_messages.iter().flatten().map(|m| (PendingMessageKind::Queued, m.id.clone())).collect();
         if let Some(s) = &state.steering_message {
             removals.push((PendingMessageKind::Steering, s.id.clone()));
         }
         for (kind, id) in removals {
-            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
-                kind,
-                id,
-            });
+            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction { kind, id });
             core.ch.commit(chat, action, None, None);
         }
     }
@@ -302,16 +275,10 @@ fn running_turn(state: &ChatState) -> Option<&str> {
     state.active_turn.as_ref().map(|t| t.id.as_str())
 }
 
-fn tool_call<'a>(
-    state: &'a ChatState,
-    turn_id: &str,
-    tool_call_id: &str,
-) -> Option<&'a ToolCallState> {
+fn tool_call<'a>(state: &'a ChatState, turn_id: &str, tool_call_id: &str) -> Option<&'a ToolCallState> {
     let turn = state.active_turn.as_ref().filter(|t| t.id == turn_id)?;
     turn.response_parts.iter().find_map(|p| match p {
-        ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == Some(tool_call_id) => {
-            Some(&tc.tool_call)
-        }
+        ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == Some(tool_call_id) => Some(&tc.tool_call),
         _ => None,
     })
 }
@@ -331,7 +298,9 @@ fn tool_call_id_of(state: &ToolCallState) -> Option<&str> {
 
 fn open_request(state: &ChatState, request_id: &str) -> bool {
     state.active_turn.as_ref().is_some_and(|t| {
-        t.response_parts.iter().any(|p| matches!(p, ResponsePart::InputRequest(r) if r.request.id == request_id && r.response.is_none()))
+        t.response_parts
+            .iter()
+            .any(|p| matches!(p, ResponsePart::InputRequest(r) if r.request.id == request_id && r.response.is_none()))
     })
 }
 
@@ -345,12 +314,7 @@ fn user_message(message: &ahp_types::state::Message) -> Result<(), String> {
 
 /// Checks a client's action against the host's state; answers what to do after saying it, or the
 /// reason it is refused.
-fn check(
-    core: &Core,
-    conn: &ConnState,
-    channel: &str,
-    action: &StateAction,
-) -> Result<Then, String> {
+fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> Result<Then, String> {
     let kind = channel_kind(channel);
     let scope = action_type(action);
     let prefix = scope.split('/').next().unwrap_or("");
@@ -362,17 +326,15 @@ fn check(
         None => "",
     };
     if prefix != expected {
-        return Err(format!(
-            "{scope} does not belong on the {expected} channel {channel}"
-        ));
+        return Err(format!("{scope} does not belong on the {expected} channel {channel}"));
     }
     if !core.ch.is_subscribed(conn.id, channel) && !answers_a_request(action) {
-        return Err(format!(
-            "Subscribe to {channel} before dispatching actions to it"
-        ));
+        return Err(format!("Subscribe to {channel} before dispatching actions to it"));
     }
     match action {
-        StateAction::RootConfigChanged(_) => Err("This host's root configuration is not writable by clients yet".to_owned()),
+        StateAction::RootConfigChanged(_) => {
+            Err("This host's root configuration is not writable by clients yet".to_owned())
+        }
         StateAction::SessionTitleChanged(a) => {
             if a.title.trim().is_empty() {
                 Err("A session's title must not be empty".to_owned())
@@ -392,7 +354,9 @@ fn check(
                 Err("The default chat must be one of the session's chats".to_owned())
             }
         }
-        StateAction::SessionConfigChanged(a) => check_session_config(core, channel, &a.config, a.replace.unwrap_or(false)),
+        StateAction::SessionConfigChanged(a) => {
+            check_session_config(core, channel, &a.config, a.replace.unwrap_or(false))
+        }
         StateAction::SessionActiveClientSet(a) => {
             if conn.client_id.as_deref() == Some(a.active_client.client_id.as_str()) {
                 Ok(Then::Nothing)
@@ -411,7 +375,9 @@ fn check(
         | StateAction::SessionMcpServerStartRequested(_)
         | StateAction::SessionMcpServerStopRequested(_)
         | StateAction::SessionMcpServerBackgroundRequested(_) => Ok(Then::Nothing),
-        StateAction::SessionWorkingDirectorySet(_) | StateAction::SessionWorkingDirectoryRemoved(_) | StateAction::SessionWorkingDirectoryReplaced(_) => {
+        StateAction::SessionWorkingDirectorySet(_)
+        | StateAction::SessionWorkingDirectoryRemoved(_)
+        | StateAction::SessionWorkingDirectoryReplaced(_) => {
             Err("This session's agent works in one directory; it cannot take another".to_owned())
         }
         StateAction::ChatTurnStarted(a) => {
@@ -421,7 +387,9 @@ fn check(
                 return Err("A turn needs an id".to_owned());
             }
             if let Some(running) = running_turn(state) {
-                return Err(format!("Turn {running} is running in this chat; send a steering or queued message instead"));
+                return Err(format!(
+                    "Turn {running} is running in this chat; send a steering or queued message instead"
+                ));
             }
             if state.turns.iter().any(|t| t.id == a.turn_id) {
                 return Err(format!("This chat has a turn {} already", a.turn_id));
@@ -435,7 +403,11 @@ fn check(
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
             // A stop naming another turn, or none running, goes to every client as the client's
             // own action and reaches no backend (seed 004).
-            Ok(if running_turn(state) == Some(a.turn_id.as_str()) { Then::Stop(a.turn_id.clone()) } else { Then::Nothing })
+            Ok(if running_turn(state) == Some(a.turn_id.as_str()) {
+                Then::Stop(a.turn_id.clone())
+            } else {
+                Then::Nothing
+            })
         }
         StateAction::ChatToolCallConfirmed(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
@@ -498,16 +470,18 @@ fn check(
                 PendingMessageKind::Queued => Then::Nothing,
             })
         }
-        StateAction::ChatQueuedMessagesReordered(_) | StateAction::ChatIsReadChanged(_) | StateAction::ChatIsArchivedChanged(_) => {
-            Ok(Then::Nothing)
-        }
+        StateAction::ChatQueuedMessagesReordered(_)
+        | StateAction::ChatIsReadChanged(_)
+        | StateAction::ChatIsArchivedChanged(_) => Ok(Then::Nothing),
         StateAction::ChatDraftChanged(a) => {
             if let Some(draft) = &a.draft {
                 user_message(draft)?;
             }
             Ok(Then::Backend(Op::SetDraft(a.draft.clone())))
         }
-        StateAction::ChatTurnResume(_) => Err("This host's agents cannot resume a failed turn; send the message again".to_owned()),
+        StateAction::ChatTurnResume(_) => {
+            Err("This host's agents cannot resume a failed turn; send the message again".to_owned())
+        }
         StateAction::ChatTruncated(_) => Err("This host's agents cannot truncate a chat".to_owned()),
         StateAction::ChatWorkingDirectorySet(_) | StateAction::ChatWorkingDirectoryRemoved(_) => {
             Err("A chat works in its session's directory; it cannot take another".to_owned())
@@ -558,19 +532,10 @@ fn check_session_config(
     replace: bool,
 ) -> Result<Then, String> {
     if replace {
-        return Err(
-            "A client may change a session's settings key by key, not replace them all".to_owned(),
-        );
+        return Err("A client may change a session's settings key by key, not replace them all".to_owned());
     }
-    let provider = core
-        .sessions
-        .get(session)
-        .map(|m| m.provider.clone())
-        .ok_or("no such session")?;
-    let schema = core
-        .agent(&provider)
-        .and_then(|a| a.schema.clone())
-        .ok_or("the agent has not started")?;
+    let provider = core.sessions.get(session).map(|m| m.provider.clone()).ok_or("no such session")?;
+    let schema = core.agent(&provider).and_then(|a| a.schema.clone()).ok_or("the agent has not started")?;
     let mut changes = Vec::new();
     for (key, value) in config {
         let property = schema

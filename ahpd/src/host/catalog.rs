@@ -5,10 +5,9 @@
 use std::collections::VecDeque;
 
 use ahp_types::actions::{
-    PartialChatSummary, RootActiveSessionsChangedAction, SessionActiveClientSetAction,
-    SessionChatAddedAction, SessionChatRemovedAction, SessionChatUpdatedAction,
-    SessionDefaultChatChangedAction, SessionInputNeededRemovedAction, SessionInputNeededSetAction,
-    StateAction,
+    PartialChatSummary, RootActiveSessionsChangedAction, SessionActiveClientSetAction, SessionChatAddedAction,
+    SessionChatRemovedAction, SessionChatUpdatedAction, SessionDefaultChatChangedAction,
+    SessionInputNeededRemovedAction, SessionInputNeededSetAction, StateAction,
 };
 use ahp_types::commands::{CreateChatParams, CreateSessionParams};
 use ahp_types::common::JsonObject;
@@ -16,9 +15,9 @@ use ahp_types::notifications::{
     PartialSessionSummary, SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams,
 };
 use ahp_types::state::{
-    AnnotationsState, ChatState, ChatSummary, ResponsePart, SessionChatInputRequest,
-    SessionChatSummary, SessionConfigState, SessionInputRequest, SessionLifecycle, SessionState,
-    SessionSummary, SessionToolConfirmationRequest, ToolCallConfirmationState, ToolCallState,
+    AnnotationsState, ChatState, ChatSummary, ResponsePart, SessionChatInputRequest, SessionChatSummary,
+    SessionConfigState, SessionInputRequest, SessionLifecycle, SessionState, SessionSummary,
+    SessionToolConfirmationRequest, ToolCallConfirmationState, ToolCallState,
 };
 use ahp_types::ROOT_RESOURCE_URI;
 use protocol::SchemaResult;
@@ -52,10 +51,7 @@ const NEW_SESSION_TITLE: &str = "New session";
 
 /// The config values a session starts with: the schema's defaults under what the client chose,
 /// each checked against the schema.
-pub fn resolve_config(
-    schema: &SchemaResult,
-    given: Option<&JsonObject>,
-) -> Result<JsonObject, AhpError> {
+pub fn resolve_config(schema: &SchemaResult, given: Option<&JsonObject>) -> Result<JsonObject, AhpError> {
     let mut values = schema.defaults.clone();
     for (key, value) in given.into_iter().flatten() {
         check_config_value(schema, key, value)?;
@@ -67,9 +63,7 @@ pub fn resolve_config(
 /// Checks one config value against the schema, in words a person can act on.
 pub fn check_config_value(schema: &SchemaResult, key: &str, value: &Value) -> Result<(), AhpError> {
     let Some(property) = schema.schema.properties.get(key) else {
-        return Err(AhpError::invalid_params(format!(
-            "Session configuration '{key}' is not a setting of this agent."
-        )));
+        return Err(AhpError::invalid_params(format!("Session configuration '{key}' is not a setting of this agent.")));
     };
     if let Some(allowed) = &property.r#enum {
         if property.enum_dynamic != Some(true) && !allowed.contains(value) {
@@ -77,9 +71,7 @@ pub fn check_config_value(schema: &SchemaResult, key: &str, value: &Value) -> Re
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            return Err(AhpError::invalid_params(format!(
-                "Session configuration '{key}' does not offer '{shown}'."
-            )));
+            return Err(AhpError::invalid_params(format!("Session configuration '{key}' does not offer '{shown}'.")));
         }
     }
     let type_ok = match property.r#type.as_str() {
@@ -92,10 +84,7 @@ pub fn check_config_value(schema: &SchemaResult, key: &str, value: &Value) -> Re
         _ => true,
     };
     if !type_ok {
-        return Err(AhpError::invalid_params(format!(
-            "Session configuration '{key}' must be a {}.",
-            property.r#type
-        )));
+        return Err(AhpError::invalid_params(format!("Session configuration '{key}' must be a {}.", property.r#type)));
     }
     Ok(())
 }
@@ -150,26 +139,16 @@ pub fn path_of(uri: &str) -> Option<std::path::PathBuf> {
 impl Core {
     /// The provider a request names, or the first backend that is up.
     pub fn pick_provider(&self, asked: Option<&str>) -> Result<String, AhpError> {
-        let offered: Vec<&str> = self
-            .agents
-            .iter()
-            .filter(|a| a.descriptor.is_some())
-            .map(|a| a.provider.as_str())
-            .collect();
+        let offered: Vec<&str> =
+            self.agents.iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.as_str()).collect();
         match asked {
             Some(p) if offered.contains(&p) => Ok(p.to_owned()),
             Some(p) if self.agents.iter().any(|a| a.provider == p) => {
-                Err(AhpError::provider_not_found(format!(
-                    "The {p} agent has not started; see the daemon's log"
-                )))
+                Err(AhpError::provider_not_found(format!("The {p} agent has not started; see the daemon's log")))
             }
             Some(p) => Err(AhpError::provider_not_found(format!(
                 "This host offers no agent called {p}; it offers {}",
-                if offered.is_empty() {
-                    "none".to_owned()
-                } else {
-                    offered.join(", ")
-                }
+                if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
             ))),
             None => offered
                 .first()
@@ -182,9 +161,8 @@ impl Core {
     fn publish_session_count(&mut self) {
         let count = i64::try_from(self.sessions.len()).unwrap_or(i64::MAX);
         if self.ch.root.active_sessions != Some(count) {
-            let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction {
-                active_sessions: count,
-            });
+            let action =
+                StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
             self.ch.commit(ROOT_RESOURCE_URI, action, None, None);
         }
     }
@@ -193,36 +171,16 @@ impl Core {
     pub fn summary_of(&self, uri: &str) -> Option<SessionSummary> {
         let state = self.ch.sessions.get(uri)?;
         let meta = self.sessions.get(uri)?;
-        let chats: Vec<&ChatState> = state
-            .chats
-            .iter()
-            .filter_map(|c| self.ch.chats.get(&c.resource))
-            .collect();
-        let default = state
-            .default_chat
-            .as_ref()
-            .and_then(|d| self.ch.chats.get(d));
-        let mut activity = default
-            .map(|c| c.status & status::ACTIVITY)
-            .unwrap_or(status::IDLE);
-        if chats
-            .iter()
-            .any(|c| c.status & status::ACTIVITY == status::INPUT_NEEDED)
-        {
+        let chats: Vec<&ChatState> = state.chats.iter().filter_map(|c| self.ch.chats.get(&c.resource)).collect();
+        let default = state.default_chat.as_ref().and_then(|d| self.ch.chats.get(d));
+        let mut activity = default.map(|c| c.status & status::ACTIVITY).unwrap_or(status::IDLE);
+        if chats.iter().any(|c| c.status & status::ACTIVITY == status::INPUT_NEEDED) {
             activity = status::INPUT_NEEDED;
-        } else if activity == status::IDLE
-            && chats
-                .iter()
-                .any(|c| c.status & status::ACTIVITY == status::ERROR)
-        {
+        } else if activity == status::IDLE && chats.iter().any(|c| c.status & status::ACTIVITY == status::ERROR) {
             activity = status::ERROR;
         }
         let flags = state.status & !status::ACTIVITY;
-        let modified_at = chats
-            .iter()
-            .map(|c| c.modified_at.clone())
-            .max()
-            .unwrap_or_else(|| meta.created_at.clone());
+        let modified_at = chats.iter().map(|c| c.modified_at.clone()).max().unwrap_or_else(|| meta.created_at.clone());
         let compact = (state.chats.len() > 1).then(|| {
             state
                 .chats
@@ -272,8 +230,7 @@ impl Core {
             provider: None,
             title: (before.title != now.title).then(|| now.title.clone()),
             status: (before.status != now.status).then_some(now.status),
-            activity: (before.activity != now.activity)
-                .then(|| now.activity.clone().unwrap_or_default()),
+            activity: (before.activity != now.activity).then(|| now.activity.clone().unwrap_or_default()),
             origin: None,
             project: None,
             working_directories: (before.working_directories != now.working_directories)
@@ -285,16 +242,11 @@ impl Core {
             changes: None,
             meta: None,
             chats: (before.chats != now.chats).then(|| now.chats.clone().unwrap_or_default()),
-            default_chat: (before.default_chat != now.default_chat)
-                .then(|| now.default_chat.clone())
-                .flatten(),
+            default_chat: (before.default_chat != now.default_chat).then(|| now.default_chat.clone()).flatten(),
         };
         meta.last_summary = now;
-        let params = SessionSummaryChangedParams {
-            channel: ROOT_RESOURCE_URI.to_owned(),
-            session: session.to_owned(),
-            changes,
-        };
+        let params =
+            SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
         self.ch.broadcast(ROOT_RESOURCE_URI, &frame);
     }
@@ -308,11 +260,7 @@ impl Core {
         let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
             return;
         };
-        let Some(entry) = self
-            .ch
-            .sessions
-            .get(&session)
-            .and_then(|s| s.chats.iter().find(|c| c.resource == chat))
+        let Some(entry) = self.ch.sessions.get(&session).and_then(|s| s.chats.iter().find(|c| c.resource == chat))
         else {
             return;
         };
@@ -320,11 +268,8 @@ impl Core {
             resource: None,
             title: None,
             status: (entry.status != state.status).then_some(state.status),
-            activity: (entry.activity != state.activity)
-                .then(|| state.activity.clone())
-                .flatten(),
-            modified_at: (entry.modified_at != state.modified_at)
-                .then(|| state.modified_at.clone()),
+            activity: (entry.activity != state.activity).then(|| state.activity.clone()).flatten(),
+            modified_at: (entry.modified_at != state.modified_at).then(|| state.modified_at.clone()),
             changes: None,
             origin: None,
             movable: None,
@@ -337,14 +282,8 @@ impl Core {
             let summary = chat_summary(state, &entry.title);
             let action = StateAction::SessionChatAdded(SessionChatAddedAction { summary });
             self.ch.commit(&session, action, None, None);
-        } else if changes.status.is_some()
-            || changes.activity.is_some()
-            || changes.modified_at.is_some()
-        {
-            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction {
-                chat: chat.to_owned(),
-                changes,
-            });
+        } else if changes.status.is_some() || changes.activity.is_some() || changes.modified_at.is_some() {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes });
             self.ch.commit(&session, action, None, None);
         }
         self.sync_summary(&session);
@@ -355,30 +294,18 @@ impl Core {
         let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
             return;
         };
-        let changes = PartialChatSummary {
-            title: Some(title.to_owned()),
-            ..PartialChatSummary::default()
-        };
+        let changes = PartialChatSummary { title: Some(title.to_owned()), ..PartialChatSummary::default() };
         self.ch.commit(
             &session,
-            StateAction::SessionChatUpdated(SessionChatUpdatedAction {
-                chat: chat.to_owned(),
-                changes,
-            }),
+            StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes }),
             None,
             None,
         );
-        let is_default = self
-            .ch
-            .sessions
-            .get(&session)
-            .and_then(|s| s.default_chat.as_deref())
-            == Some(chat);
+        let is_default = self.ch.sessions.get(&session).and_then(|s| s.default_chat.as_deref()) == Some(chat);
         if is_default {
-            let action =
-                StateAction::SessionTitleChanged(ahp_types::actions::SessionTitleChangedAction {
-                    title: title.to_owned(),
-                });
+            let action = StateAction::SessionTitleChanged(ahp_types::actions::SessionTitleChangedAction {
+                title: title.to_owned(),
+            });
             self.ch.commit(&session, action, None, None);
         }
         self.sync_summary(&session);
@@ -418,9 +345,7 @@ impl Core {
             if !current.contains(&request) {
                 self.ch.commit(
                     &session,
-                    StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction {
-                        request,
-                    })),
+                    StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction { request })),
                     None,
                     None,
                 );
@@ -438,25 +363,21 @@ fn wanted_input(chat: &str, state: &ChatState) -> Vec<SessionInputRequest> {
         match part {
             ResponsePart::ToolCall(tc) => {
                 let confirmation = match &tc.tool_call {
-                    ToolCallState::PendingConfirmation(p) => Some((
-                        p.tool_call_id.clone(),
-                        ToolCallConfirmationState::PendingConfirmation(p.clone()),
-                    )),
-                    ToolCallState::PendingResultConfirmation(p) => Some((
-                        p.tool_call_id.clone(),
-                        ToolCallConfirmationState::PendingResultConfirmation(p.clone()),
-                    )),
+                    ToolCallState::PendingConfirmation(p) => {
+                        Some((p.tool_call_id.clone(), ToolCallConfirmationState::PendingConfirmation(p.clone())))
+                    }
+                    ToolCallState::PendingResultConfirmation(p) => {
+                        Some((p.tool_call_id.clone(), ToolCallConfirmationState::PendingResultConfirmation(p.clone())))
+                    }
                     _ => None,
                 };
                 if let Some((id, tool_call)) = confirmation {
-                    wanted.push(SessionInputRequest::ToolConfirmation(
-                        SessionToolConfirmationRequest {
-                            id: format!("toolConfirmation:{chat}:{id}"),
-                            chat: chat.to_owned(),
-                            turn_id: turn.id.clone(),
-                            tool_call,
-                        },
-                    ));
+                    wanted.push(SessionInputRequest::ToolConfirmation(SessionToolConfirmationRequest {
+                        id: format!("toolConfirmation:{chat}:{id}"),
+                        chat: chat.to_owned(),
+                        turn_id: turn.id.clone(),
+                        tool_call,
+                    }));
                 }
             }
             ResponsePart::InputRequest(r) if r.response.is_none() => {
@@ -513,7 +434,11 @@ impl Host {
         let working_directory = match params.working_directories.as_ref().and_then(|d| d.first()) {
             None => self.config().default_directory.clone(),
             Some(dir) => {
-                let path = path_of(dir).ok_or_else(|| AhpError::invalid_params(format!("Invalid createSession params: {dir} is not a file:// URI of an absolute path")))?;
+                let path = path_of(dir).ok_or_else(|| {
+                    AhpError::invalid_params(format!(
+                        "Invalid createSession params: {dir} is not a file:// URI of an absolute path"
+                    ))
+                })?;
                 if !path.is_dir() {
                     return Err(AhpError::invalid_params(format!(
                         "Invalid createSession params: {} is not a directory",
@@ -531,13 +456,13 @@ impl Host {
         let schema = core
             .agent(&provider)
             .and_then(|a| a.schema.clone())
-            .ok_or_else(|| {
-                AhpError::provider_not_found(format!("The {provider} agent has not started yet"))
-            })?;
+            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))?;
         let values = resolve_config(&schema, params.config.as_ref())?;
         if let Some(active) = &params.active_client {
             if conn.client_id.as_deref() != Some(active.client_id.as_str()) {
-                return Err(AhpError::invalid_params("Invalid createSession params: activeClient.clientId must be this connection's clientId"));
+                return Err(AhpError::invalid_params(
+                    "Invalid createSession params: activeClient.clientId must be this connection's clientId",
+                ));
             }
         }
         let now = now_iso();
@@ -548,9 +473,7 @@ impl Host {
             activity: None,
             origin: None,
             project: None,
-            working_directories: working_directory
-                .as_ref()
-                .map(|d| vec![super::requests::file_uri(d)]),
+            working_directories: working_directory.as_ref().map(|d| vec![super::requests::file_uri(d)]),
             annotations: None,
             lifecycle: SessionLifecycle::Creating,
             creation_error: None,
@@ -558,10 +481,7 @@ impl Host {
             active_clients: Vec::new(),
             chats: Vec::new(),
             default_chat: None,
-            config: Some(SessionConfigState {
-                schema: schema.schema.clone(),
-                values,
-            }),
+            config: Some(SessionConfigState { schema: schema.schema.clone(), values }),
             customizations: None,
             changesets: None,
             input_needed: None,
@@ -569,12 +489,7 @@ impl Host {
         };
         let annotations = format!("{uri}/annotations");
         core.ch.sessions.insert(uri.clone(), state);
-        core.ch.annotations.insert(
-            annotations.clone(),
-            AnnotationsState {
-                annotations: Vec::new(),
-            },
-        );
+        core.ch.annotations.insert(annotations.clone(), AnnotationsState { annotations: Vec::new() });
         let placeholder = SessionSummary {
             provider: provider.clone(),
             title: String::new(),
@@ -605,9 +520,7 @@ impl Host {
         let chat = format!("ahp-chat:/{}", uri_id(&uri));
         self.add_chat(&mut core, &uri, &chat, &now, true);
         if let Some(active) = params.active_client {
-            let action = StateAction::SessionActiveClientSet(SessionActiveClientSetAction {
-                active_client: active,
-            });
+            let action = StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
             core.ch.commit(&uri, action, None, None);
         }
         core.publish_session_count();
@@ -617,28 +530,19 @@ impl Host {
             }
             let frame = notification(
                 "root/sessionAdded",
-                &SessionAddedParams {
-                    channel: ROOT_RESOURCE_URI.to_owned(),
-                    summary,
-                },
+                &SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary },
             );
             core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
         }
         if let Some(meta) = core.chats.get(&chat) {
-            let _ = meta.driver.send(Op::Ensure {
-                announce_ready: true,
-            });
+            let _ = meta.driver.send(Op::Ensure { announce_ready: true });
         }
         Ok(())
     }
 
     /// Adds a chat to a session: its state, its driver, and its catalogue entry.
     fn add_chat(&self, core: &mut Core, session: &str, chat: &str, now: &str, default: bool) {
-        let provider = core
-            .sessions
-            .get(session)
-            .map(|m| m.provider.clone())
-            .unwrap_or_default();
+        let provider = core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default();
         let state = empty_chat(chat, now);
         core.ch.chats.insert(chat.to_owned(), state.clone());
         let driver = spawn_driver(self.clone(), chat.to_owned(), provider);
@@ -657,12 +561,7 @@ impl Host {
             },
         );
         let summary = chat_summary(&state, "");
-        core.ch.commit(
-            session,
-            StateAction::SessionChatAdded(SessionChatAddedAction { summary }),
-            None,
-            None,
-        );
+        core.ch.commit(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {
             let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
                 default_chat: Some(chat.to_owned()),
@@ -672,8 +571,7 @@ impl Host {
     }
 
     pub(super) fn dispose_session(&self, params: Value) -> Result<Value, AhpError> {
-        let params: ahp_types::commands::DisposeSessionParams =
-            parse_params("disposeSession", params)?;
+        let params: ahp_types::commands::DisposeSessionParams = parse_params("disposeSession", params)?;
         let uri = params.channel;
         let mut core = self.lock();
         if !core.ch.sessions.contains_key(&uri) {
@@ -697,10 +595,7 @@ impl Host {
         core.publish_session_count();
         let frame = notification(
             "root/sessionRemoved",
-            &SessionRemovedParams {
-                channel: ROOT_RESOURCE_URI.to_owned(),
-                session: uri,
-            },
+            &SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri },
         );
         core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
         Ok(Value::Null)
@@ -751,18 +646,11 @@ impl Host {
         let now = now_iso();
         self.add_chat(&mut core, &session, &params.chat, &now, false);
         if let Some(meta) = core.chats.get(&params.chat) {
-            let _ = meta.driver.send(Op::Ensure {
-                announce_ready: false,
-            });
+            let _ = meta.driver.send(Op::Ensure { announce_ready: false });
         }
         core.sync_summary(&session);
         if let Some(message) = params.initial_message {
-            self.start_turn(
-                &mut core,
-                &params.chat,
-                super::turns::host_turn(message, None),
-                None,
-            );
+            self.start_turn(&mut core, &params.chat, super::turns::host_turn(message, None), None);
         }
         Ok(())
     }
@@ -774,24 +662,14 @@ impl Host {
         let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) else {
             return Err(AhpError::not_found(format!("There is no chat {chat}")));
         };
-        let is_default = core
-            .ch
-            .sessions
-            .get(&session)
-            .and_then(|s| s.default_chat.as_deref())
-            == Some(chat.as_str());
+        let is_default = core.ch.sessions.get(&session).and_then(|s| s.default_chat.as_deref()) == Some(chat.as_str());
         if is_default {
             return Err(AhpError::invalid_params(
                 "The default chat goes with its session: dispose the session instead",
             ));
         }
         remove_chat_state(&mut core, &chat);
-        core.ch.commit(
-            &session,
-            StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }),
-            None,
-            None,
-        );
+        core.ch.commit(&session, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }), None, None);
         core.sync_summary(&session);
         Ok(Value::Null)
     }
@@ -815,23 +693,15 @@ mod tests {
         let schema = echo_schema();
         let mut given = JsonObject::new();
         given.insert("voice".into(), Value::from("shouty"));
-        assert_eq!(
-            resolve_config(&schema, Some(&given)).expect("ok")["voice"],
-            "shouty"
-        );
+        assert_eq!(resolve_config(&schema, Some(&given)).expect("ok")["voice"], "shouty");
         given.insert("voice".into(), Value::from("loud"));
         assert_eq!(
-            resolve_config(&schema, Some(&given))
-                .expect_err("refused")
-                .message,
+            resolve_config(&schema, Some(&given)).expect_err("refused").message,
             "Session configuration 'voice' does not offer 'loud'."
         );
         let mut unknown = JsonObject::new();
         unknown.insert("colour".into(), Value::from("red"));
         assert!(resolve_config(&schema, Some(&unknown)).is_err());
-        assert_eq!(
-            resolve_config(&schema, None).expect("defaults")["voice"],
-            "plain"
-        );
+        assert_eq!(resolve_config(&schema, None).expect("defaults")["voice"], "plain");
     }
 }

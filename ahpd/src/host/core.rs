@@ -10,13 +10,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome,
 };
 use ahp_types::actions::{ActionOrigin, StateAction};
-use ahp_types::state::{
-    AnnotationsState, ChatState, RootState, SessionState, Snapshot, SnapshotState,
-};
+use ahp_types::state::{AnnotationsState, ChatState, RootState, SessionState, Snapshot, SnapshotState};
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -127,11 +124,7 @@ pub fn notification<P: Serialize>(method: &str, params: &P) -> Frame {
         method: &'a str,
         params: &'a P,
     }
-    encode(&Out {
-        jsonrpc: "2.0",
-        method,
-        params,
-    })
+    encode(&Out { jsonrpc: "2.0", method, params })
 }
 
 fn encode<T: Serialize>(value: &T) -> Frame {
@@ -145,9 +138,7 @@ fn encode<T: Serialize>(value: &T) -> Frame {
 }
 
 fn action_frame(envelope_json: &str) -> Frame {
-    Frame::from(format!(
-        r#"{{"jsonrpc":"2.0","method":"action","params":{envelope_json}}}"#
-    ))
+    Frame::from(format!(r#"{{"jsonrpc":"2.0","method":"action","params":{envelope_json}}}"#))
 }
 
 impl Channels {
@@ -187,15 +178,7 @@ impl Channels {
     pub fn add_conn(&mut self, tx: mpsc::Sender<Frame>, kick: CancellationToken) -> ConnId {
         let id = self.next_conn;
         self.next_conn += 1;
-        self.conns.insert(
-            id,
-            ConnEntry {
-                tx,
-                kick,
-                subs: HashSet::new(),
-                client_id: None,
-            },
-        );
+        self.conns.insert(id, ConnEntry { tx, kick, subs: HashSet::new(), client_id: None });
         id
     }
 
@@ -244,20 +227,13 @@ impl Channels {
     pub fn subscribe(&mut self, id: ConnId, channel: &str) {
         if let Some(conn) = self.conns.get_mut(&id) {
             conn.subs.insert(channel.to_owned());
-            self.subscribers
-                .entry(channel.to_owned())
-                .or_default()
-                .insert(id);
+            self.subscribers.entry(channel.to_owned()).or_default().insert(id);
         }
     }
 
     /// Unsubscribes a connection from a channel; answers whether it was subscribed.
     pub fn unsubscribe(&mut self, id: ConnId, channel: &str) -> bool {
-        let was = self
-            .conns
-            .get_mut(&id)
-            .map(|c| c.subs.remove(channel))
-            .unwrap_or(false);
+        let was = self.conns.get_mut(&id).map(|c| c.subs.remove(channel)).unwrap_or(false);
         if let Some(set) = self.subscribers.get_mut(channel) {
             set.remove(&id);
             if set.is_empty() {
@@ -269,17 +245,12 @@ impl Channels {
 
     /// True when the connection receives the channel.
     pub fn is_subscribed(&self, id: ConnId, channel: &str) -> bool {
-        self.conns
-            .get(&id)
-            .is_some_and(|c| c.subs.contains(channel))
+        self.conns.get(&id).is_some_and(|c| c.subs.contains(channel))
     }
 
     /// Connections subscribed to a channel.
     pub fn subscribers_of(&self, channel: &str) -> Vec<ConnId> {
-        self.subscribers
-            .get(channel)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default()
+        self.subscribers.get(channel).map(|s| s.iter().copied().collect()).unwrap_or_default()
     }
 
     /// Unsubscribes everybody from a channel that is going away.
@@ -303,10 +274,7 @@ impl Channels {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 let kick = conn.kick.clone();
-                tracing::warn!(
-                    conn = id,
-                    "a client stopped reading; dropping it so it can reconnect and resume"
-                );
+                tracing::warn!(conn = id, "a client stopped reading; dropping it so it can reconnect and resume");
                 kick.cancel();
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {}
@@ -338,16 +306,8 @@ impl Channels {
             Some(outcome) => outcome,
             None => return Committed::NoChannel,
         };
-        if matches!(
-            outcome,
-            ReduceOutcome::OutOfScope | ReduceOutcome::Invalid(_)
-        ) {
-            tracing::warn!(
-                channel,
-                ?outcome,
-                kind = action_type(&action),
-                "an action the reducer would not take"
-            );
+        if matches!(outcome, ReduceOutcome::OutOfScope | ReduceOutcome::Invalid(_)) {
+            tracing::warn!(channel, ?outcome, kind = action_type(&action), "an action the reducer would not take");
             return Committed::Refused(outcome);
         }
         let seq = self.next_seq();
@@ -365,14 +325,7 @@ impl Channels {
 
     /// Sends a refused client action back to the connection that dispatched it, with the reason
     /// and a fresh sequence number. Nothing changes and nobody else is told.
-    pub fn reject(
-        &mut self,
-        id: ConnId,
-        channel: &str,
-        action: &StateAction,
-        origin: ActionOrigin,
-        reason: &str,
-    ) {
+    pub fn reject(&mut self, id: ConnId, channel: &str, action: &StateAction, origin: ActionOrigin, reason: &str) {
         let seq = self.next_seq();
         let envelope = encode_envelope(channel, action, seq, Some(&origin), Some(reason));
         self.send(id, action_frame(&envelope));
@@ -396,23 +349,15 @@ impl Channels {
         if self.ring.len() == self.ring_capacity {
             self.ring.pop_front();
         }
-        self.ring.push_back(Retained {
-            seq,
-            channel: Arc::from(channel),
-            envelope: Arc::from(envelope),
-        });
+        self.ring.push_back(Retained { seq, channel: Arc::from(channel), envelope: Arc::from(envelope) });
     }
 
     fn reduce(&mut self, channel: &str, action: &StateAction) -> Option<ReduceOutcome> {
         Some(match channel_kind(channel)? {
             ChannelKind::Root => apply_action_to_root(&mut self.root, action),
-            ChannelKind::Session => {
-                apply_action_to_session(self.sessions.get_mut(channel)?, action)
-            }
+            ChannelKind::Session => apply_action_to_session(self.sessions.get_mut(channel)?, action),
             ChannelKind::Chat => apply_action_to_chat(self.chats.get_mut(channel)?, action),
-            ChannelKind::Annotations => {
-                apply_action_to_annotations(self.annotations.get_mut(channel)?, action)
-            }
+            ChannelKind::Annotations => apply_action_to_annotations(self.annotations.get_mut(channel)?, action),
         })
     }
 
@@ -420,19 +365,11 @@ impl Channels {
     pub fn snapshot(&self, uri: &str) -> Option<Snapshot> {
         let state = match channel_kind(uri)? {
             ChannelKind::Root => SnapshotState::Root(Box::new(self.root.clone())),
-            ChannelKind::Session => {
-                SnapshotState::Session(Box::new(self.sessions.get(uri)?.clone()))
-            }
+            ChannelKind::Session => SnapshotState::Session(Box::new(self.sessions.get(uri)?.clone())),
             ChannelKind::Chat => SnapshotState::Chat(Box::new(self.chats.get(uri)?.clone())),
-            ChannelKind::Annotations => {
-                SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone()))
-            }
+            ChannelKind::Annotations => SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone())),
         };
-        Some(Snapshot {
-            resource: uri.to_owned(),
-            state,
-            from_seq: seq_i64(self.seq),
-        })
+        Some(Snapshot { resource: uri.to_owned(), state, from_seq: seq_i64(self.seq) })
     }
 
     /// Every retained envelope after `after` on the given channels, oldest first, or `None` when
@@ -469,13 +406,7 @@ fn encode_envelope(
     origin: Option<&ActionOrigin>,
     reason: Option<&str>,
 ) -> String {
-    let out = EnvelopeOut {
-        channel,
-        action,
-        server_seq: seq,
-        origin,
-        rejection_reason: reason,
-    };
+    let out = EnvelopeOut { channel, action, server_seq: seq, origin, rejection_reason: reason };
     serde_json::to_string(&out).unwrap_or_else(|e| {
         tracing::error!(error = %e, "could not encode an action");
         String::from("{}")
@@ -485,27 +416,15 @@ fn encode_envelope(
 /// The `type` string of an action, for logs and refusals.
 pub fn action_type(action: &StateAction) -> String {
     match serde_json::to_value(action) {
-        Ok(v) => v
-            .get("type")
-            .and_then(|t| t.as_str())
-            .unwrap_or("unknown")
-            .to_owned(),
+        Ok(v) => v.get("type").and_then(|t| t.as_str()).unwrap_or("unknown").to_owned(),
         Err(_) => "unknown".to_owned(),
     }
 }
 
 /// Joins raw JSON envelopes into one array value without re-parsing them.
 pub fn raw_array(items: &[Arc<str>]) -> Box<RawValue> {
-    let joined = format!(
-        "[{}]",
-        items
-            .iter()
-            .map(|s| s.as_ref())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    RawValue::from_string(joined)
-        .unwrap_or_else(|_| RawValue::from_string("[]".into()).unwrap_or_default())
+    let joined = format!("[{}]", items.iter().map(|s| s.as_ref()).collect::<Vec<_>>().join(","));
+    RawValue::from_string(joined).unwrap_or_else(|_| RawValue::from_string("[]".into()).unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -516,10 +435,7 @@ mod tests {
     fn classifies_channels_by_shape() {
         assert_eq!(channel_kind("ahp-root://"), Some(ChannelKind::Root));
         assert_eq!(channel_kind("ahp-session:/abc"), Some(ChannelKind::Session));
-        assert_eq!(
-            channel_kind("ahp-session:/abc/annotations"),
-            Some(ChannelKind::Annotations)
-        );
+        assert_eq!(channel_kind("ahp-session:/abc/annotations"), Some(ChannelKind::Annotations));
         assert_eq!(channel_kind("ahp-chat:/c1"), Some(ChannelKind::Chat));
         assert_eq!(channel_kind("ahp-session:/"), None);
         assert_eq!(channel_kind("ahp-chat:/a/b"), None);

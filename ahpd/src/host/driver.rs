@@ -11,8 +11,7 @@ use ahp_types::actions::{SessionCreationFailedAction, SessionReadyAction, StateA
 use ahp_types::state::{ErrorInfo, Message};
 use protocol::methods::parent;
 use protocol::{
-    AnswerParams, ConfirmParams, CreateParams, CreateResult, Handled, SetConfigResult, SteerResult,
-    ToolSpec,
+    AnswerParams, ConfirmParams, CreateParams, CreateResult, Handled, SetConfigResult, SteerResult, ToolSpec,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -39,11 +38,7 @@ pub enum Op {
     /// A person answered a question.
     Answer(AnswerParams),
     /// A steering message for the running turn.
-    Steer {
-        turn_id: String,
-        id: String,
-        message: Message,
-    },
+    Steer { turn_id: String, id: String, message: Message },
     /// A client took back a steering message.
     Withdraw { id: String },
     /// The draft changed.
@@ -59,12 +54,7 @@ pub enum Op {
 /// Starts a chat's driver; operations sent to the answer run in order.
 pub fn spawn_driver(host: Host, chat: String, provider: String) -> mpsc::UnboundedSender<Op> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let driver = Driver {
-        host: host.clone(),
-        chat,
-        provider,
-        live: None,
-    };
+    let driver = Driver { host: host.clone(), chat, provider, live: None };
     host.spawn("chat driver", driver.run(rx));
     tx
 }
@@ -106,33 +96,21 @@ impl Driver {
         if self.live.as_ref().map(|w| w.incarnation) == Some(worker.incarnation) {
             return Ok(worker);
         }
-        let start = self
-            .host
-            .start_for(&self.chat, worker.incarnation)
-            .ok_or_else(|| "the chat is gone".to_owned())?;
+        let start = self.host.start_for(&self.chat, worker.incarnation).ok_or_else(|| "the chat is gone".to_owned())?;
         let answer = tokio::time::timeout(
             REQUEST_TIMEOUT,
-            worker
-                .peer
-                .request::<_, CreateResult>(parent::CREATE, CreateParams { start }),
+            worker.peer.request::<_, CreateResult>(parent::CREATE, CreateParams { start }),
         )
         .await;
         match answer {
             Ok(Ok(created)) => {
-                self.host.created_in_backend(
-                    &self.chat,
-                    worker.incarnation,
-                    created.conversation_id,
-                );
+                self.host.created_in_backend(&self.chat, worker.incarnation, created.conversation_id);
                 self.live = Some(worker.clone());
                 Ok(worker)
             }
             Ok(Err(e)) => {
                 self.host.lost_backend(&self.chat, worker.incarnation);
-                Err(format!(
-                    "the {} agent could not start this chat: {e}",
-                    self.provider
-                ))
+                Err(format!("the {} agent could not start this chat: {e}", self.provider))
             }
             Err(_) => {
                 self.host.lost_backend(&self.chat, worker.incarnation);
@@ -148,13 +126,8 @@ impl Driver {
     /// What to do with an operation when no worker can take it.
     fn unavailable(&self, op: Op, why: String) {
         match op {
-            Op::Ensure {
-                announce_ready: true,
-            } => self.host.creation_finished(&self.chat, Err(why)),
-            Op::Send { turn_id, .. } => {
-                self.host
-                    .send_failed(&self.chat, &turn_id, "sendFailed", why)
-            }
+            Op::Ensure { announce_ready: true } => self.host.creation_finished(&self.chat, Err(why)),
+            Op::Send { turn_id, .. } => self.host.send_failed(&self.chat, &turn_id, "sendFailed", why),
             Op::Steer { id, .. } => self.host.steering_answered(&self.chat, &id, false),
             other => {
                 tracing::warn!(chat = %self.chat, "could not hand {} to the backend: {why}", op_name(&other))
@@ -189,17 +162,8 @@ impl Driver {
                     }
                 }
             }
-            Op::Steer {
-                turn_id,
-                id,
-                message,
-            } => {
-                let params = protocol::SteerParams {
-                    chat,
-                    turn_id,
-                    id: id.clone(),
-                    message,
-                };
+            Op::Steer { turn_id, id, message } => {
+                let params = protocol::SteerParams { chat, turn_id, id: id.clone(), message };
                 let taken = self
                     .request(worker, parent::STEER, params)
                     .await
@@ -208,44 +172,21 @@ impl Driver {
                 self.host.steering_answered(&self.chat, &id, taken);
             }
             Op::Withdraw { id } => {
-                self.request(
-                    worker,
-                    parent::WITHDRAW_STEERING,
-                    protocol::WithdrawSteeringParams { chat, id },
-                )
-                .await;
+                self.request(worker, parent::WITHDRAW_STEERING, protocol::WithdrawSteeringParams { chat, id }).await;
             }
             Op::SetDraft(draft) => {
-                self.request(
-                    worker,
-                    parent::SET_DRAFT,
-                    protocol::SetDraftParams { chat, draft },
-                )
-                .await;
+                self.request(worker, parent::SET_DRAFT, protocol::SetDraftParams { chat, draft }).await;
             }
             Op::SetConfig { key, value } => {
-                let params = protocol::SetConfigParams {
-                    chat,
-                    key: key.clone(),
-                    value,
-                };
+                let params = protocol::SetConfigParams { chat, key: key.clone(), value };
                 if let Some(answer) = self.request(worker, parent::SET_CONFIG, params).await {
-                    if let Ok(SetConfigResult {
-                        accepted: false,
-                        refusal,
-                    }) = serde_json::from_value(answer)
-                    {
+                    if let Ok(SetConfigResult { accepted: false, refusal }) = serde_json::from_value(answer) {
                         tracing::warn!(chat = %self.chat, key, "the backend did not take a config change: {}", refusal.unwrap_or_default());
                     }
                 }
             }
             Op::SetTools(tools) => {
-                self.request(
-                    worker,
-                    parent::SET_TOOLS,
-                    protocol::SetToolsParams { chat, tools },
-                )
-                .await;
+                self.request(worker, parent::SET_TOOLS, protocol::SetToolsParams { chat, tools }).await;
             }
             Op::Close => {}
         }
@@ -259,25 +200,15 @@ impl Driver {
             return;
         }
         if let Some(model) = message.model.clone() {
-            let params = protocol::ChangeModelParams {
-                chat: chat.clone(),
-                model: model.clone(),
-            };
+            let params = protocol::ChangeModelParams { chat: chat.clone(), model: model.clone() };
             if let Err(e) = self.call(worker, parent::CHANGE_MODEL, params).await {
-                let why = format!(
-                    "The {} agent would not take model {}: {e}",
-                    self.provider, model.id
-                );
-                self.host
-                    .send_failed(&chat, &turn_id, "modelSelectionFailed", why);
+                let why = format!("The {} agent would not take model {}: {e}", self.provider, model.id);
+                self.host.send_failed(&chat, &turn_id, "modelSelectionFailed", why);
                 return;
             }
         }
         if message.agent.is_some() {
-            let params = protocol::ChangeAgentParams {
-                chat: chat.clone(),
-                agent: message.agent.clone(),
-            };
+            let params = protocol::ChangeAgentParams { chat: chat.clone(), agent: message.agent.clone() };
             if let Err(e) = self.call(worker, parent::CHANGE_AGENT, params).await {
                 tracing::warn!(chat, "the backend would not change agent: {e}");
             }
@@ -285,37 +216,22 @@ impl Driver {
         if !self.host.is_running(&chat, &turn_id) {
             return;
         }
-        let params = protocol::SendMessageParams {
-            chat: chat.clone(),
-            turn_id: turn_id.clone(),
-            message,
-            instructions: None,
-        };
+        let params =
+            protocol::SendMessageParams { chat: chat.clone(), turn_id: turn_id.clone(), message, instructions: None };
         if let Err(e) = self.call(worker, parent::SEND_MESSAGE, params).await {
             self.host.send_failed(&chat, &turn_id, "sendFailed", e);
         }
     }
 
-    async fn call<P: serde::Serialize>(
-        &self,
-        worker: &WorkerHandle,
-        method: &str,
-        params: P,
-    ) -> Result<Value, String> {
-        match tokio::time::timeout(REQUEST_TIMEOUT, worker.peer.request_value(method, params)).await
-        {
+    async fn call<P: serde::Serialize>(&self, worker: &WorkerHandle, method: &str, params: P) -> Result<Value, String> {
+        match tokio::time::timeout(REQUEST_TIMEOUT, worker.peer.request_value(method, params)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {} s", REQUEST_TIMEOUT.as_secs())),
         }
     }
 
-    async fn request<P: serde::Serialize>(
-        &self,
-        worker: &WorkerHandle,
-        method: &str,
-        params: P,
-    ) -> Option<Value> {
+    async fn request<P: serde::Serialize>(&self, worker: &WorkerHandle, method: &str, params: P) -> Option<Value> {
         match self.call(worker, method, params).await {
             Ok(v) => Some(v),
             Err(e) => {
@@ -327,14 +243,9 @@ impl Driver {
 
     async fn close(&mut self) {
         if let Some(worker) = self.live.take() {
-            let params = protocol::ChatRef {
-                chat: self.chat.clone(),
-            };
-            let _ = tokio::time::timeout(
-                Duration::from_secs(5),
-                worker.peer.request_value(parent::CLOSE, params),
-            )
-            .await;
+            let params = protocol::ChatRef { chat: self.chat.clone() };
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), worker.peer.request_value(parent::CLOSE, params)).await;
         }
     }
 }
@@ -362,11 +273,8 @@ impl Host {
         let mut core = self.lock();
         let meta = core.chats.get_mut(chat)?;
         meta.live = Some(incarnation);
-        let (session, conversation_id, resume) = (
-            meta.session.clone(),
-            meta.conversation_id.clone(),
-            meta.started_in_backend,
-        );
+        let (session, conversation_id, resume) =
+            (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend);
         let session_meta = core.sessions.get(&session)?;
         let settings = core
             .ch
@@ -379,10 +287,7 @@ impl Host {
             chat: chat.to_owned(),
             conversation_id,
             resume,
-            working_directory: session_meta
-                .working_directory
-                .as_ref()
-                .map(|p| p.display().to_string()),
+            working_directory: session_meta.working_directory.as_ref().map(|p| p.display().to_string()),
             additional_directories: Vec::new(),
             settings,
             model: None,
@@ -395,12 +300,7 @@ impl Host {
         })
     }
 
-    pub(super) fn created_in_backend(
-        &self,
-        chat: &str,
-        incarnation: u64,
-        conversation_id: Option<String>,
-    ) {
+    pub(super) fn created_in_backend(&self, chat: &str, incarnation: u64, conversation_id: Option<String>) {
         let mut core = self.lock();
         if let Some(meta) = core.chats.get_mut(chat) {
             meta.live = Some(incarnation);
@@ -429,12 +329,7 @@ impl Host {
         let action = match result {
             Ok(()) => StateAction::SessionReady(SessionReadyAction {}),
             Err(why) => StateAction::SessionCreationFailed(SessionCreationFailedAction {
-                error: ErrorInfo {
-                    error_type: "creationFailed".into(),
-                    message: why,
-                    stack: None,
-                    meta: None,
-                },
+                error: ErrorInfo { error_type: "creationFailed".into(), message: why, stack: None, meta: None },
             }),
         };
         core.ch.commit(&session, action, None, None);
@@ -442,12 +337,7 @@ impl Host {
 
     /// True while `turn_id` is the chat's running turn.
     pub(super) fn is_running(&self, chat: &str, turn_id: &str) -> bool {
-        self.lock()
-            .ch
-            .chats
-            .get(chat)
-            .and_then(|c| c.active_turn.as_ref())
-            .is_some_and(|t| t.id == turn_id)
+        self.lock().ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id)
     }
 
     /// The prompt could not be handed over: the turn ends in error with the reason.

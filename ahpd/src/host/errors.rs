@@ -17,11 +17,7 @@ pub struct AhpError {
 
 impl AhpError {
     fn new(code: i32, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
 
     /// -32600: the message is not a request this host takes here.
@@ -56,10 +52,7 @@ impl AhpError {
 
     /// -32003.
     pub fn session_exists(uri: &str) -> Self {
-        Self::new(
-            ahp::SESSION_ALREADY_EXISTS,
-            format!("A session {uri} exists already"),
-        )
+        Self::new(ahp::SESSION_ALREADY_EXISTS, format!("A session {uri} exists already"))
     }
 
     /// -32004.
@@ -71,10 +64,7 @@ impl AhpError {
     pub fn unsupported_version(offered: &[String]) -> Self {
         Self {
             code: ahp::UNSUPPORTED_PROTOCOL_VERSION,
-            message: format!(
-                "This host speaks AHP ^1.0.0, and the client offered {}",
-                offered.join(", ")
-            ),
+            message: format!("This host speaks AHP ^1.0.0, and the client offered {}", offered.join(", ")),
             data: Some(serde_json::json!({ "supportedVersions": ["^1.0.0"] })),
         }
     }
@@ -100,10 +90,6 @@ impl AhpError {
 }
 
 /// Reads a request's params into their AHP type, or says which part is wrong.
-pub fn parse_params<T: serde::de::DeserializeOwned>(
-    method: &str,
-    params: Value,
-) -> Result<T, AhpError> {
-    serde_json::from_value(params)
-        .map_err(|e| AhpError::invalid_params(format!("Invalid {method} params: {e}")))
+pub fn parse_params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, AhpError> {
+    serde_json::from_value(params).map_err(|e| AhpError::invalid_params(format!("Invalid {method} params: {e}")))
 }

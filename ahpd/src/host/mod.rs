@@ -137,29 +137,14 @@ struct Inner {
 
 impl Host {
     /// A host for the given backends; call [`Host::run_events`] to start handling what workers say.
-    pub fn new(
-        config: HostConfig,
-        supervisor: Supervisor,
-        cancel: CancellationToken,
-        tracker: TaskTracker,
-    ) -> Self {
+    pub fn new(config: HostConfig, supervisor: Supervisor, cancel: CancellationToken, tracker: TaskTracker) -> Self {
         let agents = supervisor
             .providers()
             .into_iter()
-            .map(|provider| AgentEntry {
-                provider,
-                descriptor: None,
-                schema: None,
-                models: Vec::new(),
-            })
+            .map(|provider| AgentEntry { provider, descriptor: None, schema: None, models: Vec::new() })
             .collect();
-        let root = RootState {
-            agents: Vec::new(),
-            active_sessions: Some(0),
-            terminals: None,
-            config: None,
-            meta: None,
-        };
+        let root =
+            RootState { agents: Vec::new(), active_sessions: Some(0), terminals: None, config: None, meta: None };
         let core = Core {
             ch: Channels::new(root, config.replay_capacity),
             sessions: HashMap::new(),
@@ -167,15 +152,7 @@ impl Host {
             agents,
             known_clients: HashSet::new(),
         };
-        Self {
-            inner: Arc::new(Inner {
-                core: Mutex::new(core),
-                supervisor,
-                config,
-                cancel,
-                tracker,
-            }),
-        }
+        Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
 
     /// Locks the host's state. Never held across an await.
@@ -239,32 +216,17 @@ impl Host {
 
     fn on_worker_event(&self, event: WorkerEvent) {
         match event {
-            WorkerEvent::Ready {
-                provider,
-                descriptor,
-                schema,
-                ..
-            } => self.agent_ready(&provider, descriptor, schema),
+            WorkerEvent::Ready { provider, descriptor, schema, .. } => self.agent_ready(&provider, descriptor, schema),
             WorkerEvent::Probed { provider, probe } => self.agent_probed(&provider, probe),
-            WorkerEvent::Emit {
-                incarnation,
-                params,
-                ..
-            } => self.backend_emit(incarnation, params),
+            WorkerEvent::Emit { incarnation, params, .. } => self.backend_emit(incarnation, params),
             WorkerEvent::TurnRecorded { params, .. } => {
                 tracing::debug!(chat = %params.chat, turn = %params.turn_id, transcript = %params.transcript_id, "turn recorded");
             }
-            WorkerEvent::ToolRun {
-                params, responder, ..
-            } => self.run_tool(params, responder),
-            WorkerEvent::KeepResource { responder, .. } => {
-                responder.ok(protocol::KeepResourceResult::default())
+            WorkerEvent::ToolRun { params, responder, .. } => self.run_tool(params, responder),
+            WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),
+            WorkerEvent::Exited { provider, incarnation, reason } => {
+                self.worker_exited(&provider, incarnation, &reason)
             }
-            WorkerEvent::Exited {
-                provider,
-                incarnation,
-                reason,
-            } => self.worker_exited(&provider, incarnation, &reason),
         }
     }
 
@@ -296,10 +258,8 @@ impl Host {
         // The host's own tools and clients' tools arrive with the tools issue; until then no tool
         // is offered, so a call names one nobody offered.
         tracing::warn!(chat = %params.chat, tool = %params.name, "a backend called a tool this host does not offer");
-        responder.ok(protocol::ToolOutcome::failed(format!(
-            "No tool named {} is offered in this session.",
-            params.name
-        )));
+        responder
+            .ok(protocol::ToolOutcome::failed(format!("No tool named {} is offered in this session.", params.name)));
     }
 }
 
@@ -323,11 +283,11 @@ impl Core {
             })
             .collect();
         if agents != self.ch.root.agents {
-            let action = ahp_types::actions::StateAction::RootAgentsChanged(
-                ahp_types::actions::RootAgentsChangedAction { agents },
-            );
-            self.ch
-                .commit(ahp_types::ROOT_RESOURCE_URI, action, None, None);
+            let action =
+                ahp_types::actions::StateAction::RootAgentsChanged(ahp_types::actions::RootAgentsChangedAction {
+                    agents,
+                });
+            self.ch.commit(ahp_types::ROOT_RESOURCE_URI, action, None, None);
         }
     }
 

@@ -8,9 +8,8 @@
 use std::collections::HashSet;
 
 use ahp_types::commands::{
-    CompletionsParams, FetchTurnsParams, Implementation, InitializeParams, InitializeResult,
-    ListSessionsParams, ReconnectParams, ResolveSessionConfigParams,
-    SessionConfigCompletionsParams, SubscribeParams,
+    CompletionsParams, FetchTurnsParams, Implementation, InitializeParams, InitializeResult, ListSessionsParams,
+    ReconnectParams, ResolveSessionConfigParams, SessionConfigCompletionsParams, SubscribeParams,
 };
 use ahp_types::state::{Snapshot, SnapshotState};
 use ahp_types::ROOT_RESOURCE_URI;
@@ -39,13 +38,7 @@ pub struct ConnState {
 impl ConnState {
     /// A new connection's state.
     pub fn new(id: ConnId, max_frame_bytes: usize) -> Self {
-        Self {
-            id,
-            initialized: false,
-            client_id: None,
-            max_frame_bytes,
-            close_after_flush: false,
-        }
+        Self { id, initialized: false, client_id: None, max_frame_bytes, close_after_flush: false }
     }
 }
 
@@ -59,8 +52,7 @@ pub fn response(id: &Value, result: Result<Value, AhpError>) -> Frame {
 }
 
 fn to_value<T: Serialize>(value: &T) -> Result<Value, AhpError> {
-    serde_json::to_value(value)
-        .map_err(|e| AhpError::internal(format!("could not encode the answer: {e}")))
+    serde_json::to_value(value).map_err(|e| AhpError::internal(format!("could not encode the answer: {e}")))
 }
 
 /// Strips the ids a frame over the limit would be answered under, without trusting the rest.
@@ -70,9 +62,7 @@ fn id_of_oversized(text: &str) -> Value {
         #[serde(default)]
         id: Value,
     }
-    serde_json::from_str::<IdOnly>(text)
-        .map(|x| x.id)
-        .unwrap_or(Value::Null)
+    serde_json::from_str::<IdOnly>(text).map(|x| x.id).unwrap_or(Value::Null)
 }
 
 impl Host {
@@ -90,20 +80,13 @@ impl Host {
                 text.len(),
                 conn.max_frame_bytes
             );
-            self.send_to(
-                conn.id,
-                response(&id, Err(AhpError::invalid_request(message))),
-            );
+            self.send_to(conn.id, response(&id, Err(AhpError::invalid_request(message))));
             return;
         }
         let value: Value = match serde_json::from_str(text) {
             Ok(v) => v,
             Err(e) => {
-                let error = AhpError {
-                    code: -32700,
-                    message: format!("Parse error: {e}"),
-                    data: None,
-                };
+                let error = AhpError { code: -32700, message: format!("Parse error: {e}"), data: None };
                 self.send_to(conn.id, response(&Value::Null, Err(error)));
                 return;
             }
@@ -114,29 +97,17 @@ impl Host {
             } else {
                 "A message must be a JSON-RPC 2.0 object"
             };
-            self.send_to(
-                conn.id,
-                response(&Value::Null, Err(AhpError::invalid_request(why))),
-            );
+            self.send_to(conn.id, response(&Value::Null, Err(AhpError::invalid_request(why))));
             return;
         };
         let id = message.remove("id");
         if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             let id = id.unwrap_or(Value::Null);
-            self.send_to(
-                conn.id,
-                response(
-                    &id,
-                    Err(AhpError::invalid_request("\"jsonrpc\" must be \"2.0\"")),
-                ),
-            );
+            self.send_to(conn.id, response(&id, Err(AhpError::invalid_request("\"jsonrpc\" must be \"2.0\""))));
             return;
         }
         let params = message.remove("params").unwrap_or(Value::Null);
-        let Some(method) = message
-            .remove("method")
-            .and_then(|m| m.as_str().map(str::to_owned))
-        else {
+        let Some(method) = message.remove("method").and_then(|m| m.as_str().map(str::to_owned)) else {
             // A response to a request the host sent (none are outstanding yet); or a message
             // with no method at all.
             if id.is_none() || !(message.contains_key("result") || message.contains_key("error")) {
@@ -167,11 +138,7 @@ impl Host {
 
     fn handle_notification(&self, conn: &mut ConnState, method: &str, params: Value) {
         if !conn.initialized {
-            tracing::debug!(
-                conn = conn.id,
-                method,
-                "a notification before the handshake; ignored"
-            );
+            tracing::debug!(conn = conn.id, method, "a notification before the handshake; ignored");
             return;
         }
         match method {
@@ -180,23 +147,13 @@ impl Host {
                 Some(channel) => self.unsubscribe(conn, channel),
                 None => tracing::debug!(conn = conn.id, "unsubscribe without a channel; ignored"),
             },
-            other => tracing::debug!(
-                conn = conn.id,
-                method = other,
-                "an unknown notification; ignored"
-            ),
+            other => tracing::debug!(conn = conn.id, method = other, "an unknown notification; ignored"),
         }
     }
 
     fn handle_request(&self, conn: &mut ConnState, id: Value, method: &str, params: Value) {
         if !params.is_null() && !params.is_object() {
-            self.send_to(
-                conn.id,
-                response(
-                    &id,
-                    Err(AhpError::invalid_params("params must be an object")),
-                ),
-            );
+            self.send_to(conn.id, response(&id, Err(AhpError::invalid_params("params must be an object"))));
             return;
         }
         if method == "ping" {
@@ -204,15 +161,12 @@ impl Host {
             return;
         }
         if method != "initialize" && method != "reconnect" && !conn.initialized {
-            let error =
-                AhpError::invalid_request("initialize or reconnect must be the first request");
+            let error = AhpError::invalid_request("initialize or reconnect must be the first request");
             self.send_to(conn.id, response(&id, Err(error)));
             return;
         }
         if params.get("channel").and_then(Value::as_str).is_none() && is_known_method(method) {
-            let error = AhpError::invalid_params(format!(
-                "Invalid {method} params: \"channel\" is required"
-            ));
+            let error = AhpError::invalid_params(format!("Invalid {method} params: \"channel\" is required"));
             self.send_to(conn.id, response(&id, Err(error)));
             return;
         }
@@ -229,9 +183,9 @@ impl Host {
             "disposeSession" => self.dispose_session(params),
             "disposeChat" => self.dispose_chat(params),
             "completions" => self.completions(params),
-            other if is_known_method(other) => Err(AhpError::method_not_found(&format!(
-                "{other} (this host does not serve it yet)"
-            ))),
+            other if is_known_method(other) => {
+                Err(AhpError::method_not_found(&format!("{other} (this host does not serve it yet)")))
+            }
             other => Err(AhpError::method_not_found(other)),
         };
         self.send_to(conn.id, response(&id, result));
@@ -257,16 +211,12 @@ impl Host {
 
     fn try_initialize(&self, conn: &mut ConnState, params: Value) -> Result<Value, AhpError> {
         if conn.initialized {
-            return Err(AhpError::invalid_request(
-                "This connection is initialized already",
-            ));
+            return Err(AhpError::invalid_request("This connection is initialized already"));
         }
         let params: InitializeParams = parse_params("initialize", params)?;
         check_root_channel("initialize", &params.channel)?;
         if params.client_id.trim().is_empty() {
-            return Err(AhpError::invalid_params(
-                "Invalid initialize params: clientId must not be empty",
-            ));
+            return Err(AhpError::invalid_params("Invalid initialize params: clientId must not be empty"));
         }
         let version = negotiate(&params.protocol_versions)?;
         let mut core = self.lock();
@@ -295,11 +245,7 @@ impl Host {
             }),
             meta: None,
             snapshots,
-            default_directory: self
-                .config()
-                .default_directory
-                .as_ref()
-                .map(|d| file_uri(d)),
+            default_directory: self.config().default_directory.as_ref().map(|d| file_uri(d)),
             completion_trigger_characters: None,
             terminal_command_prefix: None,
             telemetry: None,
@@ -312,8 +258,7 @@ impl Host {
     /// goes.
     fn adopt_client(&self, core: &mut Core, conn: &mut ConnState, client_id: &str) {
         for other in core.ch.conns_of_client(client_id, conn.id) {
-            core.ch
-                .kick(other, "another connection took over its client id");
+            core.ch.kick(other, "another connection took over its client id");
         }
         if let Some(entry) = core.ch.conn_mut(conn.id) {
             entry.client_id = Some(client_id.to_owned());
@@ -326,12 +271,7 @@ impl Host {
         if conn.initialized {
             self.send_to(
                 conn.id,
-                response(
-                    &id,
-                    Err(AhpError::invalid_request(
-                        "This connection is initialized already",
-                    )),
-                ),
+                response(&id, Err(AhpError::invalid_request("This connection is initialized already"))),
             );
             return;
         }
@@ -343,25 +283,17 @@ impl Host {
             return self.send_to(conn.id, response(&id, Err(e)));
         }
         if params.client_id.trim().is_empty() {
-            let e =
-                AhpError::invalid_params("Invalid reconnect params: clientId must not be empty");
+            let e = AhpError::invalid_params("Invalid reconnect params: clientId must not be empty");
             return self.send_to(conn.id, response(&id, Err(e)));
         }
         let mut core = self.lock();
         let known = core.known_clients.contains(&params.client_id);
         self.adopt_client(&mut core, conn, &params.client_id);
-        let (live, missing): (Vec<String>, Vec<String>) = params
-            .subscriptions
-            .iter()
-            .cloned()
-            .partition(|uri| core.ch.has_channel(uri));
+        let (live, missing): (Vec<String>, Vec<String>) =
+            params.subscriptions.iter().cloned().partition(|uri| core.ch.has_channel(uri));
         let last_seen = u64::try_from(params.last_seen_server_seq).unwrap_or(0);
         let live_set: HashSet<String> = live.iter().cloned().collect();
-        let replay = if known {
-            core.ch.replay_since(last_seen, &live_set)
-        } else {
-            None
-        };
+        let replay = if known { core.ch.replay_since(last_seen, &live_set) } else { None };
         for uri in &live {
             core.ch.subscribe(conn.id, uri);
         }
@@ -374,36 +306,16 @@ impl Host {
                     actions: &'a RawValue,
                     missing: &'a [String],
                 }
-                let joined = format!(
-                    "[{}]",
-                    envelopes
-                        .iter()
-                        .map(|s| s.as_ref())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                );
+                let joined = format!("[{}]", envelopes.iter().map(|s| s.as_ref()).collect::<Vec<_>>().join(","));
                 match RawValue::from_string(joined) {
-                    Ok(actions) => encode_result(
-                        &id,
-                        &Replay {
-                            r#type: "replay",
-                            actions: &actions,
-                            missing: &missing,
-                        },
-                    ),
-                    Err(e) => response(
-                        &id,
-                        Err(AhpError::internal(format!(
-                            "could not assemble the replay: {e}"
-                        ))),
-                    ),
+                    Ok(actions) => {
+                        encode_result(&id, &Replay { r#type: "replay", actions: &actions, missing: &missing })
+                    }
+                    Err(e) => response(&id, Err(AhpError::internal(format!("could not assemble the replay: {e}")))),
                 }
             }
             None => {
-                let snapshots: Vec<Snapshot> = live
-                    .iter()
-                    .filter_map(|uri| core.ch.snapshot(uri))
-                    .collect();
+                let snapshots: Vec<Snapshot> = live.iter().filter_map(|uri| core.ch.snapshot(uri)).collect();
                 let value = serde_json::json!({ "type": "snapshot", "snapshots": snapshots });
                 response(&id, Ok(value))
             }
@@ -418,7 +330,9 @@ impl Host {
         };
         let uri = params.channel;
         let Some(kind) = channel_kind(&uri) else {
-            let e = AhpError::invalid_params(format!("{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations)"));
+            let e = AhpError::invalid_params(format!(
+                "{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations)"
+            ));
             return self.send_to(conn.id, response(&id, Err(e)));
         };
         let mut core = self.lock();
@@ -452,22 +366,13 @@ impl Host {
             drop(core);
             return self.send_to(
                 conn.id,
-                response(
-                    &id,
-                    Err(AhpError::not_found(format!(
-                        "There is no chat {}",
-                        params.channel
-                    ))),
-                ),
+                response(&id, Err(AhpError::not_found(format!("There is no chat {}", params.channel)))),
             );
         };
         let turns = &chat.turns;
         let end = match params.cursor.as_deref() {
             None => turns.len(),
-            Some(cursor) => match cursor
-                .strip_prefix("before:")
-                .and_then(|t| turns.iter().position(|x| x.id == t))
-            {
+            Some(cursor) => match cursor.strip_prefix("before:").and_then(|t| turns.iter().position(|x| x.id == t)) {
                 Some(i) => i,
                 None => {
                     drop(core);
@@ -481,16 +386,13 @@ impl Host {
         let start = end.saturating_sub(TURN_PAGE);
         let page = turns[start..end].to_vec();
         let next = (start > 0).then(|| format!("before:{}", turns[start].id));
-        let action = ahp_types::actions::StateAction::ChatTurnsLoaded(
-            ahp_types::actions::ChatTurnsLoadedAction {
-                turns: page,
-                turns_next_cursor: next,
-            },
-        );
+        let action = ahp_types::actions::StateAction::ChatTurnsLoaded(ahp_types::actions::ChatTurnsLoadedAction {
+            turns: page,
+            turns_next_cursor: next,
+        });
         // Only the connection that paged receives the page: other subscribers hold every turn.
         core.ch.send_private(conn.id, &params.channel, &action);
-        core.ch
-            .send(conn.id, response(&id, Ok(serde_json::json!({}))));
+        core.ch.send(conn.id, response(&id, Ok(serde_json::json!({}))));
     }
 
     fn list_sessions(&self, params: Value) -> Result<Value, AhpError> {
@@ -506,26 +408,15 @@ impl Host {
             }
         };
         let core = self.lock();
-        let mut all: Vec<_> = core
-            .sessions
-            .values()
-            .map(|m| m.last_summary.clone())
-            .collect();
-        all.sort_by(|a, b| {
-            b.modified_at
-                .cmp(&a.modified_at)
-                .then_with(|| a.resource.cmp(&b.resource))
-        });
+        let mut all: Vec<_> = core.sessions.values().map(|m| m.last_summary.clone()).collect();
+        all.sort_by(|a, b| b.modified_at.cmp(&a.modified_at).then_with(|| a.resource.cmp(&b.resource)));
         let start = match params.cursor.as_deref() {
             None => 0,
             Some(cursor) => decode_cursor(cursor)
                 .map(|(modified, uri)| {
                     // Newest first, then by URI: everything after the cursor's row.
                     all.iter()
-                        .position(|s| {
-                            s.modified_at < modified
-                                || (s.modified_at == modified && s.resource > uri)
-                        })
+                        .position(|s| s.modified_at < modified || (s.modified_at == modified && s.resource > uri))
                         .unwrap_or(all.len())
                 })
                 .ok_or_else(|| {
@@ -536,10 +427,7 @@ impl Host {
         };
         let page: Vec<_> = all.iter().skip(start).take(limit).cloned().collect();
         let next_cursor = (start + page.len() < all.len())
-            .then(|| {
-                page.last()
-                    .map(|s| encode_cursor(&s.modified_at, &s.resource))
-            })
+            .then(|| page.last().map(|s| encode_cursor(&s.modified_at, &s.resource)))
             .flatten();
         let mut result = serde_json::json!({ "items": page });
         if let Some(cursor) = next_cursor {
@@ -551,10 +439,7 @@ impl Host {
     fn completions(&self, params: Value) -> Result<Value, AhpError> {
         let params: CompletionsParams = parse_params("completions", params)?;
         if !self.lock().ch.chats.contains_key(&params.channel) {
-            return Err(AhpError::not_found(format!(
-                "There is no chat {}",
-                params.channel
-            )));
+            return Err(AhpError::not_found(format!("There is no chat {}", params.channel)));
         }
         Ok(serde_json::json!({ "items": [] }))
     }
@@ -568,11 +453,7 @@ impl Host {
             let schema = core
                 .agent(&provider)
                 .and_then(|a| a.schema.clone())
-                .ok_or_else(|| {
-                    AhpError::provider_not_found(format!(
-                        "The {provider} agent has not started yet"
-                    ))
-                })?;
+                .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))?;
             let values = super::catalog::resolve_config(&schema, params.config.as_ref())?;
             Ok(serde_json::json!({ "schema": schema.schema, "values": values }))
         })();
@@ -580,8 +461,7 @@ impl Host {
     }
 
     fn session_config_completions(&self, conn: &mut ConnState, id: Value, params: Value) {
-        let parsed: Result<SessionConfigCompletionsParams, _> =
-            parse_params("sessionConfigCompletions", params);
+        let parsed: Result<SessionConfigCompletionsParams, _> = parse_params("sessionConfigCompletions", params);
         let params = match parsed {
             Ok(p) => p,
             Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
@@ -596,10 +476,7 @@ impl Host {
             .and_then(|a| a.descriptor.as_ref())
             .map(|d| d.features.completions.contains(&params.property));
         if answers != Some(true) {
-            return self.send_to(
-                conn.id,
-                response(&id, Ok(serde_json::json!({ "items": [] }))),
-            );
+            return self.send_to(conn.id, response(&id, Ok(serde_json::json!({ "items": [] }))));
         }
         let (host, conn_id) = (self.clone(), conn.id);
         self.spawn("session config completions", async move {
@@ -608,11 +485,7 @@ impl Host {
         });
     }
 
-    async fn ask_completions(
-        &self,
-        provider: &str,
-        params: SessionConfigCompletionsParams,
-    ) -> Result<Value, AhpError> {
+    async fn ask_completions(&self, provider: &str, params: SessionConfigCompletionsParams) -> Result<Value, AhpError> {
         let worker = self
             .supervisor()
             .worker(provider, self.config().worker_wait)
@@ -628,9 +501,7 @@ impl Host {
             .peer
             .request(protocol::methods::parent::COMPLETIONS, ask)
             .await
-            .map_err(|e| {
-                AhpError::internal(format!("The {provider} agent could not answer: {e}"))
-            })?;
+            .map_err(|e| AhpError::internal(format!("The {provider} agent could not answer: {e}")))?;
         let items: Vec<Value> = answer
             .items
             .into_iter()
@@ -672,18 +543,9 @@ fn encode_result<T: Serialize>(id: &Value, result: &T) -> Frame {
         id: &'a Value,
         result: &'a T,
     }
-    match serde_json::to_string(&Out {
-        jsonrpc: "2.0",
-        id,
-        result,
-    }) {
+    match serde_json::to_string(&Out { jsonrpc: "2.0", id, result }) {
         Ok(s) => Frame::from(s),
-        Err(e) => response(
-            id,
-            Err(AhpError::internal(format!(
-                "could not encode the answer: {e}"
-            ))),
-        ),
+        Err(e) => response(id, Err(AhpError::internal(format!("could not encode the answer: {e}")))),
     }
 }
 
@@ -736,9 +598,7 @@ fn check_root_channel(method: &str, channel: &str) -> Result<(), AhpError> {
 /// Picks the protocol version: AHP 1.x only, the highest offered.
 fn negotiate(offered: &[String]) -> Result<String, AhpError> {
     match ahp_types::negotiate_protocol_version(offered) {
-        Err(e) => Err(AhpError::invalid_params(format!(
-            "Invalid initialize params: {e}"
-        ))),
+        Err(e) => Err(AhpError::invalid_params(format!("Invalid initialize params: {e}"))),
         Ok(Some(v)) if v.starts_with("1.") => Ok(v.to_owned()),
         Ok(_) => Err(AhpError::unsupported_version(offered)),
     }
@@ -751,9 +611,7 @@ fn encode_cursor(modified_at: &str, uri: &str) -> String {
 
 fn decode_cursor(cursor: &str) -> Option<(String, String)> {
     use base64::Engine;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let (modified, uri) = text.split_once('\n')?;
     Some((modified.to_owned(), uri.to_owned()))
@@ -770,32 +628,17 @@ mod tests {
 
     #[test]
     fn negotiates_only_ahp_one() {
-        assert_eq!(
-            negotiate(&["1.0.0".into(), "0.9.0".into()]).expect("ok"),
-            "1.0.0"
-        );
+        assert_eq!(negotiate(&["1.0.0".into(), "0.9.0".into()]).expect("ok"), "1.0.0");
         assert_eq!(negotiate(&["1.2.0".into()]).expect("ok"), "1.2.0");
-        assert_eq!(
-            negotiate(&["0.9.0".into()]).expect_err("refused").code,
-            -32005
-        );
-        assert_eq!(
-            negotiate(&["2.0.0".into()]).expect_err("refused").code,
-            -32005
-        );
-        assert_eq!(
-            negotiate(&["1.0".into()]).expect_err("malformed").code,
-            -32602
-        );
+        assert_eq!(negotiate(&["0.9.0".into()]).expect_err("refused").code, -32005);
+        assert_eq!(negotiate(&["2.0.0".into()]).expect_err("refused").code, -32005);
+        assert_eq!(negotiate(&["1.0".into()]).expect_err("malformed").code, -32602);
     }
 
     #[test]
     fn cursors_round_trip() {
         let c = encode_cursor("2026-01-01T00:00:00.000Z", "ahp-session:/x");
-        assert_eq!(
-            decode_cursor(&c),
-            Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into()))
-        );
+        assert_eq!(decode_cursor(&c), Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into())));
         assert_eq!(decode_cursor("garbage!"), None);
     }
 }

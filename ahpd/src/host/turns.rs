@@ -8,8 +8,7 @@
 use std::time::Instant;
 
 use ahp_types::actions::{
-    ActionOrigin, ChatErrorAction, ChatPendingMessageRemovedAction, ChatTurnStartedAction,
-    StateAction,
+    ActionOrigin, ChatErrorAction, ChatPendingMessageRemovedAction, ChatTurnStartedAction, StateAction,
 };
 use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, PendingMessageKind};
 use protocol::{EmitChannel, EmitParams};
@@ -32,13 +31,7 @@ const HOST_ONLY_META: [&str; 7] = [
 
 /// A turn the host starts itself (a queued message, a wakeup, a session tool's message).
 pub fn host_turn(message: Message, queued_message_id: Option<String>) -> ChatTurnStartedAction {
-    ChatTurnStartedAction {
-        turn_id: super::new_id(),
-        started_at: now_iso(),
-        message,
-        queued_message_id,
-        meta: None,
-    }
+    ChatTurnStartedAction { turn_id: super::new_id(), started_at: now_iso(), message, queued_message_id, meta: None }
 }
 
 /// The turn an action belongs to, for actions that name one.
@@ -68,21 +61,12 @@ pub fn turn_of(action: &StateAction) -> Option<&str> {
 
 /// True for the three actions that end a turn.
 pub fn is_ending(action: &StateAction) -> bool {
-    matches!(
-        action,
-        StateAction::ChatTurnComplete(_)
-            | StateAction::ChatTurnCancelled(_)
-            | StateAction::ChatError(_)
-    )
+    matches!(action, StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) | StateAction::ChatError(_))
 }
 
 /// A chat's first message, cut to a title.
 pub fn title_from(text: &str) -> String {
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     const MAX: usize = 60;
     if line.chars().count() <= MAX {
         return line.to_owned();
@@ -122,11 +106,7 @@ impl Host {
             Some((conn, origin)) => (Some(origin), Some(conn)),
             None => (None, None),
         };
-        if !matches!(
-            core.ch
-                .commit(chat, StateAction::ChatTurnStarted(start), origin, extra),
-            Committed::Sent { .. }
-        ) {
+        if !matches!(core.ch.commit(chat, StateAction::ChatTurnStarted(start), origin, extra), Committed::Sent { .. }) {
             return;
         }
         let untitled = core.chats.get(chat).is_some_and(|m| !m.titled);
@@ -143,10 +123,7 @@ impl Host {
         core.sync_input_needed(chat);
         core.sync_chat(chat);
         if let Some(meta) = core.chats.get(chat) {
-            let _ = meta.driver.send(Op::Send {
-                turn_id: turn_id.clone(),
-                message,
-            });
+            let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message });
         }
         self.offer_steering(core, chat);
     }
@@ -196,11 +173,7 @@ impl Host {
                 return;
             }
             (Some(turn), Some(_)) if matches!(action, StateAction::ChatTurnStarted(_)) => {
-                tracing::debug!(
-                    chat,
-                    turn,
-                    "a start of the turn the chat holds already; not said again"
-                );
+                tracing::debug!(chat, turn, "a start of the turn the chat holds already; not said again");
                 return;
             }
             (Some(turn), None) if is_ending(&action) => {
@@ -208,10 +181,7 @@ impl Host {
                 return;
             }
             (Some(turn), None) if matches!(action, StateAction::ChatTurnStarted(_)) => {
-                let ended = core
-                    .chats
-                    .get(chat)
-                    .is_some_and(|m| m.ended.iter().any(|t| t == turn));
+                let ended = core.chats.get(chat).is_some_and(|m| m.ended.iter().any(|t| t == turn));
                 if ended {
                     tracing::debug!(chat, turn, "a start of a turn that is over; dropped");
                     return;
@@ -253,20 +223,12 @@ impl Host {
         origin: Option<ActionOrigin>,
         extra: Option<ConnId>,
     ) -> Committed {
-        let before = core
-            .ch
-            .chats
-            .get(chat)
-            .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        let before = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
         let committed = core.ch.commit(chat, action, origin, extra);
         if !matches!(committed, Committed::Sent { .. }) {
             return committed;
         }
-        let after = core
-            .ch
-            .chats
-            .get(chat)
-            .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        let after = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
         core.sync_input_needed(chat);
         core.sync_chat(chat);
         if let Some(ended) = before.filter(|b| after.as_ref() != Some(b)) {
@@ -294,19 +256,10 @@ impl Host {
         if state.active_turn.is_some() {
             return;
         }
-        let next = state.steering_message.clone().or_else(|| {
-            state
-                .queued_messages
-                .as_ref()
-                .and_then(|q| q.first().cloned())
-        });
+        let next =
+            state.steering_message.clone().or_else(|| state.queued_messages.as_ref().and_then(|q| q.first().cloned()));
         if let Some(pending) = next {
-            self.start_turn(
-                core,
-                chat,
-                host_turn(pending.message, Some(pending.id)),
-                None,
-            );
+            self.start_turn(core, chat, host_turn(pending.message, Some(pending.id)), None);
         }
     }
 
@@ -315,9 +268,7 @@ impl Host {
         let Some(state) = core.ch.chats.get(chat) else {
             return;
         };
-        let (Some(turn), Some(steering)) =
-            (state.active_turn.as_ref(), state.steering_message.as_ref())
-        else {
+        let (Some(turn), Some(steering)) = (state.active_turn.as_ref(), state.steering_message.as_ref()) else {
             return;
         };
         let Some(meta) = core.chats.get_mut(chat) else {
@@ -327,22 +278,14 @@ impl Host {
             return;
         }
         meta.steering_offered = Some(steering.id.clone());
-        let op = Op::Steer {
-            turn_id: turn.id.clone(),
-            id: steering.id.clone(),
-            message: steering.message.clone(),
-        };
+        let op = Op::Steer { turn_id: turn.id.clone(), id: steering.id.clone(), message: steering.message.clone() };
         let _ = meta.driver.send(op);
     }
 
     /// The backend's answer to a steering offer.
     pub(super) fn steering_answered(&self, chat: &str, id: &str, taken: bool) {
         let mut core = self.lock();
-        let current = core
-            .ch
-            .chats
-            .get(chat)
-            .and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
+        let current = core.ch.chats.get(chat).and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
         if current.as_deref() != Some(id) {
             return;
         }
@@ -361,20 +304,8 @@ impl Host {
 
     /// Ends the running turn `turn_id` in error, when the backend cannot (it died, it refused
     /// the prompt). Does nothing when that turn is not the one running.
-    pub(super) fn fail_turn(
-        &self,
-        core: &mut Core,
-        chat: &str,
-        turn_id: &str,
-        error_type: &str,
-        message: String,
-    ) {
-        let running = core
-            .ch
-            .chats
-            .get(chat)
-            .and_then(|c| c.active_turn.as_ref())
-            .is_some_and(|t| t.id == turn_id);
+    pub(super) fn fail_turn(&self, core: &mut Core, chat: &str, turn_id: &str, error_type: &str, message: String) {
+        let running = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if !running {
             return;
         }
@@ -389,12 +320,7 @@ impl Host {
             turn_id: turn_id.to_owned(),
             duration,
             part: ErrorResponsePart {
-                error: ErrorInfo {
-                    error_type: error_type.to_owned(),
-                    message,
-                    stack: None,
-                    meta: None,
-                },
+                error: ErrorInfo { error_type: error_type.to_owned(), message, stack: None, meta: None },
                 resumable: None,
             },
             meta: None,
@@ -406,23 +332,16 @@ impl Host {
     /// at once with the reason.
     pub(super) fn worker_exited(&self, provider: &str, incarnation: u64, reason: &str) {
         let mut core = self.lock();
-        let chats: Vec<String> = core
-            .chats
-            .iter()
-            .filter(|(_, m)| m.live == Some(incarnation))
-            .map(|(c, _)| c.clone())
-            .collect();
+        let chats: Vec<String> =
+            core.chats.iter().filter(|(_, m)| m.live == Some(incarnation)).map(|(c, _)| c.clone()).collect();
         for chat in chats {
             if let Some(meta) = core.chats.get_mut(&chat) {
                 meta.live = None;
             }
-            let running = core
-                .ch
-                .chats
-                .get(&chat)
-                .and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+            let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
             if let Some(turn_id) = running {
-                let message = format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.");
+                let message =
+                    format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.");
                 self.fail_turn(&mut core, &chat, &turn_id, "workerExited", message);
             }
         }

@@ -42,22 +42,12 @@ struct AppState {
 
 /// The router for the daemon's one listener.
 pub fn router(host: Host, door: DoorPolicy) -> Router {
-    let state = AppState {
-        host,
-        door: Arc::new(door),
-    };
-    Router::new()
-        .route("/", get(upgrade))
-        .fallback(not_found)
-        .with_state(state)
+    let state = AppState { host, door: Arc::new(door) };
+    Router::new().route("/", get(upgrade)).fallback(not_found).with_state(state)
 }
 
 async fn not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        "Nothing here: ahpd serves AHP over a WebSocket at /\n",
-    )
-        .into_response()
+    (StatusCode::NOT_FOUND, "Nothing here: ahpd serves AHP over a WebSocket at /\n").into_response()
 }
 
 async fn upgrade(
@@ -78,10 +68,7 @@ async fn upgrade(
     let ws = match ws {
         Ok(ws) => ws,
         Err(rejection) => {
-            return (
-                StatusCode::UPGRADE_REQUIRED,
-                format!("ahpd speaks AHP over a WebSocket here: {rejection}\n"),
-            )
+            return (StatusCode::UPGRADE_REQUIRED, format!("ahpd speaks AHP over a WebSocket here: {rejection}\n"))
                 .into_response()
         }
     };
@@ -94,22 +81,14 @@ async fn upgrade(
 /// Refuses a `Host` that is neither loopback, the bound address, nor explicitly allowed: a page
 /// on a rebound DNS name must not reach the daemon.
 pub fn check_host(door: &DoorPolicy, headers: &HeaderMap) -> Result<(), String> {
-    let Some(value) = headers
-        .get(axum::http::header::HOST)
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(value) = headers.get(axum::http::header::HOST).and_then(|v| v.to_str().ok()) else {
         return Ok(());
     };
     let name = host_name(value);
-    let loopback =
-        matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost");
+    let loopback = matches!(name.as_str(), "localhost" | "127.0.0.1" | "::1") || name.ends_with(".localhost");
     let literal: Option<IpAddr> = name.parse().ok();
-    let bound = literal
-        .is_some_and(|ip| ip == door.bound || (door.bound.is_unspecified() && literal.is_some()));
-    let allowed = door
-        .allowed_hosts
-        .iter()
-        .any(|h| h.eq_ignore_ascii_case(&name));
+    let bound = literal.is_some_and(|ip| ip == door.bound || (door.bound.is_unspecified() && literal.is_some()));
+    let allowed = door.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(&name));
     if loopback || bound || allowed || literal.is_some_and(|ip| ip.is_loopback()) {
         Ok(())
     } else {
@@ -158,15 +137,13 @@ pub fn check_token(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let offered = query
-        .get("tkn")
-        .or_else(|| query.get("token"))
-        .map(String::as_str)
-        .or(bearer);
+    let offered = query.get("tkn").or_else(|| query.get("token")).map(String::as_str).or(bearer);
     match offered {
         Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err("Refused: wrong connection token.\n".to_owned()),
-        None => Err("Refused: this daemon needs its connection token (?tkn=... or Authorization: Bearer ...).\n".to_owned()),
+        None => {
+            Err("Refused: this daemon needs its connection token (?tkn=... or Authorization: Bearer ...).\n".to_owned())
+        }
     }
 }
 
@@ -229,11 +206,6 @@ mod tests {
         assert!(check_token(&d, &headers(&[]), &q).is_ok());
         q.insert("tkn".to_owned(), "nope".to_owned());
         assert!(check_token(&d, &headers(&[]), &q).is_err());
-        assert!(check_token(
-            &d,
-            &headers(&[("authorization", "Bearer s3cret")]),
-            &Default::default()
-        )
-        .is_ok());
+        assert!(check_token(&d, &headers(&[("authorization", "Bearer s3cret")]), &Default::default()).is_ok());
     }
 }

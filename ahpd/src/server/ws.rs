@@ -55,10 +55,7 @@ pub async fn serve(host: Host, socket: WebSocket, max_frame_bytes: usize) {
     }
     // Dropping the connection's queue lets the writer send what is left, then close.
     host.disconnect(id);
-    if tokio::time::timeout(std::time::Duration::from_secs(2), writer)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(std::time::Duration::from_secs(2), writer).await.is_err() {
         kick.cancel();
     }
 }

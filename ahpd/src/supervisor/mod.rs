@@ -17,9 +17,8 @@ use agent_runner::rpc::{Incoming, Peer, PeerEnd, Responder};
 use ahp_types::common::JsonObject;
 use protocol::methods::{parent, worker};
 use protocol::{
-    AgentDescriptor, EmitParams, InitializeParams, InitializeResult, KeepResourceParams, PeerInfo,
-    ProbeResult, SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams,
-    WORKER_PROTOCOL_VERSION,
+    AgentDescriptor, EmitParams, InitializeParams, InitializeResult, KeepResourceParams, PeerInfo, ProbeResult,
+    SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -96,49 +95,19 @@ pub enum SlotState {
 /// What the workers say, for the host.
 pub enum WorkerEvent {
     /// A worker finished its handshake.
-    Ready {
-        provider: String,
-        incarnation: u64,
-        descriptor: AgentDescriptor,
-        schema: SchemaResult,
-    },
+    Ready { provider: String, incarnation: u64, descriptor: AgentDescriptor, schema: SchemaResult },
     /// What the agent offers (models, commands).
-    Probed {
-        provider: String,
-        probe: ProbeResult,
-    },
+    Probed { provider: String, probe: ProbeResult },
     /// An action for a channel.
-    Emit {
-        provider: String,
-        incarnation: u64,
-        params: EmitParams,
-    },
+    Emit { provider: String, incarnation: u64, params: EmitParams },
     /// A turn's transcript id.
-    TurnRecorded {
-        provider: String,
-        incarnation: u64,
-        params: TurnRecordedParams,
-    },
+    TurnRecorded { provider: String, incarnation: u64, params: TurnRecordedParams },
     /// Run a tool and answer.
-    ToolRun {
-        provider: String,
-        incarnation: u64,
-        params: ToolRunParams,
-        responder: Responder,
-    },
+    ToolRun { provider: String, incarnation: u64, params: ToolRunParams, responder: Responder },
     /// Keep a resource and answer.
-    KeepResource {
-        provider: String,
-        incarnation: u64,
-        params: KeepResourceParams,
-        responder: Responder,
-    },
+    KeepResource { provider: String, incarnation: u64, params: KeepResourceParams, responder: Responder },
     /// A worker died; its running turns must end.
-    Exited {
-        provider: String,
-        incarnation: u64,
-        reason: String,
-    },
+    Exited { provider: String, incarnation: u64, reason: String },
 }
 
 struct Slot {
@@ -163,14 +132,8 @@ pub enum WorkerUnavailable {
     #[error("this host offers no agent called {0}")]
     Unknown(String),
     /// It died and waits to be started again.
-    #[error(
-        "the {provider} worker is not running: {reason}; it will be started again in {seconds} s"
-    )]
-    Waiting {
-        provider: String,
-        reason: String,
-        seconds: u64,
-    },
+    #[error("the {provider} worker is not running: {reason}; it will be started again in {seconds} s")]
+    Waiting { provider: String, reason: String, seconds: u64 },
     /// It did not come up in time.
     #[error("the {0} worker did not start in time")]
     Timeout(String),
@@ -225,25 +188,14 @@ impl Supervisor {
         let deadline = tokio::time::Instant::now() + within;
         for slot in self.slots.values() {
             let mut rx = slot.state.subscribe();
-            let _ = tokio::time::timeout_at(
-                deadline,
-                rx.wait_for(|s| !matches!(s, SlotState::Starting)),
-            )
-            .await;
+            let _ = tokio::time::timeout_at(deadline, rx.wait_for(|s| !matches!(s, SlotState::Starting))).await;
         }
     }
 
     /// The running worker for `provider`, waiting up to `within` while it starts (or while it
     /// waits out a backoff that ends within that time).
-    pub async fn worker(
-        &self,
-        provider: &str,
-        within: Duration,
-    ) -> Result<WorkerHandle, WorkerUnavailable> {
-        let slot = self
-            .slots
-            .get(provider)
-            .ok_or_else(|| WorkerUnavailable::Unknown(provider.to_owned()))?;
+    pub async fn worker(&self, provider: &str, within: Duration) -> Result<WorkerHandle, WorkerUnavailable> {
+        let slot = self.slots.get(provider).ok_or_else(|| WorkerUnavailable::Unknown(provider.to_owned()))?;
         let deadline = Instant::now() + within;
         let mut rx = slot.state.subscribe();
         loop {
@@ -251,17 +203,12 @@ impl Supervisor {
             let waiting = |reason: &str, until: Instant| WorkerUnavailable::Waiting {
                 provider: provider.to_owned(),
                 reason: reason.to_owned(),
-                seconds: until
-                    .saturating_duration_since(Instant::now())
-                    .as_secs_f64()
-                    .ceil() as u64,
+                seconds: until.saturating_duration_since(Instant::now()).as_secs_f64().ceil() as u64,
             };
             match &state {
                 SlotState::Running(handle) => return Ok(handle.clone()),
                 SlotState::Stopped => return Err(WorkerUnavailable::Stopped),
-                SlotState::Waiting { reason, until } if *until > deadline => {
-                    return Err(waiting(reason, *until))
-                }
+                SlotState::Waiting { reason, until } if *until > deadline => return Err(waiting(reason, *until)),
                 SlotState::Waiting { .. } | SlotState::Starting => {}
             }
             match tokio::time::timeout_at(deadline.into(), rx.changed()).await {
@@ -293,9 +240,7 @@ impl Supervisor {
                 break;
             }
             slot.state.send_replace(SlotState::Starting);
-            let incarnation = self
-                .next_incarnation
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let incarnation = self.next_incarnation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let started = Instant::now();
             let reason = match self.run_once(&slot, incarnation).await {
                 RunEnd::Stopped => break,
@@ -307,10 +252,7 @@ impl Supervisor {
                 "worker {provider} {reason}; starting it again in {:.1} s (failure {failures} in a row)",
                 delay.as_secs_f64()
             );
-            slot.state.send_replace(SlotState::Waiting {
-                reason,
-                until: Instant::now() + delay,
-            });
+            slot.state.send_replace(SlotState::Waiting { reason, until: Instant::now() + delay });
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
                 _ = tokio::time::sleep(delay) => {}
@@ -339,7 +281,7 @@ impl Supervisor {
                 // A worker that wrote garbage fails its handshake with "the connection ended":
                 // say what really happened.
                 let why = if peer.is_ended() {
-                    format!("{why} because {}", peer.ended().await)
+                    format!("stopped before its handshake because {}", peer.ended().await)
                 } else {
                     why
                 };
@@ -348,11 +290,7 @@ impl Supervisor {
                 return RunEnd::Died(format!("{why}; it {status}{}", exit.last_words()));
             }
         };
-        let handle = WorkerHandle {
-            incarnation,
-            peer: peer.clone(),
-            descriptor: descriptor.clone(),
-        };
+        let handle = WorkerHandle { incarnation, peer: peer.clone(), descriptor: descriptor.clone() };
         slot.state.send_replace(SlotState::Running(handle));
         let _ = self.events.send(WorkerEvent::Ready {
             provider: spec.provider.clone(),
@@ -363,11 +301,7 @@ impl Supervisor {
         if descriptor.features.probe {
             self.probe(spec.provider.clone(), peer.clone());
         }
-        tracing::info!(
-            "worker {} is ready ({})",
-            spec.provider,
-            descriptor.display_name
-        );
+        tracing::info!("worker {} is ready ({})", spec.provider, descriptor.display_name);
         let ended = tokio::select! {
             _ = self.cancel.cancelled() => None,
             end = peer.ended() => Some(end),
@@ -433,22 +367,14 @@ impl Supervisor {
                 let event = match message {
                     Incoming::Notification { method, params } => match method.as_str() {
                         worker::EMIT => match serde_json::from_value(params) {
-                            Ok(params) => WorkerEvent::Emit {
-                                provider: provider.clone(),
-                                incarnation,
-                                params,
-                            },
+                            Ok(params) => WorkerEvent::Emit { provider: provider.clone(), incarnation, params },
                             Err(e) => {
                                 tracing::warn!("worker {provider} emitted something that is not an action: {e}");
                                 continue;
                             }
                         },
                         worker::TURN_RECORDED => match serde_json::from_value(params) {
-                            Ok(params) => WorkerEvent::TurnRecorded {
-                                provider: provider.clone(),
-                                incarnation,
-                                params,
-                            },
+                            Ok(params) => WorkerEvent::TurnRecorded { provider: provider.clone(), incarnation, params },
                             Err(e) => {
                                 tracing::warn!("worker {provider} sent a bad turn/recorded: {e}");
                                 continue;
@@ -461,31 +387,20 @@ impl Supervisor {
                             continue;
                         }
                         other => {
-                            tracing::debug!(
-                                "worker {provider} sent a notification this host ignores: {other}"
-                            );
+                            tracing::debug!("worker {provider} sent a notification this host ignores: {other}");
                             continue;
                         }
                     },
                     Incoming::Request(request) => {
-                        let agent_runner::rpc::Request {
-                            method,
-                            params,
-                            responder,
-                        } = request;
+                        let agent_runner::rpc::Request { method, params, responder } = request;
                         match method.as_str() {
                             worker::TOOL_RUN => match serde_json::from_value(params) {
-                                Ok(params) => WorkerEvent::ToolRun {
-                                    provider: provider.clone(),
-                                    incarnation,
-                                    params,
-                                    responder,
-                                },
+                                Ok(params) => {
+                                    WorkerEvent::ToolRun { provider: provider.clone(), incarnation, params, responder }
+                                }
                                 Err(e) => {
-                                    responder.err(protocol::RpcError::new(
-                                        protocol::codes::INVALID_PARAMS,
-                                        e.to_string(),
-                                    ));
+                                    responder
+                                        .err(protocol::RpcError::new(protocol::codes::INVALID_PARAMS, e.to_string()));
                                     continue;
                                 }
                             },
@@ -497,10 +412,8 @@ impl Supervisor {
                                     responder,
                                 },
                                 Err(e) => {
-                                    responder.err(protocol::RpcError::new(
-                                        protocol::codes::INVALID_PARAMS,
-                                        e.to_string(),
-                                    ));
+                                    responder
+                                        .err(protocol::RpcError::new(protocol::codes::INVALID_PARAMS, e.to_string()));
                                     continue;
                                 }
                             },
@@ -566,21 +479,16 @@ impl Exit {
 
     /// The graceful stop: `shutdown`, close stdin, wait, SIGTERM, SIGKILL, reap.
     async fn stop(&mut self, peer: &Peer) {
-        let _ = tokio::time::timeout(
-            Duration::from_secs(3),
-            peer.request_value(parent::SHUTDOWN, serde_json::json!({})),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(3), peer.request_value(parent::SHUTDOWN, serde_json::json!({})))
+                .await;
         peer.close_output();
         match self {
             Exit::Process(p) => {
                 p.stop(Duration::from_secs(2)).await;
             }
             Exit::Task(task) => {
-                if tokio::time::timeout(Duration::from_secs(2), &mut *task)
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout(Duration::from_secs(2), &mut *task).await.is_err() {
                     task.abort();
                 }
             }
@@ -605,16 +513,17 @@ impl Exit {
 fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>, Exit), String> {
     match &spec.launch {
         Launch::Exec { program, args, env } => {
-            let env: Vec<(String, String)> =
-                env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            // Names the worker in `ps e` and /proc, where several run the same binary.
+            env.push(("AHPD_WORKER_PROVIDER".into(), spec.provider.clone()));
             let (process, stdin, stdout) = process::spawn(&spec.provider, program, args, &env)
                 .map_err(|e| format!("could not be started ({}: {e})", program.display()))?;
             let io = Peer::start(stdout, stdin);
             Ok((io.peer, io.incoming, Exit::Process(process)))
         }
         Launch::InProcess { kind } => {
-            let factory = agent_runner::builtin_factory(kind)
-                .ok_or_else(|| format!("has no built-in agent of kind {kind}"))?;
+            let factory =
+                agent_runner::builtin_factory(kind).ok_or_else(|| format!("has no built-in agent of kind {kind}"))?;
             let (ours, theirs) = tokio::io::duplex(1 << 20);
             let (their_read, their_write) = tokio::io::split(theirs);
             let task = tokio::spawn(async move {
@@ -629,33 +538,20 @@ fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>,
     }
 }
 
-async fn handshake(
-    spec: &WorkerSpec,
-    peer: &Peer,
-) -> Result<(AgentDescriptor, SchemaResult), String> {
+async fn handshake(spec: &WorkerSpec, peer: &Peer) -> Result<(AgentDescriptor, SchemaResult), String> {
     let params = InitializeParams {
         protocol_version: WORKER_PROTOCOL_VERSION,
         provider: spec.provider.clone(),
         kind: spec.kind.clone(),
         options: spec.options.clone(),
         data_dir: Some(spec.data_dir.display().to_string()),
-        host: PeerInfo {
-            name: "ahpd".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        host: PeerInfo { name: "ahpd".into(), version: env!("CARGO_PKG_VERSION").into() },
     };
-    let answer = tokio::time::timeout(
-        spec.handshake_timeout,
-        peer.request::<_, InitializeResult>(parent::INITIALIZE, params),
-    )
-    .await;
+    let answer =
+        tokio::time::timeout(spec.handshake_timeout, peer.request::<_, InitializeResult>(parent::INITIALIZE, params))
+            .await;
     let result = match answer {
-        Err(_) => {
-            return Err(format!(
-                "did not answer its handshake within {} ms",
-                spec.handshake_timeout.as_millis()
-            ))
-        }
+        Err(_) => return Err(format!("did not answer its handshake within {} ms", spec.handshake_timeout.as_millis())),
         Ok(Err(e)) => return Err(format!("refused its handshake: {e}")),
         Ok(Ok(result)) => result,
     };

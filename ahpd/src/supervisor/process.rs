@@ -39,12 +39,7 @@ impl StderrTail {
         let guard = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         let lines = &guard.0;
         let skip = lines.len().saturating_sub(n);
-        lines
-            .iter()
-            .skip(skip)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
+        lines.iter().skip(skip).cloned().collect::<Vec<_>>().join("\n")
     }
 }
 
@@ -76,14 +71,8 @@ pub fn spawn(
         .process_group(0)
         .kill_on_drop(true);
     let mut child = command.spawn()?;
-    let stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| std::io::Error::other("the worker has no stdin"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| std::io::Error::other("the worker has no stdout"))?;
+    let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the worker has no stdin"))?;
+    let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("the worker has no stdout"))?;
     let tail = StderrTail::default();
     if let Some(stderr) = child.stderr.take() {
         let tail = tail.clone();
@@ -148,9 +137,8 @@ pub fn describe_exit(status: Option<ExitStatus>) -> String {
         Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => format!("exited with code {code}"),
             (None, Some(sig)) => {
-                let name = Signal::try_from(sig)
-                    .map(|s| s.as_str().to_owned())
-                    .unwrap_or_else(|_| format!("signal {sig}"));
+                let name =
+                    Signal::try_from(sig).map(|s| s.as_str().to_owned()).unwrap_or_else(|_| format!("signal {sig}"));
                 format!("was killed by signal {sig} ({name})")
             }
             (None, None) => "ended".to_owned(),
