@@ -26,6 +26,7 @@ const VOICES: [&str; 4] = ["plain", "shouty", "backwards", "whisper"];
 pub struct Echo {
     pace: Duration,
     chunk_words: usize,
+    stamp: bool,
 }
 
 impl Echo {
@@ -33,7 +34,8 @@ impl Echo {
     pub fn from_init(init: &InitializeParams) -> Self {
         let pace = init.options.get("paceMs").and_then(Value::as_u64).unwrap_or(20);
         let chunk_words = init.options.get("chunkWords").and_then(Value::as_u64).unwrap_or(1).max(1);
-        Self { pace: Duration::from_millis(pace), chunk_words: usize::try_from(chunk_words).unwrap_or(1) }
+        let stamp = init.options.get("stamp").and_then(Value::as_bool).unwrap_or(false);
+        Self { pace: Duration::from_millis(pace), chunk_words: usize::try_from(chunk_words).unwrap_or(1), stamp }
     }
 }
 
@@ -96,6 +98,7 @@ impl Agent for Echo {
             host,
             pace: self.pace,
             chunk_words: self.chunk_words,
+            stamp: self.stamp,
             state: Mutex::new(EchoState { settings, queue: VecDeque::new(), running: None }),
         });
         Ok(Arc::new(session))
@@ -118,6 +121,7 @@ struct EchoSession {
     host: SessionHost,
     pace: Duration,
     chunk_words: usize,
+    stamp: bool,
     state: Mutex<EchoState>,
 }
 
@@ -187,7 +191,7 @@ impl EchoSession {
         steering: Arc<Mutex<Vec<String>>>,
         voice: String,
     ) {
-        let mut turn = TurnWriter::new(self.host.clone(), params.turn_id.clone());
+        let mut turn = TurnWriter::new(self.host.clone(), params.turn_id.clone()).stamped(self.stamp);
         let text = if params.message.text.trim().is_empty() {
             "(nothing to say)".to_owned()
         } else {

@@ -64,12 +64,21 @@ pub struct TurnWriter {
     next_part: u32,
     open: Option<(Streaming, String)>,
     ended: bool,
+    stamp: bool,
 }
 
 impl TurnWriter {
     /// A writer for a turn the host said (handed with `sendMessage`).
     pub fn new(host: SessionHost, turn_id: impl Into<String>) -> Self {
-        Self { host, turn_id: turn_id.into(), started: Instant::now(), next_part: 0, open: None, ended: false }
+        Self {
+            host,
+            turn_id: turn_id.into(),
+            started: Instant::now(),
+            next_part: 0,
+            open: None,
+            ended: false,
+            stamp: false,
+        }
     }
 
     /// Starts a turn of the agent's own accord: says its start before anything else, as seed 004's
@@ -84,6 +93,24 @@ impl TurnWriter {
             meta: None,
         }));
         writer
+    }
+
+    /// Puts the time each delta was said (`_meta["ahpd.emittedAtUnixNs"]`) on it, so a benchmark
+    /// can measure from emit to receipt.
+    pub fn stamped(mut self, stamp: bool) -> Self {
+        self.stamp = stamp;
+        self
+    }
+
+    fn stamp_meta(&self) -> Option<ahp_types::common::JsonObject> {
+        if !self.stamp {
+            return None;
+        }
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let mut meta = ahp_types::common::JsonObject::new();
+        meta.insert("ahpd.emittedAtUnixNs".into(), Value::from(u64::try_from(nanos).unwrap_or(u64::MAX)));
+        Some(meta)
     }
 
     /// The turn's id.
@@ -135,10 +162,9 @@ impl TurnWriter {
         if let Some((open, id)) = &self.open {
             if *open == kind {
                 let (turn_id, part_id, content) = (self.turn_id.clone(), id.clone(), content.to_owned());
+                let meta = self.stamp_meta();
                 self.emit(match kind {
-                    Streaming::Markdown => {
-                        StateAction::ChatDelta(ChatDeltaAction { turn_id, part_id, content, meta: None })
-                    }
+                    Streaming::Markdown => StateAction::ChatDelta(ChatDeltaAction { turn_id, part_id, content, meta }),
                     Streaming::Reasoning => {
                         StateAction::ChatReasoning(ChatReasoningAction { turn_id, part_id, content, meta: None })
                     }

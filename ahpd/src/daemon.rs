@@ -213,10 +213,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         default_directory: std::env::current_dir().ok(),
         ..HostConfig::default()
     };
-    let host = Host::new(host_config, supervisor.clone(), cancel.clone(), tracker.clone());
+    let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
+    let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
     supervisor.start_all();
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
+    host.recover_interrupted();
+    host.run_checkpoints();
     let max_frame = usize::try_from(config.u64("maxFrameBytes")).unwrap_or(4 << 20);
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);

@@ -13,5 +13,6 @@ pub mod fsutil;
 pub mod host;
 pub mod paths;
 pub mod server;
+pub mod store;
 pub mod supervisor;
 pub mod worker;

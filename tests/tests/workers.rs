@@ -197,11 +197,12 @@ async fn a_steering_message_is_taken_mid_turn() -> anyhow::Result<()> {
     let c = chat.clone();
     a.until("the steering message to be taken", move |m| {
         m.chat(&c).is_some_and(|s| {
-            s.steering_message.is_none() && s.active_turn.as_ref().is_some_and(|t| {
-                t.response_parts.iter().any(
+            s.steering_message.is_none()
+                && s.active_turn.as_ref().is_some_and(|t| {
+                    t.response_parts.iter().any(
                     |p| matches!(p, ResponsePart::Markdown(md) if md.content.contains("Steered: also mind the tests")),
                 )
-            })
+                })
         })
     })
     .await?;

@@ -161,7 +161,7 @@ impl Host {
             }
         };
         let mut core = self.lock();
-        if !core.ch.has_channel(&channel) {
+        if !self.ensure_loaded(&mut core, &channel) {
             tracing::debug!(conn = conn.id, channel, "an action for a channel that does not exist; ignored");
             return;
         }
@@ -212,7 +212,11 @@ impl Host {
         } else {
             let committed = core.ch.commit(channel, action, Some(origin), extra);
             if kind == Some(ChannelKind::Session) {
+                core.persist_session(channel);
                 core.sync_summary(channel);
+            }
+            if kind == Some(ChannelKind::Annotations) {
+                core.persist_annotations(channel);
             }
             committed
         };

@@ -158,12 +158,37 @@ impl Core {
     }
 
     /// Tells root subscribers how many sessions there are, when it changed.
-    fn publish_session_count(&mut self) {
-        let count = i64::try_from(self.sessions.len()).unwrap_or(i64::MAX);
+    pub fn publish_session_count(&mut self) {
+        // Counted in the store: sessions not used since the daemon started are not in memory.
+        let count = self.store.count().unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            i64::try_from(self.sessions.len()).unwrap_or(i64::MAX)
+        });
         if self.ch.root.active_sessions != Some(count) {
             let action =
                 StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
             self.ch.commit(ROOT_RESOURCE_URI, action, None, None);
+        }
+    }
+
+    /// A summary nobody has been told yet (every field differs from the first real one).
+    pub fn placeholder_summary(&self, uri: &str, provider: &str, created_at: &str) -> SessionSummary {
+        SessionSummary {
+            provider: provider.to_owned(),
+            title: String::new(),
+            status: 0,
+            activity: None,
+            origin: None,
+            project: None,
+            working_directories: None,
+            annotations: None,
+            resource: uri.to_owned(),
+            created_at: created_at.to_owned(),
+            modified_at: created_at.to_owned(),
+            changes: None,
+            meta: None,
+            chats: None,
+            default_chat: None,
         }
     }
 
@@ -249,6 +274,7 @@ impl Core {
             SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
         self.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        self.persist_session(session);
     }
 
     /// Keeps the session's entry for a chat in step with the chat's own state (status, activity,
@@ -294,6 +320,10 @@ impl Core {
         let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
             return;
         };
+        if let Some(meta) = self.chats.get_mut(chat) {
+            meta.title = title.to_owned();
+        }
+        self.persist_chat(chat);
         let changes = PartialChatSummary { title: Some(title.to_owned()), ..PartialChatSummary::default() };
         self.ch.commit(
             &session,
@@ -449,7 +479,7 @@ impl Host {
             }
         };
         let mut core = self.lock();
-        if core.ch.sessions.contains_key(&uri) {
+        if core.ch.sessions.contains_key(&uri) || core.store.has_session(&uri).unwrap_or(false) {
             return Err(AhpError::session_exists(&uri));
         }
         let provider = core.pick_provider(params.provider.as_deref())?;
@@ -490,23 +520,7 @@ impl Host {
         let annotations = format!("{uri}/annotations");
         core.ch.sessions.insert(uri.clone(), state);
         core.ch.annotations.insert(annotations.clone(), AnnotationsState { annotations: Vec::new() });
-        let placeholder = SessionSummary {
-            provider: provider.clone(),
-            title: String::new(),
-            status: 0,
-            activity: None,
-            origin: None,
-            project: None,
-            working_directories: None,
-            annotations: None,
-            resource: uri.clone(),
-            created_at: now.clone(),
-            modified_at: now.clone(),
-            changes: None,
-            meta: None,
-            chats: None,
-            default_chat: None,
-        };
+        let placeholder = core.placeholder_summary(&uri, &provider, &now);
         core.sessions.insert(
             uri.clone(),
             SessionMeta {
@@ -515,8 +529,12 @@ impl Host {
                 working_directory,
                 last_summary: placeholder,
                 annotations,
+                owner: None,
+                parent: None,
+                depth: 0,
             },
         );
+        core.persist_session(&uri);
         let chat = format!("ahp-chat:/{}", uri_id(&uri));
         self.add_chat(&mut core, &uri, &chat, &now, true);
         if let Some(active) = params.active_client {
@@ -546,6 +564,7 @@ impl Host {
         let state = empty_chat(chat, now);
         core.ch.chats.insert(chat.to_owned(), state.clone());
         let driver = spawn_driver(self.clone(), chat.to_owned(), provider);
+        let position = core.ch.sessions.get(session).map(|s| s.chats.len()).unwrap_or(0);
         core.chats.insert(
             chat.to_owned(),
             ChatMeta {
@@ -558,8 +577,12 @@ impl Host {
                 ended: VecDeque::new(),
                 steering_offered: None,
                 titled: false,
+                title: String::new(),
+                position: i64::try_from(position).unwrap_or(0),
+                transcripts: std::collections::HashMap::new(),
             },
         );
+        core.persist_chat(chat);
         let summary = chat_summary(&state, "");
         core.ch.commit(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {
@@ -574,7 +597,7 @@ impl Host {
         let params: ahp_types::commands::DisposeSessionParams = parse_params("disposeSession", params)?;
         let uri = params.channel;
         let mut core = self.lock();
-        if !core.ch.sessions.contains_key(&uri) {
+        if !self.ensure_loaded(&mut core, &uri) {
             return Err(AhpError::session_not_found(&uri));
         }
         let chats: Vec<String> = core
@@ -592,6 +615,9 @@ impl Host {
         }
         core.ch.sessions.remove(&uri);
         core.ch.drop_channel(&uri);
+        if let Err(e) = core.store.delete_session(&uri) {
+            tracing::error!("{e}");
+        }
         core.publish_session_count();
         let frame = notification(
             "root/sessionRemoved",
@@ -616,6 +642,7 @@ impl Host {
             )));
         }
         let mut core = self.lock();
+        self.ensure_loaded(&mut core, &session);
         let provider = core
             .sessions
             .get(&session)
@@ -659,6 +686,7 @@ impl Host {
         let params: ahp_types::commands::DisposeChatParams = parse_params("disposeChat", params)?;
         let chat = params.channel;
         let mut core = self.lock();
+        self.ensure_loaded(&mut core, &chat);
         let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) else {
             return Err(AhpError::not_found(format!("There is no chat {chat}")));
         };
@@ -669,6 +697,9 @@ impl Host {
             ));
         }
         remove_chat_state(&mut core, &chat);
+        if let Err(e) = core.store.delete_chat(&chat) {
+            tracing::error!("{e}");
+        }
         core.ch.commit(&session, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }), None, None);
         core.sync_summary(&session);
         Ok(Value::Null)

@@ -309,6 +309,7 @@ impl Host {
                 meta.conversation_id = id;
             }
         }
+        core.persist_chat(chat);
     }
 
     pub(super) fn lost_backend(&self, chat: &str, incarnation: u64) {

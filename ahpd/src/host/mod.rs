@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod core;
 pub mod driver;
 pub mod errors;
+pub mod persist;
 pub mod requests;
 pub mod turns;
 
@@ -83,6 +84,12 @@ pub struct SessionMeta {
     pub last_summary: SessionSummary,
     /// Its annotations channel.
     pub annotations: String,
+    /// Who owns it (`user:<id>`), under a users directory.
+    pub owner: Option<String>,
+    /// The session whose tools created it.
+    pub parent: Option<String>,
+    /// How many create links sit above it.
+    pub depth: u32,
 }
 
 /// The host's own record of a chat.
@@ -105,6 +112,12 @@ pub struct ChatMeta {
     pub steering_offered: Option<String>,
     /// The chat's first turn names it (the deferred title strategy).
     pub titled: bool,
+    /// Its title in the session's catalogue.
+    pub title: String,
+    /// Its place among the session's chats.
+    pub position: i64,
+    /// What the backend wrote each turn down as (turn id → transcript id).
+    pub transcripts: std::collections::HashMap<String, String>,
 }
 
 /// Everything under the host's lock.
@@ -119,6 +132,10 @@ pub struct Core {
     pub agents: Vec<AgentEntry>,
     /// Client ids seen by this process (reconnect replays only for these).
     pub known_clients: HashSet<String>,
+    /// The session store.
+    pub store: crate::store::Store,
+    /// Chats whose running turn changed since it was last checkpointed.
+    pub running_dirty: HashSet<String>,
 }
 
 /// The host; cheap to clone.
@@ -137,20 +154,32 @@ struct Inner {
 
 impl Host {
     /// A host for the given backends; call [`Host::run_events`] to start handling what workers say.
-    pub fn new(config: HostConfig, supervisor: Supervisor, cancel: CancellationToken, tracker: TaskTracker) -> Self {
+    pub fn new(
+        config: HostConfig,
+        store: crate::store::Store,
+        supervisor: Supervisor,
+        cancel: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Self {
         let agents = supervisor
             .providers()
             .into_iter()
             .map(|provider| AgentEntry { provider, descriptor: None, schema: None, models: Vec::new() })
             .collect();
+        let stored = store.count().unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            0
+        });
         let root =
-            RootState { agents: Vec::new(), active_sessions: Some(0), terminals: None, config: None, meta: None };
+            RootState { agents: Vec::new(), active_sessions: Some(stored), terminals: None, config: None, meta: None };
         let core = Core {
             ch: Channels::new(root, config.replay_capacity),
             sessions: HashMap::new(),
             chats: HashMap::new(),
             agents,
             known_clients: HashSet::new(),
+            store,
+            running_dirty: HashSet::new(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -220,7 +249,10 @@ impl Host {
             WorkerEvent::Probed { provider, probe } => self.agent_probed(&provider, probe),
             WorkerEvent::Emit { incarnation, params, .. } => self.backend_emit(incarnation, params),
             WorkerEvent::TurnRecorded { params, .. } => {
-                tracing::debug!(chat = %params.chat, turn = %params.turn_id, transcript = %params.transcript_id, "turn recorded");
+                let mut core = self.lock();
+                if let Some(meta) = core.chats.get_mut(&params.chat) {
+                    meta.transcripts.insert(params.turn_id, params.transcript_id);
+                }
             }
             WorkerEvent::ToolRun { params, responder, .. } => self.run_tool(params, responder),
             WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),

@@ -223,6 +223,7 @@ impl Host {
         self.adopt_client(&mut core, conn, &params.client_id);
         let mut snapshots = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
+            self.ensure_loaded(&mut core, &uri);
             if let Some(snapshot) = core.ch.snapshot(&uri) {
                 core.ch.subscribe(conn.id, &uri);
                 snapshots.push(snapshot);
@@ -290,7 +291,7 @@ impl Host {
         let known = core.known_clients.contains(&params.client_id);
         self.adopt_client(&mut core, conn, &params.client_id);
         let (live, missing): (Vec<String>, Vec<String>) =
-            params.subscriptions.iter().cloned().partition(|uri| core.ch.has_channel(uri));
+            params.subscriptions.iter().cloned().partition(|uri| self.ensure_loaded(&mut core, uri));
         let last_seen = u64::try_from(params.last_seen_server_seq).unwrap_or(0);
         let live_set: HashSet<String> = live.iter().cloned().collect();
         let replay = if known { core.ch.replay_since(last_seen, &live_set) } else { None };
@@ -336,6 +337,7 @@ impl Host {
             return self.send_to(conn.id, response(&id, Err(e)));
         };
         let mut core = self.lock();
+        self.ensure_loaded(&mut core, &uri);
         let Some(mut snapshot) = core.ch.snapshot(&uri) else {
             drop(core);
             let e = AhpError::not_found(format!("There is no channel {uri}"));
@@ -362,6 +364,7 @@ impl Host {
             Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
         };
         let mut core = self.lock();
+        self.ensure_loaded(&mut core, &params.channel);
         let Some(chat) = core.ch.chats.get(&params.channel) else {
             drop(core);
             return self.send_to(
@@ -407,38 +410,32 @@ impl Host {
                 )))
             }
         };
-        let core = self.lock();
-        let mut all: Vec<_> = core.sessions.values().map(|m| m.last_summary.clone()).collect();
-        all.sort_by(|a, b| b.modified_at.cmp(&a.modified_at).then_with(|| a.resource.cmp(&b.resource)));
-        let start = match params.cursor.as_deref() {
-            None => 0,
-            Some(cursor) => decode_cursor(cursor)
-                .map(|(modified, uri)| {
-                    // Newest first, then by URI: everything after the cursor's row.
-                    all.iter()
-                        .position(|s| s.modified_at < modified || (s.modified_at == modified && s.resource > uri))
-                        .unwrap_or(all.len())
-                })
-                .ok_or_else(|| {
-                    AhpError::invalid_params(format!(
-                        "Invalid listSessions params: cursor {cursor} is not one this host gave"
-                    ))
-                })?,
+        let after = match params.cursor.as_deref() {
+            None => None,
+            Some(cursor) => Some(decode_cursor(cursor).ok_or_else(|| {
+                AhpError::invalid_params(format!(
+                    "Invalid listSessions params: cursor {cursor} is not one this host gave"
+                ))
+            })?),
         };
-        let page: Vec<_> = all.iter().skip(start).take(limit).cloned().collect();
-        let next_cursor = (start + page.len() < all.len())
-            .then(|| page.last().map(|s| encode_cursor(&s.modified_at, &s.resource)))
-            .flatten();
-        let mut result = serde_json::json!({ "items": page });
-        if let Some(cursor) = next_cursor {
-            result["nextCursor"] = Value::String(cursor);
+        // The store is the catalogue: sessions not used since start-up are listed from it without
+        // being loaded, and the live ones write their summary there whenever it changes.
+        let core = self.lock();
+        let page = core
+            .store
+            .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), limit)
+            .map_err(|e| AhpError::internal(e.to_string()))?;
+        let mut result = serde_json::json!({ "items": page.items });
+        if let Some((modified, uri)) = page.next {
+            result["nextCursor"] = Value::String(encode_cursor(&modified, &uri));
         }
         Ok(result)
     }
 
     fn completions(&self, params: Value) -> Result<Value, AhpError> {
         let params: CompletionsParams = parse_params("completions", params)?;
-        if !self.lock().ch.chats.contains_key(&params.channel) {
+        let mut core = self.lock();
+        if !self.ensure_loaded(&mut core, &params.channel) || !core.ch.chats.contains_key(&params.channel) {
             return Err(AhpError::not_found(format!("There is no chat {}", params.channel)));
         }
         Ok(serde_json::json!({ "items": [] }))

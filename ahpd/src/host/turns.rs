@@ -109,6 +109,7 @@ impl Host {
         if !matches!(core.ch.commit(chat, StateAction::ChatTurnStarted(start), origin, extra), Committed::Sent { .. }) {
             return;
         }
+        core.persist_after(chat, true, true, false);
         let untitled = core.chats.get(chat).is_some_and(|m| !m.titled);
         if let Some(meta) = core.chats.get_mut(chat) {
             meta.turn_clock = Some((turn_id.clone(), Instant::now()));
@@ -144,6 +145,7 @@ impl Host {
                 };
                 if backend_may_say_on_session(&params.action) {
                     core.ch.commit(&session, params.action, None, None);
+                    core.persist_session(&session);
                     core.sync_summary(&session);
                 } else {
                     tracing::warn!(
@@ -224,14 +226,18 @@ impl Host {
         extra: Option<ConnId>,
     ) -> Committed {
         let before = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        let started = matches!(action, StateAction::ChatTurnStarted(_));
+        let changes_record = super::persist::changes_chat_record(&action);
         let committed = core.ch.commit(chat, action, origin, extra);
         if !matches!(committed, Committed::Sent { .. }) {
             return committed;
         }
         let after = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
+        let ended = before.filter(|b| after.as_ref() != Some(b));
+        core.persist_after(chat, started, changes_record, ended.is_some());
         core.sync_input_needed(chat);
         core.sync_chat(chat);
-        if let Some(ended) = before.filter(|b| after.as_ref() != Some(b)) {
+        if let Some(ended) = ended {
             self.turn_ended(core, chat, ended);
         }
         committed

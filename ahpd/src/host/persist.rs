@@ -1,0 +1,390 @@
+//! Between the host's state and its store: what is written when (durable events at once, a running
+//! turn's progress in the background), loading a stored session back into channels on first use,
+//! and ending, at start-up, the turns a crash interrupted.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::{
+    ActiveTurn, AnnotationsState, ChatState, ChatSummary, ErrorInfo, ErrorResponsePart, ResponsePart,
+    SessionConfigSchema, SessionConfigState, SessionLifecycle, SessionState, Turn, TurnState,
+};
+
+use super::catalog::status;
+use super::core::{channel_kind, ChannelKind};
+use super::driver::spawn_driver;
+use super::{now_iso, ChatMeta, Core, Host, SessionMeta};
+use crate::store::{ChatRecord, LoadedSession, SessionRecord, TurnRecord};
+
+/// How often a running turn's progress is checkpointed.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
+/// The sentence an interrupted turn ends with.
+pub const INTERRUPTED: &str =
+    "ahpd stopped while this turn was running (it was killed or crashed). What the turn said so far is kept; send your message again to continue.";
+
+/// True for chat actions that change what a chat's record holds.
+pub fn changes_chat_record(action: &StateAction) -> bool {
+    matches!(
+        action,
+        StateAction::ChatTurnStarted(_)
+            | StateAction::ChatPendingMessageSet(_)
+            | StateAction::ChatPendingMessageRemoved(_)
+            | StateAction::ChatQueuedMessagesReordered(_)
+            | StateAction::ChatDraftChanged(_)
+            | StateAction::ChatIsReadChanged(_)
+            | StateAction::ChatIsArchivedChanged(_)
+    )
+}
+
+impl Core {
+    fn log_store<T>(result: Result<T, crate::store::StoreError>) {
+        if let Err(e) = result {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// A session's record from its state.
+    pub fn session_record(&self, uri: &str) -> Option<SessionRecord> {
+        let state = self.ch.sessions.get(uri)?;
+        let meta = self.sessions.get(uri)?;
+        Some(SessionRecord {
+            uri: uri.to_owned(),
+            provider: state.provider.clone(),
+            created_at: meta.created_at.clone(),
+            title: state.title.clone(),
+            flags: state.status & !status::ACTIVITY,
+            working_directory: meta.working_directory.as_ref().map(|p| p.display().to_string()),
+            config: state.config.as_ref().map(|c| c.values.clone()).unwrap_or_default(),
+            default_chat: state.default_chat.clone(),
+            owner: meta.owner.clone(),
+            parent: meta.parent.clone(),
+            depth: meta.depth,
+            meta: state.meta.clone(),
+        })
+    }
+
+    /// A chat's record from its state.
+    pub fn chat_record(&self, uri: &str) -> Option<ChatRecord> {
+        let state = self.ch.chats.get(uri)?;
+        let meta = self.chats.get(uri)?;
+        Some(ChatRecord {
+            uri: uri.to_owned(),
+            session: meta.session.clone(),
+            position: meta.position,
+            title: meta.title.clone(),
+            conversation_id: meta.conversation_id.clone(),
+            started_in_backend: meta.started_in_backend,
+            origin: state.origin.clone(),
+            queued: state.queued_messages.clone().unwrap_or_default(),
+            steering: state.steering_message.clone(),
+            draft: state.draft.clone(),
+            flags: state.status & !status::ACTIVITY,
+            modified_at: Some(state.modified_at.clone()),
+        })
+    }
+
+    /// Writes a session's record and summary.
+    pub fn persist_session(&mut self, uri: &str) {
+        let (Some(record), Some(summary)) = (self.session_record(uri), self.summary_of(uri)) else { return };
+        match serde_json::to_value(&summary) {
+            Ok(summary) => Self::log_store(self.store.save_session(&record, &summary)),
+            Err(e) => tracing::error!("could not encode a session summary: {e}"),
+        }
+    }
+
+    /// Writes a chat's record.
+    pub fn persist_chat(&mut self, uri: &str) {
+        if let Some(record) = self.chat_record(uri) {
+            Self::log_store(self.store.save_chat(&record));
+        }
+    }
+
+    /// After a chat action: a turn that ended is written at once (before anything else can
+    /// happen to the process), as is any change to what the chat's record holds; a running turn's
+    /// progress is left to the checkpoint.
+    pub fn persist_after(&mut self, chat: &str, started: bool, changes_record: bool, turn_ended: bool) {
+        if turn_ended {
+            self.persist_last_turn(chat);
+            self.persist_chat(chat);
+        } else if changes_record {
+            self.persist_chat(chat);
+        }
+        let running = self.ch.chats.get(chat).is_some_and(|c| c.active_turn.is_some());
+        if running {
+            if started {
+                // A crash right after a start still knows the turn was running.
+                self.checkpoint(chat);
+            } else {
+                self.running_dirty.insert(chat.to_owned());
+            }
+        }
+    }
+
+    fn persist_last_turn(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else { return };
+        let Some(turn) = state.turns.last().cloned() else { return };
+        let position = i64::try_from(state.turns.len() - 1).unwrap_or(0);
+        let transcript_id = self.chats.get(chat).and_then(|m| m.transcripts.get(&turn.id).cloned());
+        let record = TurnRecord { turn, transcript_id, sender: None };
+        Self::log_store(self.store.save_turn(chat, position, &record));
+        self.running_dirty.remove(chat);
+    }
+
+    /// Writes a session's annotations channel state.
+    pub fn persist_annotations(&mut self, channel: &str) {
+        let Some(state) = self.ch.annotations.get(channel) else { return };
+        let session = channel.trim_end_matches("/annotations");
+        match serde_json::to_value(state) {
+            Ok(value) => Self::log_store(self.store.save_annotations(session, &value)),
+            Err(e) => tracing::error!("could not encode annotations: {e}"),
+        }
+    }
+
+    /// Writes a running turn's progress so far.
+    pub fn checkpoint(&mut self, chat: &str) {
+        let Some(active) = self.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()) else { return };
+        match serde_json::to_value(active) {
+            Ok(value) => Self::log_store(self.store.checkpoint_running(chat, &value)),
+            Err(e) => tracing::error!("could not encode a running turn: {e}"),
+        }
+    }
+}
+
+fn empty_schema() -> SessionConfigSchema {
+    SessionConfigSchema { r#type: "object".into(), properties: HashMap::new(), required: None }
+}
+
+fn chat_state(record: &ChatRecord, turns: Vec<Turn>) -> ChatState {
+    let activity = match turns.last().map(|t| &t.state) {
+        Some(TurnState::Error) => status::ERROR,
+        _ => status::IDLE,
+    };
+    let modified_at = record.modified_at.clone().unwrap_or_else(now_iso);
+    ChatState {
+        resource: record.uri.clone(),
+        title: record.title.clone(),
+        status: activity | record.flags,
+        activity: None,
+        modified_at,
+        changes: None,
+        origin: record.origin.clone(),
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns,
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: record.steering.clone(),
+        queued_messages: (!record.queued.is_empty()).then(|| record.queued.clone()),
+        draft: record.draft.clone(),
+        meta: None,
+    }
+}
+
+/// An interrupted turn, ended as failed: what it said so far, then the reason.
+pub fn interrupted_turn(active: ActiveTurn) -> Turn {
+    let started: Option<jiff::Timestamp> = active.started_at.parse().ok();
+    let duration = started.map(|s| (jiff::Timestamp::now().as_millisecond() - s.as_millisecond()).max(0)).unwrap_or(0);
+    let mut parts = active.response_parts;
+    parts.push(ResponsePart::Error(ErrorResponsePart {
+        error: ErrorInfo { error_type: "interrupted".into(), message: INTERRUPTED.into(), stack: None, meta: None },
+        resumable: None,
+    }));
+    Turn {
+        id: active.id,
+        started_at: Some(active.started_at),
+        duration: Some(duration),
+        message: active.message,
+        response_parts: parts,
+        usage: active.usage,
+        state: TurnState::Error,
+    }
+}
+
+impl Host {
+    /// Makes sure the channel `uri` is in memory, loading its session from the store on first
+    /// use. Answers whether the channel exists.
+    pub fn ensure_loaded(&self, core: &mut Core, uri: &str) -> bool {
+        if core.ch.has_channel(uri) {
+            return true;
+        }
+        let session = match channel_kind(uri) {
+            Some(ChannelKind::Session) => uri.to_owned(),
+            Some(ChannelKind::Annotations) => uri.trim_end_matches("/annotations").to_owned(),
+            Some(ChannelKind::Chat) => match core.store.session_of_chat(uri) {
+                Ok(Some(session)) => session,
+                Ok(None) => return false,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return false;
+                }
+            },
+            _ => return false,
+        };
+        if core.ch.sessions.contains_key(&session) {
+            return core.ch.has_channel(uri);
+        }
+        match core.store.load_session(&session) {
+            Ok(Some(loaded)) => {
+                self.hydrate(core, loaded);
+                core.ch.has_channel(uri)
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::error!("could not load {session}: {e}");
+                false
+            }
+        }
+    }
+
+    /// Builds channel states for a stored session.
+    fn hydrate(&self, core: &mut Core, loaded: LoadedSession) {
+        let LoadedSession { record, chats, annotations } = loaded;
+        let uri = record.uri.clone();
+        let schema = core
+            .agent(&record.provider)
+            .and_then(|a| a.schema.as_ref())
+            .map(|s| s.schema.clone())
+            .unwrap_or_else(empty_schema);
+        let mut summaries = Vec::new();
+        for (chat_record, turns) in chats {
+            let transcripts: HashMap<String, String> =
+                turns.iter().filter_map(|t| Some((t.turn.id.clone(), t.transcript_id.clone()?))).collect();
+            let state = chat_state(&chat_record, turns.into_iter().map(|t| t.turn).collect());
+            summaries.push(ChatSummary {
+                resource: chat_record.uri.clone(),
+                title: chat_record.title.clone(),
+                status: state.status,
+                activity: None,
+                modified_at: state.modified_at.clone(),
+                changes: None,
+                origin: state.origin.clone(),
+                movable: None,
+                interactivity: None,
+                working_directories: None,
+            });
+            let titled = !state.turns.is_empty() || !chat_record.title.is_empty();
+            core.ch.chats.insert(chat_record.uri.clone(), state);
+            let driver = spawn_driver(self.clone(), chat_record.uri.clone(), record.provider.clone());
+            core.chats.insert(
+                chat_record.uri.clone(),
+                ChatMeta {
+                    session: uri.clone(),
+                    conversation_id: chat_record.conversation_id.clone(),
+                    started_in_backend: chat_record.started_in_backend,
+                    driver,
+                    live: None,
+                    turn_clock: None,
+                    ended: VecDeque::new(),
+                    steering_offered: None,
+                    titled,
+                    title: chat_record.title.clone(),
+                    position: chat_record.position,
+                    transcripts,
+                },
+            );
+        }
+        let annotations_uri = format!("{uri}/annotations");
+        let annotations_state = annotations
+            .and_then(|a| serde_json::from_value::<AnnotationsState>(a).ok())
+            .unwrap_or(AnnotationsState { annotations: Vec::new() });
+        core.ch.annotations.insert(annotations_uri.clone(), annotations_state);
+        let state = SessionState {
+            provider: record.provider.clone(),
+            title: record.title.clone(),
+            status: status::IDLE | record.flags,
+            activity: None,
+            origin: None,
+            project: None,
+            working_directories: record.working_directory.as_ref().map(|d| vec![format!("file://{d}")]),
+            annotations: None,
+            lifecycle: SessionLifecycle::Ready,
+            creation_error: None,
+            server_tools: None,
+            active_clients: Vec::new(),
+            chats: summaries,
+            default_chat: record.default_chat.clone(),
+            config: Some(SessionConfigState { schema, values: record.config.clone() }),
+            customizations: None,
+            changesets: None,
+            input_needed: None,
+            meta: record.meta.clone(),
+        };
+        core.ch.sessions.insert(uri.clone(), state);
+        let placeholder = core.placeholder_summary(&uri, &record.provider, &record.created_at);
+        core.sessions.insert(
+            uri.clone(),
+            SessionMeta {
+                provider: record.provider.clone(),
+                created_at: record.created_at.clone(),
+                working_directory: record.working_directory.as_ref().map(std::path::PathBuf::from),
+                last_summary: placeholder,
+                annotations: annotations_uri,
+                owner: record.owner.clone(),
+                parent: record.parent.clone(),
+                depth: record.depth,
+            },
+        );
+        if let Some(summary) = core.summary_of(&uri) {
+            if let Some(meta) = core.sessions.get_mut(&uri) {
+                meta.last_summary = summary;
+            }
+        }
+        tracing::debug!(session = %uri, "loaded from the store");
+    }
+
+    /// Ends, as failed, every turn that was running when the daemon last stopped, keeping what it
+    /// said so far. Run once at start-up.
+    pub fn recover_interrupted(&self) {
+        let mut core = self.lock();
+        let interrupted = match core.store.interrupted() {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::error!("could not read interrupted turns: {e}");
+                return;
+            }
+        };
+        for (chat, value) in interrupted {
+            let Ok(active) = serde_json::from_value::<ActiveTurn>(value) else {
+                tracing::warn!(chat, "an unreadable checkpoint of an interrupted turn; dropped");
+                continue;
+            };
+            let turn = interrupted_turn(active);
+            let position = core.store.turn_count(&chat).unwrap_or(0);
+            tracing::warn!(chat, turn = %turn.id, "a turn was running when ahpd stopped; it is ended as failed");
+            Core::log_store(core.store.save_turn(
+                &chat,
+                position,
+                &TurnRecord { turn, transcript_id: None, sender: None },
+            ));
+            // Load the session so its summary is worked out again (it said "in progress").
+            if self.ensure_loaded(&mut core, &chat) {
+                if let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) {
+                    core.persist_session(&session);
+                }
+            }
+        }
+    }
+
+    /// Checkpoints running turns every half second until the daemon stops.
+    pub fn run_checkpoints(&self) {
+        let host = self.clone();
+        self.spawn("turn checkpoints", async move {
+            let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let mut core = host.lock();
+                let dirty: Vec<String> = core.running_dirty.drain().collect();
+                for chat in dirty {
+                    core.checkpoint(&chat);
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,342 @@
+//! The session store: SQLite in WAL mode, one file, written in transactions.
+//!
+//! Why SQLite: every write that must survive a crash (a completed turn, a session's record, an
+//! artifact, a wakeup) is one transaction, and WAL makes a committed transaction survive `kill -9`
+//! of the daemon at any moment; listing sessions is an indexed query, so 10 000 stored sessions
+//! cost start-up nothing and `listSessions` one page. The host writes durable events
+//! synchronously under its lock (they are rare); the streaming deltas of a running turn are
+//! checkpointed in the background and, after a crash, the interrupted turn is ended as failed.
+//!
+//! **Invariant:** the store holds records, never live objects; what it returns is plain data the
+//! host turns into channel state.
+
+pub mod records;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+pub use self::records::{ChatRecord, SessionRecord, TurnRecord};
+
+/// The schema version this build writes. Older files are migrated forward on open.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// What went wrong with the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("the session store at {path} failed: {source}")]
+    Sql {
+        /// The store's file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// A record could not be read or written as JSON.
+    #[error("a record in the session store could not be read: {0}")]
+    Record(#[from] serde_json::Error),
+    /// The file was written by a newer ahpd.
+    #[error("{path} was written by a newer ahpd (store version {found}; this one reads up to {SCHEMA_VERSION})")]
+    TooNew {
+        /// The store's file.
+        path: PathBuf,
+        /// The version found.
+        found: i64,
+    },
+}
+
+/// The store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+/// A page of session summaries, newest first.
+pub struct Page {
+    /// `SessionSummary` JSON values.
+    pub items: Vec<serde_json::Value>,
+    /// The key of the last row, when more rows follow.
+    pub next: Option<(String, String)>,
+}
+
+/// Everything stored about one session.
+pub struct LoadedSession {
+    /// Its record.
+    pub record: SessionRecord,
+    /// Its chats in order, each with its turns.
+    pub chats: Vec<(ChatRecord, Vec<TurnRecord>)>,
+    /// Its annotations channel state (JSON), if any was written.
+    pub annotations: Option<serde_json::Value>,
+}
+
+impl Store {
+    /// Opens (creating or migrating) the store at `path`, and ends as failed every turn that was
+    /// running when the daemon last stopped.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let conn = Connection::open(path).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
+        let mut store = Self { conn, path: path.to_owned() };
+        store.configure()?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn sql<T>(&self, result: rusqlite::Result<T>) -> Result<T, StoreError> {
+        result.map_err(|source| StoreError::Sql { path: self.path.clone(), source })
+    }
+
+    fn configure(&self) -> Result<(), StoreError> {
+        // WAL: a committed transaction survives the process dying at any moment; NORMAL skips the
+        // fsync per commit, which only a power cut (not a crash) could make matter.
+        self.sql(self.conn.pragma_update(None, "journal_mode", "WAL"))?;
+        self.sql(self.conn.pragma_update(None, "synchronous", "NORMAL"))?;
+        self.sql(self.conn.pragma_update(None, "foreign_keys", "ON"))?;
+        self.sql(self.conn.busy_timeout(std::time::Duration::from_secs(5)))?;
+        Ok(())
+    }
+
+    /// The file's schema version.
+    pub fn version(&self) -> Result<i64, StoreError> {
+        self.sql(self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let found = self.version()?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::TooNew { path: self.path.clone(), found });
+        }
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        if found < 1 {
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS sessions (
+                    uri TEXT PRIMARY KEY,
+                    provider TEXT NOT NULL,
+                    created_at TEXT NOT NULL,
+                    modified_at TEXT NOT NULL,
+                    summary TEXT NOT NULL,
+                    record TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS sessions_newest ON sessions(modified_at DESC, uri ASC);
+                CREATE TABLE IF NOT EXISTS chats (
+                    uri TEXT PRIMARY KEY,
+                    session TEXT NOT NULL REFERENCES sessions(uri) ON DELETE CASCADE,
+                    position INTEGER NOT NULL,
+                    record TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS chats_of_session ON chats(session, position);
+                CREATE TABLE IF NOT EXISTS turns (
+                    chat TEXT NOT NULL REFERENCES chats(uri) ON DELETE CASCADE,
+                    position INTEGER NOT NULL,
+                    turn_id TEXT NOT NULL,
+                    record TEXT NOT NULL,
+                    PRIMARY KEY (chat, position)
+                );
+                CREATE TABLE IF NOT EXISTS running (
+                    chat TEXT PRIMARY KEY REFERENCES chats(uri) ON DELETE CASCADE,
+                    record TEXT NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS annotations (
+                    session TEXT PRIMARY KEY REFERENCES sessions(uri) ON DELETE CASCADE,
+                    record TEXT NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS wakeups (
+                    chat TEXT PRIMARY KEY REFERENCES chats(uri) ON DELETE CASCADE,
+                    due_at TEXT NOT NULL,
+                    record TEXT NOT NULL
+                );
+                PRAGMA user_version = 1;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        tx.commit().map_err(|source| StoreError::Sql { path, source })?;
+        Ok(())
+    }
+
+    /// How many sessions are stored.
+    pub fn count(&self) -> Result<i64, StoreError> {
+        self.sql(self.conn.query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0)))
+    }
+
+    /// True when the session is stored.
+    pub fn has_session(&self, uri: &str) -> Result<bool, StoreError> {
+        let found: Option<i64> =
+            self.sql(self.conn.query_row("SELECT 1 FROM sessions WHERE uri = ?1", [uri], |r| r.get(0)).optional())?;
+        Ok(found.is_some())
+    }
+
+    /// The session a chat belongs to, when the chat is stored.
+    pub fn session_of_chat(&self, chat: &str) -> Result<Option<String>, StoreError> {
+        self.sql(self.conn.query_row("SELECT session FROM chats WHERE uri = ?1", [chat], |r| r.get(0)).optional())
+    }
+
+    /// Writes a session's record and summary (insert or replace).
+    pub fn save_session(&self, record: &SessionRecord, summary: &serde_json::Value) -> Result<(), StoreError> {
+        let modified = summary.get("modifiedAt").and_then(|v| v.as_str()).unwrap_or(&record.created_at).to_owned();
+        let sql = "INSERT INTO sessions (uri, provider, created_at, modified_at, summary, record)
+                   VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                   ON CONFLICT(uri) DO UPDATE SET modified_at = ?4, summary = ?5, record = ?6";
+        self.sql(self.conn.execute(
+            sql,
+            params![
+                record.uri,
+                record.provider,
+                record.created_at,
+                modified,
+                serde_json::to_string(summary)?,
+                serde_json::to_string(record)?
+            ],
+        ))?;
+        Ok(())
+    }
+
+    /// Writes a chat's record (insert or replace).
+    pub fn save_chat(&self, record: &ChatRecord) -> Result<(), StoreError> {
+        let sql = "INSERT INTO chats (uri, session, position, record) VALUES (?1, ?2, ?3, ?4)
+                   ON CONFLICT(uri) DO UPDATE SET position = ?3, record = ?4";
+        self.sql(
+            self.conn
+                .execute(sql, params![record.uri, record.session, record.position, serde_json::to_string(record)?]),
+        )?;
+        Ok(())
+    }
+
+    /// Records a turn that ended, and forgets its checkpoint, in one transaction.
+    pub fn save_turn(&mut self, chat: &str, position: i64, turn: &TurnRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(turn)?;
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        let result = tx
+            .execute(
+                "INSERT OR REPLACE INTO turns (chat, position, turn_id, record) VALUES (?1, ?2, ?3, ?4)",
+                params![chat, position, turn.turn.id, json],
+            )
+            .and_then(|_| tx.execute("DELETE FROM running WHERE chat = ?1", [chat]))
+            .and_then(|_| tx.commit());
+        result.map_err(|source| StoreError::Sql { path, source })?;
+        Ok(())
+    }
+
+    /// Keeps the running turn's state so far, to end it as failed after a crash.
+    pub fn checkpoint_running(&self, chat: &str, active: &serde_json::Value) -> Result<(), StoreError> {
+        self.sql(self.conn.execute(
+            "INSERT OR REPLACE INTO running (chat, record) VALUES (?1, ?2)",
+            params![chat, serde_json::to_string(active)?],
+        ))?;
+        Ok(())
+    }
+
+    /// Keeps a session's annotations channel state.
+    pub fn save_annotations(&self, session: &str, state: &serde_json::Value) -> Result<(), StoreError> {
+        self.sql(self.conn.execute(
+            "INSERT OR REPLACE INTO annotations (session, record) VALUES (?1, ?2)",
+            params![session, serde_json::to_string(state)?],
+        ))?;
+        Ok(())
+    }
+
+    /// Forgets a session and everything under it.
+    pub fn delete_session(&self, uri: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute("DELETE FROM sessions WHERE uri = ?1", [uri]))?;
+        Ok(())
+    }
+
+    /// Forgets a chat and its turns.
+    pub fn delete_chat(&self, uri: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute("DELETE FROM chats WHERE uri = ?1", [uri]))?;
+        Ok(())
+    }
+
+    /// One page of session summaries, newest first, after the row `after` (modifiedAt, uri).
+    pub fn page(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Page, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows: Vec<(String, String, String)> = Vec::new();
+        let map = |r: &rusqlite::Row<'_>| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?));
+        match after {
+            None => {
+                let mut stmt = self.sql(self.conn.prepare_cached(
+                    "SELECT modified_at, uri, summary FROM sessions ORDER BY modified_at DESC, uri ASC LIMIT ?1",
+                ))?;
+                let found =
+                    self.sql(stmt.query_map([limit + 1], map).and_then(|r| r.collect::<Result<Vec<_>, _>>()))?;
+                rows.extend(found);
+            }
+            Some((modified, uri)) => {
+                let mut stmt = self.sql(self.conn.prepare_cached(
+                    "SELECT modified_at, uri, summary FROM sessions
+                     WHERE modified_at < ?1 OR (modified_at = ?1 AND uri > ?2)
+                     ORDER BY modified_at DESC, uri ASC LIMIT ?3",
+                ))?;
+                let found = self.sql(
+                    stmt.query_map(params![modified, uri, limit + 1], map)
+                        .and_then(|r| r.collect::<Result<Vec<_>, _>>()),
+                )?;
+                rows.extend(found);
+            }
+        }
+        let more = rows.len() as i64 > limit;
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next = if more { rows.last().map(|(m, u, _)| (m.clone(), u.clone())) } else { None };
+        let items = rows.into_iter().map(|(_, _, s)| serde_json::from_str(&s)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Page { items, next })
+    }
+
+    /// Reads one session whole: record, chats, turns, annotations.
+    pub fn load_session(&self, uri: &str) -> Result<Option<LoadedSession>, StoreError> {
+        let record: Option<String> = self
+            .sql(self.conn.query_row("SELECT record FROM sessions WHERE uri = ?1", [uri], |r| r.get(0)).optional())?;
+        let Some(record) = record else { return Ok(None) };
+        let record: SessionRecord = serde_json::from_str(&record)?;
+        let mut chats = Vec::new();
+        let chat_rows: Vec<String> = {
+            let mut stmt =
+                self.sql(self.conn.prepare_cached("SELECT record FROM chats WHERE session = ?1 ORDER BY position"))?;
+            self.sql(stmt.query_map([uri], |r| r.get(0)).and_then(|r| r.collect()))?
+        };
+        for row in chat_rows {
+            let chat: ChatRecord = serde_json::from_str(&row)?;
+            let turns: Vec<String> = {
+                let mut stmt =
+                    self.sql(self.conn.prepare_cached("SELECT record FROM turns WHERE chat = ?1 ORDER BY position"))?;
+                self.sql(stmt.query_map([&chat.uri], |r| r.get(0)).and_then(|r| r.collect()))?
+            };
+            let turns = turns.iter().map(|t| serde_json::from_str(t)).collect::<Result<Vec<TurnRecord>, _>>()?;
+            chats.push((chat, turns));
+        }
+        let annotations: Option<String> = self.sql(
+            self.conn.query_row("SELECT record FROM annotations WHERE session = ?1", [uri], |r| r.get(0)).optional(),
+        )?;
+        let annotations = annotations.map(|a| serde_json::from_str(&a)).transpose()?;
+        Ok(Some(LoadedSession { record, chats, annotations }))
+    }
+
+    /// Every checkpoint of a turn that was running when the daemon stopped: (chat, ActiveTurn).
+    pub fn interrupted(&self) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let mut stmt = self.sql(self.conn.prepare("SELECT chat, record FROM running"))?;
+        let rows: Vec<(String, String)> =
+            self.sql(stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).and_then(|r| r.collect()))?;
+        rows.into_iter().map(|(c, r)| Ok((c, serde_json::from_str(&r)?))).collect()
+    }
+
+    /// The number of turns stored for a chat (the next turn's position).
+    pub fn turn_count(&self, chat: &str) -> Result<i64, StoreError> {
+        self.sql(self.conn.query_row("SELECT COUNT(*) FROM turns WHERE chat = ?1", [chat], |r| r.get(0)))
+    }
+
+    /// Runs `f` in one transaction (for bulk writes such as a benchmark's seeding).
+    pub fn in_transaction<T>(&mut self, f: impl FnOnce(&Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.sql(self.conn.execute_batch("BEGIN"))?;
+        match f(self) {
+            Ok(v) => {
+                self.sql(self.conn.execute_batch("COMMIT"))?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The records the store keeps, as JSON in their rows. Every field a later version adds has a
+//! default, so a row an older ahpd wrote still reads (`tests` load a version-1 file to prove it).
+
+use ahp_types::common::JsonObject;
+use ahp_types::state::{ChatOrigin, Message, PendingMessage, Turn};
+use serde::{Deserialize, Serialize};
+
+/// A session, beside what its chats hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// The session channel.
+    pub uri: String,
+    /// The backend.
+    pub provider: String,
+    /// ISO-8601.
+    pub created_at: String,
+    /// Its title (its default chat's).
+    #[serde(default)]
+    pub title: String,
+    /// The client bits of its status (`IsRead` 32, `IsArchived` 64).
+    #[serde(default)]
+    pub flags: u32,
+    /// The folder it runs in (a path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// Its config values.
+    #[serde(default)]
+    pub config: JsonObject,
+    /// Its default chat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_chat: Option<String>,
+    /// Who owns it (`user:<id>`), under a users directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The session whose tools created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// How many create links sit above it.
+    #[serde(default)]
+    pub depth: u32,
+    /// The session's `_meta` (artifacts live here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<JsonObject>,
+}
+
+/// A chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatRecord {
+    /// The chat channel.
+    pub uri: String,
+    /// Its session.
+    pub session: String,
+    /// Its place among the session's chats.
+    pub position: i64,
+    /// Its title in the session's catalogue.
+    #[serde(default)]
+    pub title: String,
+    /// The id the backend keeps the conversation under.
+    pub conversation_id: String,
+    /// The backend holds the conversation (the next start resumes it).
+    #[serde(default)]
+    pub started_in_backend: bool,
+    /// Where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ChatOrigin>,
+    /// Messages queued behind the running turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<PendingMessage>,
+    /// A steering message not yet taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<PendingMessage>,
+    /// The draft.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<Message>,
+    /// The client bits of its status.
+    #[serde(default)]
+    pub flags: u32,
+    /// When it last changed (ISO-8601).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_at: Option<String>,
+}
+
+/// A turn that ended, as every client folded it, with the host's own facts about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRecord {
+    /// The turn.
+    pub turn: Turn,
+    /// What the backend wrote it down as, when it said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript_id: Option<String>,
+    /// Who sent it (`user:<id>`), under a users directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+}
