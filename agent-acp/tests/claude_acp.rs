@@ -201,3 +201,78 @@ async fn claude_code_acp_reads_writes_and_runs_through_the_client() {
     assert!(markdown(&ran.response_parts).contains("42"), "the terminal's output reached the model: {ran:?}");
     parent.peer().request_value(methods::CLOSE, json!({"chat": chat})).await.expect("close");
 }
+
+/// A tiny MCP server (streamable HTTP, revision 2025-06-18, JSON answers) standing in for the
+/// daemon's `/ahp-mcp/<id>`: one tool, `list_sessions`, behind one bearer token. Answers its URL
+/// and the calls it ran.
+async fn tiny_tools_endpoint(token: &'static str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let handler = move |headers: HeaderMap, body: String| {
+        let seen = seen.clone();
+        async move {
+            let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"));
+            if !authorized {
+                return (StatusCode::UNAUTHORIZED, "this tools server answers only its own session's token").into_response();
+            }
+            let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let Some(id) = message.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+            let result = match message["method"].as_str().unwrap_or_default() {
+                "initialize" => json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                                       "serverInfo": {"name": "ahpd", "version": "test"}}),
+                "tools/list" => json!({"tools": [{"name": "list_sessions", "description": "Lists the host's sessions",
+                                                  "inputSchema": {"type": "object", "properties": {}}}]}),
+                "tools/call" => {
+                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(message["params"].clone());
+                    json!({"content": [{"type": "text", "text": "sessions: alpha, beta"}]})
+                }
+                other => {
+                    let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("no {other}")}});
+                    return ([("content-type", "application/json")], error.to_string()).into_response();
+                }
+            };
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            ([("content-type", "application/json")], answer.to_string()).into_response()
+        }
+    };
+    let app = axum::Router::new().route(
+        "/ahp-mcp/test",
+        axum::routing::post(handler).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("a port");
+    let url = format!("http://{}/ahp-mcp/test", listener.local_addr().expect("an address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_calls_a_host_tool_through_the_tools_endpoint() {
+    let mock = MockAnthropic::start().await.expect("the mock");
+    let (dir, home) = (scratch("claude-mcp"), scratch("claude-mcp-home"));
+    let (url, calls) = tiny_tools_endpoint("s3cret").await;
+    let mut parent = parent("claude-acp", options(&claude_agent_acp(), &mock, &home), &dir).await;
+    let chat = "ahp-chat:/mcp";
+    let mut start = start_in("mcp", &dir);
+    start.settings.insert("permissionMode".into(), json!("default"));
+    start.tools_endpoint = Some(protocol::ToolsEndpoint { url, token: "s3cret".into() });
+    parent.create(start).await.expect("create");
+
+    parent.send(chat, "t1", "TOOL:mcp__ahp__list_sessions ARGS:{}").await.expect("send");
+    // The adapter may ask before it calls a tool of an MCP server: allow it if it does.
+    let state = parent
+        .until(chat, PATIENCE, |c| c.active_turn.is_none() || !pending_confirmations(c).is_empty())
+        .await
+        .expect("a question or the end");
+    if let Some(call) = pending_confirmations(&state).first() {
+        confirm(&parent, chat, "t1", &call.tool_call_id, true).await;
+    }
+    let done = parent.until_idle(chat, PATIENCE).await.expect("the turn ends");
+    assert_eq!(done.state, TurnState::Complete, "{done:?}");
+    assert!(markdown(&done.response_parts).contains("sessions: alpha, beta"), "the tool's real answer: {done:?}");
+    assert_eq!(calls.lock().unwrap_or_else(|p| p.into_inner()).len(), 1, "called once, with the bearer token");
+    let turn_request = mock.turn_requests().pop().expect("a request");
+    assert!(turn_request.tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"), "offered up front, no tool search");
+    parent.peer().request_value(methods::CLOSE, json!({"chat": chat})).await.expect("close");
+}
