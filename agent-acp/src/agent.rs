@@ -73,7 +73,9 @@ pub struct AcpAgent {
 impl AcpAgent {
     /// The backend for `provider`, running what `options` say.
     pub fn new(provider: String, options: AcpOptions, data_dir: Option<PathBuf>, context: WorkerContext) -> Self {
-        Self { shared: Arc::new(Shared { provider, options, data_dir, learned: Mutex::new(Learned::default()), context }) }
+        Self {
+            shared: Arc::new(Shared { provider, options, data_dir, learned: Mutex::new(Learned::default()), context }),
+        }
     }
 }
 
@@ -98,7 +100,11 @@ impl Agent for AcpAgent {
     fn schema(&self, _policy: &Policy) -> SchemaResult {
         let properties = lock(&self.shared.learned).offers.as_ref().map(Offers::properties).unwrap_or_default();
         SchemaResult {
-            schema: SessionConfigSchema { r#type: "object".into(), properties: properties.into_iter().collect(), required: None },
+            schema: SessionConfigSchema {
+                r#type: "object".into(),
+                properties: properties.into_iter().collect(),
+                required: None,
+            },
             defaults: Default::default(),
         }
     }

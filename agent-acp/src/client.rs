@@ -226,7 +226,14 @@ const DEFAULT_OUTPUT_LIMIT: usize = 1024 * 1024;
 impl Terminals {
     /// Terminals for a session in `folders`, their tasks on `tracker`, stopped at `cancel`.
     pub fn new(folders: Arc<Folders>, tracker: TaskTracker, cancel: CancellationToken) -> Self {
-        Self { folders, open: Mutex::new(HashMap::new()), released: Mutex::new(VecDeque::new()), next: AtomicU64::new(1), tracker, cancel }
+        Self {
+            folders,
+            open: Mutex::new(HashMap::new()),
+            released: Mutex::new(VecDeque::new()),
+            next: AtomicU64::new(1),
+            tracker,
+            cancel,
+        }
     }
 
     fn get(&self, value: &Value) -> Result<Arc<Terminal>, RpcError> {
@@ -261,7 +268,8 @@ impl Terminals {
             }
             "terminal/release" => {
                 let id = value.get("terminalId").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let terminal = lock(&self.open).remove(&id).ok_or_else(|| invalid(format!("there is no terminal {id}")))?;
+                let terminal =
+                    lock(&self.open).remove(&id).ok_or_else(|| invalid(format!("there is no terminal {id}")))?;
                 terminal.process.signal(Signal::SIGKILL);
                 let text = lock(&terminal.output).text();
                 let mut released = lock(&self.released);
@@ -304,7 +312,11 @@ impl Terminals {
         let create: Create = params("terminal/create", value)?;
         let cwd = match &create.cwd {
             Some(cwd) => self.folders.inside(cwd).map_err(invalid)?,
-            None => self.folders.cwd().map(Path::to_path_buf).ok_or_else(|| invalid("this session has no folder to run in"))?,
+            None => self
+                .folders
+                .cwd()
+                .map(Path::to_path_buf)
+                .ok_or_else(|| invalid("this session has no folder to run in"))?,
         };
         // A command with no args may be a whole shell line (claude-code-acp sends its Bash
         // command that way): the shell reads it, in the session's folder.
@@ -332,7 +344,8 @@ impl Terminals {
         }
         for mut stream in streams {
             readers_left.fetch_add(1, Ordering::AcqRel);
-            let (output, done, left, cancel) = (output.clone(), readers_done.clone(), readers_left.clone(), self.cancel.clone());
+            let (output, done, left, cancel) =
+                (output.clone(), readers_done.clone(), readers_left.clone(), self.cancel.clone());
             self.tracker.spawn(async move {
                 let mut buf = [0u8; 8192];
                 loop {
@@ -398,7 +411,10 @@ mod tests {
         let dir = scratch("terminal");
         let folders = Arc::new(Folders::new(vec![dir.clone()]));
         let terminals = Terminals::new(folders, TaskTracker::new(), CancellationToken::new());
-        let created = terminals.handle("terminal/create", json!({"command": "pwd; echo oops >&2; exit 4"})).await.expect("create");
+        let created = terminals
+            .handle("terminal/create", json!({"command": "pwd; echo oops >&2; exit 4"}))
+            .await
+            .expect("create");
         let id = json!({"terminalId": created["terminalId"]});
         let exit = terminals.handle("terminal/wait_for_exit", id.clone()).await.expect("wait");
         assert_eq!(exit["exitCode"], 4);

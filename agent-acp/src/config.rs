@@ -139,7 +139,9 @@ fn choices(options: &Value) -> Vec<Choice> {
 pub fn parse_options(list: &Value) -> Vec<ConfigOption> {
     let mut out = Vec::new();
     for entry in list.as_array().into_iter().flatten() {
-        let Some(id) = text(entry, "id") else { continue };
+        let Some(id) = text(entry, "id") else {
+            continue;
+        };
         let kind = match entry.get("type").and_then(Value::as_str) {
             Some("select") | None if entry.get("options").is_some() => Kind::Select(choices(&entry["options"])),
             Some("boolean") => Kind::Boolean,
@@ -176,7 +178,11 @@ fn parse_legacy_models(models: &Value) -> Option<(String, Vec<Choice>)> {
         .iter()
         .filter_map(|m| {
             let value = text(m, "modelId")?;
-            Some(Choice { name: text(m, "name").unwrap_or_else(|| value.clone()), description: text(m, "description"), value })
+            Some(Choice {
+                name: text(m, "name").unwrap_or_else(|| value.clone()),
+                description: text(m, "description"),
+                value,
+            })
         })
         .collect();
     let current = text(models, "currentModelId").unwrap_or_default();
@@ -277,11 +283,17 @@ impl Offers {
             if let Some(option) = self.option_of_category("mode") {
                 return self.ask_option(option, value).map(Some);
             }
-            let Some((current, modes)) = &self.modes else { return Ok(None) };
-            let Some(id) = value.as_str().filter(|v| modes.iter().any(|m| m.id == *v)) else { return Err(NotOffered) };
+            let Some((current, modes)) = &self.modes else {
+                return Ok(None);
+            };
+            let Some(id) = value.as_str().filter(|v| modes.iter().any(|m| m.id == *v)) else {
+                return Err(NotOffered);
+            };
             return Ok(Some(if current == id { Ask::Nothing } else { Ask::SetMode(id.to_owned()) }));
         }
-        let Some(id) = key.strip_prefix(OPTION_PREFIX) else { return Ok(None) };
+        let Some(id) = key.strip_prefix(OPTION_PREFIX) else {
+            return Ok(None);
+        };
         match self.options.iter().find(|o| o.id == id && o.key().as_deref() == Some(key)) {
             Some(option) => self.ask_option(option, value).map(Some),
             None => Ok(None),
@@ -370,7 +382,8 @@ fn control(option: &ConfigOption, title: &str) -> SessionConfigPropertySchema {
             schema.r#enum = Some(choices.iter().map(|c| Value::String(c.value.clone())).collect());
             schema.enum_labels = Some(choices.iter().map(|c| c.name.clone()).collect());
             if choices.iter().any(|c| c.description.is_some()) {
-                schema.enum_descriptions = Some(choices.iter().map(|c| c.description.clone().unwrap_or_default()).collect());
+                schema.enum_descriptions =
+                    Some(choices.iter().map(|c| c.description.clone().unwrap_or_default()).collect());
             }
         }
     }
@@ -433,7 +446,10 @@ mod tests {
         assert_eq!(offers.ask(MODE_KEY, &json!("auto")), Ok(Some(Ask::Nothing)));
         assert_eq!(offers.ask(MODE_KEY, &json!("nope")), Err(NotOffered));
         assert_eq!(offers.ask("voice", &json!("x")), Ok(None));
-        assert_eq!(offers.ask_model("claude", "opus"), Ok(Ask::SetOption { config_id: "model".into(), value: json!("opus") }));
+        assert_eq!(
+            offers.ask_model("claude", "opus"),
+            Ok(Ask::SetOption { config_id: "model".into(), value: json!("opus") })
+        );
         assert!(offers.ask_model("claude", "gpt").expect_err("not offered").contains("default, opus"));
     }
 

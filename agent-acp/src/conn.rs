@@ -111,7 +111,9 @@ impl Conn {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.inner.pending).insert(id, tx);
-        if *self.inner.ended.borrow() || !self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})) {
+        if *self.inner.ended.borrow()
+            || !self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        {
             lock(&self.inner.pending).remove(&id);
             return Err(CallError::Closed);
         }
@@ -168,7 +170,11 @@ impl Conn {
     }
 }
 
-async fn write_lines<W: AsyncWrite + Unpin>(mut stdin: W, mut lines: mpsc::UnboundedReceiver<String>, stop: CancellationToken) {
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut stdin: W,
+    mut lines: mpsc::UnboundedReceiver<String>,
+    stop: CancellationToken,
+) {
     loop {
         let line = tokio::select! {
             _ = stop.cancelled() => break,
@@ -208,7 +214,9 @@ where
         }
         match serde_json::from_str::<Value>(&line) {
             Ok(Value::Object(message)) => take(message, conn, on_message),
-            _ => tracing::warn!(line = %excerpt(&line), "an ACP agent wrote a line that is not JSON-RPC; skipped"),
+            _ => {
+                tracing::warn!(line = %excerpt(&line), "an ACP agent wrote a line that is not JSON-RPC; skipped")
+            }
         }
     }
 }
@@ -281,7 +289,8 @@ mod tests {
             let conn = conn.clone();
             async move { conn.request("initialize", json!({"protocolVersion": 1})).await }
         });
-        let sent: Value = serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
+        let sent: Value =
+            serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
         assert_eq!(sent["method"], "initialize");
         let answer = format!(
             "not json at all\n{{\"jsonrpc\":\"2.0\",\"id\":\"req-1\",\"method\":\"fs/read_text_file\",\"params\":{{}}}}\n{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"ok\":true}}}}\n",
@@ -292,7 +301,8 @@ mod tests {
         let Some(FromAgent::Request { id, method, .. }) = incoming.recv().await else { panic!("a request") };
         assert_eq!((id.clone(), method.as_str()), (json!("req-1"), "fs/read_text_file"));
         conn.respond(id, Ok(json!({"content": "x"})));
-        let back: Value = serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
+        let back: Value =
+            serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
         assert_eq!(back["id"], "req-1");
 
         drop(their_write);

@@ -54,7 +54,12 @@ pub fn confirmation_options(options: &[PermissionOption]) -> Vec<ConfirmationOpt
     approvals
         .map(|o| (o, ConfirmationOptionKind::Approve, 0))
         .chain(denials.map(|o| (o, ConfirmationOptionKind::Deny, 1)))
-        .map(|(o, kind, group)| ConfirmationOption { id: o.id.clone(), label: o.name.clone(), kind, group: Some(group) })
+        .map(|(o, kind, group)| ConfirmationOption {
+            id: o.id.clone(),
+            label: o.name.clone(),
+            kind,
+            group: Some(group),
+        })
         .collect()
 }
 
@@ -85,12 +90,15 @@ pub fn permission_answer(option: Option<String>) -> Value {
 
 /// How a prompt's stop reason ends the turn.
 pub fn stop_reason_end(provider: &str, reason: &str) -> TurnEnd {
-    let error = |kind: &str, sentence: &str| TurnEnd::Error(agent_runner::error_info(kind, format!("{provider}: {sentence}")));
+    let error =
+        |kind: &str, sentence: &str| TurnEnd::Error(agent_runner::error_info(kind, format!("{provider}: {sentence}")));
     match reason {
         "end_turn" => TurnEnd::Complete,
         "cancelled" => TurnEnd::Cancelled,
         "max_tokens" => error("maxTokens", "the agent stopped: the model reached its output limit"),
-        "max_turn_requests" => error("maxTurnRequests", "the agent stopped: it made as many model requests as one turn allows"),
+        "max_turn_requests" => {
+            error("maxTurnRequests", "the agent stopped: it made as many model requests as one turn allows")
+        }
         "refusal" => error("refusal", "the agent refused to go on"),
         other => error("stopReason", &format!("the agent stopped for a reason this host does not know: {other}")),
     }
@@ -294,8 +302,12 @@ impl TurnMap {
     }
 
     fn tool_call(&mut self, update: &Value, terminals: &Terminals) {
-        let Some((id, _)) = self.call_entry(update) else { return };
-        let Some(call) = self.calls.get_mut(&id) else { return };
+        let Some((id, _)) = self.call_entry(update) else {
+            return;
+        };
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
         if call.done {
             return;
         }
@@ -306,13 +318,17 @@ impl TurnMap {
             let (title, input) = (call.title.clone(), call.input.clone());
             self.writer.tool_running(&id, &title, input);
         }
-        let Some(call) = self.calls.get_mut(&id) else { return };
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
         let content = contents(&call.content, terminals);
         if call.finished() {
             call.done = true;
             let success = call.status == "completed";
             let shown = if content.is_empty() {
-                call.raw_output.as_ref().map(|o| vec![text_content(o.as_str().map(str::to_owned).unwrap_or_else(|| o.to_string()))])
+                call.raw_output
+                    .as_ref()
+                    .map(|o| vec![text_content(o.as_str().map(str::to_owned).unwrap_or_else(|| o.to_string()))])
             } else {
                 Some(content)
             };
@@ -324,9 +340,8 @@ impl TurnMap {
                     _ => None,
                 })
                 .collect();
-            let error = (!success).then(|| {
-                Value::String(if words.is_empty() { "The tool failed".to_owned() } else { words.join("\n") })
-            });
+            let error = (!success)
+                .then(|| Value::String(if words.is_empty() { "The tool failed".to_owned() } else { words.join("\n") }));
             let result = ToolCallResult {
                 success,
                 past_tense_message: StringOrMarkdown::Plain(call.title.clone()),

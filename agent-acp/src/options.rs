@@ -27,7 +27,13 @@ pub struct Preset {
 pub const PRESETS: &[Preset] = &[
     Preset { name: "gemini", command: "gemini", args: &["--acp"], env: &[], display_name: "Gemini CLI" },
     Preset { name: "codex", command: "codex-acp", args: &[], env: &[], display_name: "Codex" },
-    Preset { name: "goose", command: "goose", args: &["acp"], env: &[("GOOSE_DISABLE_KEYRING", "1")], display_name: "goose" },
+    Preset {
+        name: "goose",
+        command: "goose",
+        args: &["acp"],
+        env: &[("GOOSE_DISABLE_KEYRING", "1")],
+        display_name: "goose",
+    },
     Preset {
         name: "opencode",
         command: "opencode",
@@ -188,7 +194,8 @@ mod tests {
         let goose = options(json!({"preset": "goose", "env": {"X": "1"}})).expect("goose");
         assert_eq!(goose.env.get("GOOSE_DISABLE_KEYRING").map(String::as_str), Some("1"));
         assert_eq!(goose.env.get("X").map(String::as_str), Some("1"));
-        for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"] {
+        for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
+        {
             assert!(preset(name).is_some(), "{name}");
         }
     }

@@ -95,7 +95,11 @@ pub struct Pipes {
 impl Process {
     /// Starts `spawn` in a process group of its own. The tasks that read its stderr and reap it
     /// run on `tracker` and stop at `cancel`.
-    pub fn spawn(spawn: Spawn<'_>, tracker: &TaskTracker, cancel: &CancellationToken) -> Result<(Self, Pipes), SpawnError> {
+    pub fn spawn(
+        spawn: Spawn<'_>,
+        tracker: &TaskTracker,
+        cancel: &CancellationToken,
+    ) -> Result<(Self, Pipes), SpawnError> {
         if !spawn.cwd.is_dir() {
             return Err(SpawnError(format!(
                 "{} could not be started in {}, which does not exist",
@@ -131,7 +135,8 @@ impl Process {
 
         let tail = Tail::default();
         let (done_tx, stderr_done) = watch::channel(false);
-        let (stderr_for_caller, stderr_to_tail) = if spawn.merge_stderr { (Some(stderr), None) } else { (None, Some(stderr)) };
+        let (stderr_for_caller, stderr_to_tail) =
+            if spawn.merge_stderr { (Some(stderr), None) } else { (None, Some(stderr)) };
         match stderr_to_tail {
             Some(mut stderr) => {
                 let (tail, cancel) = (tail.clone(), cancel.clone());
@@ -275,7 +280,14 @@ mod tests {
     async fn a_dead_process_says_how_it_died_and_what_it_said() {
         let (tracker, cancel) = (TaskTracker::new(), CancellationToken::new());
         let args = vec!["-c".to_owned(), "echo dying >&2; exit 7".to_owned()];
-        let spawn = Spawn { program: "sh", args: &args, env: Vec::new(), cwd: Path::new("/"), stdin: true, merge_stderr: false };
+        let spawn = Spawn {
+            program: "sh",
+            args: &args,
+            env: Vec::new(),
+            cwd: Path::new("/"),
+            stdin: true,
+            merge_stderr: false,
+        };
         let (process, _pipes) = Process::spawn(spawn, &tracker, &cancel).expect("spawn");
         process.settle(Duration::from_secs(10)).await;
         let said = process.with_tail(describe_status(process.status()));

@@ -23,7 +23,9 @@ use crate::agent::Shared;
 use crate::client::{Folders, Terminals};
 use crate::config::{request_of, Ask, Offers};
 use crate::conn::{CallError, Conn, FromAgent};
-use crate::mapping::{chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap};
+use crate::mapping::{
+    chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
+};
 use crate::process::{lock, Process, Spawn};
 
 /// The ACP protocol version this client speaks.
@@ -225,8 +227,8 @@ impl AcpSession {
             stdin: true,
             merge_stderr: false,
         };
-        let (process, pipes) =
-            Process::spawn(spawn, &self.inner.tracker, &self.inner.cancel).map_err(|e| format!("{}: {e}", self.provider()))?;
+        let (process, pipes) = Process::spawn(spawn, &self.inner.tracker, &self.inner.cancel)
+            .map_err(|e| format!("{}: {e}", self.provider()))?;
         let process = Arc::new(process);
         let stdin = pipes.stdin.ok_or_else(|| format!("{}: the agent has no stdin", self.provider()))?;
         let handler = self.clone();
@@ -281,7 +283,8 @@ impl AcpSession {
     }
 
     fn sign_in_needed(&self, caps: &Caps) -> String {
-        let offered = if caps.auth_methods.is_empty() { "no sign-in method".to_owned() } else { caps.auth_methods.join(", ") };
+        let offered =
+            if caps.auth_methods.is_empty() { "no sign-in method".to_owned() } else { caps.auth_methods.join(", ") };
         format!(
             "{}: this ACP server wants to be signed in before it answers, and offers {offered}; set the authenticate option to the one to use",
             self.provider()
@@ -313,8 +316,11 @@ impl AcpSession {
         link.caps = Caps::from_answer(&init);
         if let Some(auth) = &options.authenticate {
             if !link.caps.auth_methods.contains(&auth.method_id) {
-                let offered =
-                    if link.caps.auth_methods.is_empty() { "no sign-in method".to_owned() } else { link.caps.auth_methods.join(", ") };
+                let offered = if link.caps.auth_methods.is_empty() {
+                    "no sign-in method".to_owned()
+                } else {
+                    link.caps.auth_methods.join(", ")
+                };
                 return Err(format!("{provider} offers {offered}, not {}", auth.method_id));
             }
             self.step(&link, "authenticate", json!({"methodId": auth.method_id})).await?;
@@ -340,7 +346,9 @@ impl AcpSession {
                 answer
             }
             (Opening::Resume, Some(id)) => {
-                return Err(format!("{provider}: this ACP server cannot load a session, so \"{id}\" cannot be resumed"));
+                return Err(format!(
+                    "{provider}: this ACP server cannot load a session, so \"{id}\" cannot be resumed"
+                ));
             }
             (opening, _) => {
                 let mut params = json!({"cwd": cwd, "mcpServers": servers});
@@ -349,7 +357,10 @@ impl AcpSession {
                 }
                 let answer = self.step(&link, "session/new", params).await?;
                 if opening == Opening::Restart {
-                    tracing::warn!(provider, "the agent was started again and cannot load its conversation, so a new one began");
+                    tracing::warn!(
+                        provider,
+                        "the agent was started again and cannot load its conversation, so a new one began"
+                    );
                 }
                 answer
             }
@@ -375,8 +386,11 @@ impl AcpSession {
         let moved = {
             let mut state = self.state();
             let values = offers.values();
-            let moved: JsonObject =
-                values.iter().filter(|(k, v)| all || state.values.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let moved: JsonObject = values
+                .iter()
+                .filter(|(k, v)| all || state.values.get(*k) != Some(*v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             state.values.extend(values);
             state.offers = offers.clone();
             moved
@@ -387,9 +401,10 @@ impl AcpSession {
 
     fn say_config(&self, moved: JsonObject) {
         if !moved.is_empty() {
-            self.inner
-                .host
-                .emit_session(StateAction::SessionConfigChanged(SessionConfigChangedAction { config: moved, replace: None }));
+            self.inner.host.emit_session(StateAction::SessionConfigChanged(SessionConfigChangedAction {
+                config: moved,
+                replace: None,
+            }));
         }
     }
 
@@ -401,10 +416,17 @@ impl AcpSession {
             match ask {
                 Ok(ask) => {
                     if let Err(why) = self.ask(link, &ask).await {
-                        tracing::warn!(provider = self.provider(), model, why, "the model this session asked for was not set");
+                        tracing::warn!(
+                            provider = self.provider(),
+                            model,
+                            why,
+                            "the model this session asked for was not set"
+                        );
                     }
                 }
-                Err(why) => tracing::warn!(provider = self.provider(), why, "the model this session asked for was not set"),
+                Err(why) => {
+                    tracing::warn!(provider = self.provider(), why, "the model this session asked for was not set")
+                }
             }
         }
         for (key, value) in wanted.config {
@@ -416,15 +438,21 @@ impl AcpSession {
                     }
                 }
                 Ok(None) => {}
-                Err(_) => tracing::warn!(provider = self.provider(), key, %value, "the agent does not offer this value"),
+                Err(_) => {
+                    tracing::warn!(provider = self.provider(), key, %value, "the agent does not offer this value")
+                }
             }
         }
     }
 
     /// Asks the agent for a change and learns what it answers.
     async fn ask(&self, link: &Link, ask: &Ask) -> Result<(), String> {
-        let Some(acp_id) = self.state().acp_id.clone() else { return Err("no conversation is open".into()) };
-        let Some((method, params)) = request_of(ask, &acp_id) else { return Ok(()) };
+        let Some(acp_id) = self.state().acp_id.clone() else {
+            return Err("no conversation is open".into());
+        };
+        let Some((method, params)) = request_of(ask, &acp_id) else {
+            return Ok(());
+        };
         let answer = link.conn.request(method, params).await.map_err(|e| e.to_string())?;
         match ask {
             Ask::SetOption { .. } => {
@@ -483,13 +511,24 @@ impl AcpSession {
                     self.on_update(generation, update);
                 }
             }
-            FromAgent::Notification { method, .. } => tracing::debug!(method, "an ACP notification this host does not use"),
+            FromAgent::Notification { method, .. } => {
+                tracing::debug!(method, "an ACP notification this host does not use")
+            }
             FromAgent::Request { id, method, params } => match method.as_str() {
                 "session/request_permission" => self.on_permission(conn, id, &params),
-                "fs/read_text_file" | "fs/write_text_file" | "terminal/create" | "terminal/output" | "terminal/wait_for_exit"
-                | "terminal/kill" | "terminal/release" => {
-                    let (folders, terminals, conn, cancel) =
-                        (self.inner.folders.clone(), self.inner.terminals.clone(), conn.clone(), self.inner.cancel.clone());
+                "fs/read_text_file"
+                | "fs/write_text_file"
+                | "terminal/create"
+                | "terminal/output"
+                | "terminal/wait_for_exit"
+                | "terminal/kill"
+                | "terminal/release" => {
+                    let (folders, terminals, conn, cancel) = (
+                        self.inner.folders.clone(),
+                        self.inner.terminals.clone(),
+                        conn.clone(),
+                        self.inner.cancel.clone(),
+                    );
                     self.inner.tracker.spawn(async move {
                         let served = async {
                             match method.as_str() {
@@ -510,7 +549,10 @@ impl AcpSession {
                     });
                 }
                 other => {
-                    conn.respond(id, Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))));
+                    conn.respond(
+                        id,
+                        Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))),
+                    );
                 }
             },
         }
@@ -655,7 +697,10 @@ impl AcpSession {
                 match self.state().link.clone() {
                     Some(link) => link,
                     None => {
-                        self.fail_turn("agentUnavailable", format!("{}: the agent ended as it started", self.provider()));
+                        self.fail_turn(
+                            "agentUnavailable",
+                            format!("{}: the agent ended as it started", self.provider()),
+                        );
                         return;
                     }
                 }
@@ -689,7 +734,8 @@ impl AcpSession {
         match answer {
             Ok(answer) => {
                 let reason = answer.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn");
-                let end = if stopped() { agent_runner::TurnEnd::Cancelled } else { stop_reason_end(self.provider(), reason) };
+                let end =
+                    if stopped() { agent_runner::TurnEnd::Cancelled } else { stop_reason_end(self.provider(), reason) };
                 if let Some(turn) = self.state().turn.as_mut() {
                     turn.response_usage(answer.get("usage"));
                 }
@@ -700,7 +746,10 @@ impl AcpSession {
                 self.fail_turn("authRequired", self.sign_in_needed(&link.caps));
             }
             Err(CallError::Rpc(error)) => {
-                self.fail_turn("agentError", format!("{}: the agent failed the turn: {}", self.provider(), error.message));
+                self.fail_turn(
+                    "agentError",
+                    format!("{}: the agent failed the turn: {}", self.provider(), error.message),
+                );
             }
             Err(CallError::Closed) => {
                 link.process.settle(Duration::from_secs(1)).await;
@@ -786,10 +835,14 @@ fn folders_of(shared: &Shared, start: &Start) -> Result<(PathBuf, Vec<PathBuf>),
         }
         None => {
             let base = shared.data_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("ahpd-acp"));
-            let name: String =
-                start.conversation_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+            let name: String = start
+                .conversation_id
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .collect();
             let dir = base.join("sessions").join(name);
-            std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {}: {e}", shared.provider, dir.display())))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| AgentError::Failed(format!("{}: {}: {e}", shared.provider, dir.display())))?;
             dir
         }
     };
@@ -818,7 +871,11 @@ fn mcp_servers(
         match server {
             McpServer::Stdio { command, args, cwd, env } => {
                 if cwd.is_some() {
-                    tracing::info!(provider, server = name, "ACP carries no cwd for a stdio MCP server; it starts where the agent does");
+                    tracing::info!(
+                        provider,
+                        server = name,
+                        "ACP carries no cwd for a stdio MCP server; it starts where the agent does"
+                    );
                 }
                 servers.push(json!({"name": name, "command": command, "args": args, "env": pairs(env)}));
             }
@@ -826,7 +883,11 @@ fn mcp_servers(
                 servers.push(json!({"type": "http", "name": name, "url": url, "headers": pairs(headers)}));
             }
             McpServer::Http { .. } => {
-                tracing::info!(provider, server = name, "this ACP server takes no MCP server over HTTP, so it was left out");
+                tracing::info!(
+                    provider,
+                    server = name,
+                    "this ACP server takes no MCP server over HTTP, so it was left out"
+                );
             }
         }
     }
@@ -837,7 +898,10 @@ fn mcp_servers(
             "url": endpoint.url,
             "headers": [{"name": "Authorization", "value": format!("Bearer {}", endpoint.token)}],
         })),
-        Some(_) => tracing::info!(provider, "ahp: this ACP server takes no MCP server over HTTP, so the host tools were left out"),
+        Some(_) => tracing::info!(
+            provider,
+            "ahp: this ACP server takes no MCP server over HTTP, so the host tools were left out"
+        ),
         None => {}
     }
     servers
@@ -931,7 +995,9 @@ impl Session for AcpSession {
     }
 
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
-        let Some(parked) = self.state().parked.remove(&params.tool_call_id) else { return Ok(false) };
+        let Some(parked) = self.state().parked.remove(&params.tool_call_id) else {
+            return Ok(false);
+        };
         let option = chosen_option(&parked.options, params.approved, params.option_id.as_deref());
         parked.conn.respond(parked.id, Ok(permission_answer(option)));
         Ok(true)
@@ -961,7 +1027,10 @@ impl Session for AcpSession {
                     Some(before) => state.values.insert(key.clone(), before),
                     None => state.values.remove(&key),
                 };
-                Ok(SetConfigResult { accepted: false, refusal: Some(format!("{}: {key} was not set: {why}", self.provider())) })
+                Ok(SetConfigResult {
+                    accepted: false,
+                    refusal: Some(format!("{}: {key} was not set: {why}", self.provider())),
+                })
             }
         }
     }
@@ -993,7 +1062,10 @@ mod tests {
         );
         configured.insert(
             "issues".to_owned(),
-            McpServer::Http { url: "http://i".into(), headers: [("H".to_owned(), "v".to_owned())].into_iter().collect() },
+            McpServer::Http {
+                url: "http://i".into(),
+                headers: [("H".to_owned(), "v".to_owned())].into_iter().collect(),
+            },
         );
         let endpoint = ToolsEndpoint { url: "http://127.0.0.1:1/ahp-mcp/x".into(), token: "tok".into() };
         let with_http = mcp_servers("p", Some(&configured), Some(&endpoint), true);

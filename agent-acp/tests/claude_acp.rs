@@ -47,7 +47,8 @@ fn claude_code_acp() -> String {
 
 /// Options running `command` against `mock`, with a home of its own.
 fn options(command: &str, mock: &MockAnthropic, home: &Path) -> ahp_types::common::JsonObject {
-    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    let mut env: serde_json::Map<String, Value> =
+        mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     env.insert("HOME".into(), json!(home.display().to_string()));
     // MCP tools from mcpServers would hide behind tool search otherwise (ACP has no alwaysLoad).
     env.insert("ENABLE_TOOL_SEARCH".into(), json!("false"));
@@ -83,7 +84,13 @@ async fn confirm(parent: &TestParent, chat: &str, turn_id: &str, call_id: &str, 
 }
 
 /// Sends `text` and answers the one question it raises with `approved`, then waits for the end.
-async fn turn_asking(parent: &mut TestParent, chat: &str, turn_id: &str, text: &str, approved: bool) -> ahp_types::state::Turn {
+async fn turn_asking(
+    parent: &mut TestParent,
+    chat: &str,
+    turn_id: &str,
+    text: &str,
+    approved: bool,
+) -> ahp_types::state::Turn {
     parent.send(chat, turn_id, text).await.expect("send");
     let state = parent.until(chat, PATIENCE, |c| !pending_confirmations(c).is_empty()).await.expect("a question");
     let call = pending_confirmations(&state).remove(0);
@@ -139,7 +146,10 @@ async fn claude_agent_acp_streams_asks_cancels_and_resumes() {
     assert!(calls(&denied.response_parts).iter().any(|c| matches!(c, ToolCallState::Cancelled(_))), "{denied:?}");
 
     // A cancel mid-turn.
-    parent.send(chat, "t4", "SLOW REPLY:one two three four five six seven eight nine ten eleven twelve").await.expect("send");
+    parent
+        .send(chat, "t4", "SLOW REPLY:one two three four five six seven eight nine ten eleven twelve")
+        .await
+        .expect("send");
     parent.until(chat, PATIENCE, |c| !active_markdown(c).is_empty()).await.expect("it streams");
     parent.abort(chat, Some("t4")).await.expect("abort");
     let stopped = parent.until_idle(chat, PATIENCE).await.expect("the turn ends");
@@ -176,10 +186,8 @@ async fn claude_code_acp_reads_writes_and_runs_through_the_client() {
     parent.create(start).await.expect("create");
 
     let inside = dir.join("written.txt");
-    let write = format!(
-        r#"TOOL:mcp__acp__Write ARGS:{{"file_path":"{}","content":"hello via acp\n"}}"#,
-        inside.display()
-    );
+    let write =
+        format!(r#"TOOL:mcp__acp__Write ARGS:{{"file_path":"{}","content":"hello via acp\n"}}"#, inside.display());
     let wrote = turn(&mut parent, chat, "t1", &write).await;
     assert_eq!(wrote.state, TurnState::Complete, "{wrote:?}");
     assert_eq!(std::fs::read_to_string(&inside).expect("written through fs/write_text_file"), "hello via acp\n");
@@ -213,17 +221,25 @@ async fn tiny_tools_endpoint(token: &'static str) -> (String, std::sync::Arc<std
     let handler = move |headers: HeaderMap, body: String| {
         let seen = seen.clone();
         async move {
-            let authorized = headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"));
+            let authorized =
+                headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"));
             if !authorized {
-                return (StatusCode::UNAUTHORIZED, "this tools server answers only its own session's token").into_response();
+                return (StatusCode::UNAUTHORIZED, "this tools server answers only its own session's token")
+                    .into_response();
             }
             let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-            let Some(id) = message.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+            let Some(id) = message.get("id").cloned() else {
+                return StatusCode::ACCEPTED.into_response();
+            };
             let result = match message["method"].as_str().unwrap_or_default() {
-                "initialize" => json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-                                       "serverInfo": {"name": "ahpd", "version": "test"}}),
-                "tools/list" => json!({"tools": [{"name": "list_sessions", "description": "Lists the host's sessions",
-                                                  "inputSchema": {"type": "object", "properties": {}}}]}),
+                "initialize" => {
+                    json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                                       "serverInfo": {"name": "ahpd", "version": "test"}})
+                }
+                "tools/list" => {
+                    json!({"tools": [{"name": "list_sessions", "description": "Lists the host's sessions",
+                                                  "inputSchema": {"type": "object", "properties": {}}}]})
+                }
                 "tools/call" => {
                     seen.lock().unwrap_or_else(|p| p.into_inner()).push(message["params"].clone());
                     json!({"content": [{"type": "text", "text": "sessions: alpha, beta"}]})
@@ -237,10 +253,8 @@ async fn tiny_tools_endpoint(token: &'static str) -> (String, std::sync::Arc<std
             ([("content-type", "application/json")], answer.to_string()).into_response()
         }
     };
-    let app = axum::Router::new().route(
-        "/ahp-mcp/test",
-        axum::routing::post(handler).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
+    let app = axum::Router::new()
+        .route("/ahp-mcp/test", axum::routing::post(handler).get(|| async { StatusCode::METHOD_NOT_ALLOWED }));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("a port");
     let url = format!("http://{}/ahp-mcp/test", listener.local_addr().expect("an address"));
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -273,6 +287,9 @@ async fn claude_agent_acp_calls_a_host_tool_through_the_tools_endpoint() {
     assert!(markdown(&done.response_parts).contains("sessions: alpha, beta"), "the tool's real answer: {done:?}");
     assert_eq!(calls.lock().unwrap_or_else(|p| p.into_inner()).len(), 1, "called once, with the bearer token");
     let turn_request = mock.turn_requests().pop().expect("a request");
-    assert!(turn_request.tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"), "offered up front, no tool search");
+    assert!(
+        turn_request.tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"),
+        "offered up front, no tool search"
+    );
     parent.peer().request_value(methods::CLOSE, json!({"chat": chat})).await.expect("close");
 }

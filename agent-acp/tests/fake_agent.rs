@@ -53,7 +53,8 @@ async fn a_turn_streams_prose_thinking_tool_calls_a_plan_and_usage() {
     let models: Vec<String> = created.models.expect("models").into_iter().map(|m| m.id).collect();
     assert_eq!(models, vec!["fast", "smart"]);
 
-    let script = "think let me see; say hello there world; tool grep; failtool lint; plan read | write; say done; usage";
+    let script =
+        "think let me see; say hello there world; tool grep; failtool lint; plan read | write; say done; usage";
     let turn = turn(&mut parent, "ahp-chat:/stream", "t1", script).await;
     assert_eq!(turn.state, TurnState::Complete);
     assert_eq!(markdown(&turn.response_parts), "hello there worlddone");
@@ -76,7 +77,10 @@ async fn a_turn_streams_prose_thinking_tool_calls_a_plan_and_usage() {
     let meta = usage.meta.expect("usage meta");
     assert_eq!(meta["ahpd.context"], json!({"used": 1234, "size": 200000}));
     assert_eq!(meta["ahpd.cost"]["currency"], "USD");
-    assert_eq!(parent.peer().request_value(methods::CLOSE, json!({"chat": "ahp-chat:/stream"})).await.expect("close"), Value::Null);
+    assert_eq!(
+        parent.peer().request_value(methods::CLOSE, json!({"chat": "ahp-chat:/stream"})).await.expect("close"),
+        Value::Null
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +171,11 @@ async fn two_permissions_at_once_are_answered_in_either_order() {
         assert_eq!(call.meta.as_ref().and_then(|m| m.get("permissionKind")), Some(&json!("write")));
     }
     let id_of = |name: &str| {
-        asking.iter().find(|c| c.display_name == format!("Edit {name}")).map(|c| c.tool_call_id.clone()).expect("a call")
+        asking
+            .iter()
+            .find(|c| c.display_name == format!("Edit {name}"))
+            .map(|c| c.tool_call_id.clone())
+            .expect("a call")
     };
     // The second question first, denied; then the first, allowed with the option picked.
     confirm(&parent, chat, "t1", &id_of("b.txt"), false, None).await;
@@ -239,7 +247,8 @@ async fn terminals_run_real_processes_in_the_session_folder() {
     let dir = scratch("term");
     let mut parent = parent("fake", fake_options(&[]), &dir).await;
     parent.create(start_in("term", &dir)).await.expect("create");
-    let done = turn(&mut parent, "ahp-chat:/term", "t1", "run echo $((6 * 7)) && pwd; runargs echo a b; killterm").await;
+    let done =
+        turn(&mut parent, "ahp-chat:/term", "t1", "run echo $((6 * 7)) && pwd; runargs echo a b; killterm").await;
     assert_eq!(done.state, TurnState::Complete);
     let said = markdown(&done.response_parts);
     assert!(said.contains(&format!("exit 0: 42\n{}", dir.display())), "{said}");
@@ -258,7 +267,10 @@ async fn mcp_servers_are_handed_over_and_the_host_tools_only_over_http() {
         "files".to_owned(),
         McpServer::Stdio { command: "srv".into(), args: vec!["/srv".into()], cwd: None, env: BTreeMap::new() },
     );
-    servers.insert("issues".to_owned(), McpServer::Http { url: "http://127.0.0.1:9/mcp".into(), headers: BTreeMap::new() });
+    servers.insert(
+        "issues".to_owned(),
+        McpServer::Http { url: "http://127.0.0.1:9/mcp".into(), headers: BTreeMap::new() },
+    );
     let endpoint = ToolsEndpoint { url: "http://127.0.0.1:9/ahp-mcp/abc".into(), token: "sekrit".into() };
 
     let mut with_http = parent("fake", fake_options(&[]), &dir).await;
@@ -291,9 +303,10 @@ async fn stop_reasons_end_the_turn_as_acp_says() {
     let dir = scratch("stops");
     let mut parent = parent("fake", fake_options(&[]), &dir).await;
     parent.create(start_in("stops", &dir)).await.expect("create");
-    for (n, (reason, kind)) in [("max_tokens", "maxTokens"), ("max_turn_requests", "maxTurnRequests"), ("refusal", "refusal")]
-        .into_iter()
-        .enumerate()
+    for (n, (reason, kind)) in
+        [("max_tokens", "maxTokens"), ("max_turn_requests", "maxTurnRequests"), ("refusal", "refusal")]
+            .into_iter()
+            .enumerate()
     {
         let done = turn(&mut parent, "ahp-chat:/stops", &format!("t{n}"), &format!("say partial; stop {reason}")).await;
         assert_eq!(done.state, TurnState::Error, "{reason}");
@@ -318,14 +331,20 @@ async fn modes_options_and_models_are_config_values_set_through_the_agent() {
 
     let set = |key: &str, value: Value| json!({"chat": chat, "key": key, "value": value});
     let peer = parent.peer().clone();
-    assert_eq!(peer.request_value(methods::SET_CONFIG, set("permissionMode", json!("yolo"))).await.expect("set"), json!({"accepted": true}));
+    assert_eq!(
+        peer.request_value(methods::SET_CONFIG, set("permissionMode", json!("yolo"))).await.expect("set"),
+        json!({"accepted": true})
+    );
     let refused = peer.request_value(methods::SET_CONFIG, set("permissionMode", json!("reckless"))).await.expect("set");
     assert_eq!(refused["refusal"], "Session configuration 'permissionMode' does not offer 'reckless'.");
     let refused = peer.request_value(methods::SET_CONFIG, set("voice", json!("x"))).await.expect("set");
     assert_eq!(refused["refusal"], "Session configuration 'voice' is not writable.");
     peer.request_value(methods::CHANGE_MODEL, json!({"chat": chat, "model": {"id": "smart"}})).await.expect("model");
     let refused = peer.request_value(methods::CHANGE_MODEL, json!({"chat": chat, "model": {"id": "huge"}})).await;
-    assert!(refused.expect_err("not offered").to_string().contains("does not offer model \"huge\"; it offers fast, smart"));
+    assert!(refused
+        .expect_err("not offered")
+        .to_string()
+        .contains("does not offer model \"huge\"; it offers fast, smart"));
 
     // The agent moving its own mode is said on the session channel.
     let done = turn(&mut parent, "ahp-chat:/cfg", "t1", "mode default; say ok").await;
@@ -335,7 +354,8 @@ async fn modes_options_and_models_are_config_values_set_through_the_agent() {
 
     // The probe and the schema carry what the agent offered.
     let probe = peer.request_value(methods::PROBE, json!({})).await.expect("probe");
-    let commands: Vec<&str> = probe["commands"].as_array().expect("commands").iter().filter_map(|c| c["name"].as_str()).collect();
+    let commands: Vec<&str> =
+        probe["commands"].as_array().expect("commands").iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(commands, vec!["review", "explain"]);
     assert_eq!(probe["models"][1]["id"], "smart");
     let schema = peer.request_value(methods::SCHEMA, json!({"policy": {}})).await.expect("schema");

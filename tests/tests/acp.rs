@@ -23,7 +23,11 @@ fn repo() -> PathBuf {
 fn workspace_bin(name: &str) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
     let bin = target.join("debug").join(name);
-    assert!(bin.exists(), "{} does not exist: run scripts/test (or `cargo build --workspace --bins`) first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} does not exist: run scripts/test (or `cargo build --workspace --bins`) first",
+        bin.display()
+    );
     bin
 }
 
@@ -76,9 +80,7 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
     // The scripted agent's turn runs until it is stopped...
     let waiting = client.send(&scripted, "say waiting for claude; hang").await?;
     let chat = scripted.clone();
-    client
-        .until("the scripted turn to stream", move |m| active_text(m.chat(&chat)) == "waiting for claude")
-        .await?;
+    client.until("the scripted turn to stream", move |m| active_text(m.chat(&chat)) == "waiting for claude").await?;
 
     // ...while the real adapter's turn, in another session, runs to its end.
     let answered = client.turn(&claude, "REPLY:hello from the side").await?;
@@ -92,7 +94,11 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
     client
         .dispatch(
             &scripted,
-            StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: waiting.clone(), duration: 0, meta: None }),
+            StateAction::ChatTurnCancelled(ChatTurnCancelledAction {
+                turn_id: waiting.clone(),
+                duration: 0,
+                meta: None,
+            }),
         )
         .await?;
     let stopped = client.finished(&scripted, &waiting).await?;
