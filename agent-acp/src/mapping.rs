@@ -435,6 +435,11 @@ impl TurnMap {
         cost_now.or(cost_before)
     }
 
+    /// A notice inside the turn (the agent was started again).
+    pub fn notice(&mut self, text: &str) {
+        self.writer.notification(text);
+    }
+
     /// Ends the turn in error with the provider's sentence.
     pub fn fail(&mut self, kind: &str, sentence: String) {
         self.finish(TurnEnd::Error(agent_runner::error_info(kind, sentence)), None, None);

@@ -357,10 +357,17 @@ impl AcpSession {
                 }
                 let answer = self.step(&link, "session/new", params).await?;
                 if opening == Opening::Restart {
-                    tracing::warn!(
-                        provider,
-                        "the agent was started again and cannot load its conversation, so a new one began"
+                    // Said in the turn that started it again, and the new conversation opens
+                    // with the session's instructions as the first one did.
+                    let notice = format!(
+                        "{provider}: the agent was started again and cannot load its conversation, so a new one began"
                     );
+                    tracing::warn!("{notice}");
+                    let mut state = self.state();
+                    state.first_prompt = true;
+                    if let Some(turn) = state.turn.as_mut() {
+                        turn.notice(&notice);
+                    }
                 }
                 answer
             }

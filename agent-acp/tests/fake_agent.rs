@@ -420,3 +420,20 @@ async fn stray_stdout_lines_are_skipped_and_an_agent_deaf_to_eof_is_still_stoppe
     assert_eq!(markdown(&done.response_parts), "fine");
     parent.peer().request_value(methods::CLOSE, json!({"chat": "ahp-chat:/noise"})).await.expect("closed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_cannot_load_is_started_anew_after_a_crash_and_says_so() {
+    let dir = scratch("anew");
+    let mut parent = parent("fake", fake_options(&["--no-load"]), &dir).await;
+    let mut start = start_in("anew", &dir);
+    start.instructions = vec!["Be brief.".into()];
+    parent.create(start).await.expect("create");
+    let crashed = turn(&mut parent, "ahp-chat:/anew", "t1", "crash").await;
+    assert_eq!(crashed.state, TurnState::Error);
+    let next = turn(&mut parent, "ahp-chat:/anew", "t2", "prompt").await;
+    assert_eq!(next.state, TurnState::Complete);
+    let notice = serde_json::to_string(&next.response_parts).expect("json");
+    assert!(notice.contains("cannot load its conversation, so a new one began"), "{notice}");
+    let blocks: Value = serde_json::from_str(&markdown(&next.response_parts)).expect("the prompt as JSON");
+    assert_eq!(blocks[0]["text"], "Be brief.", "the new conversation opens with the instructions again");
+}
