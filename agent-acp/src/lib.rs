@@ -1,3 +1,42 @@
-//! The ACP backend: any Agent Client Protocol agent (Gemini CLI, Codex, goose, claude-agent-acp, ...) as a worker, reaching host tools over /ahp-mcp (issue 8).
+//! The ACP backend: any Agent Client Protocol agent (Gemini CLI, Codex, goose, claude-agent-acp,
+//! ...) as a worker of kind `acp`, reaching host tools over the session's `/ahp-mcp` endpoint.
 //!
-//! Not built yet: this crate will own one backend on `agent-runner`, and must never depend on `ahpd`.
+//! Each conversation runs its own agent process (in its own process group, stderr kept as a
+//! tail), speaking ACP v1 over its stdio: `initialize`, an optional `authenticate`, `session/new`
+//! (or `session/load` to resume), then `session/prompt` per turn. What the agent streams becomes
+//! chat actions ([`mapping`]); what it offers becomes config keys and models ([`config`]); what
+//! it asks of its client - files inside the session's folders, terminals - is served here
+//! ([`client`]).
+//!
+//! The JSON-RPC is written here ([`conn`]) rather than taken from the `agent-client-protocol`
+//! crate: that crate needs Rust 1.88 (this workspace promises 1.85), and an agent is someone
+//! else's program - string ids, stray lines on stdout and update kinds newer than any schema
+//! must not end a conversation, so everything is read leniently from JSON.
+//!
+//! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
+
+pub mod agent;
+pub mod client;
+pub mod config;
+pub mod conn;
+pub mod mapping;
+pub mod options;
+pub mod process;
+pub mod session;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_runner::{Agent, AgentError, AgentFactory};
+
+pub use agent::AcpAgent;
+pub use options::{AcpOptions, PRESETS};
+
+/// The factory `ahpd worker acp` runs: reads the entry's options and builds the agent.
+pub fn factory() -> AgentFactory {
+    Box::new(|init, context| {
+        let options = AcpOptions::from_options(&init.options).map_err(AgentError::Failed)?;
+        let data_dir = init.data_dir.as_ref().map(PathBuf::from);
+        Ok(Arc::new(AcpAgent::new(init.provider.clone(), options, data_dir, context)) as Arc<dyn Agent>)
+    })
+}

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ahp_types::common::JsonObject;
-use ahp_types::state::{AgentSelection, Message, ModelSelection, Turn};
+use ahp_types::state::{AgentSelection, Message, ModelSelection, SessionModelInfo, Turn};
 use async_trait::async_trait;
 use protocol::{
     codes, AgentDescriptor, AnswerParams, At, CompletionsParams, CompletionsResult, ConfirmParams, Listed, Policy,
@@ -107,6 +107,12 @@ pub trait Agent: Send + Sync + 'static {
 pub trait Session: Send + Sync + 'static {
     /// The id the backend keeps this conversation under, when it chose its own.
     fn conversation_id(&self) -> Option<String> {
+        None
+    }
+
+    /// The models this session offers, when they differ from the probe's (an agent that learns
+    /// its models only once a conversation opens, as an ACP server does).
+    fn models(&self) -> Option<Vec<SessionModelInfo>> {
         None
     }
 

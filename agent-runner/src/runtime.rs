@@ -216,11 +216,12 @@ async fn route(
             let host = SessionHost::new(peer.clone(), p.start.session.clone(), chat.clone());
             let session = agent.create(p.start, host).await.map_err(fail)?;
             let conversation_id = session.conversation_id();
+            let models = session.models();
             if let Some(old) = lock(sessions).insert(chat, session) {
                 // A chat created twice (the parent resumed it): the old one must not linger.
                 tokio::spawn(async move { old.close().await });
             }
-            to_value(CreateResult { conversation_id, models: None })
+            to_value(CreateResult { conversation_id, models })
         }
         parent::SEND_MESSAGE => {
             let p: SendMessageParams = params(raw)?;

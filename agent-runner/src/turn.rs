@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use ahp_types::actions::{
     ChatDeltaAction, ChatErrorAction, ChatInputRequestedAction, ChatReasoningAction, ChatResponsePartAction,
-    ChatToolCallCompleteAction, ChatToolCallDeltaAction, ChatToolCallReadyAction, ChatToolCallStartAction,
-    ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, ChatUsageAction, StateAction,
+    ChatToolCallCompleteAction, ChatToolCallContentChangedAction, ChatToolCallDeltaAction, ChatToolCallReadyAction,
+    ChatToolCallStartAction, ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, ChatUsageAction,
+    StateAction,
 };
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
@@ -281,6 +282,17 @@ impl TurnWriter {
             editable: None,
             confirmed,
             options,
+        }));
+    }
+
+    /// What a running call shows so far (its output, a plan being rewritten), replacing what it
+    /// showed before.
+    pub fn tool_content(&mut self, tool_call_id: &str, content: Vec<ahp_types::state::ToolResultContent>) {
+        self.emit(StateAction::ChatToolCallContentChanged(ChatToolCallContentChangedAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.to_owned(),
+            meta: None,
+            content,
         }));
     }
 

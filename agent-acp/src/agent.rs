@@ -1,0 +1,121 @@
+//! The `acp` backend's identity: who it is, the schema its sessions share, what it offers (learned
+//! from the sessions it opened, since ACP names models and commands only once a session is open),
+//! and how a session starts.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_runner::{Agent, AgentError, Session, SessionHost, WorkerContext};
+use ahp_types::state::{SessionConfigSchema, SessionModelInfo};
+use async_trait::async_trait;
+use protocol::{AgentDescriptor, AgentFeatures, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
+
+use crate::config::Offers;
+use crate::options::AcpOptions;
+use crate::process::lock;
+use crate::session::AcpSession;
+
+/// What the agent learned from its sessions, for the schema and the probe.
+#[derive(Default)]
+struct Learned {
+    offers: Option<Offers>,
+    models: Vec<SessionModelInfo>,
+    commands: Vec<SlashCommand>,
+}
+
+/// What every session of one `acp` worker shares.
+pub struct Shared {
+    /// The provider id (the config's key).
+    pub provider: String,
+    /// The resolved options.
+    pub options: AcpOptions,
+    /// The worker's own folder, for sessions that have none.
+    pub data_dir: Option<PathBuf>,
+    learned: Mutex<Learned>,
+    context: WorkerContext,
+}
+
+impl Shared {
+    /// A session opened (or its server changed what it offers): the schema and the models follow.
+    pub fn learn_offers(&self, offers: &Offers) {
+        let models = offers.models(&self.provider);
+        let changed = {
+            let mut learned = lock(&self.learned);
+            learned.offers = Some(offers.clone());
+            let changed = learned.models != models;
+            learned.models = models;
+            changed
+        };
+        if changed {
+            self.context.probe_changed();
+        }
+    }
+
+    /// The agent named the commands behind a slash.
+    pub fn learn_commands(&self, commands: Vec<SlashCommand>) {
+        let changed = {
+            let mut learned = lock(&self.learned);
+            let changed = learned.commands != commands;
+            learned.commands = commands;
+            changed
+        };
+        if changed {
+            self.context.probe_changed();
+        }
+    }
+}
+
+/// One ACP agent as a backend.
+pub struct AcpAgent {
+    shared: Arc<Shared>,
+}
+
+impl AcpAgent {
+    /// The backend for `provider`, running what `options` say.
+    pub fn new(provider: String, options: AcpOptions, data_dir: Option<PathBuf>, context: WorkerContext) -> Self {
+        Self {
+            shared: Arc::new(Shared { provider, options, data_dir, learned: Mutex::new(Learned::default()), context }),
+        }
+    }
+}
+
+#[async_trait]
+impl Agent for AcpAgent {
+    fn descriptor(&self) -> AgentDescriptor {
+        let options = &self.shared.options;
+        AgentDescriptor {
+            provider: self.shared.provider.clone(),
+            display_name: options.display_name.clone(),
+            description: Some(
+                options.description.clone().unwrap_or_else(|| format!("An ACP agent: {}", options.command_line())),
+            ),
+            capabilities: None,
+            features: AgentFeatures { probe: true, ..AgentFeatures::default() },
+        }
+    }
+
+    /// The controls the agent's sessions offer: none until one has opened, since ACP names its
+    /// modes and options on `session/new`; then the last session's, with no defaults, so a session
+    /// starts where the agent puts it unless somebody chose otherwise.
+    fn schema(&self, _policy: &Policy) -> SchemaResult {
+        let properties = lock(&self.shared.learned).offers.as_ref().map(Offers::properties).unwrap_or_default();
+        SchemaResult {
+            schema: SessionConfigSchema {
+                r#type: "object".into(),
+                properties: properties.into_iter().collect(),
+                required: None,
+            },
+            defaults: Default::default(),
+        }
+    }
+
+    async fn probe(&self) -> Result<ProbeResult, AgentError> {
+        let learned = lock(&self.shared.learned);
+        Ok(ProbeResult { models: learned.models.clone(), commands: learned.commands.clone(), account: None })
+    }
+
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+        let session = AcpSession::open(self.shared.clone(), start, host).await?;
+        Ok(Arc::new(session))
+    }
+}

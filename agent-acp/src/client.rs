@@ -1,0 +1,428 @@
+//! The client's half of ACP that the host really serves: `fs/read_text_file` and
+//! `fs/write_text_file` inside the session's folders only, and `terminal/*` running real
+//! processes this worker owns.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::Signal;
+use protocol::{codes, RpcError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::process::{lock, signal_name, Process, Spawn};
+
+fn invalid(message: impl Into<String>) -> RpcError {
+    RpcError::new(codes::INVALID_PARAMS, message)
+}
+
+fn failed(message: impl Into<String>) -> RpcError {
+    RpcError::new(codes::INTERNAL_ERROR, message)
+}
+
+fn params<T: for<'de> Deserialize<'de>>(method: &str, value: Value) -> Result<T, RpcError> {
+    serde_json::from_value(value).map_err(|e| invalid(format!("{method}: {e}")))
+}
+
+/// The folders a session may reach: its working directory first, then the others it was given.
+#[derive(Debug, Clone)]
+pub struct Folders {
+    roots: Vec<PathBuf>,
+}
+
+/// Removes `.` and folds `..` without touching the disk.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// The real path of `path`, following links as far as the disk has it and appending what does
+/// not exist yet, so a link inside a folder that points out of it is seen for what it is.
+fn real(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(found) = existing.canonicalize() {
+            let mut out = found;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (existing.file_name().map(|n| n.to_owned()), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+impl Folders {
+    /// The session's folders; the first is where relative things happen.
+    pub fn new(roots: Vec<PathBuf>) -> Self {
+        Self { roots: roots.iter().map(|r| real(&normalize(r))).collect() }
+    }
+
+    /// The working directory.
+    pub fn cwd(&self) -> Option<&Path> {
+        self.roots.first().map(PathBuf::as_path)
+    }
+
+    /// `raw` as a path inside one of the folders, or the sentence refusing it.
+    pub fn inside(&self, raw: &str) -> Result<PathBuf, String> {
+        let path = Path::new(raw);
+        if !path.is_absolute() {
+            return Err(format!("{raw} is not an absolute path; ACP paths are absolute"));
+        }
+        let resolved = real(&normalize(path));
+        if self.roots.iter().any(|root| resolved.starts_with(root)) {
+            Ok(resolved)
+        } else {
+            let roots: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
+            Err(format!(
+                "{raw} is outside this session's folders ({}); ahpd reads and writes files only inside them",
+                roots.join(", ")
+            ))
+        }
+    }
+
+    /// `fs/read_text_file`: `{path, line?, limit?}` → `{content}`.
+    pub async fn read_text_file(&self, value: Value) -> Result<Value, RpcError> {
+        #[derive(Deserialize)]
+        struct Read {
+            path: String,
+            line: Option<u64>,
+            limit: Option<u64>,
+        }
+        let read: Read = params("fs/read_text_file", value)?;
+        let path = self.inside(&read.path).map_err(invalid)?;
+        let text = tokio::fs::read_to_string(&path).await.map_err(|e| failed(format!("{}: {e}", read.path)))?;
+        let content = match (read.line, read.limit) {
+            (None, None) => text,
+            (line, limit) => {
+                let skip = usize::try_from(line.unwrap_or(1).saturating_sub(1)).unwrap_or(usize::MAX);
+                let take = limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(usize::MAX);
+                text.split_inclusive('\n').skip(skip).take(take).collect()
+            }
+        };
+        Ok(json!({ "content": content }))
+    }
+
+    /// `fs/write_text_file`: `{path, content}` → `null`, creating the folders on the way.
+    pub async fn write_text_file(&self, value: Value) -> Result<Value, RpcError> {
+        #[derive(Deserialize)]
+        struct Write {
+            path: String,
+            content: String,
+        }
+        let write: Write = params("fs/write_text_file", value)?;
+        let path = self.inside(&write.path).map_err(invalid)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| failed(format!("{}: {e}", write.path)))?;
+        }
+        tokio::fs::write(&path, write.content).await.map_err(|e| failed(format!("{}: {e}", write.path)))?;
+        Ok(Value::Null)
+    }
+}
+
+/// How a terminal's command ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Exit {
+    code: Option<i32>,
+    signal: Option<i32>,
+}
+
+impl Exit {
+    fn to_json(self) -> Value {
+        json!({ "exitCode": self.code, "signal": self.signal.map(signal_name) })
+    }
+}
+
+/// What a terminal printed: its last `limit` bytes.
+struct Output {
+    bytes: Vec<u8>,
+    truncated: bool,
+    limit: usize,
+}
+
+impl Output {
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > self.limit {
+            let mut cut = self.bytes.len() - self.limit;
+            // Cut at a character boundary: never start the output inside a UTF-8 sequence.
+            while cut < self.bytes.len() && (self.bytes[cut] & 0b1100_0000) == 0b1000_0000 {
+                cut += 1;
+            }
+            self.bytes.drain(..cut);
+            self.truncated = true;
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+struct Terminal {
+    process: Process,
+    output: Arc<Mutex<Output>>,
+    readers_done: Arc<tokio::sync::Notify>,
+    readers_left: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Terminal {
+    fn exit(&self) -> Option<Exit> {
+        use std::os::unix::process::ExitStatusExt;
+        self.process.status().map(|s| Exit { code: s.code(), signal: s.signal() })
+    }
+
+    /// Waits until the command ended and everything it printed was read.
+    async fn finished(&self) -> Exit {
+        self.process.wait().await;
+        while self.readers_left.load(Ordering::Acquire) > 0 {
+            let notified = self.readers_done.notified();
+            if self.readers_left.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            notified.await;
+        }
+        self.exit().unwrap_or(Exit { code: None, signal: None })
+    }
+}
+
+/// How many released terminals' outputs are kept for the tool calls that name them.
+const KEPT_OUTPUTS: usize = 32;
+
+/// The terminals one session's agent opened.
+pub struct Terminals {
+    folders: Arc<Folders>,
+    open: Mutex<HashMap<String, Arc<Terminal>>>,
+    released: Mutex<VecDeque<(String, String)>>,
+    next: AtomicU64,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+/// The default for `outputByteLimit` when the agent gives none.
+const DEFAULT_OUTPUT_LIMIT: usize = 1024 * 1024;
+
+impl Terminals {
+    /// Terminals for a session in `folders`, their tasks on `tracker`, stopped at `cancel`.
+    pub fn new(folders: Arc<Folders>, tracker: TaskTracker, cancel: CancellationToken) -> Self {
+        Self {
+            folders,
+            open: Mutex::new(HashMap::new()),
+            released: Mutex::new(VecDeque::new()),
+            next: AtomicU64::new(1),
+            tracker,
+            cancel,
+        }
+    }
+
+    fn get(&self, value: &Value) -> Result<Arc<Terminal>, RpcError> {
+        let id = value.get("terminalId").and_then(Value::as_str).ok_or_else(|| invalid("terminalId is missing"))?;
+        lock(&self.open).get(id).cloned().ok_or_else(|| invalid(format!("there is no terminal {id}")))
+    }
+
+    /// Answers one `terminal/*` request.
+    pub async fn handle(&self, method: &str, value: Value) -> Result<Value, RpcError> {
+        match method {
+            "terminal/create" => self.create(value),
+            "terminal/output" => {
+                let terminal = self.get(&value)?;
+                let exit = terminal.exit();
+                let output = lock(&terminal.output);
+                Ok(json!({
+                    "output": output.text(),
+                    "truncated": output.truncated,
+                    "exitStatus": exit.map(Exit::to_json),
+                }))
+            }
+            "terminal/wait_for_exit" => {
+                let terminal = self.get(&value)?;
+                tokio::select! {
+                    exit = terminal.finished() => Ok(exit.to_json()),
+                    _ = self.cancel.cancelled() => Err(failed("the session closed")),
+                }
+            }
+            "terminal/kill" => {
+                self.get(&value)?.process.signal(Signal::SIGKILL);
+                Ok(Value::Null)
+            }
+            "terminal/release" => {
+                let id = value.get("terminalId").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let terminal =
+                    lock(&self.open).remove(&id).ok_or_else(|| invalid(format!("there is no terminal {id}")))?;
+                terminal.process.signal(Signal::SIGKILL);
+                let text = lock(&terminal.output).text();
+                let mut released = lock(&self.released);
+                released.push_back((id, text));
+                while released.len() > KEPT_OUTPUTS {
+                    released.pop_front();
+                }
+                Ok(Value::Null)
+            }
+            other => Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))),
+        }
+    }
+
+    /// What a terminal printed (open or released), for the tool call that shows it.
+    pub fn output_of(&self, id: &str) -> Option<String> {
+        if let Some(terminal) = lock(&self.open).get(id) {
+            return Some(lock(&terminal.output).text());
+        }
+        lock(&self.released).iter().rev().find(|(kept, _)| kept == id).map(|(_, text)| text.clone())
+    }
+
+    fn create(&self, value: Value) -> Result<Value, RpcError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct EnvVar {
+            name: String,
+            value: String,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Create {
+            command: String,
+            #[serde(default)]
+            args: Vec<String>,
+            #[serde(default)]
+            env: Vec<EnvVar>,
+            cwd: Option<String>,
+            output_byte_limit: Option<u64>,
+        }
+        let create: Create = params("terminal/create", value)?;
+        let cwd = match &create.cwd {
+            Some(cwd) => self.folders.inside(cwd).map_err(invalid)?,
+            None => self
+                .folders
+                .cwd()
+                .map(Path::to_path_buf)
+                .ok_or_else(|| invalid("this session has no folder to run in"))?,
+        };
+        // A command with no args may be a whole shell line (claude-code-acp sends its Bash
+        // command that way): the shell reads it, in the session's folder.
+        let (program, args) = if create.args.is_empty() {
+            ("sh".to_owned(), vec!["-c".to_owned(), create.command.clone()])
+        } else {
+            (create.command.clone(), create.args)
+        };
+        let spawn = Spawn {
+            program: &program,
+            args: &args,
+            env: create.env.into_iter().map(|v| (v.name, v.value)).collect(),
+            cwd: &cwd,
+            stdin: false,
+            merge_stderr: true,
+        };
+        let (process, pipes) = Process::spawn(spawn, &self.tracker, &self.cancel).map_err(|e| failed(e.0))?;
+        let limit = create.output_byte_limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(DEFAULT_OUTPUT_LIMIT);
+        let output = Arc::new(Mutex::new(Output { bytes: Vec::new(), truncated: false, limit }));
+        let readers_done = Arc::new(tokio::sync::Notify::new());
+        let readers_left = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut streams: Vec<Box<dyn tokio::io::AsyncRead + Unpin + Send>> = vec![Box::new(pipes.stdout)];
+        if let Some(stderr) = pipes.stderr {
+            streams.push(Box::new(stderr));
+        }
+        for mut stream in streams {
+            readers_left.fetch_add(1, Ordering::AcqRel);
+            let (output, done, left, cancel) =
+                (output.clone(), readers_done.clone(), readers_left.clone(), self.cancel.clone());
+            self.tracker.spawn(async move {
+                let mut buf = [0u8; 8192];
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        read = stream.read(&mut buf) => match read {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => lock(&output).push(&buf[..n]),
+                        },
+                    }
+                }
+                left.fetch_sub(1, Ordering::AcqRel);
+                done.notify_waiters();
+            });
+        }
+        let id = format!("term-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        lock(&self.open).insert(id.clone(), Arc::new(Terminal { process, output, readers_done, readers_left }));
+        Ok(json!({ "terminalId": id }))
+    }
+
+    /// Kills every command still running (the session is closing).
+    pub fn kill_all(&self) {
+        for terminal in lock(&self.open).drain().map(|(_, t)| t) {
+            terminal.process.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("agent-acp-client-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        dir
+    }
+
+    #[test]
+    fn paths_stay_inside_the_folders() {
+        let dir = scratch("inside");
+        let folders = Folders::new(vec![dir.clone()]);
+        let inside = dir.join("a/b.txt");
+        assert!(folders.inside(inside.to_str().expect("utf8")).is_ok());
+        let escape = format!("{}/../escape.txt", dir.display());
+        assert!(folders.inside(&escape).expect_err("outside").contains("outside this session's folders"));
+        assert!(folders.inside("relative.txt").is_err());
+        std::os::unix::fs::symlink("/etc", dir.join("link")).expect("symlink");
+        assert!(folders.inside(&format!("{}/link/passwd", dir.display())).is_err());
+    }
+
+    #[test]
+    fn output_keeps_its_tail_at_a_character_boundary() {
+        let mut output = Output { bytes: Vec::new(), truncated: false, limit: 4 };
+        output.push("aé€".as_bytes());
+        assert!(output.truncated);
+        assert_eq!(output.text(), "€");
+    }
+
+    #[tokio::test]
+    async fn a_shell_line_runs_in_the_folder() {
+        let dir = scratch("terminal");
+        let folders = Arc::new(Folders::new(vec![dir.clone()]));
+        let terminals = Terminals::new(folders, TaskTracker::new(), CancellationToken::new());
+        let created = terminals
+            .handle("terminal/create", json!({"command": "pwd; echo oops >&2; exit 4"}))
+            .await
+            .expect("create");
+        let id = json!({"terminalId": created["terminalId"]});
+        let exit = terminals.handle("terminal/wait_for_exit", id.clone()).await.expect("wait");
+        assert_eq!(exit["exitCode"], 4);
+        let output = terminals.handle("terminal/output", id.clone()).await.expect("output");
+        let text = output["output"].as_str().expect("text");
+        assert!(text.contains(dir.canonicalize().expect("real").to_str().expect("utf8")), "{text}");
+        assert!(text.contains("oops"), "{text}");
+        terminals.handle("terminal/release", id.clone()).await.expect("release");
+        assert!(terminals.handle("terminal/output", id).await.is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! The options of an `acp` agents entry, and the presets that spell the command lines of the ACP
+//! agents people use, so `{ "kind": "acp", "preset": "gemini" }` is a whole entry.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ahp_types::common::JsonObject;
+use serde::Deserialize;
+
+/// One known ACP agent: its command line, its name, and the variables that keep it quiet.
+#[derive(Debug, Clone, Copy)]
+pub struct Preset {
+    /// The name a config entry gives.
+    pub name: &'static str,
+    /// The program.
+    pub command: &'static str,
+    /// Its arguments.
+    pub args: &'static [&'static str],
+    /// Variables set for it (under the entry's own `env`).
+    pub env: &'static [(&'static str, &'static str)],
+    /// What a person reads.
+    pub display_name: &'static str,
+}
+
+/// The ACP agents known by name.
+pub const PRESETS: &[Preset] = &[
+    Preset { name: "gemini", command: "gemini", args: &["--acp"], env: &[], display_name: "Gemini CLI" },
+    Preset { name: "codex", command: "codex-acp", args: &[], env: &[], display_name: "Codex" },
+    Preset {
+        name: "goose",
+        command: "goose",
+        args: &["acp"],
+        env: &[("GOOSE_DISABLE_KEYRING", "1")],
+        display_name: "goose",
+    },
+    Preset {
+        name: "opencode",
+        command: "opencode",
+        args: &["acp"],
+        env: &[("OPENCODE_DISABLE_AUTOUPDATE", "1")],
+        display_name: "opencode",
+    },
+    Preset { name: "qwen", command: "qwen", args: &["--acp"], env: &[], display_name: "Qwen Code" },
+    Preset { name: "claude", command: "claude-agent-acp", args: &[], env: &[], display_name: "Claude (ACP)" },
+    Preset { name: "pi", command: "pi-acp", args: &[], env: &[], display_name: "pi" },
+    Preset {
+        name: "copilot",
+        command: "copilot",
+        args: &["--acp"],
+        env: &[("COPILOT_AUTO_UPDATE", "false")],
+        display_name: "GitHub Copilot",
+    },
+    Preset { name: "cursor", command: "cursor-agent", args: &["acp"], env: &[], display_name: "Cursor" },
+    Preset { name: "kilo", command: "kilo", args: &["acp"], env: &[], display_name: "Kilo" },
+    Preset { name: "amp", command: "amp-acp", args: &[], env: &[], display_name: "Amp" },
+];
+
+/// The preset called `name`.
+pub fn preset(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// The sign-in method to use after `initialize`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Authenticate {
+    /// One of the `authMethods` the agent offers.
+    pub method_id: String,
+}
+
+/// The options as a config entry writes them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Written {
+    preset: Option<String>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    display_name: Option<String>,
+    description: Option<String>,
+    authenticate: Option<Authenticate>,
+    host_tools: Option<bool>,
+    start_timeout_ms: Option<u64>,
+}
+
+/// What one `acp` worker runs, resolved from its options and preset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AcpOptions {
+    /// The program (a name on the PATH, or a path).
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables over the worker's own.
+    pub env: BTreeMap<String, String>,
+    /// Where the agent process starts; the session's folder when absent.
+    pub cwd: Option<PathBuf>,
+    /// What a person reads.
+    pub display_name: String,
+    /// One line about it.
+    pub description: Option<String>,
+    /// The sign-in method, when one is configured.
+    pub authenticate: Option<Authenticate>,
+    /// Hand the agent the session's `/ahp-mcp` endpoint (default true).
+    pub host_tools: bool,
+    /// How long each step of opening a conversation (initialize, authenticate, session/new or
+    /// session/load) may take before the agent is given up on.
+    pub start_timeout: Duration,
+}
+
+/// The default for [`AcpOptions::start_timeout`]: an adapter that starts a CLI of its own
+/// (claude-agent-acp) takes seconds on a small machine.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl AcpOptions {
+    /// Reads an entry's options: a preset, a command, or a preset with some of it overridden.
+    pub fn from_options(options: &JsonObject) -> Result<Self, String> {
+        let written: Written = serde_json::from_value(serde_json::Value::Object(options.clone()))
+            .map_err(|e| format!("acp options: {e}"))?;
+        let preset = match &written.preset {
+            Some(name) => Some(preset(name).ok_or_else(|| {
+                let known: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+                format!("acp options: there is no preset \"{name}\"; the presets are {}", known.join(", "))
+            })?),
+            None => None,
+        };
+        let command = match (&written.command, preset) {
+            (Some(command), _) if !command.trim().is_empty() => command.clone(),
+            (Some(_), _) => return Err("acp options: command is empty".into()),
+            (None, Some(p)) => p.command.to_owned(),
+            (None, None) => {
+                return Err("acp options: give a command (the ACP agent to run) or a preset such as \"gemini\"".into())
+            }
+        };
+        let args = match (&written.args, preset) {
+            (Some(args), _) => args.clone(),
+            // A command of one's own does not take the preset's arguments along with it.
+            (None, Some(p)) if written.command.is_none() => p.args.iter().map(|a| (*a).to_owned()).collect(),
+            _ => Vec::new(),
+        };
+        let mut env: BTreeMap<String, String> =
+            preset.map(|p| p.env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()).unwrap_or_default();
+        env.extend(written.env);
+        let display_name = written
+            .display_name
+            .or_else(|| preset.map(|p| p.display_name.to_owned()))
+            .unwrap_or_else(|| "ACP".to_owned());
+        Ok(Self {
+            command,
+            args,
+            env,
+            cwd: written.cwd,
+            display_name,
+            description: written.description,
+            authenticate: written.authenticate,
+            host_tools: written.host_tools.unwrap_or(true),
+            start_timeout: written.start_timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_START_TIMEOUT),
+        })
+    }
+
+    /// The command line as a person recognises it, for messages.
+    pub fn command_line(&self) -> String {
+        let name = std::path::Path::new(&self.command)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.command.clone());
+        let mut line = std::iter::once(name).chain(self.args.iter().cloned()).collect::<Vec<_>>().join(" ");
+        if line.chars().count() > 120 {
+            line = line.chars().take(117).collect::<String>() + "...";
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn options(value: serde_json::Value) -> Result<AcpOptions, String> {
+        let serde_json::Value::Object(map) = value else { panic!("an object") };
+        AcpOptions::from_options(&map)
+    }
+
+    #[test]
+    fn a_preset_is_a_whole_entry() {
+        let gemini = options(json!({"preset": "gemini"})).expect("gemini");
+        assert_eq!(gemini.command, "gemini");
+        assert_eq!(gemini.args, vec!["--acp"]);
+        assert_eq!(gemini.display_name, "Gemini CLI");
+        assert!(gemini.host_tools);
+        let goose = options(json!({"preset": "goose", "env": {"X": "1"}})).expect("goose");
+        assert_eq!(goose.env.get("GOOSE_DISABLE_KEYRING").map(String::as_str), Some("1"));
+        assert_eq!(goose.env.get("X").map(String::as_str), Some("1"));
+        for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
+        {
+            assert!(preset(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_command_overrides_the_preset_and_drops_its_args() {
+        let o = options(json!({"preset": "claude", "command": "/opt/x/claude-agent-acp"})).expect("ok");
+        assert_eq!(o.command, "/opt/x/claude-agent-acp");
+        assert!(o.args.is_empty());
+        assert_eq!(o.display_name, "Claude (ACP)");
+    }
+
+    #[test]
+    fn mistakes_are_sentences() {
+        assert!(options(json!({})).expect_err("no command").contains("give a command"));
+        assert!(options(json!({"preset": "nope"})).expect_err("no preset").contains("gemini"));
+        assert!(options(json!({"command": "x", "comand": "y"})).is_err());
+        let auth = options(json!({"command": "x", "authenticate": {"methodId": "api-key"}})).expect("auth");
+        assert_eq!(auth.authenticate, Some(Authenticate { method_id: "api-key".into() }));
+    }
+}

@@ -1,0 +1,1092 @@
+//! One conversation with an ACP agent: its own agent process (started again on the next message
+//! when it dies, the conversation reloaded with `session/load`), the handshake, the turns one
+//! after another, the questions it parks, and the client methods it is served.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
+use ahp_types::actions::{SessionConfigChangedAction, StateAction};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{MessageAttachment, ModelSelection, SessionModelInfo};
+use async_trait::async_trait;
+use protocol::{codes, ConfirmParams, McpServer, RpcError, SendMessageParams, SetConfigResult, Start, ToolsEndpoint};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::Shared;
+use crate::client::{Folders, Terminals};
+use crate::config::{request_of, Ask, Offers};
+use crate::conn::{CallError, Conn, FromAgent};
+use crate::mapping::{
+    chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
+};
+use crate::process::{lock, Process, Spawn};
+
+/// The ACP protocol version this client speaks.
+const ACP_VERSION: u64 = 1;
+
+/// How long a stopped turn waits for the agent to answer its prompt `cancelled`.
+const CANCEL_GRACE: Duration = Duration::from_secs(10);
+
+/// How long an agent whose stdin closed has to exit before it is signalled.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// ACP's `auth_required` error code.
+const AUTH_REQUIRED: i32 = -32000;
+
+/// What the agent said it can do.
+#[derive(Debug, Clone, Default)]
+struct Caps {
+    load_session: bool,
+    mcp_http: bool,
+    additional_directories: bool,
+    image: bool,
+    embedded_context: bool,
+    auth_methods: Vec<String>,
+}
+
+impl Caps {
+    fn from_answer(answer: &Value) -> Self {
+        let caps = answer.get("agentCapabilities").cloned().unwrap_or(Value::Null);
+        let flag = |pointer: &str| caps.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
+        Self {
+            load_session: flag("/loadSession"),
+            mcp_http: flag("/mcpCapabilities/http"),
+            additional_directories: caps
+                .pointer("/sessionCapabilities/additionalDirectories")
+                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false)),
+            image: flag("/promptCapabilities/image"),
+            embedded_context: flag("/promptCapabilities/embeddedContext"),
+            auth_methods: answer
+                .get("authMethods")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
+                .collect(),
+        }
+    }
+}
+
+/// A live agent process and the conversation with it.
+#[derive(Clone)]
+struct Link {
+    conn: Conn,
+    process: Arc<Process>,
+    caps: Caps,
+    generation: u64,
+}
+
+struct Running {
+    abort: CancellationToken,
+}
+
+/// A permission request waiting for a person.
+struct Parked {
+    conn: Conn,
+    id: Value,
+    options: Vec<PermissionOption>,
+}
+
+/// Changes asked while no agent ran, made when one next opens.
+#[derive(Default)]
+struct Wanted {
+    model: Option<String>,
+    config: BTreeMap<String, Value>,
+}
+
+struct State {
+    link: Option<Link>,
+    acp_id: Option<String>,
+    first_prompt: bool,
+    queue: VecDeque<SendMessageParams>,
+    running: Option<Running>,
+    turn: Option<TurnMap>,
+    parked: HashMap<String, Parked>,
+    offers: Offers,
+    values: JsonObject,
+    wanted: Wanted,
+    loading: bool,
+    cost: Option<f64>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    host: SessionHost,
+    mcp_servers: Option<BTreeMap<String, McpServer>>,
+    tools_endpoint: Option<ToolsEndpoint>,
+    instructions: Vec<String>,
+    additional_directories: Vec<String>,
+    cwd: PathBuf,
+    folders: Arc<Folders>,
+    terminals: Arc<Terminals>,
+    state: Mutex<State>,
+    wake: Notify,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    generations: AtomicU64,
+}
+
+/// One conversation; see the module docs.
+#[derive(Clone)]
+pub struct AcpSession {
+    inner: Arc<Inner>,
+}
+
+/// Why the agent is being opened.
+#[derive(Clone, Copy, PartialEq)]
+enum Opening {
+    /// `session/create` with a new conversation.
+    New,
+    /// `session/create` resuming one (after a restart of the daemon or of this worker).
+    Resume,
+    /// The agent died; the next message starts it again.
+    Restart,
+}
+
+impl AcpSession {
+    /// Starts the agent for `start` and opens its conversation.
+    pub async fn open(shared: Arc<Shared>, start: Start, host: SessionHost) -> Result<Self, AgentError> {
+        let (cwd, roots) = folders_of(&shared, &start)?;
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let folders = Arc::new(Folders::new(roots));
+        let terminals = Arc::new(Terminals::new(folders.clone(), tracker.clone(), cancel.clone()));
+        let mut wanted = Wanted { model: start.model.as_ref().map(|m| m.id.clone()), config: BTreeMap::new() };
+        for (key, value) in &start.settings {
+            wanted.config.insert(key.clone(), value.clone());
+        }
+        let session = AcpSession {
+            inner: Arc::new(Inner {
+                shared,
+                host,
+                mcp_servers: start.mcp_servers.clone(),
+                tools_endpoint: start.tools_endpoint.clone(),
+                instructions: start.instructions.clone(),
+                additional_directories: start.additional_directories.clone(),
+                cwd,
+                folders,
+                terminals,
+                state: Mutex::new(State {
+                    link: None,
+                    acp_id: start.resume.then(|| start.conversation_id.clone()),
+                    first_prompt: !start.resume,
+                    queue: VecDeque::new(),
+                    running: None,
+                    turn: None,
+                    parked: HashMap::new(),
+                    offers: Offers::default(),
+                    values: JsonObject::new(),
+                    wanted,
+                    loading: false,
+                    cost: None,
+                }),
+                wake: Notify::new(),
+                cancel,
+                tracker,
+                generations: AtomicU64::new(0),
+            }),
+        };
+        let opening = if start.resume { Opening::Resume } else { Opening::New };
+        if let Err(sentence) = session.connect(opening).await {
+            session.shut().await;
+            return Err(AgentError::Failed(sentence));
+        }
+        let pump = session.clone();
+        session.inner.tracker.spawn(async move { pump.pump().await });
+        Ok(session)
+    }
+
+    fn provider(&self) -> &str {
+        &self.inner.shared.provider
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        lock(&self.inner.state)
+    }
+
+    /// The agent process and the conversation in it: spawn, `initialize`, `authenticate`, then
+    /// `session/new` or `session/load`, then the settings this session was started or since set
+    /// with. On failure the process is stopped and the sentence says why, with its stderr.
+    async fn connect(&self, opening: Opening) -> Result<(), String> {
+        let shared = &self.inner.shared;
+        let options = &shared.options;
+        let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let process_cwd = options.cwd.clone().unwrap_or_else(|| self.inner.cwd.clone());
+        let spawn = Spawn {
+            program: &options.command,
+            args: &options.args,
+            env: options.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            cwd: &process_cwd,
+            stdin: true,
+            merge_stderr: false,
+        };
+        let (process, pipes) = Process::spawn(spawn, &self.inner.tracker, &self.inner.cancel)
+            .map_err(|e| format!("{}: {e}", self.provider()))?;
+        let process = Arc::new(process);
+        let stdin = pipes.stdin.ok_or_else(|| format!("{}: the agent has no stdin", self.provider()))?;
+        let handler = self.clone();
+        let conn = Conn::start(pipes.stdout, stdin, &self.inner.tracker, move |conn, message| {
+            handler.on_message(conn, generation, message);
+        });
+        self.watch(conn.clone(), process.clone(), generation);
+        let link = Link { conn: conn.clone(), process: process.clone(), caps: Caps::default(), generation };
+        match self.handshake(link, opening).await {
+            Ok(()) => Ok(()),
+            Err(sentence) => {
+                conn.close_stdin();
+                process.signal(nix::sys::signal::Signal::SIGTERM);
+                process.stop(Duration::from_millis(500)).await;
+                process.settle(Duration::from_secs(1)).await;
+                conn.end();
+                // A refusal needs no stderr beside it; anything else might.
+                let quiet = process.tail().is_blank();
+                Err(if quiet { sentence } else { process.with_tail(sentence) })
+            }
+        }
+    }
+
+    /// One step of the handshake, bounded by the start timeout.
+    async fn step(&self, link: &Link, method: &str, params: Value) -> Result<Value, String> {
+        let options = &self.inner.shared.options;
+        let command = options.command_line();
+        let provider = self.provider();
+        let asked = link.conn.request(method, params);
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(options.start_timeout, asked) => answer,
+            _ = self.inner.cancel.cancelled() => return Err(format!("{provider}: the session closed while {command} was starting")),
+        };
+        match answer {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(CallError::Rpc(error))) if error.code == AUTH_REQUIRED && method != "authenticate" => {
+                Err(self.sign_in_needed(&link.caps))
+            }
+            Ok(Err(CallError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
+            Ok(Err(CallError::Closed)) => {
+                link.process.settle(Duration::from_secs(1)).await;
+                Err(format!(
+                    "{provider}: {command} {} before it answered {method}",
+                    crate::process::describe_status(link.process.status())
+                ))
+            }
+            Err(_) => Err(format!(
+                "{provider}: {command} did not answer {method} within {} s, so it was stopped",
+                options.start_timeout.as_secs_f64()
+            )),
+        }
+    }
+
+    fn sign_in_needed(&self, caps: &Caps) -> String {
+        let offered =
+            if caps.auth_methods.is_empty() { "no sign-in method".to_owned() } else { caps.auth_methods.join(", ") };
+        format!(
+            "{}: this ACP server wants to be signed in before it answers, and offers {offered}; set the authenticate option to the one to use",
+            self.provider()
+        )
+    }
+
+    async fn handshake(&self, mut link: Link, opening: Opening) -> Result<(), String> {
+        let provider = self.provider().to_owned();
+        let options = self.inner.shared.options.clone();
+        let init = self
+            .step(
+                &link,
+                "initialize",
+                json!({
+                    "protocolVersion": ACP_VERSION,
+                    "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
+                    "clientInfo": {"name": "ahpd", "title": "ahpd", "version": env!("CARGO_PKG_VERSION")},
+                }),
+            )
+            .await?;
+        let version = init.get("protocolVersion").and_then(Value::as_u64);
+        if version != Some(ACP_VERSION) {
+            return Err(format!(
+                "{provider}: {} speaks ACP version {}, and this host speaks {ACP_VERSION}",
+                options.command_line(),
+                version.map(|v| v.to_string()).unwrap_or_else(|| "(none given)".into())
+            ));
+        }
+        link.caps = Caps::from_answer(&init);
+        if let Some(auth) = &options.authenticate {
+            if !link.caps.auth_methods.contains(&auth.method_id) {
+                let offered = if link.caps.auth_methods.is_empty() {
+                    "no sign-in method".to_owned()
+                } else {
+                    link.caps.auth_methods.join(", ")
+                };
+                return Err(format!("{provider} offers {offered}, not {}", auth.method_id));
+            }
+            self.step(&link, "authenticate", json!({"methodId": auth.method_id})).await?;
+        }
+        let servers = mcp_servers(
+            &provider,
+            self.inner.mcp_servers.as_ref(),
+            self.inner.tools_endpoint.as_ref().filter(|_| options.host_tools),
+            link.caps.mcp_http,
+        );
+        let cwd = self.inner.cwd.display().to_string();
+        let known = self.state().acp_id.clone();
+        let answer = match (opening, known) {
+            (Opening::Resume | Opening::Restart, Some(id)) if link.caps.load_session => {
+                self.state().loading = true;
+                let loaded =
+                    self.step(&link, "session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": servers})).await;
+                self.state().loading = false;
+                let mut answer = loaded?;
+                if let Value::Object(map) = &mut answer {
+                    map.entry("sessionId").or_insert(Value::String(id));
+                }
+                answer
+            }
+            (Opening::Resume, Some(id)) => {
+                return Err(format!(
+                    "{provider}: this ACP server cannot load a session, so \"{id}\" cannot be resumed"
+                ));
+            }
+            (opening, _) => {
+                let mut params = json!({"cwd": cwd, "mcpServers": servers});
+                if link.caps.additional_directories && !self.inner.additional_directories.is_empty() {
+                    params["additionalDirectories"] = json!(self.inner.additional_directories);
+                }
+                let answer = self.step(&link, "session/new", params).await?;
+                if opening == Opening::Restart {
+                    // Said in the turn that started it again, and the new conversation opens
+                    // with the session's instructions as the first one did.
+                    let notice = format!(
+                        "{provider}: the agent was started again and cannot load its conversation, so a new one began"
+                    );
+                    tracing::warn!("{notice}");
+                    let mut state = self.state();
+                    state.first_prompt = true;
+                    if let Some(turn) = state.turn.as_mut() {
+                        turn.notice(&notice);
+                    }
+                }
+                answer
+            }
+        };
+        let Some(acp_id) = answer.get("sessionId").and_then(Value::as_str).map(str::to_owned) else {
+            return Err(format!("{provider}: {} opened a session without naming it", options.command_line()));
+        };
+        let offers = Offers::from_answer(&answer);
+        {
+            let mut state = self.state();
+            state.acp_id = Some(acp_id);
+            state.link = Some(link.clone());
+        }
+        // A new or resumed session says every value the agent starts at; a restarted one only what moved.
+        self.learn(offers, opening != Opening::Restart);
+        self.apply_wanted(&link).await;
+        Ok(())
+    }
+
+    /// Takes what the agent now offers: the values that moved are said to every client, the
+    /// models and controls reach the agent's probe and schema.
+    fn learn(&self, offers: Offers, all: bool) {
+        let moved = {
+            let mut state = self.state();
+            let values = offers.values();
+            let moved: JsonObject = values
+                .iter()
+                .filter(|(k, v)| all || state.values.get(*k) != Some(*v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            state.values.extend(values);
+            state.offers = offers.clone();
+            moved
+        };
+        self.say_config(moved);
+        self.inner.shared.learn_offers(&offers);
+    }
+
+    fn say_config(&self, moved: JsonObject) {
+        if !moved.is_empty() {
+            self.inner.host.emit_session(StateAction::SessionConfigChanged(SessionConfigChangedAction {
+                config: moved,
+                replace: None,
+            }));
+        }
+    }
+
+    /// Makes the settings this session was started with or given while no agent ran.
+    async fn apply_wanted(&self, link: &Link) {
+        let wanted = std::mem::take(&mut self.state().wanted);
+        if let Some(model) = wanted.model {
+            let ask = self.state().offers.ask_model(self.provider(), &model);
+            match ask {
+                Ok(ask) => {
+                    if let Err(why) = self.ask(link, &ask).await {
+                        tracing::warn!(
+                            provider = self.provider(),
+                            model,
+                            why,
+                            "the model this session asked for was not set"
+                        );
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(provider = self.provider(), why, "the model this session asked for was not set")
+                }
+            }
+        }
+        for (key, value) in wanted.config {
+            let ask = self.state().offers.ask(&key, &value);
+            match ask {
+                Ok(Some(ask)) => {
+                    if let Err(why) = self.ask(link, &ask).await {
+                        tracing::warn!(provider = self.provider(), key, why, "a setting was not made");
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    tracing::warn!(provider = self.provider(), key, %value, "the agent does not offer this value")
+                }
+            }
+        }
+    }
+
+    /// Asks the agent for a change and learns what it answers.
+    async fn ask(&self, link: &Link, ask: &Ask) -> Result<(), String> {
+        let Some(acp_id) = self.state().acp_id.clone() else {
+            return Err("no conversation is open".into());
+        };
+        let Some((method, params)) = request_of(ask, &acp_id) else {
+            return Ok(());
+        };
+        let answer = link.conn.request(method, params).await.map_err(|e| e.to_string())?;
+        match ask {
+            Ask::SetOption { .. } => {
+                if let Some(list) = answer.get("configOptions").filter(|l| l.is_array()) {
+                    let mut offers = self.state().offers.clone();
+                    offers.options = crate::config::parse_options(list);
+                    self.learn(offers, false);
+                }
+            }
+            Ask::SetMode(id) => {
+                let mut offers = self.state().offers.clone();
+                offers.mode_moved(id);
+                self.learn(offers, false);
+            }
+            Ask::SetModel(id) => {
+                let mut offers = self.state().offers.clone();
+                offers.legacy_model_moved(id);
+                self.learn(offers, false);
+            }
+            Ask::Nothing => {}
+        }
+        Ok(())
+    }
+
+    /// Notices the agent's end while no turn is waiting on it, so the next message starts it again.
+    fn watch(&self, conn: Conn, process: Arc<Process>, generation: u64) {
+        let session = self.clone();
+        let cancel = self.inner.cancel.clone();
+        self.inner.tracker.spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = conn.ended() => {}
+                _ = async {
+                    process.wait().await;
+                    // Something it left behind may hold its stdout open; its answers are over.
+                    tokio::time::sleep(EXIT_GRACE).await;
+                } => conn.end(),
+            }
+            let mut state = session.state();
+            if state.link.as_ref().is_some_and(|l| l.generation == generation) {
+                state.link = None;
+                let dropped: Vec<_> = state.parked.drain().collect();
+                drop(state);
+                drop(dropped);
+                tracing::warn!(provider = session.provider(), "the ACP agent ended; the next message starts it again");
+            }
+        });
+    }
+
+    /// What the agent sends: updates to the running turn or the session, its questions, and the
+    /// client methods (run as tasks of their own, so a terminal waited on holds nothing up).
+    fn on_message(&self, conn: &Conn, generation: u64, message: FromAgent) {
+        match message {
+            FromAgent::Notification { method, params } if method == "session/update" => {
+                if let Some(update) = params.get("update") {
+                    self.on_update(generation, update);
+                }
+            }
+            FromAgent::Notification { method, .. } => {
+                tracing::debug!(method, "an ACP notification this host does not use")
+            }
+            FromAgent::Request { id, method, params } => match method.as_str() {
+                "session/request_permission" => self.on_permission(conn, id, &params),
+                "fs/read_text_file"
+                | "fs/write_text_file"
+                | "terminal/create"
+                | "terminal/output"
+                | "terminal/wait_for_exit"
+                | "terminal/kill"
+                | "terminal/release" => {
+                    let (folders, terminals, conn, cancel) = (
+                        self.inner.folders.clone(),
+                        self.inner.terminals.clone(),
+                        conn.clone(),
+                        self.inner.cancel.clone(),
+                    );
+                    self.inner.tracker.spawn(async move {
+                        let served = async {
+                            match method.as_str() {
+                                "fs/read_text_file" => folders.read_text_file(params).await,
+                                "fs/write_text_file" => folders.write_text_file(params).await,
+                                _ => terminals.handle(&method, params).await,
+                            }
+                        };
+                        tokio::select! {
+                            answer = served => {
+                                if let Err(e) = &answer {
+                                    tracing::info!(method, error = %e.message, "refused a client method");
+                                }
+                                conn.respond(id, answer);
+                            }
+                            _ = cancel.cancelled() => conn.respond(id, Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
+                        }
+                    });
+                }
+                other => {
+                    conn.respond(
+                        id,
+                        Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))),
+                    );
+                }
+            },
+        }
+    }
+
+    fn on_update(&self, generation: u64, update: &Value) {
+        let kind = update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default();
+        match kind {
+            "current_mode_update" => {
+                if let Some(id) = update.get("currentModeId").and_then(Value::as_str) {
+                    let mut offers = self.state().offers.clone();
+                    offers.mode_moved(id);
+                    self.learn(offers, false);
+                }
+            }
+            "config_option_update" => {
+                if let Some(list) = update.get("configOptions") {
+                    let mut offers = self.state().offers.clone();
+                    offers.options = crate::config::parse_options(list);
+                    self.learn(offers, false);
+                }
+            }
+            "available_commands_update" => {
+                let commands = update
+                    .get("availableCommands")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| {
+                        Some(protocol::SlashCommand {
+                            name: c.get("name")?.as_str()?.to_owned(),
+                            description: c.get("description").and_then(Value::as_str).map(str::to_owned),
+                        })
+                    })
+                    .collect();
+                self.inner.shared.learn_commands(commands);
+            }
+            _ => {
+                let mut state = self.state();
+                let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
+                if state.loading || !current {
+                    // The history session/load replays is the host's already.
+                    return;
+                }
+                let terminals = self.inner.terminals.clone();
+                let taken = match state.turn.as_mut() {
+                    Some(turn) => turn.update(update, &terminals),
+                    None => false,
+                };
+                if !taken {
+                    tracing::debug!(kind, "an ACP update outside a turn, or of a kind this host does not show");
+                }
+            }
+        }
+    }
+
+    fn on_permission(&self, conn: &Conn, id: Value, params: &Value) {
+        let options = permission_options(params.get("options").unwrap_or(&Value::Null));
+        let tool_call = params.get("toolCall").cloned().unwrap_or(Value::Null);
+        let mut state = self.state();
+        let running = state.running.is_some();
+        let asked = match state.turn.as_mut() {
+            Some(turn) if running => turn.ask(&tool_call, &options),
+            _ => None,
+        };
+        let Some(call_id) = asked else {
+            drop(state);
+            // Nobody is there to ask: the agent hears it was cancelled.
+            conn.respond(id, Ok(permission_answer(None)));
+            return;
+        };
+        if let Some(older) = state.parked.insert(call_id, Parked { conn: conn.clone(), id, options }) {
+            older.conn.respond(older.id, Ok(permission_answer(None)));
+        }
+    }
+
+    /// Runs handed turns one after another until the session closes.
+    async fn pump(&self) {
+        loop {
+            let next = {
+                let mut state = self.state();
+                match state.queue.pop_front() {
+                    Some(params) => {
+                        let abort = CancellationToken::new();
+                        state.running = Some(Running { abort: abort.clone() });
+                        Some((params, abort))
+                    }
+                    None => None,
+                }
+            };
+            match next {
+                Some((params, abort)) => {
+                    self.run_turn(params, abort).await;
+                    let mut state = self.state();
+                    state.running = None;
+                    state.turn = None;
+                }
+                None => tokio::select! {
+                    _ = self.inner.wake.notified() => {}
+                    _ = self.inner.cancel.cancelled() => return,
+                },
+            }
+        }
+    }
+
+    fn end_turn(&self, end: agent_runner::TurnEnd) {
+        let mut state = self.state();
+        let (cost, model) = (state.cost, state.offers.current_model());
+        if let Some(mut turn) = state.turn.take() {
+            state.cost = turn.finish(end, cost, model);
+        }
+    }
+
+    fn fail_turn(&self, kind: &str, sentence: String) {
+        if let Some(mut turn) = self.state().turn.take() {
+            turn.fail(kind, sentence);
+        }
+    }
+
+    async fn run_turn(&self, params: SendMessageParams, abort: CancellationToken) {
+        let writer = TurnWriter::new(self.inner.host.clone(), params.turn_id.clone());
+        self.state().turn = Some(TurnMap::new(self.provider(), writer));
+        let stopped = || abort.is_cancelled() || self.inner.cancel.is_cancelled();
+
+        let live = self.state().link.clone().filter(|l| !l.conn.is_ended());
+        let link = match live {
+            Some(link) => link,
+            None => {
+                let opened = tokio::select! {
+                    opened = self.connect(Opening::Restart) => opened,
+                    _ = abort.cancelled() => Err(String::new()),
+                    _ = self.inner.cancel.cancelled() => Err(String::new()),
+                };
+                if stopped() {
+                    self.end_turn(agent_runner::TurnEnd::Cancelled);
+                    return;
+                }
+                if let Err(sentence) = opened {
+                    self.fail_turn("agentUnavailable", sentence);
+                    return;
+                }
+                match self.state().link.clone() {
+                    Some(link) => link,
+                    None => {
+                        self.fail_turn(
+                            "agentUnavailable",
+                            format!("{}: the agent ended as it started", self.provider()),
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        if stopped() {
+            self.end_turn(agent_runner::TurnEnd::Cancelled);
+            return;
+        }
+        let (acp_id, prompt) = {
+            let mut state = self.state();
+            let first = std::mem::replace(&mut state.first_prompt, false);
+            (state.acp_id.clone().unwrap_or_default(), self.prompt_blocks(&params, first, &link.caps))
+        };
+        let asked = link.conn.request("session/prompt", json!({"sessionId": acp_id, "prompt": prompt}));
+        tokio::pin!(asked);
+        let answer = tokio::select! {
+            answer = &mut asked => Some(answer),
+            _ = abort.cancelled() => None,
+            _ = self.inner.cancel.cancelled() => None,
+        };
+        let answer = match answer {
+            Some(answer) => answer,
+            // Stopped: the agent was told (session/cancel) and answers `cancelled`; one that
+            // never does is not waited for for ever.
+            None => match tokio::time::timeout(CANCEL_GRACE, &mut asked).await {
+                Ok(answer) => answer,
+                Err(_) => Ok(json!({"stopReason": "cancelled"})),
+            },
+        };
+        match answer {
+            Ok(answer) => {
+                let reason = answer.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn");
+                let end =
+                    if stopped() { agent_runner::TurnEnd::Cancelled } else { stop_reason_end(self.provider(), reason) };
+                if let Some(turn) = self.state().turn.as_mut() {
+                    turn.response_usage(answer.get("usage"));
+                }
+                self.end_turn(end);
+            }
+            Err(_) if stopped() => self.end_turn(agent_runner::TurnEnd::Cancelled),
+            Err(CallError::Rpc(error)) if error.code == AUTH_REQUIRED => {
+                self.fail_turn("authRequired", self.sign_in_needed(&link.caps));
+            }
+            Err(CallError::Rpc(error)) => {
+                self.fail_turn(
+                    "agentError",
+                    format!("{}: the agent failed the turn: {}", self.provider(), error.message),
+                );
+            }
+            Err(CallError::Closed) => {
+                link.process.settle(Duration::from_secs(1)).await;
+                let sentence = link.process.with_tail(format!(
+                    "{}: {} {} in the middle of the turn; the next message starts it again",
+                    self.provider(),
+                    self.inner.shared.options.command_line(),
+                    crate::process::describe_status(link.process.status())
+                ));
+                {
+                    let mut state = self.state();
+                    if state.link.as_ref().is_some_and(|l| l.generation == link.generation) {
+                        state.link = None;
+                    }
+                    state.parked.clear();
+                }
+                self.fail_turn("agentExited", sentence);
+            }
+        }
+    }
+
+    /// The prompt's blocks: the session's instructions opening its first prompt (an ACP server
+    /// keeps its own system prompt), the turn's own instructions, the words, then attachments.
+    fn prompt_blocks(&self, params: &SendMessageParams, first: bool, caps: &Caps) -> Vec<Value> {
+        let mut blocks = Vec::new();
+        if first && !self.inner.instructions.is_empty() {
+            blocks.push(json!({"type": "text", "text": self.inner.instructions.join("\n\n")}));
+        }
+        if let Some(instructions) = params.instructions.as_ref().filter(|i| !i.trim().is_empty()) {
+            blocks.push(json!({"type": "text", "text": instructions}));
+        }
+        blocks.push(json!({"type": "text", "text": params.message.text}));
+        for attachment in params.message.attachments.iter().flatten() {
+            if let Some(block) = attachment_block(attachment, caps) {
+                blocks.push(block);
+            }
+        }
+        blocks
+    }
+
+    /// Stops everything: the turn, the questions, the agent, its terminals, every task.
+    async fn shut(&self) {
+        let (link, parked, acp_id, running) = {
+            let mut state = self.state();
+            state.queue.clear();
+            let parked: Vec<Parked> = state.parked.drain().map(|(_, p)| p).collect();
+            (state.link.take(), parked, state.acp_id.clone(), state.running.is_some())
+        };
+        for p in parked {
+            p.conn.respond(p.id, Ok(permission_answer(None)));
+        }
+        if let (Some(link), Some(acp_id), true) = (&link, &acp_id, running) {
+            link.conn.notify("session/cancel", json!({"sessionId": acp_id}));
+        }
+        self.inner.cancel.cancel();
+        if let Some(link) = link {
+            link.conn.close_stdin();
+            link.process.stop(EXIT_GRACE).await;
+            link.conn.end();
+        }
+        self.inner.terminals.kill_all();
+        self.inner.tracker.close();
+        if tokio::time::timeout(Duration::from_secs(5), self.inner.tracker.wait()).await.is_err() {
+            tracing::warn!(provider = self.provider(), "a task of this session did not stop in time");
+        }
+    }
+}
+
+/// The session's folder and the folders it may reach: its working directory (which must exist),
+/// or a folder of its own under the worker's data dir when it has none.
+fn folders_of(shared: &Shared, start: &Start) -> Result<(PathBuf, Vec<PathBuf>), AgentError> {
+    let cwd = match &start.working_directory {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if !dir.is_dir() {
+                return Err(AgentError::Refused(format!(
+                    "{}: the session's folder {} does not exist",
+                    shared.provider,
+                    dir.display()
+                )));
+            }
+            dir
+        }
+        None => {
+            let base = shared.data_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("ahpd-acp"));
+            let name: String = start
+                .conversation_id
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .collect();
+            let dir = base.join("sessions").join(name);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| AgentError::Failed(format!("{}: {}: {e}", shared.provider, dir.display())))?;
+            dir
+        }
+    };
+    let mut roots = vec![cwd.clone()];
+    roots.extend(start.additional_directories.iter().map(PathBuf::from));
+    Ok((cwd, roots))
+}
+
+/// The MCP servers handed to `session/new`: the deployment's, in ACP's shapes, then the session's
+/// own endpoint as `ahp`, where the agent takes servers over HTTP.
+fn mcp_servers(
+    provider: &str,
+    configured: Option<&BTreeMap<String, McpServer>>,
+    endpoint: Option<&ToolsEndpoint>,
+    http: bool,
+) -> Vec<Value> {
+    let pairs = |map: &BTreeMap<String, String>| -> Vec<Value> {
+        map.iter().map(|(name, value)| json!({"name": name, "value": value})).collect()
+    };
+    let mut servers = Vec::new();
+    for (name, server) in configured.into_iter().flatten() {
+        if name == "ahp" && endpoint.is_some() && http {
+            tracing::warn!(provider, "an MCP server named ahp was left out: the name is the host tools'");
+            continue;
+        }
+        match server {
+            McpServer::Stdio { command, args, cwd, env } => {
+                if cwd.is_some() {
+                    tracing::info!(
+                        provider,
+                        server = name,
+                        "ACP carries no cwd for a stdio MCP server; it starts where the agent does"
+                    );
+                }
+                servers.push(json!({"name": name, "command": command, "args": args, "env": pairs(env)}));
+            }
+            McpServer::Http { url, headers } if http => {
+                servers.push(json!({"type": "http", "name": name, "url": url, "headers": pairs(headers)}));
+            }
+            McpServer::Http { .. } => {
+                tracing::info!(
+                    provider,
+                    server = name,
+                    "this ACP server takes no MCP server over HTTP, so it was left out"
+                );
+            }
+        }
+    }
+    match endpoint {
+        Some(endpoint) if http => servers.push(json!({
+            "type": "http",
+            "name": "ahp",
+            "url": endpoint.url,
+            "headers": [{"name": "Authorization", "value": format!("Bearer {}", endpoint.token)}],
+        })),
+        Some(_) => tracing::info!(
+            provider,
+            "ahp: this ACP server takes no MCP server over HTTP, so the host tools were left out"
+        ),
+        None => {}
+    }
+    servers
+}
+
+/// An attachment as a prompt block the agent takes, or none.
+fn attachment_block(attachment: &MessageAttachment, caps: &Caps) -> Option<Value> {
+    match attachment {
+        MessageAttachment::Resource(resource) => {
+            let mut block = json!({"type": "resource_link", "uri": resource.uri, "name": resource.label});
+            if let Some(kind) = &resource.content_type {
+                block["mimeType"] = json!(kind);
+            }
+            Some(block)
+        }
+        MessageAttachment::EmbeddedResource(embedded) => {
+            if embedded.content_type.starts_with("image/") && caps.image {
+                return Some(json!({"type": "image", "data": embedded.data, "mimeType": embedded.content_type}));
+            }
+            if caps.embedded_context {
+                return Some(json!({"type": "resource", "resource": {
+                    "uri": format!("attachment:{}", embedded.label), "blob": embedded.data, "mimeType": embedded.content_type,
+                }}));
+            }
+            tracing::info!(label = embedded.label, "an attachment this agent cannot take was left out of the prompt");
+            None
+        }
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Session for AcpSession {
+    fn conversation_id(&self) -> Option<String> {
+        self.state().acp_id.clone()
+    }
+
+    fn models(&self) -> Option<Vec<SessionModelInfo>> {
+        let models = self.state().offers.models(self.provider());
+        (!models.is_empty()).then_some(models)
+    }
+
+    async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
+        if self.inner.cancel.is_cancelled() {
+            return Err(AgentError::Failed(format!("{}: the session is closed", self.provider())));
+        }
+        self.state().queue.push_back(params);
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
+    async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
+        let (ask, link) = {
+            let state = self.state();
+            let ask = state.offers.ask_model(self.provider(), &model.id).map_err(AgentError::Refused)?;
+            (ask, state.link.clone().filter(|l| !l.conn.is_ended()))
+        };
+        match link {
+            Some(link) => self.ask(&link, &ask).await.map_err(|why| {
+                AgentError::Refused(format!("{}: the agent would not take model {}: {why}", self.provider(), model.id))
+            }),
+            None => {
+                self.state().wanted.model = Some(model.id);
+                Ok(())
+            }
+        }
+    }
+
+    async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
+        let (parked, cancel) = {
+            let mut state = self.state();
+            state.queue.clear();
+            let parked: Vec<Parked> = state.parked.drain().map(|(_, p)| p).collect();
+            let cancel = state.running.as_ref().map(|r| {
+                let target = state.link.as_ref().zip(state.acp_id.as_ref()).map(|(l, id)| (l.conn.clone(), id.clone()));
+                (r.abort.clone(), target)
+            });
+            (parked, cancel)
+        };
+        // The questions are answered `cancelled` first, then the turn is cancelled, as ACP asks.
+        for p in parked {
+            p.conn.respond(p.id, Ok(permission_answer(None)));
+        }
+        if let Some((abort, target)) = cancel {
+            if let Some((conn, acp_id)) = target {
+                conn.notify("session/cancel", json!({"sessionId": acp_id}));
+            }
+            abort.cancel();
+        }
+        Ok(())
+    }
+
+    async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
+        let Some(parked) = self.state().parked.remove(&params.tool_call_id) else {
+            return Ok(false);
+        };
+        let option = chosen_option(&parked.options, params.approved, params.option_id.as_deref());
+        parked.conn.respond(parked.id, Ok(permission_answer(option)));
+        Ok(true)
+    }
+
+    async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
+        let (ask, link) = {
+            let state = self.state();
+            (state.offers.ask(&key, &value), state.link.clone().filter(|l| !l.conn.is_ended()))
+        };
+        let ask = match ask {
+            Ok(Some(ask)) => ask,
+            Ok(None) => return Ok(not_writable(&key)),
+            Err(_) => return Ok(not_offered(&key, &value)),
+        };
+        // Held before the request goes out, so the agent's own update echoing it is not news.
+        let before = self.state().values.insert(key.clone(), value.clone());
+        let Some(link) = link else {
+            self.state().wanted.config.insert(key, value);
+            return Ok(accepted());
+        };
+        match self.ask(&link, &ask).await {
+            Ok(()) => Ok(accepted()),
+            Err(why) => {
+                let mut state = self.state();
+                match before {
+                    Some(before) => state.values.insert(key.clone(), before),
+                    None => state.values.remove(&key),
+                };
+                Ok(SetConfigResult {
+                    accepted: false,
+                    refusal: Some(format!("{}: {key} was not set: {why}", self.provider())),
+                })
+            }
+        }
+    }
+
+    async fn settings(&self) -> JsonObject {
+        self.state().values.clone()
+    }
+
+    async fn close(&self) {
+        self.shut().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_servers_take_acp_shapes_and_the_endpoint_needs_http() {
+        let mut configured = BTreeMap::new();
+        configured.insert(
+            "files".to_owned(),
+            McpServer::Stdio {
+                command: "srv".into(),
+                args: vec!["/x".into()],
+                cwd: Some("/srv".into()),
+                env: [("T".to_owned(), "1".to_owned())].into_iter().collect(),
+            },
+        );
+        configured.insert(
+            "issues".to_owned(),
+            McpServer::Http {
+                url: "http://i".into(),
+                headers: [("H".to_owned(), "v".to_owned())].into_iter().collect(),
+            },
+        );
+        let endpoint = ToolsEndpoint { url: "http://127.0.0.1:1/ahp-mcp/x".into(), token: "tok".into() };
+        let with_http = mcp_servers("p", Some(&configured), Some(&endpoint), true);
+        assert_eq!(
+            with_http,
+            vec![
+                json!({"name": "files", "command": "srv", "args": ["/x"], "env": [{"name": "T", "value": "1"}]}),
+                json!({"type": "http", "name": "issues", "url": "http://i", "headers": [{"name": "H", "value": "v"}]}),
+                json!({"type": "http", "name": "ahp", "url": "http://127.0.0.1:1/ahp-mcp/x",
+                       "headers": [{"name": "Authorization", "value": "Bearer tok"}]}),
+            ]
+        );
+        let without_http = mcp_servers("p", Some(&configured), Some(&endpoint), false);
+        assert_eq!(without_http.len(), 1);
+        assert_eq!(without_http[0]["name"], "files");
+    }
+}
