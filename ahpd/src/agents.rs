@@ -11,7 +11,10 @@ use serde_json::Value;
 use crate::supervisor::{Launch, WorkerSpec};
 
 /// Backend kinds this build can run as workers.
-pub const BUILT_IN_KINDS: &[&str] = &["echo", "notes"];
+pub const BUILT_IN_KINDS: &[&str] = &["echo", "notes", "acp"];
+
+/// Kinds that run in the daemon's own process when an entry asks (`inProcess`).
+pub const IN_PROCESS_KINDS: &[&str] = &["echo", "notes"];
 
 /// CLIs that, when found on the PATH, become agents without any configuration: (program,
 /// provider, kind). Only kinds this build can run are listed.
@@ -93,7 +96,11 @@ fn configured(provider: &str, entry: &Value, exe: &Path, data_dir: &Path, handsh
         .unwrap_or_default();
     let command = entry.get("command").and_then(Value::as_str).map(str::to_owned);
     let in_process =
-        entry.get("inProcess").and_then(Value::as_bool).unwrap_or(false) && BUILT_IN_KINDS.contains(&kind.as_str());
+        entry.get("inProcess").and_then(Value::as_bool).unwrap_or(false) && IN_PROCESS_KINDS.contains(&kind.as_str());
+    // An ACP entry may name its preset beside its kind: `{ "kind": "acp", "preset": "gemini" }`.
+    if let Some(preset) = entry.get("preset") {
+        options.entry("preset").or_insert(preset.clone());
+    }
     let launch = if kind == "command" {
         Launch::Exec { program: PathBuf::from(command.unwrap_or_default()), args, env }
     } else if in_process {

@@ -4,7 +4,11 @@ use std::process::ExitCode;
 
 /// Runs the worker for `kind`, or says which kinds exist.
 pub fn run(kind: &str) -> ExitCode {
-    match agent_runner::builtin_factory(kind) {
+    let factory = match kind {
+        "acp" => Some(agent_acp::factory()),
+        other => agent_runner::builtin_factory(other),
+    };
+    match factory {
         Some(factory) => agent_runner::run_stdio_worker(factory),
         None => {
             eprintln!(

@@ -3,9 +3,8 @@
 //! client, every action folded through the official reducers and checked against the host's
 //! snapshots.
 //!
-//! The providers are config entries of kind `command` running `ahpd-acp-worker` (the `acp`
-//! backend as a stand-alone worker) until `ahpd worker acp` runs it built in. The adapter is
-//! installed by `scripts/deps/acp.sh` (run by `scripts/test`).
+//! The providers are config entries of kind `acp` (the daemon runs `ahpd worker acp`). The adapter
+//! is installed by `scripts/deps/acp.sh` (run by `scripts/test`).
 
 use std::path::{Path, PathBuf};
 
@@ -17,18 +16,6 @@ use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A binary of this workspace: `target/debug/<name>`, built by `scripts/test`.
-fn workspace_bin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
-    let bin = target.join("debug").join(name);
-    assert!(
-        bin.exists(),
-        "{} does not exist: run scripts/test (or `cargo build --workspace --bins`) first",
-        bin.display()
-    );
-    bin
 }
 
 /// The installed claude-agent-acp: `$AHPD_CLAUDE_AGENT_ACP_BIN`, else under `$AHPD_TEST_CACHE`.
@@ -64,12 +51,11 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
         mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
     adapter_env.insert("HOME".into(), json!(adapter_home.path().display().to_string()));
     adapter_env.insert("IS_SANDBOX".into(), json!("1"));
-    let worker = workspace_bin("ahpd-acp-worker").display().to_string();
     let fake = repo().join("agent-acp/tests/fixtures/fake_acp_agent.py").display().to_string();
     let config = json!({ "agents": {
-        "claude-acp": { "kind": "command", "command": worker, "displayName": "Claude (ACP)",
+        "claude-acp": { "kind": "acp", "displayName": "Claude (ACP)",
                         "options": { "command": claude_agent_acp().display().to_string(), "env": adapter_env } },
-        "scripted": { "kind": "command", "command": worker, "displayName": "Scripted ACP",
+        "scripted": { "kind": "acp", "displayName": "Scripted ACP",
                       "options": { "command": "python3", "args": [fake] } },
     }});
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;

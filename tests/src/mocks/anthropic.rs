@@ -202,7 +202,11 @@ impl MockAnthropic {
     }
 
     /// Waits until a request matching `predicate` has arrived (or `within` passed), answering it.
-    pub async fn wait_for(&self, within: Duration, predicate: impl Fn(&RecordedRequest) -> bool) -> Option<RecordedRequest> {
+    pub async fn wait_for(
+        &self,
+        within: Duration,
+        predicate: impl Fn(&RecordedRequest) -> bool,
+    ) -> Option<RecordedRequest> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let arrived = self.shared.arrived.notified();
@@ -536,9 +540,12 @@ mod tests {
 
     #[test]
     fn calls_an_offered_tool_with_its_args() {
-        let plan = plan_reply(&body(json!([{"role": "user", "content": "go TOOL:mcp__host__list_sessions ARGS:{\"a\": 1}"}])));
+        let plan =
+            plan_reply(&body(json!([{"role": "user", "content": "go TOOL:mcp__host__list_sessions ARGS:{\"a\": 1}"}])));
         assert_eq!(plan.stop_reason, "tool_use");
-        assert!(matches!(&plan.blocks[1], Block::ToolUse { name, input, .. } if name == "mcp__host__list_sessions" && input == &json!({"a": 1})));
+        assert!(
+            matches!(&plan.blocks[1], Block::ToolUse { name, input, .. } if name == "mcp__host__list_sessions" && input == &json!({"a": 1}))
+        );
         let not_offered = plan_reply(&body(json!([{"role": "user", "content": "TOOL:Nope"}])));
         assert_eq!(not_offered.stop_reason, "end_turn");
     }
@@ -571,10 +578,20 @@ mod tests {
     async fn records_requests_and_answers_json_and_sse() {
         let mock = MockAnthropic::start().await.expect("mock");
         let client = SimpleHttp(mock.addr);
-        let (status, text) = client.post("/v1/messages?beta=true", &json!({"model": "m", "messages": [{"role": "user", "content": "REPLY:pong"}]})).await;
+        let (status, text) = client
+            .post(
+                "/v1/messages?beta=true",
+                &json!({"model": "m", "messages": [{"role": "user", "content": "REPLY:pong"}]}),
+            )
+            .await;
         assert_eq!(status, 200);
         assert!(text.contains("pong"), "{text}");
-        let (_, sse) = client.post("/v1/messages", &json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await;
+        let (_, sse) = client
+            .post(
+                "/v1/messages",
+                &json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .await;
         assert!(sse.contains("event: message_stop"), "{sse}");
         let requests = mock.requests();
         assert_eq!(requests.len(), 2);
