@@ -1,0 +1,48 @@
+//! The store reads files older versions wrote: a version-1 file, built from the checked-in SQL an
+//! ahpd 0.1.0 store holds, opens, lists, loads whole, and has its interrupted turn at hand.
+
+use ahpd::store::{Store, SCHEMA_VERSION};
+
+fn version_one_store(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("sessions.db");
+    let conn = rusqlite::Connection::open(&path).expect("create");
+    conn.execute_batch(include_str!("fixtures/store-v1.sql")).expect("the fixture loads");
+    drop(conn);
+    path
+}
+
+#[test]
+fn a_version_one_store_opens_and_reads_whole() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = version_one_store(dir.path());
+    let store = Store::open(&path).expect("a version-1 store opens");
+    assert_eq!(store.version().expect("version"), SCHEMA_VERSION);
+    assert_eq!(store.count().expect("count"), 1);
+
+    let page = store.page(None, 10).expect("page");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0]["title"], "An old session");
+
+    let loaded = store.load_session("ahp-session:/old-1").expect("load").expect("present");
+    assert_eq!(loaded.record.config["voice"], "whisper");
+    assert_eq!(loaded.record.depth, 0, "a field version 1 did not write takes its default");
+    assert_eq!(loaded.chats.len(), 2);
+    let (first, turns) = &loaded.chats[0];
+    assert!(first.started_in_backend);
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[1].transcript_id.as_deref(), Some("abc"));
+    assert!(loaded.chats[1].0.queued.is_empty());
+
+    let interrupted = store.interrupted().expect("interrupted");
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(interrupted[0].0, "ahp-chat:/old-1");
+}
+
+#[test]
+fn a_store_from_a_newer_ahpd_is_refused_with_a_sentence() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = version_one_store(dir.path());
+    rusqlite::Connection::open(&path).expect("open").execute_batch("PRAGMA user_version = 99;").expect("bump");
+    let err = Store::open(&path).err().expect("refused");
+    assert!(err.to_string().contains("written by a newer ahpd"), "{err}");
+}
