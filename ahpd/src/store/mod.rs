@@ -203,20 +203,25 @@ impl Store {
         Ok(())
     }
 
-    /// Records a turn that ended, and forgets its checkpoint, in one transaction.
-    pub fn save_turn(&mut self, chat: &str, position: i64, turn: &TurnRecord) -> Result<(), StoreError> {
+    /// Records a turn that ended, and forgets its checkpoint, atomically (a savepoint, so it also
+    /// nests inside a larger transaction).
+    pub fn save_turn(&self, chat: &str, position: i64, turn: &TurnRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(turn)?;
-        let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|source| StoreError::Sql { path: path.clone(), source })?;
-        let result = tx
+        self.sql(self.conn.execute_batch("SAVEPOINT save_turn"))?;
+        let result = self
+            .conn
             .execute(
                 "INSERT OR REPLACE INTO turns (chat, position, turn_id, record) VALUES (?1, ?2, ?3, ?4)",
                 params![chat, position, turn.turn.id, json],
             )
-            .and_then(|_| tx.execute("DELETE FROM running WHERE chat = ?1", [chat]))
-            .and_then(|_| tx.commit());
-        result.map_err(|source| StoreError::Sql { path, source })?;
-        Ok(())
+            .and_then(|_| self.conn.execute("DELETE FROM running WHERE chat = ?1", [chat]));
+        match result {
+            Ok(_) => self.sql(self.conn.execute_batch("RELEASE save_turn")),
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK TO save_turn; RELEASE save_turn");
+                self.sql(Err(e))
+            }
+        }
     }
 
     /// Keeps the running turn's state so far, to end it as failed after a crash.
