@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use ahp_types::state::{Turn, TurnState};
+use ahp_types::state::Turn;
 use protocol::{At, Listed};
 use serde_json::{json, Value};
 
@@ -358,7 +358,7 @@ fn read_user(turn: &mut Reading, entry: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ahp_types::state::{ResponsePart, ToolCallState};
+    use ahp_types::state::{ResponsePart, ToolCallState, TurnState};
 
     fn entries() -> Vec<Value> {
         vec![
