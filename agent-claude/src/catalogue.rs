@@ -342,10 +342,8 @@ fn read_user(turn: &mut Reading, entry: &Value) {
                         call["error"] = json!(text);
                     }
                 }
-                Some("text") => {
-                    if block["text"].as_str().is_some_and(|t| t.starts_with("[Request interrupted by user")) {
-                        turn.cancelled = true;
-                    }
+                Some("text") if block["text"].as_str().is_some_and(|t| t.starts_with("[Request interrupted by user")) => {
+                    turn.cancelled = true;
                 }
                 _ => {}
             }

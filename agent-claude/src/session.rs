@@ -324,7 +324,18 @@ impl Core {
             (launch, state.generation)
         };
         let (cli, events) = Cli::spawn(&launch).map_err(|e| e.to_string())?;
-        lock(&self.state).live = Some(Live { cli: cli.clone(), generation, stale: false, lifecycle: false });
+        let closed = {
+            let mut state = lock(&self.state);
+            if !state.closed {
+                state.live = Some(Live { cli: cli.clone(), generation, stale: false, lifecycle: false });
+            }
+            state.closed
+        };
+        if closed {
+            // Closed while it started: it must not outlive the session.
+            cli.kill().await;
+            return Err("The conversation was closed.".to_owned());
+        }
         let reader = self.clone();
         self.tasks.spawn(async move { reader.read(generation, events).await });
         let init = json!({"subtype": "initialize", "hooks": null, "sdkMcpServers": [HOST_SERVER, CLIENT_SERVER]});
@@ -641,7 +652,13 @@ impl Core {
                 Some(turn) if turn.phase == Phase::Sent => {
                     turn.mapper.writer().cancelled();
                     turn.phase = Phase::Draining;
-                    live.filter(|(_, g)| *g == turn.generation)
+                    let target = live.filter(|(_, g)| *g == turn.generation);
+                    if target.is_none() {
+                        // Its process is gone already: nothing will drain.
+                        state.turn = None;
+                        self.wake.notify_one();
+                    }
+                    target
                 }
                 _ => None,
             }

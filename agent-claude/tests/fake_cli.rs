@@ -110,6 +110,11 @@ async fn one_process_serves_the_turns_and_each_records_its_prompt() {
     assert_eq!(first.recorded.len(), 1, "{:?}", first.recorded);
     assert_eq!(first.recorded[0].0, "t1");
     assert_ne!(first.recorded[0].1, second.recorded[0].1);
+
+    // Closing the chat stops its process (and reaps it).
+    let pid = first.text().trim_start_matches("pid: ").to_owned();
+    parent.peer().request_value(protocol::methods::parent::CLOSE, json!({"chat": chat})).await.expect("close");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the CLI {pid} outlived its chat");
 }
 
 #[tokio::test]

@@ -239,21 +239,28 @@ async fn host_and_client_tools_reach_the_model_through_the_in_process_servers() 
     let mut w = Real::new("mcp").await;
     let chat = "ahp-chat:/mcp";
     let mut start = w.start(chat);
-    start.tools = vec![tool_spec("list_sessions", None, Some("List sessions")), tool_spec("c1__openFile", Some("c1"), Some("openFile"))];
+    start.tools = vec![tool_spec("list_sessions", None, Some("List sessions"))];
     w.parent.create(start).await.expect("create");
 
     let ran = run_turn(&mut w.parent, chat, "t1", "which sessions? TOOL:mcp__host__list_sessions ARGS:{}").await;
     assert_eq!(ran.turn.state, TurnState::Complete);
     assert!(ran.text().contains("Tool result received: SESSIONS: alpha, beta"), "the model got the host's answer: {}", ran.text());
     let offered = w.mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
-    assert!(offered.contains(&"mcp__host__list_sessions".to_owned()) && offered.contains(&"mcp__client__c1__openFile".to_owned()), "{offered:?}");
+    assert!(offered.contains(&"mcp__host__list_sessions".to_owned()), "{offered:?}");
     let call = w.calls.lock().expect("calls").first().cloned().expect("the host was asked to run it");
     assert_eq!((call.name.as_str(), call.turn_id.as_str()), ("list_sessions", "t1"));
     assert!(call.tool_call_id.starts_with("toolu_"), "the CLI's tool-use id: {}", call.tool_call_id);
     let [ToolCallState::Completed(done)] = &tool_calls(&ran.turn)[..] else { panic!("{:?}", tool_calls(&ran.turn)) };
     assert_eq!((done.tool_call_id.as_str(), done.tool_name.as_str(), done.success), (call.tool_call_id.as_str(), "list_sessions", true));
 
+    // A client joins with a tool of its own: the next turn offers it (on a process that resumed
+    // the conversation, since the CLI lists an in-process server's tools once).
+    let tools = vec![tool_spec("list_sessions", None, Some("List sessions")), tool_spec("c1__openFile", Some("c1"), Some("openFile"))];
+    w.parent.peer().request_value(parent::SET_TOOLS, json!({"chat": chat, "tools": tools})).await.expect("setTools");
     let ran = run_turn(&mut w.parent, chat, "t2", r#"open it TOOL:mcp__client__c1__openFile ARGS:{"path": "a.txt"}"#).await;
+    let request = w.mock.turn_requests().last().cloned().expect("asked");
+    assert!(request.tool_names().contains(&"mcp__client__c1__openFile".to_owned()), "{:?}", request.tool_names());
+    assert!(request.transcript_text().contains("SESSIONS: alpha, beta"), "the resumed process carried the first turn");
     assert_eq!(ran.turn.state, TurnState::Complete);
     assert!(ran.text().contains("Tool result received: opened it"), "{}", ran.text());
     let call = w.calls.lock().expect("calls").last().cloned().expect("the client's tool was run");
