@@ -379,3 +379,29 @@ async fn probe_lists_the_clis_models() {
     assert!(ids.contains(&"default") && ids.contains(&"haiku"), "{ids:?}");
     assert!(probe.commands.iter().any(|c| c.name == "compact"), "{:?}", probe.commands);
 }
+
+#[tokio::test]
+async fn the_deployments_mcp_servers_are_handed_over_but_not_a_stdio_one_started_elsewhere() {
+    use protocol::McpServer;
+    let w = Real::new("servers").await;
+    let chat = "ahp-chat:/servers";
+    let mut start = w.start(chat);
+    let server = |cwd: &std::path::Path| McpServer::Stdio {
+        command: "python3".into(),
+        args: vec![fake_bin().with_file_name("mcp_server.py").display().to_string()],
+        cwd: Some(cwd.display().to_string()),
+        env: Default::default(),
+    };
+    let elsewhere = TempDir::new("servers-elsewhere");
+    start.mcp_servers = Some([("files".to_owned(), server(w.work.path())), ("faraway".to_owned(), server(elsewhere.path()))].into_iter().collect());
+    let mut parent = w.parent;
+    parent.create(start).await.expect("create");
+
+    let ran = run_turn(&mut parent, chat, "t1", "hello").await;
+    assert_eq!(ran.turn.state, TurnState::Complete);
+    // The CLI connected the server in the session's folder and offers its tool (possibly behind
+    // its tool search); the one set to start elsewhere never reached it.
+    let body = w.mock.turn_requests().last().map(|r| r.body.to_string()).unwrap_or_default();
+    assert!(body.contains("mcp__files__echo"), "the files server's tool is known to the model");
+    assert!(!body.contains("faraway"), "the server started elsewhere was left out");
+}
