@@ -84,7 +84,8 @@ pub fn find(projects: &Path, id: &str, at: &At) -> Option<Listed> {
 /// A person's prompt in a `user` entry: its text, or `None` for tool results, meta entries and
 /// the CLI's own echoes.
 fn prompt_text(entry: &Value) -> Option<String> {
-    if entry["type"] != "user" || entry["isMeta"] == Value::Bool(true) || entry["isCompactSummary"] == Value::Bool(true) {
+    if entry["type"] != "user" || entry["isMeta"] == Value::Bool(true) || entry["isCompactSummary"] == Value::Bool(true)
+    {
         return None;
     }
     if entry["isSidechain"] == Value::Bool(true) {
@@ -97,7 +98,12 @@ fn prompt_text(entry: &Value) -> Option<String> {
             if blocks.iter().any(|b| b["type"] == "tool_result") {
                 return None;
             }
-            blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n")
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
         }
         _ => return None,
     };
@@ -129,7 +135,8 @@ fn summarize(file: &Path) -> Option<Listed> {
         .map(str::to_owned)
         .unwrap_or_else(|| title_from(&first_prompt));
     let stamps: Vec<&str> = entries.iter().filter_map(|e| e["timestamp"].as_str()).collect();
-    let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok().and_then(|t| jiff::Timestamp::try_from(t).ok());
+    let modified =
+        std::fs::metadata(file).and_then(|m| m.modified()).ok().and_then(|t| jiff::Timestamp::try_from(t).ok());
     let created_at = stamps.first().map(|s| (*s).to_owned()).or_else(|| modified.map(|t| t.to_string()))?;
     let modified_at = stamps.last().map(|s| (*s).to_owned()).unwrap_or_else(|| created_at.clone());
     let cwd = entries.iter().find_map(|e| e["cwd"].as_str());
@@ -217,7 +224,9 @@ impl Reading {
 
 fn strip_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, strip_nulls(v))).collect())
+        }
         Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
         other => other,
     }
@@ -326,12 +335,15 @@ fn read_user(turn: &mut Reading, entry: &Value) {
         for block in blocks {
             match block["type"].as_str() {
                 Some("tool_result") => {
-                    let Some(index) = block["tool_use_id"].as_str().and_then(|id| turn.calls.get(id)).copied() else { continue };
+                    let Some(index) = block["tool_use_id"].as_str().and_then(|id| turn.calls.get(id)).copied() else {
+                        continue;
+                    };
                     let success = block["is_error"] != Value::Bool(true);
                     let text = tools::result_text(&block["content"]);
                     let call = &mut turn.parts[index]["toolCall"];
                     let named = name_call(call["toolName"].as_str().unwrap_or(""), &[]);
-                    let input: Value = call["toolInput"].as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or(Value::Null);
+                    let input: Value =
+                        call["toolInput"].as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or(Value::Null);
                     call["status"] = json!("completed");
                     call["success"] = json!(success);
                     call["pastTenseMessage"] = json!(tools::past_tense_message(&named, &input, success));
@@ -342,7 +354,9 @@ fn read_user(turn: &mut Reading, entry: &Value) {
                         call["error"] = json!(text);
                     }
                 }
-                Some("text") if block["text"].as_str().is_some_and(|t| t.starts_with("[Request interrupted by user")) => {
+                Some("text")
+                    if block["text"].as_str().is_some_and(|t| t.starts_with("[Request interrupted by user")) =>
+                {
                     turn.cancelled = true;
                 }
                 _ => {}
@@ -403,13 +417,17 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let lines: Vec<String> = entries().iter().map(Value::to_string).collect();
         std::fs::write(dir.join("11111111-2222-3333-4444-555555555555.jsonl"), lines.join("\n")).expect("write");
-        std::fs::write(dir.join("22222222-2222-3333-4444-555555555555.jsonl"), "{\"type\":\"queue-operation\"}\n").expect("write");
+        std::fs::write(dir.join("22222222-2222-3333-4444-555555555555.jsonl"), "{\"type\":\"queue-operation\"}\n")
+            .expect("write");
         let rows = list(&root);
         assert_eq!(rows.len(), 1, "a file without a prompt is not a session: {rows:?}");
         assert_eq!(rows[0].title, "run it");
         assert_eq!(rows[0].working_directories, vec!["file:///w".to_owned()]);
         let at = At { working_directory: Some("/w".into()) };
-        assert_eq!(find(&root, "11111111-2222-3333-4444-555555555555", &at).map(|r| r.id), Some("11111111-2222-3333-4444-555555555555".into()));
+        assert_eq!(
+            find(&root, "11111111-2222-3333-4444-555555555555", &at).map(|r| r.id),
+            Some("11111111-2222-3333-4444-555555555555".into())
+        );
         assert!(find(&root, "../etc", &At::default()).is_none());
         assert_eq!(transcript(&root, "11111111-2222-3333-4444-555555555555", &At::default()).map(|t| t.len()), Some(2));
         assert!(transcript(&root, "33333333-2222-3333-4444-555555555555", &At::default()).is_none());

@@ -35,7 +35,10 @@ use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo, Turn};
 use async_trait::async_trait;
-use protocol::{AgentDescriptor, AgentFeatures, At, InitializeParams, Listed, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
+use protocol::{
+    AgentDescriptor, AgentFeatures, At, InitializeParams, Listed, Policy, ProbeResult, SchemaResult, SlashCommand,
+    Start,
+};
 use serde_json::{json, Value};
 
 use crate::options::ClaudeOptions;
@@ -74,12 +77,24 @@ impl Claude {
     fn projects(&self) -> Option<PathBuf> {
         self.options.projects_dir()
     }
+
+    /// True when Claude's files hold conversation `id` (or where they are is unknown).
+    fn has_record(&self, id: &str, working_directory: &str) -> bool {
+        match self.projects() {
+            Some(projects) => {
+                let at = At { working_directory: Some(working_directory.to_owned()) };
+                catalogue::locate(&projects, id, &at).is_some()
+            }
+            None => true,
+        }
+    }
 }
 
 fn schema(policy: &Policy) -> SchemaResult {
     // A window whose policy restricts elevated auto-approval is not offered "bypass".
     let restricted = policy.auto_approve_policy_restricted == Some(true);
-    let offered: Vec<usize> = (0..PERMISSION_MODES.len()).filter(|&i| !(restricted && PERMISSION_MODES[i] == "bypassPermissions")).collect();
+    let offered: Vec<usize> =
+        (0..PERMISSION_MODES.len()).filter(|&i| !(restricted && PERMISSION_MODES[i] == "bypassPermissions")).collect();
     let mode = SessionConfigPropertySchema {
         r#type: "string".into(),
         title: "Permissions".into(),
@@ -101,7 +116,11 @@ fn schema(policy: &Policy) -> SchemaResult {
     let mut defaults = JsonObject::new();
     defaults.insert(PERMISSION_MODE_KEY.into(), json!("default"));
     SchemaResult {
-        schema: SessionConfigSchema { r#type: "object".into(), properties: [(PERMISSION_MODE_KEY.to_owned(), mode)].into_iter().collect(), required: None },
+        schema: SessionConfigSchema {
+            r#type: "object".into(),
+            properties: [(PERMISSION_MODE_KEY.to_owned(), mode)].into_iter().collect(),
+            required: None,
+        },
         defaults,
     }
 }
@@ -205,20 +224,35 @@ impl Agent for Claude {
             None => std::env::current_dir().map_err(|e| AgentError::Failed(format!("no working directory: {e}")))?,
         };
         if !cwd.is_dir() {
-            return Err(AgentError::Refused(format!("{} could not be started in {}, which does not exist", self.options.command, cwd.display())));
+            return Err(AgentError::Refused(format!(
+                "{} could not be started in {}, which does not exist",
+                self.options.command,
+                cwd.display()
+            )));
         }
         let working = cwd.display().to_string();
-        let instructions: Vec<&str> = start.instructions.iter().map(String::as_str).filter(|s| !s.trim().is_empty()).collect();
+        let instructions: Vec<&str> =
+            start.instructions.iter().map(String::as_str).filter(|s| !s.trim().is_empty()).collect();
         let spec = SessionSpec {
             command: self.options.command.clone(),
             extra_args: self.options.args.clone(),
             env: self.options.env.clone(),
             session_id,
             cwd,
-            additional_directories: start.additional_directories.iter().map(|d| as_path(d).display().to_string()).collect(),
+            additional_directories: start
+                .additional_directories
+                .iter()
+                .map(|d| as_path(d).display().to_string())
+                .collect(),
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
         };
+        // The host resumes every conversation it created once, turn or no turn; the CLI can only
+        // resume one it wrote down.
+        let resume = start.resume && self.has_record(&spec.session_id, &working);
+        if start.resume && !resume {
+            tracing::info!(session = %spec.session_id, "Claude Code has no record of this conversation yet; starting it");
+        }
         let permission_mode = start
             .settings
             .get(PERMISSION_MODE_KEY)
@@ -227,7 +261,7 @@ impl Agent for Claude {
             .unwrap_or("default")
             .to_owned();
         let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");
-        let initial = Initial { resume: start.resume, model, permission_mode, tools: start.tools };
+        let initial = Initial { resume, model, permission_mode, tools: start.tools };
         Ok(Arc::new(ClaudeSession::start(host, spec, initial)))
     }
 }
@@ -267,7 +301,10 @@ pub fn probe_result(answer: &Value) -> ProbeResult {
         .unwrap_or_default()
         .iter()
         .filter_map(|c| {
-            Some(SlashCommand { name: c["name"].as_str()?.to_owned(), description: c["description"].as_str().map(str::to_owned) })
+            Some(SlashCommand {
+                name: c["name"].as_str()?.to_owned(),
+                description: c["description"].as_str().map(str::to_owned),
+            })
         })
         .collect();
     ProbeResult { models, commands, account: None }

@@ -269,7 +269,8 @@ impl TurnMapper {
 
     /// The host (or a client) ran the call: complete it from the outcome.
     pub fn complete_from_outcome(&mut self, id: &str, outcome: &ToolOutcome) {
-        let text = if outcome.text.is_empty() { outcome.error.clone().unwrap_or_default() } else { outcome.text.clone() };
+        let text =
+            if outcome.text.is_empty() { outcome.error.clone().unwrap_or_default() } else { outcome.text.clone() };
         self.complete(id, outcome.success, text, outcome.past_tense_message.clone());
     }
 
@@ -280,7 +281,8 @@ impl TurnMapper {
 
     fn usage(&self, result: &Value) -> UsageInfo {
         let usage = &result["usage"];
-        let model = result["modelUsage"].as_object().and_then(|m| m.keys().next().cloned()).or_else(|| self.model.clone());
+        let model =
+            result["modelUsage"].as_object().and_then(|m| m.keys().next().cloned()).or_else(|| self.model.clone());
         let meta = result["total_cost_usd"].as_f64().map(|cost| {
             let mut meta = serde_json::Map::new();
             meta.insert("ahpd.cost".into(), json!({"amount": cost, "currency": "USD"}));
@@ -396,10 +398,12 @@ mod tests {
 
     #[test]
     fn errors_end_the_turn_with_the_clis_words() {
-        let end = ending(&json!({"type": "result", "subtype": "success", "is_error": true, "result": "API Error: 400 boom"}));
+        let end =
+            ending(&json!({"type": "result", "subtype": "success", "is_error": true, "result": "API Error: 400 boom"}));
         let TurnEnd::Error(e) = end else { panic!("an error") };
         assert_eq!(e.message, "API Error: 400 boom");
-        let end = ending(&json!({"type": "result", "subtype": "error_max_turns", "is_error": true, "errors": ["too many"]}));
+        let end =
+            ending(&json!({"type": "result", "subtype": "error_max_turns", "is_error": true, "errors": ["too many"]}));
         let TurnEnd::Error(e) = end else { panic!("an error") };
         assert_eq!((e.error_type.as_str(), e.message.as_str()), ("error_max_turns", "too many"));
         assert_eq!(ending(&json!({"subtype": "success", "is_error": false})), TurnEnd::Complete);

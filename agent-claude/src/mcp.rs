@@ -70,7 +70,9 @@ pub fn handle(server: &str, message: &Value, tools: &[ToolSpec]) -> McpReply {
         }
         "resources/list" => ok(json!({"resources": []})),
         "prompts/list" => ok(json!({"prompts": []})),
-        other => McpReply::Now(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("{server} does not answer {other}")}})),
+        other => McpReply::Now(
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("{server} does not answer {other}")}}),
+        ),
     }
 }
 
@@ -82,7 +84,11 @@ fn tool_entry(spec: &ToolSpec) -> Value {
         entry.insert("title".into(), json!(title));
     }
     entry.insert("description".into(), json!(definition.description.clone().unwrap_or_default()));
-    let schema = definition.input_schema.clone().filter(Value::is_object).unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let schema = definition
+        .input_schema
+        .clone()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
     entry.insert("inputSchema".into(), schema);
     if let Some(annotations) = &definition.annotations {
         if let Ok(value) = serde_json::to_value(annotations) {
@@ -109,7 +115,10 @@ pub fn call_result(id: &Value, outcome: &ToolOutcome) -> Value {
 /// The `--mcp-config` the CLI is started with: the two in-process servers, then the
 /// deployment's own. A stdio server whose `cwd` is not the session's folder is left out (the CLI
 /// starts stdio servers in the session's folder) and logged.
-pub fn config(servers: Option<&std::collections::BTreeMap<String, McpServer>>, working_directory: Option<&str>) -> Value {
+pub fn config(
+    servers: Option<&std::collections::BTreeMap<String, McpServer>>,
+    working_directory: Option<&str>,
+) -> Value {
     let mut all = Map::new();
     for name in [HOST_SERVER, CLIENT_SERVER] {
         all.insert(name.into(), json!({"type": "sdk", "name": name, "alwaysLoad": true}));
@@ -163,13 +172,16 @@ mod tests {
     #[test]
     fn each_server_lists_its_own_tools() {
         let tools = vec![spec("list_sessions", None), spec("c1__openFile", Some("c1"))];
-        let McpReply::Now(host) = handle("host", &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), &tools) else {
+        let McpReply::Now(host) = handle("host", &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), &tools)
+        else {
             panic!("an answer")
         };
         assert_eq!(host["result"]["tools"][0]["name"], "list_sessions");
         assert_eq!(host["result"]["tools"][0]["_meta"]["anthropic/alwaysLoad"], true);
         assert_eq!(host["result"]["tools"].as_array().map(Vec::len), Some(1));
-        let McpReply::Now(client) = handle("client", &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}), &tools) else {
+        let McpReply::Now(client) =
+            handle("client", &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}), &tools)
+        else {
             panic!("an answer")
         };
         assert_eq!(client["result"]["tools"][0]["name"], "c1__openFile");
@@ -182,7 +194,12 @@ mod tests {
         let reply = handle("host", &message, &[]);
         assert_eq!(
             reply,
-            McpReply::Call { id: json!(3), name: "list_sessions".into(), arguments: json!({}), tool_use_id: Some("toolu_1".into()) }
+            McpReply::Call {
+                id: json!(3),
+                name: "list_sessions".into(),
+                arguments: json!({}),
+                tool_use_id: Some("toolu_1".into())
+            }
         );
         let answer = call_result(&json!(3), &ToolOutcome::failed("nope"));
         assert_eq!(answer["result"]["isError"], true);
@@ -191,17 +208,36 @@ mod tests {
 
     #[test]
     fn notifications_and_unknown_methods_are_answered() {
-        assert_eq!(handle("host", &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &[]), McpReply::Now(json!({"jsonrpc": "2.0", "result": {}})));
-        let McpReply::Now(unknown) = handle("host", &json!({"jsonrpc": "2.0", "id": 4, "method": "frob"}), &[]) else { panic!() };
+        assert_eq!(
+            handle("host", &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &[]),
+            McpReply::Now(json!({"jsonrpc": "2.0", "result": {}}))
+        );
+        let McpReply::Now(unknown) = handle("host", &json!({"jsonrpc": "2.0", "id": 4, "method": "frob"}), &[]) else {
+            panic!()
+        };
         assert_eq!(unknown["error"]["code"], -32601);
     }
 
     #[test]
     fn config_keeps_sdk_servers_and_leaves_out_a_stdio_server_elsewhere() {
         let mut servers = BTreeMap::new();
-        servers.insert("here".to_owned(), McpServer::Stdio { command: "x".into(), args: vec![], cwd: Some("/w".into()), env: BTreeMap::new() });
-        servers.insert("there".to_owned(), McpServer::Stdio { command: "y".into(), args: vec![], cwd: Some("/elsewhere".into()), env: BTreeMap::new() });
-        servers.insert("web".to_owned(), McpServer::Http { url: "http://127.0.0.1:1/mcp".into(), headers: BTreeMap::new() });
+        servers.insert(
+            "here".to_owned(),
+            McpServer::Stdio { command: "x".into(), args: vec![], cwd: Some("/w".into()), env: BTreeMap::new() },
+        );
+        servers.insert(
+            "there".to_owned(),
+            McpServer::Stdio {
+                command: "y".into(),
+                args: vec![],
+                cwd: Some("/elsewhere".into()),
+                env: BTreeMap::new(),
+            },
+        );
+        servers.insert(
+            "web".to_owned(),
+            McpServer::Http { url: "http://127.0.0.1:1/mcp".into(), headers: BTreeMap::new() },
+        );
         let config = config(Some(&servers), Some("/w"));
         let names: Vec<&String> = config["mcpServers"].as_object().expect("object").keys().collect();
         assert_eq!(names, vec!["client", "here", "host", "web"]);

@@ -11,8 +11,7 @@ use std::collections::HashMap;
 use agent_runner::Question;
 use ahp_types::state::{
     ChatInputAnswer, ChatInputAnswerValue, ChatInputMultiSelectQuestion, ChatInputOption, ChatInputQuestion,
-    ChatInputRequest, ChatInputResponseKind, ChatInputSingleSelectQuestion, ConfirmationOption,
-    ConfirmationOptionKind,
+    ChatInputRequest, ChatInputResponseKind, ChatInputSingleSelectQuestion, ConfirmationOption, ConfirmationOptionKind,
 };
 use serde_json::{json, Map, Value};
 
@@ -31,7 +30,12 @@ pub fn question(named: &Named, request: &Value) -> Question {
         "Bash" => "Run this command?".to_owned(),
         _ => format!("Allow {}?", named.display_name),
     };
-    let mut options = vec![ConfirmationOption { id: ALLOW.into(), label: "Allow".into(), kind: ConfirmationOptionKind::Approve, group: None }];
+    let mut options = vec![ConfirmationOption {
+        id: ALLOW.into(),
+        label: "Allow".into(),
+        kind: ConfirmationOptionKind::Approve,
+        group: None,
+    }];
     for (n, suggestion) in suggestions(request).iter().enumerate() {
         options.push(ConfirmationOption {
             id: format!("{ALWAYS_PREFIX}{n}"),
@@ -40,7 +44,12 @@ pub fn question(named: &Named, request: &Value) -> Question {
             group: None,
         });
     }
-    options.push(ConfirmationOption { id: DENY.into(), label: "Deny".into(), kind: ConfirmationOptionKind::Deny, group: None });
+    options.push(ConfirmationOption {
+        id: DENY.into(),
+        label: "Deny".into(),
+        kind: ConfirmationOptionKind::Deny,
+        group: None,
+    });
     Question { title, options: Some(options), meta: Some(permission_meta(&request["tool_name"], input, request)) }
 }
 
@@ -118,7 +127,13 @@ pub fn describe_suggestion(suggestion: &Value) -> String {
             None => format!("Always allow{scope}"),
         },
         Some("addDirectories") => {
-            let dirs: Vec<&str> = suggestion["directories"].as_array().map(Vec::as_slice).unwrap_or_default().iter().filter_map(Value::as_str).collect();
+            let dirs: Vec<&str> = suggestion["directories"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
             format!("Always allow access to {}{scope}", dirs.join(", "))
         }
         _ => format!("Always allow{scope}"),
@@ -201,7 +216,13 @@ pub fn input_request(request_id: &str, input: &Value) -> ChatInputRequest {
             }
         })
         .collect();
-    ChatInputRequest { id: request_id.to_owned(), message: Some("Claude has a question".into()), url: None, questions: Some(questions), answers: None }
+    ChatInputRequest {
+        id: request_id.to_owned(),
+        message: Some("Claude has a question".into()),
+        url: None,
+        questions: Some(questions),
+        answers: None,
+    }
 }
 
 fn ask_questions(input: &Value) -> Vec<Value> {
@@ -210,7 +231,11 @@ fn ask_questions(input: &Value) -> Vec<Value> {
 
 /// The CLI's answer to `AskUserQuestion`'s `can_use_tool` for a person's answers: the tool's input
 /// with `answers` keyed by question text.
-pub fn answers_decision(input: &Value, response: &ChatInputResponseKind, answers: &HashMap<String, ChatInputAnswer>) -> Value {
+pub fn answers_decision(
+    input: &Value,
+    response: &ChatInputResponseKind,
+    answers: &HashMap<String, ChatInputAnswer>,
+) -> Value {
     if *response != ChatInputResponseKind::Accept {
         return json!({"behavior": "deny", "message": "The person declined to answer."});
     }
@@ -313,7 +338,10 @@ mod tests {
         answers.insert(
             "q0".to_owned(),
             ChatInputAnswer::Submitted(ChatInputAnswered {
-                value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue { value: "Red".into(), freeform_values: None }),
+                value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue {
+                    value: "Red".into(),
+                    freeform_values: None,
+                }),
             }),
         );
         let answer = answers_decision(&input, &ChatInputResponseKind::Accept, &answers);

@@ -129,7 +129,8 @@ impl Cli {
             std::io::ErrorKind::NotFound => LaunchError::NotFound(launch.command.clone()),
             _ => LaunchError::Other { command: launch.command.clone(), why: e.to_string() },
         })?;
-        let missing = |what: &str| LaunchError::Other { command: launch.command.clone(), why: format!("no {what} pipe") };
+        let missing =
+            |what: &str| LaunchError::Other { command: launch.command.clone(), why: format!("no {what} pipe") };
         let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
         let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
@@ -255,7 +256,9 @@ pub fn describe_exit(command: &str, status: Option<ExitStatus>) -> String {
         Some(s) => match (s.code(), s.signal()) {
             (Some(code), _) => format!("{command} exited with code {code}"),
             (None, Some(signal)) => {
-                let name = nix::sys::signal::Signal::try_from(signal).map(|s| s.as_str().to_owned()).unwrap_or(signal.to_string());
+                let name = nix::sys::signal::Signal::try_from(signal)
+                    .map(|s| s.as_str().to_owned())
+                    .unwrap_or(signal.to_string());
                 format!("{command} exited on {name}")
             }
             _ => format!("{command} exited"),
@@ -304,7 +307,11 @@ async fn keep_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<Stri
     }
 }
 
-async fn read_lines(stdout: tokio::process::ChildStdout, pending: Arc<Pending>, events: mpsc::UnboundedSender<CliEvent>) {
+async fn read_lines(
+    stdout: tokio::process::ChildStdout,
+    pending: Arc<Pending>,
+    events: mpsc::UnboundedSender<CliEvent>,
+) {
     let mut lines = FramedRead::new(stdout, LinesCodec::new_with_max_length(MAX_LINE_BYTES));
     let last = loop {
         let line = match lines.next().await {

@@ -320,7 +320,12 @@ impl Core {
             let mut state = lock(&self.state);
             state.generation += 1;
             let args = launch_args(&self.spec, state.exists, state.model.as_deref(), &state.permission_mode);
-            let launch = Launch { command: self.spec.command.clone(), args, env: self.spec.env.clone(), cwd: self.spec.cwd.clone() };
+            let launch = Launch {
+                command: self.spec.command.clone(),
+                args,
+                env: self.spec.env.clone(),
+                cwd: self.spec.cwd.clone(),
+            };
             (launch, state.generation)
         };
         let (cli, events) = Cli::spawn(&launch).map_err(|e| e.to_string())?;
@@ -511,7 +516,9 @@ impl Core {
         }
         let Some(uuid) = line["command_uuid"].as_str() else { return };
         let started = matches!(line["state"].as_str(), Some("started" | "completed" | "cancelled"));
-        let Some(turn) = state.turn.as_mut().filter(|t| t.generation == generation && t.phase == Phase::Sent) else { return };
+        let Some(turn) = state.turn.as_mut().filter(|t| t.generation == generation && t.phase == Phase::Sent) else {
+            return;
+        };
         if uuid == turn.uuid && started {
             self.record(state);
             return;
@@ -617,7 +624,9 @@ impl Core {
                     };
                     {
                         let mut state = lock(&core.state);
-                        if let Some(turn) = state.turn.as_mut().filter(|t| t.mapper.turn_id() == turn_id && t.phase == Phase::Sent) {
+                        if let Some(turn) =
+                            state.turn.as_mut().filter(|t| t.mapper.turn_id() == turn_id && t.phase == Phase::Sent)
+                        {
                             turn.mapper.complete_from_outcome(&tool_call_id, &outcome);
                         }
                     }
@@ -629,7 +638,8 @@ impl Core {
 
     /// Answers every parked question of the CLI as withdrawn.
     fn settle_parked(&self, state: &mut State) {
-        let parked: Vec<Parked> = state.confirmations.drain().map(|(_, p)| p).chain(state.questions.drain().map(|(_, p)| p)).collect();
+        let parked: Vec<Parked> =
+            state.confirmations.drain().map(|(_, p)| p).chain(state.questions.drain().map(|(_, p)| p)).collect();
         for p in parked {
             if let Some(live) = state.live.as_ref().filter(|l| l.generation == p.generation) {
                 live.cli.respond(&p.request_id, Ok(permissions::withdrawn()));
@@ -763,7 +773,12 @@ impl Session for ClaudeSession {
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
         let mut state = lock(&self.core.state);
         let Some(parked) = state.confirmations.remove(&params.tool_call_id) else { return Ok(false) };
-        let answer = permissions::decision(&parked.request, params.approved, params.option_id.as_deref(), params.edited_tool_input.as_deref());
+        let answer = permissions::decision(
+            &parked.request,
+            params.approved,
+            params.option_id.as_deref(),
+            params.edited_tool_input.as_deref(),
+        );
         if !params.approved {
             if let Some(turn) = state.turn.as_mut() {
                 turn.mapper.denied(&params.tool_call_id);
@@ -798,7 +813,10 @@ impl Session for ClaudeSession {
         };
         if let Some(cli) = cli {
             if let Err(e) = cli.control(json!({"subtype": "set_permission_mode", "mode": mode}), CONTROL_WITHIN).await {
-                return Ok(SetConfigResult { accepted: false, refusal: Some(format!("Claude Code would not switch to {mode}: {e}")) });
+                return Ok(SetConfigResult {
+                    accepted: false,
+                    refusal: Some(format!("Claude Code would not switch to {mode}: {e}")),
+                });
             }
         }
         lock(&self.core.state).permission_mode = mode;

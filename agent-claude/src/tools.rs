@@ -128,7 +128,9 @@ pub fn invocation_message(named: &Named, input: &Value) -> String {
             None => "Searching".into(),
         },
         ("WebFetch", Owner::Cli) => format!("Fetching {}", field(input, &["url"]).unwrap_or("a page")),
-        ("WebSearch", Owner::Cli) => format!("Searching the web for {}", field(input, &["query"]).unwrap_or("something")),
+        ("WebSearch", Owner::Cli) => {
+            format!("Searching the web for {}", field(input, &["query"]).unwrap_or("something"))
+        }
         _ => format!("Using {}", named.display_name),
     }
 }
@@ -207,7 +209,10 @@ mod tests {
 
     #[test]
     fn names_host_client_and_cli_tools() {
-        let tools = vec![spec("list_sessions", None, Some("List sessions")), spec("c1__openFile", Some("c1"), Some("openFile"))];
+        let tools = vec![
+            spec("list_sessions", None, Some("List sessions")),
+            spec("c1__openFile", Some("c1"), Some("openFile")),
+        ];
         let host = name_call("mcp__host__list_sessions", &tools);
         assert_eq!((host.tool_name.as_str(), host.display_name.as_str()), ("list_sessions", "List sessions"));
         assert_eq!(host.owner, Owner::Host("list_sessions".into()));

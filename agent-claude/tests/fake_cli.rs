@@ -128,7 +128,12 @@ async fn turns_handed_while_one_runs_queue_behind_it() {
 
     // Both prompts are handed before the first turn can have ended (the CLI is not even started).
     for (turn, text) in [("t1", "first"), ("t2", "second")] {
-        let params = protocol::SendMessageParams { chat: chat.into(), turn_id: turn.into(), message: user_message(text), instructions: None };
+        let params = protocol::SendMessageParams {
+            chat: chat.into(),
+            turn_id: turn.into(),
+            message: user_message(text),
+            instructions: None,
+        };
         parent.peer().request_value(protocol::methods::parent::SEND_MESSAGE, params).await.expect("handed over");
     }
     let mut order: Vec<(String, &'static str)> = Vec::new();
@@ -147,12 +152,28 @@ async fn turns_handed_while_one_runs_queue_behind_it() {
 }
 
 #[tokio::test]
+async fn a_resume_of_a_conversation_claude_never_wrote_down_starts_it() {
+    let dir = TempDir::new("fake-unrecorded");
+    let mut parent = parent_with(&fake_bin()).await;
+    let chat = "ahp-chat:/fake-unrecorded";
+    let mut start = chat_start(chat, dir.path());
+    start.resume = true;
+    let id = start.conversation_id.clone();
+    parent.create(start).await.expect("create");
+
+    let ran = run_turn(&mut parent, chat, "t1", "ARGS").await;
+    assert!(ran.text().contains(&format!("--session-id={id}")), "{}", ran.text());
+}
+
+#[tokio::test]
 async fn probe_reads_the_models_from_the_cli() {
     let parent = parent_with(&fake_bin()).await;
-    let probe: protocol::ProbeResult =
-        tokio::time::timeout(Duration::from_secs(60), parent.peer().request(protocol::methods::parent::PROBE, json!({})))
-            .await
-            .expect("in time")
-            .expect("a probe");
+    let probe: protocol::ProbeResult = tokio::time::timeout(
+        Duration::from_secs(60),
+        parent.peer().request(protocol::methods::parent::PROBE, json!({})),
+    )
+    .await
+    .expect("in time")
+    .expect("a probe");
     assert_eq!(probe.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), vec!["Fake"]);
 }

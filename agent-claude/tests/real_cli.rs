@@ -46,11 +46,15 @@ impl Real {
 
 /// A fresh worker (as after a restart) pointed at `mock`, with `home` as its `HOME`.
 async fn worker(mock: &MockAnthropic, home: &TempDir) -> (TestParent, ToolCalls) {
-    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    let mut env: serde_json::Map<String, Value> =
+        mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     env.insert("HOME".into(), json!(home.path()));
     let (tools, calls) = tool_handler();
     let parent = TestParent::in_process(agent_claude::factory(), tools);
-    parent.initialize("claude", "claude", options(&claude_bin(), Value::Object(env)), None).await.expect("the handshake");
+    parent
+        .initialize("claude", "claude", options(&claude_bin(), Value::Object(env)), None)
+        .await
+        .expect("the handshake");
     (parent, calls)
 }
 
@@ -58,7 +62,9 @@ fn deltas(actions: &[StateAction]) -> usize {
     actions.iter().filter(|a| matches!(a, StateAction::ChatDelta(_))).count()
 }
 
-fn pending_confirmation(state: &ahp_types::state::ChatState) -> Option<ahp_types::state::ToolCallPendingConfirmationState> {
+fn pending_confirmation(
+    state: &ahp_types::state::ChatState,
+) -> Option<ahp_types::state::ToolCallPendingConfirmationState> {
     active_calls(state).into_iter().find_map(|c| match c {
         ToolCallState::PendingConfirmation(p) => Some(p),
         _ => None,
@@ -78,7 +84,16 @@ async fn a_streamed_text_turn_carries_the_instructions_and_records_its_prompt() 
     assert_eq!(ran.text(), format!("{HELLO}say hello there"));
     assert!(deltas(&ran.actions) >= 2, "the answer streamed in pieces: {:?}", ran.actions);
     assert!(ran.turn.usage.as_ref().and_then(|u| u.output_tokens).is_some_and(|n| n > 0), "{:?}", ran.turn.usage);
-    let ends = ran.actions.iter().filter(|a| matches!(a, StateAction::ChatTurnComplete(_) | StateAction::ChatError(_) | StateAction::ChatTurnCancelled(_))).count();
+    let ends = ran
+        .actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                StateAction::ChatTurnComplete(_) | StateAction::ChatError(_) | StateAction::ChatTurnCancelled(_)
+            )
+        })
+        .count();
     assert_eq!(ends, 1, "exactly one ending");
     assert_eq!(ran.recorded.len(), 1, "{:?}", ran.recorded);
     assert_eq!(ran.recorded[0].0, "t1");
@@ -106,7 +121,12 @@ async fn a_thinking_turn_streams_reasoning_before_the_answer() {
 }
 
 /// The person answers the call waiting in the running turn, as a client and then the host would.
-async fn decide(w: &mut Real, chat: &str, turn: &str, approved: bool) -> ahp_types::state::ToolCallPendingConfirmationState {
+async fn decide(
+    w: &mut Real,
+    chat: &str,
+    turn: &str,
+    approved: bool,
+) -> ahp_types::state::ToolCallPendingConfirmationState {
     wait_for(&mut w.parent, chat, |s| pending_confirmation(s).is_some()).await;
     let pending = w.parent.chat(chat).and_then(|s| pending_confirmation(&s)).expect("a call waits");
     let option = if approved { "allow" } else { "deny" };
@@ -165,7 +185,11 @@ async fn a_tool_the_person_allows_runs_one_they_deny_does_not_and_accept_edits_a
     let ran = finish_turn(&mut w.parent, chat).await;
     assert_eq!(ran.turn.state, TurnState::Complete);
     assert!(w.work.path().join("allowed.txt").exists(), "the allowed write happened");
-    assert!(matches!(&tool_calls(&ran.turn)[..], [ToolCallState::Completed(c)] if c.success), "{:?}", tool_calls(&ran.turn));
+    assert!(
+        matches!(&tool_calls(&ran.turn)[..], [ToolCallState::Completed(c)] if c.success),
+        "{:?}",
+        tool_calls(&ran.turn)
+    );
 
     // Denied.
     w.parent.send(chat, "t2", &denied).await.expect("send");
@@ -202,7 +226,9 @@ async fn an_interrupt_mid_stream_cancels_the_turn_and_the_next_turn_runs() {
 
     w.parent.send(chat, "t1", "SLOW tell me a long story").await.expect("send");
     wait_for(&mut w.parent, chat, |s| {
-        s.active_turn.as_ref().is_some_and(|t| t.response_parts.iter().any(|p| matches!(p, ResponsePart::Markdown(m) if !m.content.is_empty())))
+        s.active_turn.as_ref().is_some_and(|t| {
+            t.response_parts.iter().any(|p| matches!(p, ResponsePart::Markdown(m) if !m.content.is_empty()))
+        })
     })
     .await;
     w.parent.abort(chat, Some("t1")).await.expect("abort");
@@ -227,7 +253,11 @@ async fn a_model_change_reaches_the_model_api() {
     let before = w.mock.turn_requests().last().and_then(|r| r.model().map(str::to_owned));
     assert_ne!(before.as_deref(), Some("claude-sonnet-4-5"));
     let model = ModelSelection { id: "claude-sonnet-4-5".into(), config: None };
-    w.parent.peer().request_value(parent::CHANGE_MODEL, json!({"chat": chat, "model": model})).await.expect("changeModel");
+    w.parent
+        .peer()
+        .request_value(parent::CHANGE_MODEL, json!({"chat": chat, "model": model}))
+        .await
+        .expect("changeModel");
     let ran = run_turn(&mut w.parent, chat, "t2", "again").await;
     assert_eq!(ran.turn.state, TurnState::Complete);
     let after = w.mock.turn_requests().last().and_then(|r| r.model().map(str::to_owned));
@@ -244,20 +274,31 @@ async fn host_and_client_tools_reach_the_model_through_the_in_process_servers() 
 
     let ran = run_turn(&mut w.parent, chat, "t1", "which sessions? TOOL:mcp__host__list_sessions ARGS:{}").await;
     assert_eq!(ran.turn.state, TurnState::Complete);
-    assert!(ran.text().contains("Tool result received: SESSIONS: alpha, beta"), "the model got the host's answer: {}", ran.text());
+    assert!(
+        ran.text().contains("Tool result received: SESSIONS: alpha, beta"),
+        "the model got the host's answer: {}",
+        ran.text()
+    );
     let offered = w.mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
     assert!(offered.contains(&"mcp__host__list_sessions".to_owned()), "{offered:?}");
     let call = w.calls.lock().expect("calls").first().cloned().expect("the host was asked to run it");
     assert_eq!((call.name.as_str(), call.turn_id.as_str()), ("list_sessions", "t1"));
     assert!(call.tool_call_id.starts_with("toolu_"), "the CLI's tool-use id: {}", call.tool_call_id);
     let [ToolCallState::Completed(done)] = &tool_calls(&ran.turn)[..] else { panic!("{:?}", tool_calls(&ran.turn)) };
-    assert_eq!((done.tool_call_id.as_str(), done.tool_name.as_str(), done.success), (call.tool_call_id.as_str(), "list_sessions", true));
+    assert_eq!(
+        (done.tool_call_id.as_str(), done.tool_name.as_str(), done.success),
+        (call.tool_call_id.as_str(), "list_sessions", true)
+    );
 
     // A client joins with a tool of its own: the next turn offers it (on a process that resumed
     // the conversation, since the CLI lists an in-process server's tools once).
-    let tools = vec![tool_spec("list_sessions", None, Some("List sessions")), tool_spec("c1__openFile", Some("c1"), Some("openFile"))];
+    let tools = vec![
+        tool_spec("list_sessions", None, Some("List sessions")),
+        tool_spec("c1__openFile", Some("c1"), Some("openFile")),
+    ];
     w.parent.peer().request_value(parent::SET_TOOLS, json!({"chat": chat, "tools": tools})).await.expect("setTools");
-    let ran = run_turn(&mut w.parent, chat, "t2", r#"open it TOOL:mcp__client__c1__openFile ARGS:{"path": "a.txt"}"#).await;
+    let ran =
+        run_turn(&mut w.parent, chat, "t2", r#"open it TOOL:mcp__client__c1__openFile ARGS:{"path": "a.txt"}"#).await;
     let request = w.mock.turn_requests().last().cloned().expect("asked");
     assert!(request.tool_names().contains(&"mcp__client__c1__openFile".to_owned()), "{:?}", request.tool_names());
     assert!(request.transcript_text().contains("SESSIONS: alpha, beta"), "the resumed process carried the first turn");
@@ -280,29 +321,42 @@ async fn a_question_from_the_model_is_a_chat_input_request() {
                                      "options": [{"label": "Blue", "description": "calm"}, {"label": "Red", "description": "bold"}]}]});
     w.parent.send(chat, "t1", &format!("ask me TOOL:AskUserQuestion ARGS:{args}")).await.expect("send");
     wait_for(&mut w.parent, chat, |s| {
-        s.active_turn.as_ref().is_some_and(|t| t.response_parts.iter().any(|p| matches!(p, ResponsePart::InputRequest(_))))
+        s.active_turn
+            .as_ref()
+            .is_some_and(|t| t.response_parts.iter().any(|p| matches!(p, ResponsePart::InputRequest(_))))
     })
     .await;
     let state = w.parent.chat(chat).expect("chat");
     let request = state
         .active_turn
         .as_ref()
-        .and_then(|t| t.response_parts.iter().find_map(|p| match p {
-            ResponsePart::InputRequest(r) => Some(r.request.clone()),
-            _ => None,
-        }))
+        .and_then(|t| {
+            t.response_parts.iter().find_map(|p| match p {
+                ResponsePart::InputRequest(r) => Some(r.request.clone()),
+                _ => None,
+            })
+        })
         .expect("an input request");
     assert!(active_calls(&state).is_empty(), "a question is not drawn as a tool call");
     let mut answers = HashMap::new();
     answers.insert(
         "q0".to_owned(),
         ChatInputAnswer::Submitted(ChatInputAnswered {
-            value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue { value: "Red".into(), freeform_values: None }),
+            value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue {
+                value: "Red".into(),
+                freeform_values: None,
+            }),
         }),
     );
     let handled = w
         .parent
-        .answer(AnswerParams { chat: chat.into(), turn_id: "t1".into(), request_id: request.id.clone(), response: ChatInputResponseKind::Accept, answers })
+        .answer(AnswerParams {
+            chat: chat.into(),
+            turn_id: "t1".into(),
+            request_id: request.id.clone(),
+            response: ChatInputResponseKind::Accept,
+            answers,
+        })
         .await
         .expect("answer");
     assert_eq!(handled["handled"], true);
@@ -324,7 +378,11 @@ async fn steering_reaches_the_running_turn_at_its_tool_call() {
     assert_eq!(taken["taken"], true);
     let ran = finish_turn(&mut w.parent, chat).await;
     assert_eq!(ran.turn.state, TurnState::Complete);
-    assert!(ran.text().contains("change of plan"), "the model read the steering message in the same turn: {}", ran.text());
+    assert!(
+        ran.text().contains("change of plan"),
+        "the model read the steering message in the same turn: {}",
+        ran.text()
+    );
     let ends = ran.actions.iter().filter(|a| matches!(a, StateAction::ChatTurnComplete(_))).count();
     assert_eq!(ends, 1);
 }
@@ -349,9 +407,11 @@ async fn a_resumed_session_sends_the_earlier_messages_and_claudes_files_read_bac
     let row = listed.sessions.iter().find(|s| s.id == id).expect("the session is listed");
     assert_eq!(row.title, "remember the word PINEAPPLE");
     let at = json!({"workingDirectory": w.work.path()});
-    let found: protocol::FindResult = second.peer().request(parent::FIND, json!({"id": id, "at": at})).await.expect("find");
+    let found: protocol::FindResult =
+        second.peer().request(parent::FIND, json!({"id": id, "at": at})).await.expect("find");
     assert_eq!(found.session.map(|s| s.id), Some(id.clone()));
-    let read: protocol::TranscriptResult = second.peer().request(parent::TRANSCRIPT, json!({"id": id, "at": at})).await.expect("transcript");
+    let read: protocol::TranscriptResult =
+        second.peer().request(parent::TRANSCRIPT, json!({"id": id, "at": at})).await.expect("transcript");
     let turns = read.turns.expect("a record");
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0].id, recorded, "read back under the uuid the live turn recorded");
@@ -393,7 +453,11 @@ async fn the_deployments_mcp_servers_are_handed_over_but_not_a_stdio_one_started
         env: Default::default(),
     };
     let elsewhere = TempDir::new("servers-elsewhere");
-    start.mcp_servers = Some([("files".to_owned(), server(w.work.path())), ("faraway".to_owned(), server(elsewhere.path()))].into_iter().collect());
+    start.mcp_servers = Some(
+        [("files".to_owned(), server(w.work.path())), ("faraway".to_owned(), server(elsewhere.path()))]
+            .into_iter()
+            .collect(),
+    );
     let mut parent = w.parent;
     parent.create(start).await.expect("create");
 

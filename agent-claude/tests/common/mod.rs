@@ -184,7 +184,10 @@ pub async fn finish_turn(parent: &mut TestParent, chat: &str) -> Ran {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match parent.next(left).await {
             Some(Said::Action { action, outcome, .. }) => {
-                assert!(!matches!(outcome, Some(ReduceOutcome::Invalid(_))), "the reducer refused {action:?}: {outcome:?}");
+                assert!(
+                    !matches!(outcome, Some(ReduceOutcome::Invalid(_))),
+                    "the reducer refused {action:?}: {outcome:?}"
+                );
                 let ended = is_ending(&action);
                 actions.push(action);
                 if ended {
