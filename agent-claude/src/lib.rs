@@ -137,7 +137,8 @@ impl Agent for Claude {
             provider: "claude".into(),
             display_name: self.options.display_name.clone(),
             description: Some("Anthropic's Claude Code, the claude CLI".into()),
-            capabilities: None,
+            // Each chat of a session is a conversation (and a process) of its own.
+            capabilities: Some(agent_runner::agent::multiple_chats()),
             features: AgentFeatures {
                 list: true,
                 find: true,

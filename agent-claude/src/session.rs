@@ -128,7 +128,9 @@ enum Phase {
 }
 
 struct Steer {
+    /// The CLI took it in (or dropped it): it no longer waits.
     started: bool,
+    text: String,
 }
 
 struct Running {
@@ -138,6 +140,22 @@ struct Running {
     uuid: String,
     recorded: bool,
     steers: HashMap<String, Steer>,
+}
+
+impl Running {
+    /// A steering message left the CLI's queue; one the model reads is shown in the turn, where
+    /// it came in (the parent took it off the chat when it was handed over).
+    fn steer_left_queue(&mut self, uuid: &str, read: bool) {
+        let Some(steer) = self.steers.get_mut(uuid) else { return };
+        if steer.started {
+            return;
+        }
+        steer.started = true;
+        if read {
+            let text = steer.text.clone();
+            self.mapper.writer().notification(&text);
+        }
+    }
 }
 
 struct Live {
@@ -469,9 +487,7 @@ impl Core {
         }
         if let (Some(uuids), Some(turn)) = (line["user_message_uuids"].as_array(), state.turn.as_mut()) {
             for uuid in uuids.iter().filter_map(Value::as_str) {
-                if let Some(steer) = turn.steers.get_mut(uuid) {
-                    steer.started = true;
-                }
+                turn.steer_left_queue(uuid, true);
             }
         }
         match line["type"].as_str() {
@@ -515,7 +531,8 @@ impl Core {
             live.lifecycle = true;
         }
         let Some(uuid) = line["command_uuid"].as_str() else { return };
-        let started = matches!(line["state"].as_str(), Some("started" | "completed" | "cancelled"));
+        let state_now = line["state"].as_str().unwrap_or("");
+        let started = matches!(state_now, "started" | "completed" | "cancelled");
         let Some(turn) = state.turn.as_mut().filter(|t| t.generation == generation && t.phase == Phase::Sent) else {
             return;
         };
@@ -523,10 +540,8 @@ impl Core {
             self.record(state);
             return;
         }
-        if let Some(steer) = turn.steers.get_mut(uuid) {
-            if started && !steer.started {
-                steer.started = true;
-            }
+        if started {
+            turn.steer_left_queue(uuid, state_now != "cancelled");
         }
     }
 
@@ -674,7 +689,9 @@ impl Core {
             }
         };
         let Some((cli, generation)) = interrupt else { return };
-        if let Err(e) = cli.control(json!({"subtype": "interrupt"}), CONTROL_WITHIN).await {
+        // `cancel_queued` drops a steering message the CLI holds for after this turn: a stop drops
+        // everything handed behind the stopped turn.
+        if let Err(e) = cli.control(json!({"subtype": "interrupt", "cancel_queued": true}), CONTROL_WITHIN).await {
             tracing::warn!(error = %e, "claude did not take the interrupt; stopping it");
             cli.kill().await;
             return;
@@ -764,7 +781,7 @@ impl Session for ClaudeSession {
         if !cli.send(&user_line(&params.message.text, None, &uuid, Some("next"))) {
             return Ok(false);
         }
-        turn.steers.insert(uuid.clone(), Steer { started: false });
+        turn.steers.insert(uuid.clone(), Steer { started: false, text: params.message.text.clone() });
         // The CLI writes the steering message down as a prompt of its own: the same turn.
         self.core.host.turn_recorded(&params.turn_id, &uuid);
         Ok(true)

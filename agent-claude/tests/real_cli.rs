@@ -231,6 +231,10 @@ async fn an_interrupt_mid_stream_cancels_the_turn_and_the_next_turn_runs() {
         })
     })
     .await;
+    // A steering message the CLI holds for after the turn is dropped with it.
+    let steer = json!({"chat": chat, "turnId": "t1", "id": "s1", "message": agent_runner::testing::user_message("a steer that is dropped")});
+    let taken = w.parent.peer().request_value(parent::STEER, steer).await.expect("steer");
+    assert_eq!(taken["taken"], true);
     w.parent.abort(chat, Some("t1")).await.expect("abort");
     let stopped = finish_turn(&mut w.parent, chat).await;
     assert_eq!(stopped.turn.state, TurnState::Cancelled);
@@ -241,6 +245,8 @@ async fn an_interrupt_mid_stream_cancels_the_turn_and_the_next_turn_runs() {
     let next = run_turn(&mut w.parent, chat, "t2", "and now?").await;
     assert_eq!(next.turn.state, TurnState::Complete);
     assert_eq!(next.text(), format!("{HELLO}and now?"));
+    let prompts: Vec<String> = w.mock.turn_requests().iter().map(|r| r.last_user_text()).collect();
+    assert!(!prompts.iter().any(|p| p.contains("a steer that is dropped")), "{prompts:?}");
 }
 
 #[tokio::test]
@@ -383,6 +389,10 @@ async fn steering_reaches_the_running_turn_at_its_tool_call() {
         "the model read the steering message in the same turn: {}",
         ran.text()
     );
+    let shown = ran.turn.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::SystemNotification(n) if serde_json::to_value(&n.content).is_ok_and(|c| c == "change of plan"))
+    });
+    assert!(shown, "the steering message is shown where it came in: {:?}", ran.turn.response_parts);
     let ends = ran.actions.iter().filter(|a| matches!(a, StateAction::ChatTurnComplete(_))).count();
     assert_eq!(ends, 1);
 }
