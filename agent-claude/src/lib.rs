@@ -57,6 +57,13 @@ const PERMISSION_MODE_DESCRIPTIONS: [&str; 4] = [
     "Runs everything without asking",
 ];
 
+/// The permission modes offered under `policy`: a window whose policy restricts elevated
+/// auto-approval is not offered "bypass", before a session exists or in one.
+pub fn offered_modes(policy: &Policy) -> Vec<&'static str> {
+    let restricted = policy.auto_approve_policy_restricted == Some(true);
+    PERMISSION_MODES.iter().copied().filter(|m| !(restricted && *m == "bypassPermissions")).collect()
+}
+
 /// The worker kind's factory: what `ahpd worker claude` runs.
 pub fn factory() -> AgentFactory {
     Box::new(|init, _ctx| Ok(Arc::new(Claude::from_init(init)) as Arc<dyn Agent>))
@@ -91,10 +98,8 @@ impl Claude {
 }
 
 fn schema(policy: &Policy) -> SchemaResult {
-    // A window whose policy restricts elevated auto-approval is not offered "bypass".
-    let restricted = policy.auto_approve_policy_restricted == Some(true);
     let offered: Vec<usize> =
-        (0..PERMISSION_MODES.len()).filter(|&i| !(restricted && PERMISSION_MODES[i] == "bypassPermissions")).collect();
+        offered_modes(policy).iter().filter_map(|m| PERMISSION_MODES.iter().position(|p| p == m)).collect();
     let mode = SessionConfigPropertySchema {
         r#type: "string".into(),
         title: "Permissions".into(),
@@ -247,6 +252,7 @@ impl Agent for Claude {
                 .collect(),
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+            permission_modes: offered_modes(&start.policy),
         };
         // The host resumes every conversation it created once, turn or no turn; the CLI can only
         // resume one it wrote down.
@@ -258,7 +264,7 @@ impl Agent for Claude {
             .settings
             .get(PERMISSION_MODE_KEY)
             .and_then(Value::as_str)
-            .filter(|m| PERMISSION_MODES.contains(m))
+            .filter(|m| offered_modes(&start.policy).contains(m))
             .unwrap_or("default")
             .to_owned();
         let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");

@@ -33,7 +33,7 @@ use crate::mcp::{self, McpReply};
 use crate::permissions;
 use crate::process::{describe_exit, Cli, CliEvent, ControlError, Launch};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
-use crate::{PERMISSION_MODES, PERMISSION_MODE_KEY};
+use crate::PERMISSION_MODE_KEY;
 
 /// How long the CLI may take to answer `initialize` (it starts MCP servers first).
 const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
@@ -61,6 +61,8 @@ pub struct SessionSpec {
     pub mcp_config: Value,
     /// `--append-system-prompt`, when there is anything to say.
     pub append_system_prompt: Option<String>,
+    /// The permission modes this session offers (its policy may withhold one).
+    pub permission_modes: Vec<&'static str>,
 }
 
 /// The argv for one process of this chat.
@@ -821,7 +823,8 @@ impl Session for ClaudeSession {
         if key != PERMISSION_MODE_KEY {
             return Ok(not_writable(&key));
         }
-        let Some(mode) = value.as_str().filter(|m| PERMISSION_MODES.contains(m)).map(str::to_owned) else {
+        let Some(mode) = value.as_str().filter(|m| self.core.spec.permission_modes.contains(m)).map(str::to_owned)
+        else {
             return Ok(not_offered(&key, &value));
         };
         let cli = {
@@ -877,5 +880,52 @@ impl Session for ClaudeSession {
         }
         self.core.tasks.close();
         self.core.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SessionSpec {
+        SessionSpec {
+            command: "claude".into(),
+            extra_args: vec!["--extra".into()],
+            env: BTreeMap::new(),
+            session_id: "11111111-2222-3333-4444-555555555555".into(),
+            cwd: PathBuf::from("/w"),
+            additional_directories: vec!["/more".into()],
+            mcp_config: json!({"mcpServers": {}}),
+            append_system_prompt: Some("Be brief.".into()),
+            permission_modes: vec!["default"],
+        }
+    }
+
+    #[test]
+    fn a_new_conversation_and_a_resumed_one() {
+        let new = launch_args(&spec(), false, None, "default");
+        for flag in ["-p", "--verbose", "--include-partial-messages", "stdio"] {
+            assert!(new.contains(&flag.to_owned()), "{flag}: {new:?}");
+        }
+        assert!(new.contains(&"--session-id=11111111-2222-3333-4444-555555555555".to_owned()));
+        assert!(new.contains(&"--append-system-prompt=Be brief.".to_owned()));
+        assert!(new.contains(&"--add-dir=/more".to_owned()));
+        assert_eq!(new.last().map(String::as_str), Some("--extra"), "the options' arguments come last");
+        assert!(!new.iter().any(|a| a.starts_with("--model") || a.starts_with("--permission-mode")));
+        let resumed = launch_args(&spec(), true, Some("haiku"), "plan");
+        assert!(resumed.contains(&"--resume=11111111-2222-3333-4444-555555555555".to_owned()));
+        assert!(
+            resumed.contains(&"--model=haiku".to_owned()) && resumed.contains(&"--permission-mode=plan".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_prompt_carries_our_uuid_and_the_turns_instructions_before_it() {
+        let line = user_line("hello", Some("Mind the tests."), "u-1", Some("next"));
+        assert_eq!(line["uuid"], "u-1");
+        assert_eq!(line["priority"], "next");
+        assert_eq!(line["message"]["content"][0]["text"], "Mind the tests.");
+        assert_eq!(line["message"]["content"][1]["text"], "hello");
+        assert!(user_line("hi", None, "u-2", None).get("priority").is_none());
     }
 }
