@@ -195,3 +195,38 @@ async fn the_models_come_from_the_cli_and_a_model_change_reaches_the_api() -> an
     assert_ne!(models.first().cloned().flatten().as_deref(), Some("claude-sonnet-4-5"));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-claude-restart-").tempdir()?;
+    let options = |mock: &MockAnthropic| {
+        let env: serde_json::Map<String, Value> =
+            mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+        DaemonOptions::with_config(json!({ "agents": { "claude": {
+            "kind": "command", "command": worker_bin(), "env": env, "options": { "command": claude_bin() }
+        } } }))
+    };
+
+    let mut first = Daemon::start_in(home.path(), options(&mock)).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    let turn = a.turn(&chat, "remember the word PINEAPPLE").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    drop(a);
+    first.terminate().await?;
+
+    let second = Daemon::start_in(home.path(), options(&mock)).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let earlier = b.mirror.chat(&chat).map(|c| c.turns.len()).unwrap_or_default();
+    assert_eq!(earlier, 1, "the store kept the first turn");
+    let turn = b.turn(&chat, "what was the word?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let request = mock.turn_requests().last().cloned().expect("the model was asked");
+    let seen = request.transcript_text();
+    assert!(seen.contains("remember the word PINEAPPLE"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains(&format!("{HELLO}remember the word PINEAPPLE")), "and the earlier answer: {seen}");
+    Ok(())
+}
