@@ -372,6 +372,12 @@ impl Core {
                     ControlError::Gone => describe_exit(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
                     ControlError::Timeout => "Claude Code did not answer when it was started".to_owned(),
                 };
+                {
+                    let mut state = lock(&self.state);
+                    if state.live.as_ref().is_some_and(|l| l.generation == generation) {
+                        state.live = None;
+                    }
+                }
                 cli.kill().await;
                 Err(with_tail(why, &cli.stderr_tail()))
             }

@@ -118,6 +118,17 @@ async fn a_thinking_turn_streams_reasoning_before_the_answer() {
     assert_eq!(reasoning.content, THINKING);
     assert!(ran.actions.iter().any(|a| matches!(a, StateAction::ChatReasoning(_))), "thinking streamed into its part");
     assert_eq!(ran.text(), format!("{HELLO}THINK about it"));
+
+    // A model API that refuses ends the turn in an error with its words; the next turn runs.
+    let failed = run_turn(&mut w.parent, chat, "t2", "ERROR please").await;
+    assert_eq!(failed.turn.state, TurnState::Error);
+    let message = failed.turn.response_parts.iter().find_map(|p| match p {
+        ResponsePart::Error(e) => Some(e.error.message.clone()),
+        _ => None,
+    });
+    assert!(message.as_deref().is_some_and(|m| m.contains("400")), "{message:?}");
+    let next = run_turn(&mut w.parent, chat, "t3", "fine now?").await;
+    assert_eq!(next.turn.state, TurnState::Complete, "{:?}", next.turn.response_parts);
 }
 
 /// The person answers the call waiting in the running turn, as a client and then the host would.
