@@ -1,3 +1,344 @@
-//! The Claude Code backend: the real `claude` CLI driven over stream-json and its control channel, as a worker (issue 7).
+//! The Claude Code backend: the real `claude` CLI driven headless over stream-json and its
+//! control channel, as a worker of kind `claude` (issue 7).
 //!
-//! Not built yet: this crate will own one backend on `agent-runner`, and must never depend on `ahpd`.
+//! One `claude -p --input-format stream-json --output-format stream-json --verbose
+//! --include-partial-messages --permission-prompt-tool stdio` process per chat, kept open between
+//! turns, started in the session's folder with `--session-id=<uuid>` (or `--resume=<uuid>`).
+//! Its output is mapped to AHP as seed 004 requires ([`mapper`]); its permission questions
+//! become confirmations and `AskUserQuestion` a chat input request ([`permissions`]); the host's
+//! and clients' tools reach the model through two in-process MCP servers, `host` and `client`
+//! ([`mcp`]). Claude's own sessions are listed and read back from its files without starting
+//! anything ([`catalogue`]); models come from the CLI's `initialize` answer at probe time.
+//!
+//! Config entry `options` ([`options::ClaudeOptions`]): `command` (default `claude`), `args`
+//! (extra arguments), `env` (variables over the worker's own, e.g. `ANTHROPIC_BASE_URL`, `HOME`,
+//! `CLAUDE_CONFIG_DIR`), `displayName`.
+//!
+//! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
+
+pub mod catalogue;
+pub mod mapper;
+pub mod mcp;
+pub mod options;
+pub mod permissions;
+pub mod process;
+pub mod session;
+#[cfg(test)]
+mod testing;
+pub mod tools;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo, Turn};
+use async_trait::async_trait;
+use protocol::{
+    AgentDescriptor, AgentFeatures, At, InitializeParams, Listed, Policy, ProbeResult, SchemaResult, SlashCommand,
+    Start,
+};
+use serde_json::{json, Value};
+
+use crate::options::ClaudeOptions;
+use crate::process::{Cli, Launch};
+use crate::session::{ClaudeSession, Initial, SessionSpec};
+
+/// The session config key for Claude's permission mode.
+pub const PERMISSION_MODE_KEY: &str = "permissionMode";
+/// The permission modes offered, `default` first.
+pub const PERMISSION_MODES: [&str; 4] = ["default", "acceptEdits", "plan", "bypassPermissions"];
+const PERMISSION_MODE_LABELS: [&str; 4] = ["Ask before acting", "Accept edits", "Plan only", "Bypass permissions"];
+const PERMISSION_MODE_DESCRIPTIONS: [&str; 4] = [
+    "Asks before edits and commands it is not sure about",
+    "Edits files without asking; still asks before other commands",
+    "Reads and plans; changes nothing",
+    "Runs everything without asking",
+];
+
+/// The permission modes offered under `policy`: a window whose policy restricts elevated
+/// auto-approval is not offered "bypass", before a session exists or in one.
+pub fn offered_modes(policy: &Policy) -> Vec<&'static str> {
+    let restricted = policy.auto_approve_policy_restricted == Some(true);
+    PERMISSION_MODES.iter().copied().filter(|m| !(restricted && *m == "bypassPermissions")).collect()
+}
+
+/// The worker kind's factory: what `ahpd worker claude` runs.
+pub fn factory() -> AgentFactory {
+    Box::new(|init, _ctx| Ok(Arc::new(Claude::from_init(init)) as Arc<dyn Agent>))
+}
+
+/// The Claude Code agent.
+pub struct Claude {
+    options: ClaudeOptions,
+    data_dir: Option<PathBuf>,
+}
+
+impl Claude {
+    /// Builds the agent from the handshake's options.
+    pub fn from_init(init: &InitializeParams) -> Self {
+        Self { options: ClaudeOptions::from_json(&init.options), data_dir: init.data_dir.as_ref().map(PathBuf::from) }
+    }
+
+    fn projects(&self) -> Option<PathBuf> {
+        self.options.projects_dir()
+    }
+
+    /// True when Claude's files hold conversation `id` (or where they are is unknown).
+    fn has_record(&self, id: &str, working_directory: &str) -> bool {
+        match self.projects() {
+            Some(projects) => {
+                let at = At { working_directory: Some(working_directory.to_owned()) };
+                catalogue::locate(&projects, id, &at).is_some()
+            }
+            None => true,
+        }
+    }
+}
+
+fn schema(policy: &Policy) -> SchemaResult {
+    let offered: Vec<usize> =
+        offered_modes(policy).iter().filter_map(|m| PERMISSION_MODES.iter().position(|p| p == m)).collect();
+    let mode = SessionConfigPropertySchema {
+        r#type: "string".into(),
+        title: "Permissions".into(),
+        description: Some("When Claude asks before it acts".into()),
+        default: Some(json!("default")),
+        r#enum: Some(offered.iter().map(|&i| json!(PERMISSION_MODES[i])).collect()),
+        enum_labels: Some(offered.iter().map(|&i| PERMISSION_MODE_LABELS[i].to_owned()).collect()),
+        enum_descriptions: Some(offered.iter().map(|&i| PERMISSION_MODE_DESCRIPTIONS[i].to_owned()).collect()),
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+        enum_dynamic: None,
+        session_mutable: Some(true),
+    };
+    let mut defaults = JsonObject::new();
+    defaults.insert(PERMISSION_MODE_KEY.into(), json!("default"));
+    SchemaResult {
+        schema: SessionConfigSchema {
+            r#type: "object".into(),
+            properties: [(PERMISSION_MODE_KEY.to_owned(), mode)].into_iter().collect(),
+            required: None,
+        },
+        defaults,
+    }
+}
+
+/// A path handed as a path or a `file://` URI.
+fn as_path(s: &str) -> PathBuf {
+    PathBuf::from(s.strip_prefix("file://").unwrap_or(s))
+}
+
+#[async_trait]
+impl Agent for Claude {
+    fn descriptor(&self) -> AgentDescriptor {
+        AgentDescriptor {
+            provider: "claude".into(),
+            display_name: self.options.display_name.clone(),
+            description: Some("Anthropic's Claude Code, the claude CLI".into()),
+            // Each chat of a session is a conversation (and a process) of its own.
+            capabilities: Some(agent_runner::agent::multiple_chats()),
+            features: AgentFeatures {
+                list: true,
+                find: true,
+                transcript: true,
+                probe: true,
+                directories: false,
+                inherited_chat_config: true,
+                steering: true,
+                completions: Vec::new(),
+                transcript_turn_ids: Some("recorded".into()),
+            },
+        }
+    }
+
+    fn schema(&self, policy: &Policy) -> SchemaResult {
+        schema(policy)
+    }
+
+    fn inherited_chat_config(&self, config: &JsonObject) -> JsonObject {
+        config.iter().filter(|(k, _)| k.as_str() == PERMISSION_MODE_KEY).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    async fn probe(&self) -> Result<ProbeResult, AgentError> {
+        let cwd = match &self.data_dir {
+            Some(dir) => {
+                let dir = dir.join("probe");
+                std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
+                dir
+            }
+            None => std::env::temp_dir(),
+        };
+        let launch = Launch {
+            command: self.options.command.clone(),
+            args: ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(self.options.args.iter().cloned())
+                .collect(),
+            env: self.options.env.clone(),
+            cwd,
+        };
+        let (cli, _events) = Cli::spawn(&launch).map_err(|e| AgentError::Failed(e.to_string()))?;
+        let answer = cli.control(json!({"subtype": "initialize", "hooks": null}), Duration::from_secs(60)).await;
+        cli.stop().await;
+        let answer = answer.map_err(|e| {
+            let tail = cli.stderr_tail();
+            AgentError::Failed(if tail.is_empty() {
+                format!("Claude Code could not be asked what it offers: {e}")
+            } else {
+                format!("Claude Code could not be asked what it offers: {e}. Its last words: {tail}")
+            })
+        })?;
+        Ok(probe_result(&answer))
+    }
+
+    async fn list(&self) -> Result<Vec<Listed>, AgentError> {
+        let Some(projects) = self.projects() else { return Ok(Vec::new()) };
+        Ok(tokio::task::spawn_blocking(move || catalogue::list(&projects)).await.unwrap_or_default())
+    }
+
+    async fn find(&self, id: &str, at: &At) -> Result<Option<Listed>, AgentError> {
+        let Some(projects) = self.projects() else { return Ok(None) };
+        let (id, at) = (id.to_owned(), at.clone());
+        Ok(tokio::task::spawn_blocking(move || catalogue::find(&projects, &id, &at)).await.unwrap_or_default())
+    }
+
+    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+        let Some(projects) = self.projects() else { return Ok(None) };
+        let (id, at) = (id.to_owned(), at.clone());
+        Ok(tokio::task::spawn_blocking(move || catalogue::transcript(&projects, &id, &at)).await.unwrap_or_default())
+    }
+
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+        let session_id = match uuid::Uuid::parse_str(&start.conversation_id) {
+            Ok(id) => id.to_string(),
+            Err(_) if start.resume => {
+                return Err(AgentError::Refused(format!("{} is not a Claude Code session id", start.conversation_id)));
+            }
+            // The CLI keeps conversations under uuids: choose one and say so.
+            Err(_) => uuid::Uuid::new_v4().to_string(),
+        };
+        let cwd = match &start.working_directory {
+            Some(dir) => as_path(dir),
+            None => std::env::current_dir().map_err(|e| AgentError::Failed(format!("no working directory: {e}")))?,
+        };
+        if !cwd.is_dir() {
+            return Err(AgentError::Refused(format!(
+                "{} could not be started in {}, which does not exist",
+                self.options.command,
+                cwd.display()
+            )));
+        }
+        let working = cwd.display().to_string();
+        let instructions: Vec<&str> =
+            start.instructions.iter().map(String::as_str).filter(|s| !s.trim().is_empty()).collect();
+        let spec = SessionSpec {
+            command: self.options.command.clone(),
+            extra_args: self.options.args.clone(),
+            env: self.options.env.clone(),
+            session_id,
+            cwd,
+            additional_directories: start
+                .additional_directories
+                .iter()
+                .map(|d| as_path(d).display().to_string())
+                .collect(),
+            mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
+            append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+            permission_modes: offered_modes(&start.policy),
+        };
+        // The host resumes every conversation it created once, turn or no turn; the CLI can only
+        // resume one it wrote down.
+        let resume = start.resume && self.has_record(&spec.session_id, &working);
+        if start.resume && !resume {
+            tracing::info!(session = %spec.session_id, "Claude Code has no record of this conversation yet; starting it");
+        }
+        let permission_mode = start
+            .settings
+            .get(PERMISSION_MODE_KEY)
+            .and_then(Value::as_str)
+            .filter(|m| offered_modes(&start.policy).contains(m))
+            .unwrap_or("default")
+            .to_owned();
+        let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");
+        let initial = Initial { resume, model, permission_mode, tools: start.tools };
+        Ok(Arc::new(ClaudeSession::start(host, spec, initial)))
+    }
+}
+
+/// Models and commands from the CLI's `initialize` answer.
+pub fn probe_result(answer: &Value) -> ProbeResult {
+    let models = answer["models"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| {
+            let id = m["value"].as_str()?;
+            let mut meta = JsonObject::new();
+            for key in ["description", "resolvedModel"] {
+                if let Some(v) = m.get(key).filter(|v| !v.is_null()) {
+                    meta.insert(key.into(), v.clone());
+                }
+            }
+            Some(SessionModelInfo {
+                id: id.to_owned(),
+                provider: "claude".into(),
+                name: m["displayName"].as_str().unwrap_or(id).to_owned(),
+                max_context_window: None,
+                max_output_tokens: None,
+                max_prompt_tokens: None,
+                supports_vision: Some(true),
+                policy_state: None,
+                config_schema: None,
+                meta: (!meta.is_empty()).then_some(meta),
+            })
+        })
+        .collect();
+    let commands = answer["commands"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| {
+            Some(SlashCommand {
+                name: c["name"].as_str()?.to_owned(),
+                description: c["description"].as_str().map(str::to_owned),
+            })
+        })
+        .collect();
+    ProbeResult { models, commands, account: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_withholds_bypass_under_a_restricting_policy() {
+        let open = schema(&Policy::default());
+        assert_eq!(open.schema.properties[PERMISSION_MODE_KEY].r#enum.as_ref().map(Vec::len), Some(4));
+        let restricted = schema(&Policy { managed_settings: None, auto_approve_policy_restricted: Some(true) });
+        let modes = restricted.schema.properties[PERMISSION_MODE_KEY].r#enum.clone().unwrap_or_default();
+        assert!(!modes.contains(&json!("bypassPermissions")));
+        assert_eq!(open.defaults[PERMISSION_MODE_KEY], "default");
+    }
+
+    #[test]
+    fn probe_reads_models_and_commands() {
+        let answer = json!({"models": [{"value": "default", "displayName": "Default (recommended)", "resolvedModel": "claude-opus-5-5"},
+                                       {"value": "haiku", "displayName": "Haiku"}],
+                            "commands": [{"name": "compact", "description": "Compact"}]});
+        let probe = probe_result(&answer);
+        assert_eq!(probe.models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), vec!["default", "haiku"]);
+        assert_eq!(probe.models[0].name, "Default (recommended)");
+        assert_eq!(probe.commands[0].name, "compact");
+    }
+}

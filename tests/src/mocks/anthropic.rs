@@ -26,7 +26,7 @@
 //! | `TOOL:<Name> ARGS:{json}` | says "I will call <Name>." and calls tool `<Name>` (one of the request's `tools`) with the JSON (to the end of the line) as input; `ARGS` may be left out (`{}`) |
 //! | `THINK` | thinks ("Let me think about this briefly.") before answering |
 //! | `SLOW` | waits 400 ms between stream events (for interrupts) |
-//! | `ERROR` | the request fails with HTTP 400 `invalid_request_error` (not retried by the CLI) |
+//! | `ERROR` | the request fails with HTTP 400 `invalid_request_error` (not retried by the CLI); read from the last text of the last user message alone, since the CLI sends a prompt whose request failed again with the next one |
 //! | `REPLY:<text>` | answers exactly `<text>` (to the end of the line) |
 //! | anything else | answers `Hello from the mock model. You said: <last line>` |
 //!
@@ -455,6 +455,14 @@ fn trailing_user_text(body: &Value) -> String {
     texts.join("\n")
 }
 
+/// The last text a person wrote: the last text block of the last user message (the CLI merges a
+/// prompt whose request failed into the next one).
+fn last_user_message_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let last = messages.iter().rev().find(|m| m["role"] == "user");
+    last.and_then(|m| user_texts(&m["content"]).pop()).unwrap_or_default()
+}
+
 fn last_tool_result(body: &Value) -> Option<String> {
     let last_user = body["messages"].as_array()?.iter().rev().find(|m| m["role"] == "user")?;
     let results: Vec<&Value> = last_user["content"].as_array()?.iter().filter(|b| b["type"] == "tool_result").collect();
@@ -481,7 +489,7 @@ fn plan_reply(body: &Value) -> Plan {
         plan.blocks.push(Block::Text(answer));
         return plan;
     }
-    if text.contains("ERROR") {
+    if last_user_message_text(body).contains("ERROR") {
         plan.error = true;
         return plan;
     }
@@ -536,6 +544,15 @@ mod tests {
         let plan = plan_reply(&b);
         assert_eq!(plan.blocks[0], Block::Thinking(THINKING.into()));
         assert_eq!(plan.blocks[1], Block::Text(format!("{HELLO}THINK please")));
+    }
+
+    #[test]
+    fn an_error_is_asked_for_by_the_last_prompt_alone() {
+        let failed_then_more = body(json!([
+            {"role": "user", "content": [{"type": "text", "text": "ERROR please"}, {"type": "text", "text": "fine now?"}]}
+        ]));
+        assert!(!plan_reply(&failed_then_more).error);
+        assert!(plan_reply(&body(json!([{"role": "user", "content": "ERROR please"}]))).error);
     }
 
     #[test]

@@ -1,0 +1,937 @@
+//! One chat on one `claude` process, kept open between turns.
+//!
+//! A driver task takes the turns handed with `sendMessage` one at a time: it (re)starts the CLI
+//! when there is none (`--session-id` for a new conversation, `--resume` once the CLI has a
+//! record of it), writes the prompt as a stream-json `user` line with a uuid of ours, and leaves
+//! the turn to the CLI's output, which a reader task per process maps through [`TurnMapper`].
+//! The turn ends at the CLI's `result` (exactly one ending), when a person stops it (at once,
+//! and the CLI is interrupted; its output up to its `result` is dropped), or when the CLI exits or
+//! prints something that is not JSON (an error carrying its stderr tail; the next message starts
+//! a fresh process on the same session id).
+//!
+//! Control requests the CLI sends are answered here: `can_use_tool` becomes a confirmation or,
+//! for `AskUserQuestion`, a chat input request; `mcp_message` is served by the in-process `host`
+//! and `client` servers ([`crate::mcp`]); anything else is answered with an error at once.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
+use ahp_types::common::JsonObject;
+use ahp_types::state::ModelSelection;
+use async_trait::async_trait;
+use protocol::{AnswerParams, ConfirmParams, SendMessageParams, SetConfigResult, SteerParams, ToolOutcome, ToolSpec};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::mapper::TurnMapper;
+use crate::mcp::{self, McpReply};
+use crate::permissions;
+use crate::process::{describe_exit, Cli, CliEvent, ControlError, Launch};
+use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
+use crate::PERMISSION_MODE_KEY;
+
+/// How long the CLI may take to answer `initialize` (it starts MCP servers first).
+const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
+/// How long a control request from us may wait.
+const CONTROL_WITHIN: Duration = Duration::from_secs(30);
+/// How long a stopped turn's output may take to reach its `result` before the process is killed.
+const DRAIN_WITHIN: Duration = Duration::from_secs(15);
+
+/// Everything fixed for the life of the chat.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// The CLI and its environment.
+    pub command: String,
+    /// Extra arguments from the options.
+    pub extra_args: Vec<String>,
+    /// Extra environment from the options.
+    pub env: BTreeMap<String, String>,
+    /// The conversation's uuid (the CLI's session id).
+    pub session_id: String,
+    /// Where the CLI runs.
+    pub cwd: PathBuf,
+    /// More folders it may reach.
+    pub additional_directories: Vec<String>,
+    /// `--mcp-config`.
+    pub mcp_config: Value,
+    /// `--append-system-prompt`, when there is anything to say.
+    pub append_system_prompt: Option<String>,
+    /// The permission modes this session offers (its policy may withhold one).
+    pub permission_modes: Vec<&'static str>,
+}
+
+/// The argv for one process of this chat.
+pub fn launch_args(spec: &SessionSpec, resume: bool, model: Option<&str>, permission_mode: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-partial-messages",
+        "--permission-prompt-tool",
+        "stdio",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    // The `=` form, as the SDKs use it, so a value is never read as a flag.
+    if resume {
+        args.push(format!("--resume={}", spec.session_id));
+    } else {
+        args.push(format!("--session-id={}", spec.session_id));
+    }
+    args.push(format!("--mcp-config={}", spec.mcp_config));
+    if let Some(model) = model {
+        args.push(format!("--model={model}"));
+    }
+    if permission_mode != "default" {
+        args.push(format!("--permission-mode={permission_mode}"));
+    }
+    if let Some(prompt) = &spec.append_system_prompt {
+        args.push(format!("--append-system-prompt={prompt}"));
+    }
+    for dir in &spec.additional_directories {
+        args.push(format!("--add-dir={dir}"));
+    }
+    args.extend(spec.extra_args.iter().cloned());
+    args
+}
+
+/// A stream-json `user` line.
+pub fn user_line(text: &str, instructions: Option<&str>, uuid: &str, priority: Option<&str>) -> Value {
+    let mut content = Vec::new();
+    if let Some(instructions) = instructions.filter(|i| !i.trim().is_empty()) {
+        content.push(json!({"type": "text", "text": instructions}));
+    }
+    content.push(json!({"type": "text", "text": text}));
+    let mut line = json!({"type": "user", "message": {"role": "user", "content": content},
+                          "parent_tool_use_id": null, "session_id": "", "uuid": uuid});
+    if let Some(priority) = priority {
+        line["priority"] = json!(priority);
+    }
+    line
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Handed, the process is being started; not written yet.
+    Preparing,
+    /// Written to the CLI; its output is this turn's.
+    Sent,
+    /// Stopped: said cancelled already; the CLI's output up to its `result` is dropped.
+    Draining,
+}
+
+struct Steer {
+    /// The CLI took it in (or dropped it): it no longer waits.
+    started: bool,
+    text: String,
+}
+
+struct Running {
+    mapper: TurnMapper,
+    phase: Phase,
+    generation: u64,
+    uuid: String,
+    recorded: bool,
+    steers: HashMap<String, Steer>,
+}
+
+impl Running {
+    /// A steering message left the CLI's queue; one the model reads is shown in the turn, where
+    /// it came in (the parent took it off the chat when it was handed over).
+    fn steer_left_queue(&mut self, uuid: &str, read: bool) {
+        let Some(steer) = self.steers.get_mut(uuid) else { return };
+        if steer.started {
+            return;
+        }
+        steer.started = true;
+        if read {
+            let text = steer.text.clone();
+            self.mapper.writer().notification(&text);
+        }
+    }
+}
+
+struct Live {
+    cli: Arc<Cli>,
+    generation: u64,
+    /// The tools changed: restart before the next turn.
+    stale: bool,
+    /// The CLI reports `command_lifecycle` (so a steer still queued at `result` is known to run next).
+    lifecycle: bool,
+}
+
+/// A `can_use_tool` waiting for a person.
+struct Parked {
+    generation: u64,
+    request_id: String,
+    request: Value,
+}
+
+struct State {
+    queue: VecDeque<SendMessageParams>,
+    turn: Option<Running>,
+    live: Option<Live>,
+    generation: u64,
+    /// The CLI has a record of this conversation: a new process resumes it.
+    exists: bool,
+    model: Option<String>,
+    permission_mode: String,
+    tools: Vec<ToolSpec>,
+    /// By tool call id.
+    confirmations: HashMap<String, Parked>,
+    /// By input request id (the `AskUserQuestion` tool-use id).
+    questions: HashMap<String, Parked>,
+    closed: bool,
+}
+
+pub(crate) struct Core {
+    host: SessionHost,
+    spec: SessionSpec,
+    state: Mutex<State>,
+    wake: Notify,
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The chat, as the runtime holds it.
+pub struct ClaudeSession {
+    core: Arc<Core>,
+}
+
+/// What a new session starts with besides its spec.
+pub struct Initial {
+    /// Continue an existing conversation.
+    pub resume: bool,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--permission-mode`.
+    pub permission_mode: String,
+    /// The tools offered in process.
+    pub tools: Vec<ToolSpec>,
+}
+
+impl ClaudeSession {
+    /// Starts the chat's driver; the CLI itself starts with the first turn.
+    pub fn start(host: SessionHost, spec: SessionSpec, initial: Initial) -> Self {
+        let core = Arc::new(Core {
+            host,
+            spec,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                turn: None,
+                live: None,
+                generation: 0,
+                exists: initial.resume,
+                model: initial.model,
+                permission_mode: initial.permission_mode,
+                tools: initial.tools,
+                confirmations: HashMap::new(),
+                questions: HashMap::new(),
+                closed: false,
+            }),
+            wake: Notify::new(),
+            cancel: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        });
+        let driver = core.clone();
+        core.tasks.spawn(async move { driver.drive().await });
+        Self { core }
+    }
+}
+
+impl Core {
+    fn cli_of(&self, generation: u64) -> Option<Arc<Cli>> {
+        lock(&self.state).live.as_ref().filter(|l| l.generation == generation).map(|l| l.cli.clone())
+    }
+
+    /// Takes the handed turns one at a time, for as long as the chat lives.
+    async fn drive(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = self.wake.notified() => {}
+            }
+            while let Some(params) = self.next_turn() {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    _ = self.clone().begin(params) => {}
+                }
+            }
+        }
+    }
+
+    /// The head of the queue, made the running turn; none while a turn runs.
+    fn next_turn(&self) -> Option<SendMessageParams> {
+        let mut state = lock(&self.state);
+        if state.closed || state.turn.is_some() {
+            return None;
+        }
+        let params = state.queue.pop_front()?;
+        let writer = TurnWriter::new(self.host.clone(), params.turn_id.clone());
+        let mapper = TurnMapper::new(writer, state.tools.clone());
+        state.turn = Some(Running {
+            mapper,
+            phase: Phase::Preparing,
+            generation: 0,
+            uuid: uuid::Uuid::new_v4().to_string(),
+            recorded: false,
+            steers: HashMap::new(),
+        });
+        Some(params)
+    }
+
+    /// Starts the CLI if needed and hands it the prompt.
+    async fn begin(self: Arc<Self>, params: SendMessageParams) {
+        let started = self.clone().ensure_cli().await;
+        let mut state = lock(&self.state);
+        let Some(turn) = state.turn.as_mut() else { return };
+        if turn.phase != Phase::Preparing {
+            // Stopped while the process started: said cancelled already, never sent.
+            state.turn = None;
+            drop(state);
+            self.wake.notify_one();
+            return;
+        }
+        let (cli, generation) = match started {
+            Ok(pair) => pair,
+            Err(why) => {
+                turn.mapper.writer().error("claudeNotStarted", why);
+                state.turn = None;
+                drop(state);
+                self.wake.notify_one();
+                return;
+            }
+        };
+        let line = user_line(&params.message.text, params.instructions.as_deref(), &turn.uuid, None);
+        turn.generation = generation;
+        turn.phase = Phase::Sent;
+        if !cli.send(&line) {
+            tracing::warn!("the prompt could not be written: the CLI's stdin is closed");
+        }
+    }
+
+    /// The live process, started (and initialized) when there is none or it went stale.
+    async fn ensure_cli(self: Arc<Self>) -> Result<(Arc<Cli>, u64), String> {
+        let stale = {
+            let mut state = lock(&self.state);
+            match &state.live {
+                Some(live) if !live.stale => return Ok((live.cli.clone(), live.generation)),
+                Some(_) => state.live.take().map(|l| l.cli),
+                None => None,
+            }
+        };
+        if let Some(old) = stale {
+            old.stop().await;
+        }
+        let (launch, generation) = {
+            let mut state = lock(&self.state);
+            state.generation += 1;
+            let args = launch_args(&self.spec, state.exists, state.model.as_deref(), &state.permission_mode);
+            let launch = Launch {
+                command: self.spec.command.clone(),
+                args,
+                env: self.spec.env.clone(),
+                cwd: self.spec.cwd.clone(),
+            };
+            (launch, state.generation)
+        };
+        let (cli, events) = Cli::spawn(&launch).map_err(|e| e.to_string())?;
+        let closed = {
+            let mut state = lock(&self.state);
+            if !state.closed {
+                state.live = Some(Live { cli: cli.clone(), generation, stale: false, lifecycle: false });
+            }
+            state.closed
+        };
+        if closed {
+            // Closed while it started: it must not outlive the session.
+            cli.kill().await;
+            return Err("The conversation was closed.".to_owned());
+        }
+        let reader = self.clone();
+        self.tasks.spawn(async move { reader.read(generation, events).await });
+        let init = json!({"subtype": "initialize", "hooks": null, "sdkMcpServers": [HOST_SERVER, CLIENT_SERVER]});
+        match cli.control(init, INITIALIZE_WITHIN).await {
+            Ok(_) => Ok((cli, generation)),
+            Err(e) => {
+                let why = match e {
+                    ControlError::Refused(why) => format!("Claude Code would not start the conversation: {why}"),
+                    ControlError::Gone => describe_exit(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
+                    ControlError::Timeout => "Claude Code did not answer when it was started".to_owned(),
+                };
+                {
+                    let mut state = lock(&self.state);
+                    if state.live.as_ref().is_some_and(|l| l.generation == generation) {
+                        state.live = None;
+                    }
+                }
+                cli.kill().await;
+                Err(with_tail(why, &cli.stderr_tail()))
+            }
+        }
+    }
+
+    /// Reads one process's output until it ends.
+    async fn read(self: Arc<Self>, generation: u64, mut events: mpsc::UnboundedReceiver<CliEvent>) {
+        loop {
+            let event = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                event = events.recv() => event,
+            };
+            match event {
+                Some(CliEvent::Line(line)) => self.clone().on_line(generation, line),
+                Some(CliEvent::Garbage(excerpt)) => {
+                    let why = format!("Claude Code printed a line that is not JSON: {excerpt:?}");
+                    self.broken(generation, "claudeProtocolError", why, true).await;
+                    return;
+                }
+                Some(CliEvent::Ended) | None => {
+                    let status = match self.cli_of(generation) {
+                        Some(cli) => Some(cli.wait_exit(Duration::from_secs(2)).await),
+                        None => None,
+                    };
+                    let why = describe_exit("Claude Code", status.flatten());
+                    self.broken(generation, "claudeExited", why, false).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The process is gone or unusable: the running turn ends in an error carrying its stderr.
+    async fn broken(&self, generation: u64, error_type: &str, why: String, kill: bool) {
+        let cli = {
+            let mut state = lock(&self.state);
+            if state.live.as_ref().is_some_and(|l| l.generation == generation) {
+                state.live.take().map(|l| l.cli)
+            } else {
+                None
+            }
+        };
+        let tail = match cli {
+            Some(cli) => {
+                if kill {
+                    cli.kill().await;
+                } else {
+                    cli.stop().await;
+                }
+                cli.stderr_tail()
+            }
+            None => String::new(),
+        };
+        let message = with_tail(why, &tail);
+        {
+            let mut state = lock(&self.state);
+            state.confirmations.retain(|_, p| p.generation != generation);
+            state.questions.retain(|_, p| p.generation != generation);
+            let ours = state.turn.as_ref().is_some_and(|t| t.generation == generation && t.phase != Phase::Preparing);
+            if ours {
+                if let Some(mut turn) = state.turn.take() {
+                    if turn.phase == Phase::Sent {
+                        tracing::warn!(%message, "claude stopped during a turn");
+                        turn.mapper.writer().error(error_type, message);
+                    }
+                }
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn on_line(self: Arc<Self>, generation: u64, line: Value) {
+        match line["type"].as_str() {
+            Some("control_request") => self.on_control_request(generation, &line),
+            Some("control_cancel_request") => self.on_control_cancel(&line),
+            Some("command_lifecycle") => self.on_lifecycle(generation, &line),
+            Some("keep_alive") => {}
+            _ => self.on_output(generation, &line),
+        }
+    }
+
+    /// Says `turn/recorded` for the turn's prompt, once the CLI shows it has it.
+    fn record(&self, state: &mut State) {
+        let Some(turn) = state.turn.as_mut() else { return };
+        if !turn.recorded {
+            turn.recorded = true;
+            state.exists = true;
+            self.host.turn_recorded(turn.mapper.turn_id(), &turn.uuid);
+        }
+    }
+
+    fn on_output(&self, generation: u64, line: &Value) {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let phase = match state.turn.as_ref() {
+            Some(turn) if turn.generation == generation => turn.phase,
+            Some(_) => return,
+            None => {
+                tracing::debug!(kind = %line["type"], "claude output with no turn running");
+                return;
+            }
+        };
+        match phase {
+            Phase::Preparing => return,
+            Phase::Draining => {
+                if line["type"] == "result" {
+                    state.turn = None;
+                    drop(guard);
+                    self.wake.notify_one();
+                }
+                return;
+            }
+            Phase::Sent => {}
+        }
+        if let (Some(uuids), Some(turn)) = (line["user_message_uuids"].as_array(), state.turn.as_mut()) {
+            for uuid in uuids.iter().filter_map(Value::as_str) {
+                turn.steer_left_queue(uuid, true);
+            }
+        }
+        match line["type"].as_str() {
+            Some("result") => {
+                self.record(state);
+                self.on_result(state, line);
+                return;
+            }
+            Some("stream_event" | "assistant") => self.record(state),
+            Some("system") if line["subtype"] == "status" => {
+                if let Some(mode) = line["permissionMode"].as_str() {
+                    state.permission_mode = mode.to_owned();
+                }
+            }
+            _ => {}
+        }
+        if let Some(turn) = state.turn.as_mut() {
+            turn.mapper.line(line);
+        }
+    }
+
+    fn on_result(&self, state: &mut State, line: &Value) {
+        let lifecycle = state.live.as_ref().is_some_and(|l| l.lifecycle);
+        let Some(turn) = state.turn.as_mut() else { return };
+        let (usage, end) = turn.mapper.finish(line);
+        turn.mapper.writer().usage(usage);
+        // A steering message the CLI did not take in at a tool call runs as a prompt of its own
+        // right after this one: the turn goes on until that one's result.
+        if lifecycle && turn.steers.values().any(|s| !s.started) {
+            return;
+        }
+        turn.mapper.writer().end(end);
+        state.turn = None;
+        self.wake.notify_one();
+    }
+
+    fn on_lifecycle(&self, generation: u64, line: &Value) {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        if let Some(live) = state.live.as_mut().filter(|l| l.generation == generation) {
+            live.lifecycle = true;
+        }
+        let Some(uuid) = line["command_uuid"].as_str() else { return };
+        let state_now = line["state"].as_str().unwrap_or("");
+        let started = matches!(state_now, "started" | "completed" | "cancelled");
+        let Some(turn) = state.turn.as_mut().filter(|t| t.generation == generation && t.phase == Phase::Sent) else {
+            return;
+        };
+        if uuid == turn.uuid && started {
+            self.record(state);
+            return;
+        }
+        if started {
+            turn.steer_left_queue(uuid, state_now != "cancelled");
+        }
+    }
+
+    fn on_control_request(self: Arc<Self>, generation: u64, line: &Value) {
+        let request_id = line["request_id"].as_str().unwrap_or_default().to_owned();
+        let request = &line["request"];
+        let Some(cli) = self.cli_of(generation) else { return };
+        match request["subtype"].as_str() {
+            Some("can_use_tool") => self.on_can_use_tool(generation, &cli, request_id, request),
+            Some("mcp_message") => self.on_mcp_message(&cli, request_id, request),
+            other => {
+                let what = other.unwrap_or("a request without a subtype");
+                tracing::info!(subtype = %what, "answering a control request ahpd does not know with an error");
+                cli.respond(&request_id, Err(format!("ahpd does not answer {what}")));
+            }
+        }
+    }
+
+    fn on_can_use_tool(&self, generation: u64, cli: &Arc<Cli>, request_id: String, request: &Value) {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let tool_name = request["tool_name"].as_str().unwrap_or("").to_owned();
+        let tool_use_id = request["tool_use_id"].as_str().map(str::to_owned).unwrap_or_else(|| request_id.clone());
+        let named = name_call(&tool_name, &state.tools);
+        let destructive = destructive(&named.owner, &state.tools);
+        let Some(turn) = state.turn.as_mut().filter(|t| t.generation == generation && t.phase == Phase::Sent) else {
+            cli.respond(&request_id, Ok(permissions::withdrawn()));
+            return;
+        };
+        let mapper = &mut turn.mapper;
+        match named.owner {
+            Owner::Question => {
+                let asked = permissions::input_request(&tool_use_id, &request["input"]);
+                mapper.writer().input_requested(asked);
+                state.questions.insert(tool_use_id, Parked { generation, request_id, request: request.clone() });
+            }
+            Owner::Host(_) | Owner::Client { .. } if !destructive => {
+                // The host's and the clients' tools are the host's to govern: they run as asked.
+                cli.respond(&request_id, Ok(permissions::allow_as_is(request)));
+            }
+            _ => {
+                mapper.start_call(&tool_use_id, &tool_name);
+                mapper.set_input(&tool_use_id, &request["input"]);
+                let question = permissions::question(&named, request);
+                mapper.ask(&tool_use_id, question);
+                state.confirmations.insert(tool_use_id, Parked { generation, request_id, request: request.clone() });
+            }
+        }
+    }
+
+    fn on_control_cancel(&self, line: &Value) {
+        let Some(request_id) = line["request_id"].as_str() else { return };
+        let mut state = lock(&self.state);
+        state.confirmations.retain(|_, p| p.request_id != request_id);
+        state.questions.retain(|_, p| p.request_id != request_id);
+    }
+
+    fn on_mcp_message(self: Arc<Self>, cli: &Arc<Cli>, request_id: String, request: &Value) {
+        let server = request["server_name"].as_str().unwrap_or("").to_owned();
+        let reply = {
+            let state = lock(&self.state);
+            mcp::handle(&server, &request["message"], &state.tools)
+        };
+        match reply {
+            McpReply::Now(answer) => {
+                cli.respond(&request_id, Ok(json!({"mcp_response": answer})));
+            }
+            McpReply::Call { id, name, arguments, tool_use_id } => {
+                let tool_call_id = tool_use_id.unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4()));
+                let turn_id = {
+                    let mut state = lock(&self.state);
+                    match state.turn.as_mut().filter(|t| t.phase == Phase::Sent) {
+                        Some(turn) => {
+                            let model_name = format!("mcp__{server}__{name}");
+                            turn.mapper.start_call(&tool_call_id, &model_name);
+                            turn.mapper.set_input(&tool_call_id, &arguments);
+                            turn.mapper.running(&tool_call_id);
+                            Some(turn.mapper.turn_id().to_owned())
+                        }
+                        None => None,
+                    }
+                };
+                let Some(turn_id) = turn_id else {
+                    let answer = mcp::call_result(&id, &ToolOutcome::failed("No turn is running."));
+                    cli.respond(&request_id, Ok(json!({"mcp_response": answer})));
+                    return;
+                };
+                let (core, cli) = (self.clone(), cli.clone());
+                self.tasks.spawn(async move {
+                    let outcome = tokio::select! {
+                        _ = core.cancel.cancelled() => ToolOutcome::failed("The session closed."),
+                        outcome = core.host.run_tool(&turn_id, &tool_call_id, &name, arguments) => {
+                            outcome.unwrap_or_else(|e| ToolOutcome::failed(e.to_string()))
+                        }
+                    };
+                    {
+                        let mut state = lock(&core.state);
+                        if let Some(turn) =
+                            state.turn.as_mut().filter(|t| t.mapper.turn_id() == turn_id && t.phase == Phase::Sent)
+                        {
+                            turn.mapper.complete_from_outcome(&tool_call_id, &outcome);
+                        }
+                    }
+                    cli.respond(&request_id, Ok(json!({"mcp_response": mcp::call_result(&id, &outcome)})));
+                });
+            }
+        }
+    }
+
+    /// Answers every parked question of the CLI as withdrawn.
+    fn settle_parked(&self, state: &mut State) {
+        let parked: Vec<Parked> =
+            state.confirmations.drain().map(|(_, p)| p).chain(state.questions.drain().map(|(_, p)| p)).collect();
+        for p in parked {
+            if let Some(live) = state.live.as_ref().filter(|l| l.generation == p.generation) {
+                live.cli.respond(&p.request_id, Ok(permissions::withdrawn()));
+            }
+        }
+    }
+
+    async fn abort(self: Arc<Self>) {
+        let interrupt = {
+            let mut state = lock(&self.state);
+            state.queue.clear();
+            self.settle_parked(&mut state);
+            let live = state.live.as_ref().map(|l| (l.cli.clone(), l.generation));
+            match state.turn.as_mut() {
+                Some(turn) if turn.phase == Phase::Preparing => {
+                    turn.mapper.writer().cancelled();
+                    turn.phase = Phase::Draining;
+                    None
+                }
+                Some(turn) if turn.phase == Phase::Sent => {
+                    turn.mapper.writer().cancelled();
+                    turn.phase = Phase::Draining;
+                    let target = live.filter(|(_, g)| *g == turn.generation);
+                    if target.is_none() {
+                        // Its process is gone already: nothing will drain.
+                        state.turn = None;
+                        self.wake.notify_one();
+                    }
+                    target
+                }
+                _ => None,
+            }
+        };
+        let Some((cli, generation)) = interrupt else { return };
+        // `cancel_queued` drops a steering message the CLI holds for after this turn: a stop drops
+        // everything handed behind the stopped turn.
+        if let Err(e) = cli.control(json!({"subtype": "interrupt", "cancel_queued": true}), CONTROL_WITHIN).await {
+            tracing::warn!(error = %e, "claude did not take the interrupt; stopping it");
+            cli.kill().await;
+            return;
+        }
+        // The CLI answers the interrupt and then ends the turn with a `result`; if that never
+        // comes, the process is in no state to take the next turn.
+        let core = self.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = core.cancel.cancelled() => {}
+                _ = tokio::time::sleep(DRAIN_WITHIN) => {
+                    let stuck = lock(&core.state).turn.as_ref().is_some_and(|t| t.phase == Phase::Draining && t.generation == generation);
+                    if stuck {
+                        tracing::warn!("claude did not finish a stopped turn; stopping it");
+                        cli.kill().await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// True for a host or client tool whose spec says it destroys something: it waits for a person.
+fn destructive(owner: &Owner, tools: &[ToolSpec]) -> bool {
+    let offered = match owner {
+        Owner::Host(name) => tools.iter().find(|t| t.owner.is_none() && &t.definition.name == name),
+        Owner::Client { offered, .. } => tools.iter().find(|t| t.owner.is_some() && &t.definition.name == offered),
+        _ => return false,
+    };
+    offered.and_then(|t| t.effects.as_ref()).is_some_and(|e| e.destructive)
+}
+
+fn with_tail(why: String, tail: &str) -> String {
+    if tail.is_empty() {
+        why
+    } else {
+        format!("{why}. Its last words: {tail}")
+    }
+}
+
+#[async_trait]
+impl Session for ClaudeSession {
+    fn conversation_id(&self) -> Option<String> {
+        Some(self.core.spec.session_id.clone())
+    }
+
+    async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
+        let mut state = lock(&self.core.state);
+        if state.closed {
+            return Err(AgentError::Failed("This conversation is closed.".into()));
+        }
+        state.queue.push_back(params);
+        drop(state);
+        self.core.wake.notify_one();
+        Ok(())
+    }
+
+    async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
+        let wanted = (model.id != "default").then(|| model.id.clone());
+        let cli = {
+            let mut state = lock(&self.core.state);
+            state.model = wanted.clone();
+            state.live.as_ref().filter(|l| !l.stale).map(|l| l.cli.clone())
+        };
+        let Some(cli) = cli else { return Ok(()) };
+        let request = json!({"subtype": "set_model", "model": wanted});
+        cli.control(request, CONTROL_WITHIN)
+            .await
+            .map(|_| ())
+            .map_err(|e| AgentError::Failed(format!("The harness would not take model {}: {e}", model.id)))
+    }
+
+    async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
+        self.core.clone().abort().await;
+        Ok(())
+    }
+
+    async fn steer(&self, params: SteerParams) -> Result<bool, AgentError> {
+        let mut state = lock(&self.core.state);
+        let live = state.live.as_ref().map(|l| (l.cli.clone(), l.generation));
+        let Some(turn) = state.turn.as_mut() else { return Ok(false) };
+        if turn.phase != Phase::Sent || turn.mapper.turn_id() != params.turn_id {
+            return Ok(false);
+        }
+        let Some((cli, _)) = live.filter(|(_, g)| *g == turn.generation) else { return Ok(false) };
+        let uuid = uuid::Uuid::new_v4().to_string();
+        if !cli.send(&user_line(&params.message.text, None, &uuid, Some("next"))) {
+            return Ok(false);
+        }
+        turn.steers.insert(uuid.clone(), Steer { started: false, text: params.message.text.clone() });
+        // The CLI writes the steering message down as a prompt of its own: the same turn.
+        self.core.host.turn_recorded(&params.turn_id, &uuid);
+        Ok(true)
+    }
+
+    async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
+        let mut state = lock(&self.core.state);
+        let Some(parked) = state.confirmations.remove(&params.tool_call_id) else { return Ok(false) };
+        let answer = permissions::decision(
+            &parked.request,
+            params.approved,
+            params.option_id.as_deref(),
+            params.edited_tool_input.as_deref(),
+        );
+        if !params.approved {
+            if let Some(turn) = state.turn.as_mut() {
+                turn.mapper.denied(&params.tool_call_id);
+            }
+        }
+        if let Some(live) = state.live.as_ref().filter(|l| l.generation == parked.generation) {
+            live.cli.respond(&parked.request_id, Ok(answer));
+        }
+        Ok(true)
+    }
+
+    async fn answer(&self, params: AnswerParams) -> Result<bool, AgentError> {
+        let state = &mut *lock(&self.core.state);
+        let Some(parked) = state.questions.remove(&params.request_id) else { return Ok(false) };
+        let answer = permissions::answers_decision(&parked.request["input"], &params.response, &params.answers);
+        if let Some(live) = state.live.as_ref().filter(|l| l.generation == parked.generation) {
+            live.cli.respond(&parked.request_id, Ok(answer));
+        }
+        Ok(true)
+    }
+
+    async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
+        if key != PERMISSION_MODE_KEY {
+            return Ok(not_writable(&key));
+        }
+        let Some(mode) = value.as_str().filter(|m| self.core.spec.permission_modes.contains(m)).map(str::to_owned)
+        else {
+            return Ok(not_offered(&key, &value));
+        };
+        let cli = {
+            let state = lock(&self.core.state);
+            state.live.as_ref().filter(|l| !l.stale).map(|l| l.cli.clone())
+        };
+        if let Some(cli) = cli {
+            if let Err(e) = cli.control(json!({"subtype": "set_permission_mode", "mode": mode}), CONTROL_WITHIN).await {
+                return Ok(SetConfigResult {
+                    accepted: false,
+                    refusal: Some(format!("Claude Code would not switch to {mode}: {e}")),
+                });
+            }
+        }
+        lock(&self.core.state).permission_mode = mode;
+        Ok(accepted())
+    }
+
+    async fn settings(&self) -> JsonObject {
+        let mut values = JsonObject::new();
+        values.insert(PERMISSION_MODE_KEY.into(), json!(lock(&self.core.state).permission_mode));
+        values
+    }
+
+    async fn set_tools(&self, tools: Vec<ToolSpec>) -> Result<(), AgentError> {
+        let mut state = lock(&self.core.state);
+        let names = |t: &[ToolSpec]| t.iter().map(|s| s.definition.name.clone()).collect::<Vec<_>>();
+        if names(&state.tools) != names(&tools) {
+            // The CLI lists an in-process server's tools once: a new set needs a new process,
+            // which resumes the conversation before the next turn.
+            if let Some(live) = state.live.as_mut() {
+                live.stale = true;
+            }
+        }
+        state.tools = tools;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        let cli = {
+            let mut state = lock(&self.core.state);
+            state.closed = true;
+            state.queue.clear();
+            self.core.settle_parked(&mut state);
+            if let Some(mut turn) = state.turn.take() {
+                turn.mapper.writer().cancelled();
+            }
+            state.live.take().map(|l| l.cli)
+        };
+        self.core.cancel.cancel();
+        if let Some(cli) = cli {
+            cli.stop().await;
+        }
+        self.core.tasks.close();
+        self.core.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SessionSpec {
+        SessionSpec {
+            command: "claude".into(),
+            extra_args: vec!["--extra".into()],
+            env: BTreeMap::new(),
+            session_id: "11111111-2222-3333-4444-555555555555".into(),
+            cwd: PathBuf::from("/w"),
+            additional_directories: vec!["/more".into()],
+            mcp_config: json!({"mcpServers": {}}),
+            append_system_prompt: Some("Be brief.".into()),
+            permission_modes: vec!["default"],
+        }
+    }
+
+    #[test]
+    fn a_new_conversation_and_a_resumed_one() {
+        let new = launch_args(&spec(), false, None, "default");
+        for flag in ["-p", "--verbose", "--include-partial-messages", "stdio"] {
+            assert!(new.contains(&flag.to_owned()), "{flag}: {new:?}");
+        }
+        assert!(new.contains(&"--session-id=11111111-2222-3333-4444-555555555555".to_owned()));
+        assert!(new.contains(&"--append-system-prompt=Be brief.".to_owned()));
+        assert!(new.contains(&"--add-dir=/more".to_owned()));
+        assert_eq!(new.last().map(String::as_str), Some("--extra"), "the options' arguments come last");
+        assert!(!new.iter().any(|a| a.starts_with("--model") || a.starts_with("--permission-mode")));
+        let resumed = launch_args(&spec(), true, Some("haiku"), "plan");
+        assert!(resumed.contains(&"--resume=11111111-2222-3333-4444-555555555555".to_owned()));
+        assert!(
+            resumed.contains(&"--model=haiku".to_owned()) && resumed.contains(&"--permission-mode=plan".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_prompt_carries_our_uuid_and_the_turns_instructions_before_it() {
+        let line = user_line("hello", Some("Mind the tests."), "u-1", Some("next"));
+        assert_eq!(line["uuid"], "u-1");
+        assert_eq!(line["priority"], "next");
+        assert_eq!(line["message"]["content"][0]["text"], "Mind the tests.");
+        assert_eq!(line["message"]["content"][1]["text"], "hello");
+        assert!(user_line("hi", None, "u-2", None).get("priority").is_none());
+    }
+}

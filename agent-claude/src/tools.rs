@@ -1,0 +1,236 @@
+//! What a tool call is called and how it reads: the CLI's own tools (`Bash`, `Edit`, ...), the
+//! host's tools (`mcp__host__<name>`) and the clients' tools (`mcp__client__<clientId>__<name>`),
+//! with the sentences a client draws for them.
+
+use ahp_types::state::{ToolCallClientContributor, ToolCallContributor};
+use protocol::ToolSpec;
+use serde_json::Value;
+
+/// The in-process MCP server that offers the host's own tools.
+pub const HOST_SERVER: &str = "host";
+/// The in-process MCP server that offers the clients' tools.
+pub const CLIENT_SERVER: &str = "client";
+/// The CLI's question tool, drawn as a chat input request rather than a tool call.
+pub const ASK_USER_QUESTION: &str = "AskUserQuestion";
+
+/// Who runs a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Owner {
+    /// The CLI itself (`Bash`, `Read`, an MCP server it started, ...).
+    Cli,
+    /// The host: `tool/run` with this name.
+    Host(String),
+    /// A client: `tool/run` with this name (`<clientId>__<name>`), run by that client.
+    Client { offered: String, client_id: String },
+    /// `AskUserQuestion`: a question, not a tool call.
+    Question,
+}
+
+/// A call's names, as a client draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    /// `chat/toolCallStart`'s `toolName`.
+    pub tool_name: String,
+    /// What a person reads.
+    pub display_name: String,
+    /// Who runs it.
+    pub owner: Owner,
+}
+
+impl Named {
+    /// The contributor a client's tool is drawn with.
+    pub fn contributor(&self) -> Option<ToolCallContributor> {
+        match &self.owner {
+            Owner::Client { client_id, .. } => {
+                Some(ToolCallContributor::Client(ToolCallClientContributor { client_id: client_id.clone() }))
+            }
+            _ => None,
+        }
+    }
+
+    /// True for a call the host or a client runs (through the in-process MCP servers).
+    pub fn runs_outside_the_cli(&self) -> bool {
+        matches!(self.owner, Owner::Host(_) | Owner::Client { .. })
+    }
+}
+
+/// Names a call of `name`, the model's name for the tool.
+pub fn name_call(name: &str, tools: &[ToolSpec]) -> Named {
+    if name == ASK_USER_QUESTION {
+        return Named { tool_name: name.into(), display_name: "Question".into(), owner: Owner::Question };
+    }
+    if let Some(offered) = name.strip_prefix(&format!("mcp__{HOST_SERVER}__")) {
+        let spec = tools.iter().find(|t| t.owner.is_none() && t.definition.name == offered);
+        let display = spec
+            .and_then(|s| s.display_name.clone().or_else(|| s.definition.title.clone()))
+            .unwrap_or_else(|| offered.to_owned());
+        return Named { tool_name: offered.to_owned(), display_name: display, owner: Owner::Host(offered.to_owned()) };
+    }
+    if let Some(offered) = name.strip_prefix(&format!("mcp__{CLIENT_SERVER}__")) {
+        let spec = tools.iter().find(|t| t.owner.is_some() && t.definition.name == offered);
+        let (client_id, own_name) = match spec {
+            Some(s) => {
+                let client = s.owner.clone().unwrap_or_default();
+                let own = offered.strip_prefix(&format!("{client}__")).unwrap_or(offered).to_owned();
+                (client, s.display_name.clone().unwrap_or(own))
+            }
+            None => match offered.split_once("__") {
+                Some((client, own)) => (client.to_owned(), own.to_owned()),
+                None => (String::new(), offered.to_owned()),
+            },
+        };
+        return Named {
+            tool_name: own_name.clone(),
+            display_name: own_name,
+            owner: Owner::Client { offered: offered.to_owned(), client_id },
+        };
+    }
+    Named { tool_name: name.to_owned(), display_name: cli_display_name(name), owner: Owner::Cli }
+}
+
+fn cli_display_name(name: &str) -> String {
+    match name {
+        "Bash" => "Terminal".into(),
+        "Read" => "Read".into(),
+        "Write" => "Write".into(),
+        "Edit" | "MultiEdit" => "Edit".into(),
+        "NotebookEdit" => "Edit notebook".into(),
+        "Glob" => "Find files".into(),
+        "Grep" => "Search".into(),
+        "WebFetch" => "Fetch".into(),
+        "WebSearch" => "Web search".into(),
+        "TodoWrite" => "Todo list".into(),
+        "Task" | "Agent" => "Subagent".into(),
+        other => match other.strip_prefix("mcp__") {
+            Some(rest) => rest.replacen("__", ": ", 1),
+            None => other.to_owned(),
+        },
+    }
+}
+
+fn field<'a>(input: &'a Value, keys: &[&str]) -> Option<&'a str> {
+    keys.iter().find_map(|k| input[*k].as_str()).filter(|s| !s.is_empty())
+}
+
+/// What a call is about to do, as a client draws it while it waits or runs.
+pub fn invocation_message(named: &Named, input: &Value) -> String {
+    let path = field(input, &["file_path", "notebook_path", "path"]);
+    match (named.tool_name.as_str(), &named.owner) {
+        ("Bash", Owner::Cli) => match field(input, &["command"]) {
+            Some(command) => format!("Running `{}`", one_line(command)),
+            None => "Running a command".into(),
+        },
+        ("Read", Owner::Cli) => format!("Reading {}", path.unwrap_or("a file")),
+        ("Write", Owner::Cli) => format!("Writing {}", path.unwrap_or("a file")),
+        ("Edit" | "MultiEdit" | "NotebookEdit", Owner::Cli) => format!("Editing {}", path.unwrap_or("a file")),
+        ("Glob" | "Grep", Owner::Cli) => match field(input, &["pattern"]) {
+            Some(pattern) => format!("Searching for {pattern}"),
+            None => "Searching".into(),
+        },
+        ("WebFetch", Owner::Cli) => format!("Fetching {}", field(input, &["url"]).unwrap_or("a page")),
+        ("WebSearch", Owner::Cli) => {
+            format!("Searching the web for {}", field(input, &["query"]).unwrap_or("something"))
+        }
+        _ => format!("Using {}", named.display_name),
+    }
+}
+
+/// What a call did, as a client draws it once it is done.
+pub fn past_tense_message(named: &Named, input: &Value, success: bool) -> String {
+    if !success {
+        return format!("{} failed", named.display_name);
+    }
+    let path = field(input, &["file_path", "notebook_path", "path"]);
+    match (named.tool_name.as_str(), &named.owner) {
+        ("Bash", Owner::Cli) => match field(input, &["command"]) {
+            Some(command) => format!("Ran `{}`", one_line(command)),
+            None => "Ran a command".into(),
+        },
+        ("Read", Owner::Cli) => format!("Read {}", path.unwrap_or("a file")),
+        ("Write", Owner::Cli) => format!("Wrote {}", path.unwrap_or("a file")),
+        ("Edit" | "MultiEdit" | "NotebookEdit", Owner::Cli) => format!("Edited {}", path.unwrap_or("a file")),
+        ("Glob" | "Grep", Owner::Cli) => "Searched".into(),
+        ("WebFetch", Owner::Cli) => format!("Fetched {}", field(input, &["url"]).unwrap_or("a page")),
+        _ => format!("Used {}", named.display_name),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let first = s.lines().next().unwrap_or("");
+    let cut: String = first.chars().take(120).collect();
+    if cut.len() < s.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+/// The text of a tool result's content (a string, or a list of blocks).
+pub fn result_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| match b["type"].as_str() {
+                Some("text") => b["text"].as_str().map(str::to_owned),
+                Some("image") => Some("[image]".to_owned()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::state::ToolDefinition;
+    use serde_json::json;
+
+    fn spec(name: &str, owner: Option<&str>, display: Option<&str>) -> ToolSpec {
+        ToolSpec {
+            definition: ToolDefinition {
+                name: name.into(),
+                title: None,
+                description: None,
+                input_schema: None,
+                output_schema: None,
+                annotations: None,
+                meta: None,
+            },
+            owner: owner.map(str::to_owned),
+            display_name: display.map(str::to_owned),
+            defer_loading: false,
+            effects: None,
+        }
+    }
+
+    #[test]
+    fn names_host_client_and_cli_tools() {
+        let tools = vec![
+            spec("list_sessions", None, Some("List sessions")),
+            spec("c1__openFile", Some("c1"), Some("openFile")),
+        ];
+        let host = name_call("mcp__host__list_sessions", &tools);
+        assert_eq!((host.tool_name.as_str(), host.display_name.as_str()), ("list_sessions", "List sessions"));
+        assert_eq!(host.owner, Owner::Host("list_sessions".into()));
+        let client = name_call("mcp__client__c1__openFile", &tools);
+        assert_eq!(client.tool_name, "openFile");
+        assert_eq!(client.owner, Owner::Client { offered: "c1__openFile".into(), client_id: "c1".into() });
+        assert!(client.contributor().is_some());
+        let bash = name_call("Bash", &tools);
+        assert_eq!(bash.owner, Owner::Cli);
+        assert_eq!(invocation_message(&bash, &json!({"command": "ls -la"})), "Running `ls -la`");
+        assert_eq!(past_tense_message(&bash, &json!({}), false), "Terminal failed");
+        assert_eq!(name_call("AskUserQuestion", &tools).owner, Owner::Question);
+        assert_eq!(name_call("mcp__files__read", &tools).display_name, "files: read");
+    }
+
+    #[test]
+    fn reads_result_text_from_either_shape() {
+        assert_eq!(result_text(&json!("plain")), "plain");
+        assert_eq!(result_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])), "a\nb");
+    }
+}

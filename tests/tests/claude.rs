@@ -1,0 +1,232 @@
+//! The Claude Code backend end to end: the real `ahpd`, driven by the official AHP client, running
+//! the `claude` worker, which runs the real Claude Code CLI (installed by `scripts/test`) against
+//! the project's scripted Anthropic mock on 127.0.0.1.
+//!
+//! Until the daemon links `agent-claude` as kind `claude`, the worker runs as the program
+//! `ahpd-claude-worker` behind a config entry of kind `command`.
+
+use std::path::{Path, PathBuf};
+
+use ahp_types::actions::{ChatTurnCancelledAction, ChatTurnStartedAction, StateAction};
+use ahp_types::state::{ModelSelection, ResponsePart, SnapshotState, ToolCallState, TurnState};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::{json, Value};
+use tests::client::{now_iso, user_message};
+use tests::mocks::anthropic::{MockAnthropic, HELLO, THINKING};
+use tests::{turn_text, Daemon, DaemonOptions, TestClient};
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"))
+}
+
+/// The `claude` worker program (built by `scripts/test`'s `cargo build --workspace --bins`).
+fn worker_bin() -> PathBuf {
+    let bin = target_dir().join("debug").join("ahpd-claude-worker");
+    assert!(
+        bin.exists(),
+        "{} does not exist: run scripts/test (or `cargo build -p agent-claude`) before the end-to-end tests",
+        bin.display()
+    );
+    bin
+}
+
+/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
+fn claude_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let cache = std::env::var_os("AHPD_TEST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
+    let bin = cache.join("claude/node_modules/.bin/claude");
+    assert!(
+        bin.exists(),
+        "the claude CLI is not installed at {}: run scripts/test (or scripts/deps/claude.sh) to install it",
+        bin.display()
+    );
+    bin
+}
+
+/// A daemon whose `claude` agent talks to `mock`. Its `HOME` is its own fresh folder.
+async fn claude_daemon(mock: &MockAnthropic) -> anyhow::Result<Daemon> {
+    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    let config = json!({ "agents": { "claude": {
+        "kind": "command",
+        "command": worker_bin(),
+        "env": env,
+        "options": { "command": claude_bin() }
+    } } });
+    Daemon::start_with(DaemonOptions::with_config(config)).await
+}
+
+fn tool_calls(turn: &ahp_types::state::Turn) -> Vec<&ToolCallState> {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_text_turn_and_a_thinking_turn() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+
+    let turn = a.turn(&chat, "say hello there").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert_eq!(turn_text(&turn), format!("{HELLO}say hello there"));
+    let deltas =
+        a.envelopes.iter().filter(|e| e.channel == chat && matches!(e.action, StateAction::ChatDelta(_))).count();
+    assert!(deltas >= 2, "the answer streamed in pieces");
+
+    let turn = a.turn(&chat, "THINK first").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(
+        matches!(&turn.response_parts[0], ResponsePart::Reasoning(r) if r.content == THINKING),
+        "{:?}",
+        turn.response_parts
+    );
+    assert_eq!(turn_text(&turn), format!("{HELLO}THINK first"));
+    assert_eq!(mock.turn_requests().len(), 2);
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tool_use_allowed_and_one_denied_from_the_client() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    // The session has no folder of its own: the CLI runs where the worker does, the daemon's home.
+    let write = |name: &str| {
+        let args = json!({"file_path": daemon.home.join(name), "content": "hi"});
+        format!("make a file TOOL:Write ARGS:{args}")
+    };
+
+    let turn_id = a.send(&chat, &write("allowed.txt")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    assert!(waiting[0].1.starts_with("toolu_"), "the CLI's own tool-use id: {}", waiting[0].1);
+    a.check_against_snapshot(&session).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(matches!(tool_calls(&turn)[..], [ToolCallState::Completed(c)] if c.success), "{:?}", tool_calls(&turn));
+    assert!(daemon.home.join("allowed.txt").exists(), "the allowed write happened");
+
+    let turn_id = a.send(&chat, &write("denied.txt")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(matches!(tool_calls(&turn)[..], [ToolCallState::Cancelled(_)]), "{:?}", tool_calls(&turn));
+    assert!(!daemon.home.join("denied.txt").exists(), "the denied write did not happen");
+    assert!(turn_text(&turn).contains("The person denied this tool call."), "{}", turn_text(&turn));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_interrupt_mid_stream() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+
+    let turn_id = a.send(&chat, "SLOW tell me a long story").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| {
+            t.response_parts.iter().any(|p| matches!(p, ResponsePart::Markdown(md) if !md.content.is_empty()))
+        })
+    })
+    .await?;
+    let stop = ChatTurnCancelledAction { turn_id: turn_id.clone(), duration: 5, meta: None };
+    a.dispatch(&chat, StateAction::ChatTurnCancelled(stop)).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Cancelled);
+    assert_ne!(turn_text(&turn), format!("{HELLO}SLOW tell me a long story"), "it stopped mid-stream");
+
+    let next = a.turn(&chat, "and now?").await?;
+    assert_eq!(next.state, TurnState::Complete);
+    assert_eq!(turn_text(&next), format!("{HELLO}and now?"));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_models_come_from_the_cli_and_a_model_change_reaches_the_api() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    a.until("the CLI's models", |m| match m.states.get(ROOT_RESOURCE_URI) {
+        Some(SnapshotState::Root(root)) => {
+            root.agents.iter().any(|agent| agent.provider == "claude" && agent.models.iter().any(|m| m.id == "haiku"))
+        }
+        _ => false,
+    })
+    .await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+
+    let turn = a.turn(&chat, "hi").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    let turn_id = uuid::Uuid::new_v4().to_string();
+    let mut message = user_message("again");
+    message.model = Some(ModelSelection { id: "claude-sonnet-4-5".into(), config: None });
+    let started = ChatTurnStartedAction {
+        turn_id: turn_id.clone(),
+        started_at: now_iso(),
+        message,
+        queued_message_id: None,
+        meta: None,
+    };
+    a.dispatch(&chat, StateAction::ChatTurnStarted(started)).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let models: Vec<Option<String>> = mock.turn_requests().iter().map(|r| r.model().map(str::to_owned)).collect();
+    assert_eq!(models.last().cloned().flatten().as_deref(), Some("claude-sonnet-4-5"), "{models:?}");
+    assert_ne!(models.first().cloned().flatten().as_deref(), Some("claude-sonnet-4-5"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-claude-restart-").tempdir()?;
+    let options = |mock: &MockAnthropic| {
+        let env: serde_json::Map<String, Value> =
+            mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+        DaemonOptions::with_config(json!({ "agents": { "claude": {
+            "kind": "command", "command": worker_bin(), "env": env, "options": { "command": claude_bin() }
+        } } }))
+    };
+
+    let mut first = Daemon::start_in(home.path(), options(&mock)).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    let turn = a.turn(&chat, "remember the word PINEAPPLE").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    drop(a);
+    first.terminate().await?;
+
+    let second = Daemon::start_in(home.path(), options(&mock)).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let earlier = b.mirror.chat(&chat).map(|c| c.turns.len()).unwrap_or_default();
+    assert_eq!(earlier, 1, "the store kept the first turn");
+    let turn = b.turn(&chat, "what was the word?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let request = mock.turn_requests().last().cloned().expect("the model was asked");
+    let seen = request.transcript_text();
+    assert!(seen.contains("remember the word PINEAPPLE"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains(&format!("{HELLO}remember the word PINEAPPLE")), "and the earlier answer: {seen}");
+    Ok(())
+}
