@@ -18,10 +18,14 @@
 //!
 //! "The last user text" is the trailing run of user messages joined by new lines: an agent may send
 //! words beside the prompt as a user message of their own (pi's custom messages), and those count.
+//! A user message is acted on once: a later request that carries it again at the same place (an
+//! automatic retry, the turn after a stopped one whose answer the agent dropped) answers only the
+//! messages that are new, so `[[error500]]` fails once and its retry succeeds.
 //! Every request is recorded ([`MockOpenAi::requests`]) so a test can assert what the model was sent.
 //! The HTTP is a small hand-written HTTP/1.1 server (one request per connection, `Connection: close`)
 //! so the mock needs nothing beyond tokio.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,6 +66,7 @@ impl Recorded {
 
 struct Shared {
     requests: Mutex<Vec<Recorded>>,
+    answered: Mutex<HashSet<(usize, String)>>,
     arrived: Notify,
     releases: Semaphore,
     holding: Mutex<usize>,
@@ -91,6 +96,7 @@ impl MockOpenAi {
         let port = listener.local_addr()?.port();
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
+            answered: Mutex::new(HashSet::new()),
             arrived: Notify::new(),
             releases: Semaphore::new(0),
             holding: Mutex::new(0),
@@ -220,7 +226,19 @@ fn directive<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     None
 }
 
-fn plan(body: &Value) -> Plan {
+/// The user messages a request carries, by their place in `messages`: what a later request that
+/// carries them again (a retry, the turn after a stop) does not act on a second time.
+fn user_messages(body: &Value) -> Vec<(usize, String)> {
+    let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|(i, m)| (i, text_of(m.get("content"))))
+        .collect()
+}
+
+fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
     let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     let plain = |reply| Plan { thinking: None, reply, hold: false, slow: false };
     if let Some(last) = messages.last() {
@@ -230,14 +248,16 @@ fn plan(body: &Value) -> Plan {
             return plain(Reply::Text(format!("tool said: {first}")));
         }
     }
-    let mut trailing: Vec<String> = messages
+    let trailing_from = messages
         .iter()
-        .rev()
-        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .map(|m| text_of(m.get("content")))
+        .rposition(|m| m.get("role").and_then(Value::as_str) != Some("user"))
+        .map_or(0, |i| i + 1);
+    let fresh: Vec<String> = user_messages(body)
+        .into_iter()
+        .filter(|(i, text)| *i >= trailing_from && !answered.contains(&(*i, text.clone())))
+        .map(|(_, text)| text)
         .collect();
-    trailing.reverse();
-    let text = trailing.join("\n");
+    let text = fresh.join("\n");
     let reply = if directive(&text, "error500").is_some() {
         Reply::Error(500)
     } else if directive(&text, "error").is_some() {
@@ -349,7 +369,12 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
 }
 
 async fn chat_completions(out: &mut OwnedWriteHalf, read: OwnedReadHalf, body: &Value, shared: &Shared) -> std::io::Result<()> {
-    let plan = plan(body);
+    let plan = {
+        let mut answered = lock(&shared.answered);
+        let plan = plan(body, &answered);
+        answered.extend(user_messages(body));
+        plan
+    };
     if let Reply::Error(status) = plan.reply {
         let error = json!({"error": {"message": "mock: scripted error", "type": "invalid_request_error"}});
         return respond_json(out, status, &error).await;
@@ -499,20 +524,31 @@ mod tests {
 
     #[test]
     fn directives_pick_the_reply() {
+        let none = HashSet::new();
         let body = json!({"messages": [user("please [[bash echo hi]]")]});
-        assert_eq!(plan(&body).reply, Reply::Tool { name: "bash".into(), args: json!({"command": "echo hi"}) });
+        assert_eq!(plan(&body, &none).reply, Reply::Tool { name: "bash".into(), args: json!({"command": "echo hi"}) });
         let body = json!({"messages": [user("[[call ahp_ping {\"text\": \"x\"}]]")]});
-        assert_eq!(plan(&body).reply, Reply::Tool { name: "ahp_ping".into(), args: json!({"text": "x"}) });
+        assert_eq!(plan(&body, &none).reply, Reply::Tool { name: "ahp_ping".into(), args: json!({"text": "x"}) });
         let body = json!({"messages": [user("[[error500]] now")]});
-        assert_eq!(plan(&body).reply, Reply::Error(500));
+        assert_eq!(plan(&body, &none).reply, Reply::Error(500));
         let body = json!({"messages": [user("[[error]] now")]});
-        assert_eq!(plan(&body).reply, Reply::Error(400));
+        assert_eq!(plan(&body, &none).reply, Reply::Error(400));
         let body = json!({"messages": [user("[[think]] about it")]});
-        assert!(plan(&body).thinking.is_some());
+        assert!(plan(&body, &none).thinking.is_some());
         let body = json!({"messages": [user("hello"), user("hidden words")]});
-        assert_eq!(plan(&body).reply, Reply::Text("mock reply to: hello\nhidden words".into()));
+        assert_eq!(plan(&body, &none).reply, Reply::Text("mock reply to: hello\nhidden words".into()));
         let body = json!({"messages": [user("[[bash echo hi]]"), {"role": "tool", "content": "hi\n"}]});
-        assert_eq!(plan(&body).reply, Reply::Text("tool said: hi".into()));
+        assert_eq!(plan(&body, &none).reply, Reply::Text("tool said: hi".into()));
+    }
+
+    #[test]
+    fn a_message_is_acted_on_once() {
+        let first = json!({"messages": [user("[[hold]] and wait")]});
+        let answered: HashSet<_> = user_messages(&first).into_iter().collect();
+        let after_a_stop = json!({"messages": [user("[[hold]] and wait"), user("hello again")]});
+        let plan = plan(&after_a_stop, &answered);
+        assert!(!plan.hold);
+        assert_eq!(plan.reply, Reply::Text("mock reply to: hello again".into()));
     }
 
     #[test]
