@@ -75,7 +75,7 @@ impl World {
         std::fs::write(agent.join("models.json"), mock.pi_models_json("mock").to_string()).expect("models.json");
         let settings = json!({
             "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
-            "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50}
+            "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
         });
         std::fs::write(agent.join("settings.json"), settings.to_string()).expect("settings.json");
         let work = data.0.join("work");
@@ -253,6 +253,51 @@ async fn a_streamed_turn_thinks_runs_a_tool_and_fails_on_a_model_error() {
     assert_eq!(turn.state, TurnState::Error);
     let Some(ResponsePart::Error(error)) = turn.response_parts.last() else { panic!("an error part: {turn:#?}") };
     assert!(error.error.message.contains("mock: scripted error"), "{}", error.error.message);
+
+    // A transient failure ends one run, pi retries it, and the turn goes on to its answer.
+    let before = world.mock.requests().len();
+    send(&parent, chat, "t4", "[[error500]] now", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    assert_eq!(markdown(&turn), "mock reply to: [[error500]] now");
+    assert_eq!(world.mock.requests().len() - before, 2, "one failed request, one retry");
+
+    send(&parent, chat, "t5", "/compact keep it short", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let compacted = turn.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::SystemNotification(n) if matches!(&n.content, ahp_types::common::StringOrMarkdown::Plain(s) if s.starts_with("Compacted")))
+    });
+    assert!(compacted, "{turn:#?}");
+}
+
+#[tokio::test]
+async fn models_come_from_pi_and_a_conversation_changes_them() {
+    let world = World::new("models").await;
+    let mut parent = world.parent(no_tools()).await;
+    let probed = parent.peer().request_value(parent::PROBE, json!({})).await.expect("probe");
+    let ids: Vec<&str> = probed["models"].as_array().expect("models").iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, vec!["mock/mock-model"]);
+    assert!(probed["commands"].as_array().expect("commands").iter().any(|c| c["name"] == "compact"));
+
+    let chat = "ahp-chat:/models";
+    let mut s = world.start(chat);
+    s.model = Some(ahp_types::state::ModelSelection { id: "mock/mock-model".into(), config: None });
+    parent.create(s).await.expect("pi starts on the model");
+    let refused = parent
+        .peer()
+        .request_value(parent::CHANGE_MODEL, json!({"chat": chat, "model": {"id": "nope/none"}}))
+        .await
+        .expect_err("an unknown model is refused");
+    assert!(refused.to_string().contains("nope/none"), "{refused}");
+    parent
+        .peer()
+        .request_value(parent::CHANGE_MODEL, json!({"chat": chat, "model": {"id": "mock/mock-model"}}))
+        .await
+        .expect("a known model is taken");
+    send(&parent, chat, "t1", "hello", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.usage.as_ref().and_then(|u| u.model.clone()).as_deref(), Some("mock/mock-model"));
 }
 
 #[tokio::test]

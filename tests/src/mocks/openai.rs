@@ -252,12 +252,16 @@ fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
         .iter()
         .rposition(|m| m.get("role").and_then(Value::as_str) != Some("user"))
         .map_or(0, |i| i + 1);
-    let fresh: Vec<String> = user_messages(body)
-        .into_iter()
-        .filter(|(i, text)| *i >= trailing_from && !answered.contains(&(*i, text.clone())))
-        .map(|(_, text)| text)
-        .collect();
+    let trailing: Vec<(usize, String)> = user_messages(body).into_iter().filter(|(i, _)| *i >= trailing_from).collect();
+    let fresh: Vec<String> =
+        trailing.iter().filter(|m| !answered.contains(*m)).map(|(_, text)| text.clone()).collect();
     let text = fresh.join("\n");
+    // Asked again with nothing new (a retry): answer the last words, not their directives.
+    let echoed = if fresh.is_empty() {
+        trailing.last().map(|(_, text)| text.clone()).unwrap_or_default()
+    } else {
+        text.clone()
+    };
     let reply = if directive(&text, "error500").is_some() {
         Reply::Error(500)
     } else if directive(&text, "error").is_some() {
@@ -275,7 +279,7 @@ fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
     } else if directive(&text, "think").is_some() {
         Reply::Text("thought done".into())
     } else {
-        Reply::Text(format!("mock reply to: {}", text.trim().chars().take(200).collect::<String>()))
+        Reply::Text(format!("mock reply to: {}", echoed.trim().chars().take(200).collect::<String>()))
     };
     Plan {
         thinking: directive(&text, "think").map(|_| "Let me think about this. ".to_owned()),
@@ -546,9 +550,12 @@ mod tests {
         let first = json!({"messages": [user("[[hold]] and wait")]});
         let answered: HashSet<_> = user_messages(&first).into_iter().collect();
         let after_a_stop = json!({"messages": [user("[[hold]] and wait"), user("hello again")]});
-        let plan = plan(&after_a_stop, &answered);
-        assert!(!plan.hold);
-        assert_eq!(plan.reply, Reply::Text("mock reply to: hello again".into()));
+        let after = plan(&after_a_stop, &answered);
+        assert!(!after.hold);
+        assert_eq!(after.reply, Reply::Text("mock reply to: hello again".into()));
+        let retried = plan(&first, &answered);
+        assert_eq!(retried.reply, Reply::Text("mock reply to: [[hold]] and wait".into()));
+        assert!(!retried.hold);
     }
 
     #[test]
