@@ -344,3 +344,36 @@ async fn a_retry_that_succeeds_and_an_unstreamed_block_still_read_right() {
     assert_eq!(chat.turns[0].state, TurnState::Complete);
     assert_eq!(markdown(&chat.turns[0]), "whole at once");
 }
+
+#[tokio::test]
+async fn a_clients_tool_is_drawn_under_its_own_name_and_owner() {
+    let mut folding = folding();
+    let mut tools = ToolCatalog::new();
+    tools.insert("c1__ping".into(), HostTool { display_name: "ping".into(), owner: Some("c1".into()) });
+    let mut mapper = folding.start_turn("t1", "ping it");
+    let records = [
+        r#"{"type":"agent_start"}"#,
+        r#"{"type":"message_start","message":{"role":"assistant","content":[]}}"#,
+        r#"{"type":"message_update","assistantMessageEvent":{"type":"toolcall_start","contentIndex":0,"partial":{"content":[{"type":"toolCall","id":"call_9","name":"c1__ping","arguments":{}}]}}}"#,
+        r#"{"type":"message_update","assistantMessageEvent":{"type":"toolcall_delta","contentIndex":0,"delta":"{}"}}"#,
+        r#"{"type":"message_end","message":{"role":"assistant","content":[],"stopReason":"toolUse"}}"#,
+        r#"{"type":"tool_execution_start","toolCallId":"call_9","toolName":"c1__ping","args":{}}"#,
+        r#"{"type":"tool_execution_end","toolCallId":"call_9","toolName":"c1__ping","result":{"content":[{"type":"text","text":"pong"}]},"isError":false}"#,
+        r#"{"type":"agent_end","messages":[]}"#,
+    ];
+    for record in records {
+        let record: PiRecord = serde_json::from_str(record).expect("a record");
+        mapper.on_record(&record, &tools);
+    }
+    assert_eq!(mapper.on_barrier(), Step::Ended);
+    let (chat, actions) = folding.fold().await;
+    let start = actions.iter().find_map(|a| match a {
+        StateAction::ChatToolCallStart(s) => Some(s.clone()),
+        _ => None,
+    });
+    let start = start.expect("the call started");
+    assert_eq!(start.tool_name, "ping");
+    assert!(matches!(start.contributor, Some(ahp_types::state::ToolCallContributor::Client(ref c)) if c.client_id == "c1"));
+    let ToolCallState::Completed(done) = &tool_calls(&chat.turns[0])[0] else { panic!("completed") };
+    assert_eq!(done.past_tense_message, ahp_types::common::StringOrMarkdown::Plain("Called ping".into()));
+}

@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn conversation_ids_become_safe_distinct_file_names() {
         assert_eq!(file_stem("abc-123"), "abc-123");
-        assert_eq!(file_stem("../x"), "_2e_2e_2fx");
+        assert_eq!(file_stem("../x"), "_2e._2fx");
         assert_ne!(file_stem("a/b"), file_stem("a_b"));
         assert_eq!(file_stem(""), "_empty");
     }

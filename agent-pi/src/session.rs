@@ -53,6 +53,8 @@ struct State {
     queue: VecDeque<SendMessageParams>,
     turn: Option<Live>,
     barrier: Option<String>,
+    /// The `get_state` asked after a prompt was taken: a prompt an extension handled starts no run.
+    prompt_check: Option<String>,
     /// Tool calls waiting for a person: call id → the bridge's dialog id.
     gates: HashMap<String, String>,
     settings: JsonObject,
@@ -170,6 +172,7 @@ impl PiSession {
                 queue: VecDeque::new(),
                 turn: None,
                 barrier: None,
+                prompt_check: None,
                 gates: HashMap::new(),
                 settings: settings_for(&start),
                 catalog: catalog_of(&tools),
@@ -253,6 +256,15 @@ impl Inner {
                     state.barrier = None;
                     state.turn.as_mut().map_or(Step::Continue, |live| live.mapper.on_barrier())
                 }
+                PiRecord::Response { id: Some(id), data, .. } if state.prompt_check.as_deref() == Some(id.as_str()) => {
+                    state.prompt_check = None;
+                    let streaming = data.as_ref().and_then(|d| d["isStreaming"].as_bool()).unwrap_or(true);
+                    match state.turn.as_mut() {
+                        // pi took the prompt and nothing runs: an extension's command handled it.
+                        Some(live) if live.mapper.is_preparing() && !streaming => live.mapper.finish(TurnEnd::Complete),
+                        _ => Step::Continue,
+                    }
+                }
                 PiRecord::ExtensionError { extension_path, event, error } => {
                     tracing::warn!(extension = %extension_path, event = %event, "a pi extension failed: {error}");
                     Step::Continue
@@ -285,6 +297,7 @@ impl Inner {
     fn turn_over(state: &mut State) {
         state.turn = None;
         state.barrier = None;
+        state.prompt_check = None;
         state.gates.clear();
     }
 
@@ -470,14 +483,15 @@ impl Inner {
         }
         match pi.request(json!({"type": "prompt", "message": text})).await {
             Ok(_) => {
+                let mut state = lock(&self.state);
+                let Some(live) = state.turn.as_ref().filter(|live| live.mapper.turn_id() == turn_id) else { return };
                 // A stop that raced the prompt reached pi before its run began: say it again.
-                let again = lock(&self.state)
-                    .turn
-                    .as_ref()
-                    .is_some_and(|live| live.mapper.turn_id() == turn_id && live.mapper.abort_requested());
-                if again {
+                if live.mapper.abort_requested() {
                     pi.send(json!({"type": "abort"}));
                 }
+                let check = pi.next_id();
+                state.prompt_check = Some(check.clone());
+                pi.send(json!({"type": "get_state", "id": check}));
             }
             Err(e) => self.end_turn(&turn_id, TurnEnd::Error(error_info("sendFailed", e.to_string()))),
         }

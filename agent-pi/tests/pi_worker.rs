@@ -387,6 +387,12 @@ async fn an_abort_stops_the_turn_and_the_next_one_runs() {
     let (turn, _) = finish(&mut parent, chat).await;
     assert_eq!(turn.state, TurnState::Complete);
     assert_eq!(markdown(&turn), "mock reply to: hello again");
+
+    // A prompt an extension's command handles starts no run; the turn still ends.
+    send(&parent, chat, "t3", r#"/ahpd {"op":"nothing"}"#, None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(turn.response_parts.is_empty());
 }
 
 #[tokio::test]
