@@ -240,10 +240,16 @@ mod tests {
         };
         assert_eq!(e.tool_call_ref(), (Some("call_1".into()), Some("bash".into())));
         let line = r#"{"type":"tool_execution_end","toolCallId":"c","toolName":"bash","result":{"content":[{"type":"text","text":"hi\n"}]},"isError":false}"#;
-        assert!(matches!(serde_json::from_str(line).expect("reads"), PiRecord::ToolExecutionEnd { is_error: false, .. }));
+        assert!(matches!(
+            serde_json::from_str(line).expect("reads"),
+            PiRecord::ToolExecutionEnd { is_error: false, .. }
+        ));
         let line = r#"{"type":"something_new","x":1}"#;
         assert!(matches!(serde_json::from_str(line).expect("reads"), PiRecord::Other));
         let line = r#"{"type":"response","command":"no_such_command","success":false,"error":"Unknown command"}"#;
-        assert!(matches!(serde_json::from_str(line).expect("reads"), PiRecord::Response { id: None, success: false, .. }));
+        assert!(matches!(
+            serde_json::from_str(line).expect("reads"),
+            PiRecord::Response { id: None, success: false, .. }
+        ));
     }
 }

@@ -39,9 +39,9 @@ pub const KIND: &str = "pi";
 pub fn factory() -> AgentFactory {
     Box::new(|init, _ctx| {
         let options = PiOptions::from_init(init);
-        options
-            .prepare()
-            .map_err(|e| AgentError::Failed(format!("the pi worker could not prepare {}: {e}", options.data_dir.display())))?;
+        options.prepare().map_err(|e| {
+            AgentError::Failed(format!("the pi worker could not prepare {}: {e}", options.data_dir.display()))
+        })?;
         Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options) }) as Arc<dyn Agent>)
     })
 }
@@ -135,7 +135,10 @@ impl Agent for PiAgent {
                 Some(SlashCommand { name, description })
             })
             .collect();
-        commands.push(SlashCommand { name: "compact".into(), description: Some("Summarise the conversation so far".into()) });
+        commands.push(SlashCommand {
+            name: "compact".into(),
+            description: Some("Summarise the conversation so far".into()),
+        });
         Ok(ProbeResult { models, commands, account: None })
     }
 

@@ -336,7 +336,9 @@ impl TurnMapper {
             "text_delta" => self.text(key, event.delta.as_deref().unwrap_or_default(), false),
             "thinking_delta" => self.text(key, event.delta.as_deref().unwrap_or_default(), true),
             // A block that never streamed arrives whole at its end.
-            "text_end" if !self.streamed.contains(&key) => self.text(key, event.content.as_deref().unwrap_or_default(), false),
+            "text_end" if !self.streamed.contains(&key) => {
+                self.text(key, event.content.as_deref().unwrap_or_default(), false)
+            }
             "thinking_end" if !self.streamed.contains(&key) => {
                 self.text(key, event.content.as_deref().unwrap_or_default(), true)
             }
@@ -386,9 +388,9 @@ impl TurnMapper {
         }
         let host = tools.get(tool_name);
         let display_name = host.map(|t| t.display_name.clone()).unwrap_or_else(|| display_name_of(tool_name));
-        let contributor = host.and_then(|t| t.owner.clone()).map(|client_id| {
-            ToolCallContributor::Client(ToolCallClientContributor { client_id })
-        });
+        let contributor = host
+            .and_then(|t| t.owner.clone())
+            .map(|client_id| ToolCallContributor::Client(ToolCallClientContributor { client_id }));
         // A client's tool is drawn (and run by its client) under the client's own name.
         let shown_name = if contributor.is_some() { display_name.clone() } else { tool_name.to_owned() };
         self.block = None;

@@ -74,10 +74,7 @@ fn fixture(name: &str) -> Vec<Value> {
 
 /// Follow-ups pi writes in the same tick as `agent_end`: they arrive before a barrier's answer.
 fn same_tick(record: &PiRecord) -> bool {
-    matches!(
-        record,
-        PiRecord::AutoRetryStart { .. } | PiRecord::AutoRetryEnd { .. } | PiRecord::CompactionStart { .. }
-    )
+    matches!(record, PiRecord::AutoRetryStart { .. } | PiRecord::AutoRetryEnd { .. } | PiRecord::CompactionStart { .. })
 }
 
 /// Replays a transcript as the worker's driver would: a prompt opens a turn (commands and prompts
@@ -146,7 +143,9 @@ async fn replay(name: &str) -> (ChatState, Vec<StateAction>) {
         let Some(record) = record else { continue };
         let Some(mapper) = active.as_mut() else { continue };
         let step = match &record {
-            PiRecord::Response { id: Some(id), success: false, error, .. } if prompts.get(id).map(String::as_str) == Some(mapper.turn_id()) => {
+            PiRecord::Response { id: Some(id), success: false, error, .. }
+                if prompts.get(id).map(String::as_str) == Some(mapper.turn_id()) =>
+            {
                 mapper.finish(TurnEnd::Error(agent_runner::error_info("sendFailed", error.clone().unwrap_or_default())))
             }
             PiRecord::ExtensionUiRequest { id, method, .. } if method == "confirm" => {
@@ -324,7 +323,10 @@ async fn a_retry_that_succeeds_and_an_unstreamed_block_still_read_right() {
         let step = mapper.on_record(&record, &tools);
         assert_ne!(step, Step::Ended);
     }
-    let retry: PiRecord = serde_json::from_str(r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":2,"delayMs":1,"errorMessage":"503"}"#).expect("a record");
+    let retry: PiRecord = serde_json::from_str(
+        r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":2,"delayMs":1,"errorMessage":"503"}"#,
+    )
+    .expect("a record");
     assert_eq!(mapper.on_record(&retry, &tools), Step::Continue);
     assert_eq!(mapper.on_barrier(), Step::Continue, "a retry keeps the turn open");
     let records = [
@@ -373,7 +375,9 @@ async fn a_clients_tool_is_drawn_under_its_own_name_and_owner() {
     });
     let start = start.expect("the call started");
     assert_eq!(start.tool_name, "ping");
-    assert!(matches!(start.contributor, Some(ahp_types::state::ToolCallContributor::Client(ref c)) if c.client_id == "c1"));
+    assert!(
+        matches!(start.contributor, Some(ahp_types::state::ToolCallContributor::Client(ref c)) if c.client_id == "c1")
+    );
     let ToolCallState::Completed(done) = &tool_calls(&chat.turns[0])[0] else { panic!("completed") };
     assert_eq!(done.past_tense_message, ahp_types::common::StringOrMarkdown::Plain("Called ping".into()));
 }

@@ -13,10 +13,8 @@ pub fn model_info(provider: &str, model: &Value) -> Option<SessionModelInfo> {
     let id = model.get("id")?.as_str()?;
     let pi_provider = model.get("provider")?.as_str()?;
     let name = model.get("name").and_then(Value::as_str).unwrap_or(id);
-    let vision = model
-        .get("input")
-        .and_then(Value::as_array)
-        .map(|inputs| inputs.iter().any(|i| i.as_str() == Some("image")));
+    let vision =
+        model.get("input").and_then(Value::as_array).map(|inputs| inputs.iter().any(|i| i.as_str() == Some("image")));
     let reasoning = model.get("reasoning").and_then(Value::as_bool).unwrap_or(false);
     let mut info = json!({
         "id": format!("{pi_provider}/{id}"),

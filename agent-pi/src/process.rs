@@ -133,10 +133,10 @@ impl PiProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| PiError::Spawn { program: launch.program.clone(), reason: e.to_string() })?;
-        let missing = |what: &str| PiError::Spawn { program: launch.program.clone(), reason: format!("no {what} pipe") };
+        let mut child =
+            command.spawn().map_err(|e| PiError::Spawn { program: launch.program.clone(), reason: e.to_string() })?;
+        let missing =
+            |what: &str| PiError::Spawn { program: launch.program.clone(), reason: format!("no {what} pipe") };
         let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
         let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;

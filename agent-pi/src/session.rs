@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runner::{accepted, error_info, not_offered, not_writable, AgentError, Question, Session, SessionHost, TurnEnd, TurnWriter};
+use agent_runner::{
+    accepted, error_info, not_offered, not_writable, AgentError, Question, Session, SessionHost, TurnEnd, TurnWriter,
+};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ModelSelection};
 use async_trait::async_trait;
@@ -204,7 +206,9 @@ impl Inner {
     /// Spawns pi, reads its records, waits for `get_state`, and hands the bridge its setup.
     async fn start_pi(self: &Arc<Self>) -> Result<Arc<PiProcess>, AgentError> {
         let (pi, output) = PiProcess::spawn(&self.launch).map_err(|e| {
-            AgentError::Failed(format!("{e}. Install pi (npm install -g @mariozechner/pi-coding-agent) or set the worker's `command` option."))
+            AgentError::Failed(format!(
+                "{e}. Install pi (npm install -g @mariozechner/pi-coding-agent) or set the worker's `command` option."
+            ))
         })?;
         {
             let mut state = lock(&self.state);
@@ -249,7 +253,16 @@ impl Inner {
             let state = &mut *state;
             let step = match &record {
                 PiRecord::ExtensionUiRequest { id, method, title, placeholder, status_key, status_text, .. } => {
-                    self.on_ui(state, pi, id, method, title.as_deref(), placeholder.as_deref(), status_key.as_deref(), status_text.as_deref());
+                    self.on_ui(
+                        state,
+                        pi,
+                        id,
+                        method,
+                        title.as_deref(),
+                        placeholder.as_deref(),
+                        status_key.as_deref(),
+                        status_text.as_deref(),
+                    );
                     Step::Continue
                 }
                 PiRecord::Response { id: Some(id), .. } if state.barrier.as_deref() == Some(id.as_str()) => {
@@ -356,8 +369,18 @@ impl Inner {
             return;
         }
         let options = vec![
-            ConfirmationOption { id: "allow".into(), label: "Allow".into(), kind: ConfirmationOptionKind::Approve, group: None },
-            ConfirmationOption { id: "deny".into(), label: "Deny".into(), kind: ConfirmationOptionKind::Deny, group: None },
+            ConfirmationOption {
+                id: "allow".into(),
+                label: "Allow".into(),
+                kind: ConfirmationOptionKind::Approve,
+                group: None,
+            },
+            ConfirmationOption {
+                id: "deny".into(),
+                label: "Deny".into(),
+                kind: ConfirmationOptionKind::Deny,
+                group: None,
+            },
         ];
         let title = match (tool, input["command"].as_str()) {
             ("bash", Some(command)) => format!("Run {command}?"),
@@ -546,7 +569,10 @@ impl Inner {
         let gates: Vec<(String, String)> = state.gates.drain().collect();
         if let Some(pi) = &state.pi {
             for (_, dialog) in gates {
-                pi.answer_ui(&dialog, UiAnswer::Value(json!({"allow": false, "reason": "The turn was stopped."}).to_string()));
+                pi.answer_ui(
+                    &dialog,
+                    UiAnswer::Value(json!({"allow": false, "reason": "The turn was stopped."}).to_string()),
+                );
             }
         }
     }

@@ -59,8 +59,7 @@ fn branch(text: &str) -> Vec<Value> {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|e| e.get("type").and_then(Value::as_str) != Some("session"))
         .collect();
-    let by_id: HashMap<&str, &Value> =
-        entries.iter().filter_map(|e| Some((e.get("id")?.as_str()?, e))).collect();
+    let by_id: HashMap<&str, &Value> = entries.iter().filter_map(|e| Some((e.get("id")?.as_str()?, e))).collect();
     let mut chain = Vec::new();
     let mut next = entries.last().and_then(|e| e.get("id")).and_then(Value::as_str);
     while let Some(id) = next {
@@ -119,7 +118,8 @@ fn turns_of(text: &str) -> Vec<Value> {
             }
             Some("compaction") => {
                 if let Some(turn) = current.as_mut() {
-                    turn.parts.push(json!({"kind": "systemNotification", "content": "The conversation was compacted."}));
+                    turn.parts
+                        .push(json!({"kind": "systemNotification", "content": "The conversation was compacted."}));
                 }
             }
             // custom_message (hidden instructions), model changes, labels: nothing a person reads.
@@ -302,7 +302,8 @@ mod tests {
 
     #[test]
     fn a_session_file_reads_back_as_turns() {
-        let turns: Vec<Turn> = turns_of(SESSION).into_iter().map(|t| serde_json::from_value(t).expect("a turn")).collect();
+        let turns: Vec<Turn> =
+            turns_of(SESSION).into_iter().map(|t| serde_json::from_value(t).expect("a turn")).collect();
         assert_eq!(turns.len(), 3);
 
         let first = &turns[0];
@@ -320,7 +321,9 @@ mod tests {
         assert_eq!(first.usage.as_ref().and_then(|u| u.input_tokens), Some(10));
 
         assert_eq!(turns[1].state, TurnState::Error);
-        assert!(matches!(turns[1].response_parts.last(), Some(ResponsePart::Error(e)) if e.error.message == "400 mock: scripted error"));
+        assert!(
+            matches!(turns[1].response_parts.last(), Some(ResponsePart::Error(e)) if e.error.message == "400 mock: scripted error")
+        );
 
         assert_eq!(turns[2].state, TurnState::Cancelled);
         let ResponsePart::ToolCall(call) = &turns[2].response_parts[0] else { panic!("a tool call") };

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runner::testing::{start, user_message, Said, TestParent, ToolHandler};
 use agent_runner::now_iso;
+use agent_runner::testing::{start, user_message, Said, TestParent, ToolHandler};
 use ahp_types::actions::{ChatToolCallConfirmedAction, ChatTurnStartedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ChatState, ResponsePart, ToolCallState, ToolDefinition, ToolResultContent, Turn, TurnState};
@@ -404,7 +404,12 @@ async fn a_steering_message_reaches_the_running_turn() {
 
     send(&parent, chat, "t1", "[[hold]] go", None).await;
     until(&mut parent, chat, "the reply streams", |c| active_markdown(c).starts_with("holding")).await;
-    let steer = SteerParams { chat: chat.into(), turn_id: "t1".into(), id: "s1".into(), message: user_message("steered: say bye") };
+    let steer = SteerParams {
+        chat: chat.into(),
+        turn_id: "t1".into(),
+        id: "s1".into(),
+        message: user_message("steered: say bye"),
+    };
     let taken = parent.peer().request_value(parent::STEER, steer).await.expect("steer");
     assert_eq!(taken["taken"], true);
     world.mock.release();

@@ -131,7 +131,10 @@ async fn pi_streams_thinking_and_runs_a_tool_that_shows_its_output() -> anyhow::
 
     let turn = a.turn(&chat, "[[think]] about it").await?;
     assert_eq!(turn.state, TurnState::Complete);
-    assert!(turn.response_parts.iter().any(|p| matches!(p, ResponsePart::Reasoning(r) if r.content == "Let me think about this. ")));
+    assert!(turn
+        .response_parts
+        .iter()
+        .any(|p| matches!(p, ResponsePart::Reasoning(r) if r.content == "Let me think about this. ")));
     assert_eq!(turn_text(&turn), "thought done");
 
     let turn = a.turn(&chat, "please [[bash echo hi]]").await?;

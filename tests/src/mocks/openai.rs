@@ -248,20 +248,14 @@ fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
             return plain(Reply::Text(format!("tool said: {first}")));
         }
     }
-    let trailing_from = messages
-        .iter()
-        .rposition(|m| m.get("role").and_then(Value::as_str) != Some("user"))
-        .map_or(0, |i| i + 1);
+    let trailing_from =
+        messages.iter().rposition(|m| m.get("role").and_then(Value::as_str) != Some("user")).map_or(0, |i| i + 1);
     let trailing: Vec<(usize, String)> = user_messages(body).into_iter().filter(|(i, _)| *i >= trailing_from).collect();
-    let fresh: Vec<String> =
-        trailing.iter().filter(|m| !answered.contains(*m)).map(|(_, text)| text.clone()).collect();
+    let fresh: Vec<String> = trailing.iter().filter(|m| !answered.contains(*m)).map(|(_, text)| text.clone()).collect();
     let text = fresh.join("\n");
     // Asked again with nothing new (a retry): answer the last words, not their directives.
-    let echoed = if fresh.is_empty() {
-        trailing.last().map(|(_, text)| text.clone()).unwrap_or_default()
-    } else {
-        text.clone()
-    };
+    let echoed =
+        if fresh.is_empty() { trailing.last().map(|(_, text)| text.clone()).unwrap_or_default() } else { text.clone() };
     let reply = if directive(&text, "error500").is_some() {
         Reply::Error(500)
     } else if directive(&text, "error").is_some() {
@@ -364,7 +358,10 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
         ("POST", path) if path.ends_with("/chat/completions") => {
             chat_completions(&mut write, reader.into_inner(), &request.body, &shared).await
         }
-        _ => respond_json(&mut write, 404, &json!({"error": {"message": format!("unknown path {}", request.path)}})).await,
+        _ => {
+            respond_json(&mut write, 404, &json!({"error": {"message": format!("unknown path {}", request.path)}}))
+                .await
+        }
     };
     if let Err(e) = result {
         // The client hung up (an abort): nothing to answer any more.
@@ -372,7 +369,12 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-async fn chat_completions(out: &mut OwnedWriteHalf, read: OwnedReadHalf, body: &Value, shared: &Shared) -> std::io::Result<()> {
+async fn chat_completions(
+    out: &mut OwnedWriteHalf,
+    read: OwnedReadHalf,
+    body: &Value,
+    shared: &Shared,
+) -> std::io::Result<()> {
     let plan = {
         let mut answered = lock(&shared.answered);
         let plan = plan(body, &answered);
@@ -388,7 +390,10 @@ async fn chat_completions(out: &mut OwnedWriteHalf, read: OwnedReadHalf, body: &
     if !stream {
         return respond_json(out, 200, &whole_completion(&plan, &model)).await;
     }
-    out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n").await?;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
     let mut sse = Sse { out, id: format!("chatcmpl-{}", std::process::id()), model };
     sse.chunk(json!({"role": "assistant", "content": ""}), None).await?;
     if let Some(thinking) = &plan.thinking {
