@@ -437,7 +437,7 @@ async fn the_model_calls_a_host_tool_that_the_parent_runs() {
     let mut parent = world.parent(handler).await;
     let chat = "ahp-chat:/hosttool";
     let mut s = world.start(chat);
-    s.tools = vec![ToolSpec {
+    let lookup = ToolSpec {
         definition: ToolDefinition {
             name: "lookup".into(),
             title: Some("Look up".into()),
@@ -451,7 +451,8 @@ async fn the_model_calls_a_host_tool_that_the_parent_runs() {
         display_name: None,
         defer_loading: false,
         effects: None,
-    }];
+    };
+    s.tools = vec![lookup.clone()];
     parent.create(s).await.expect("pi starts");
 
     send(&parent, chat, "t1", r#"[[call lookup {"q": "zebra"}]]"#, None).await;
@@ -467,6 +468,27 @@ async fn the_model_calls_a_host_tool_that_the_parent_runs() {
     // The model was offered the tool under its own name.
     let offered = last_request(&world.mock).body["tools"].to_string();
     assert!(offered.contains("lookup"), "{offered}");
+
+    // A client joins with a tool of its own; the host's tool is withdrawn.
+    let mut ping = lookup.clone();
+    ping.definition.name = "c1__ping".into();
+    ping.definition.title = None;
+    ping.owner = Some("c1".into());
+    ping.display_name = Some("ping".into());
+    parent
+        .peer()
+        .request_value(parent::SET_TOOLS, json!({"chat": chat, "tools": [ping]}))
+        .await
+        .expect("the tools change");
+    send(&parent, chat, "t2", r#"[[call c1__ping {"q": "pong"}]]"#, None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    let ToolCallState::Completed(done) = &tool_calls(&turn)[0] else { panic!("completed: {turn:#?}") };
+    assert_eq!(done.tool_name, "ping", "a client's tool is drawn under its own name");
+    assert!(matches!(&done.contributor, Some(ahp_types::state::ToolCallContributor::Client(c)) if c.client_id == "c1"));
+    assert!(done.success, "{done:#?}");
+    assert_eq!(calls.lock().expect("lock").last().map(|c| c.name.clone()).as_deref(), Some("c1__ping"));
+    let offered = last_request(&world.mock).body["tools"].to_string();
+    assert!(offered.contains("c1__ping") && !offered.contains("lookup"), "{offered}");
 }
 
 #[tokio::test]
