@@ -43,7 +43,7 @@ fn worker_bin() -> PathBuf {
 struct World {
     mock: MockOpenAi,
     daemon: Daemon,
-    _agent_dir: tempfile::TempDir,
+    agent_dir: tempfile::TempDir,
 }
 
 impl World {
@@ -56,17 +56,20 @@ impl World {
             "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
         });
         std::fs::write(agent_dir.path().join("settings.json"), settings.to_string())?;
-        let config = json!({ "agents": { "pi": {
-            "kind": "command",
-            "command": worker_bin().display().to_string(),
-            "options": {
-                "command": pi_bin().display().to_string(),
-                "agentDir": agent_dir.path().display().to_string(),
-            }
-        } } });
-        let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
-        Ok(Self { mock, daemon, _agent_dir: agent_dir })
+        let daemon = Daemon::start_with(daemon_options(agent_dir.path())).await?;
+        Ok(Self { mock, daemon, agent_dir })
     }
+}
+
+fn daemon_options(agent_dir: &Path) -> DaemonOptions {
+    DaemonOptions::with_config(json!({ "agents": { "pi": {
+        "kind": "command",
+        "command": worker_bin().display().to_string(),
+        "options": {
+            "command": pi_bin().display().to_string(),
+            "agentDir": agent_dir.display().to_string(),
+        }
+    } } }))
 }
 
 fn tool_calls(turn: &Turn) -> Vec<&ToolCallState> {
@@ -215,5 +218,31 @@ async fn pi_resumes_its_conversation_in_a_new_worker() -> anyhow::Result<()> {
     assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
     let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
     assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_resumes_its_conversation_after_ahpd_restarts() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-pi-home-").tempdir()?;
+    let mut daemon = Daemon::start_in(home.path(), daemon_options(world.agent_dir.path())).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("pi", None).await?;
+    let turn = a.turn(&chat, "remember the word zebra").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    drop(a);
+    daemon.terminate().await?;
+
+    let daemon = Daemon::start_in(home.path(), daemon_options(world.agent_dir.path())).await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let history = b.mirror.chat(&chat).map(|c| c.turns.clone()).unwrap_or_default();
+    assert_eq!(history.len(), 1, "the earlier turn is there after the restart");
+    let turn = b.turn(&chat, "what was the word").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
+    b.check_against_snapshot(&chat).await?;
     Ok(())
 }
