@@ -1,3 +1,153 @@
 //! The pi backend: `pi --mode rpc` as a worker (issue 9).
 //!
-//! Not built yet: this crate will own one backend on `agent-runner`, and must never depend on `ahpd`.
+//! Each conversation is one pi child started in the session's folder, with a session file this
+//! worker chooses under its data folder (`sessions/<conversation id>.jsonl`) so it can be resumed and
+//! read back, and pi's agent folder (`PI_CODING_AGENT_DIR`) under the data folder too unless the
+//! `agentDir` option points elsewhere. A small extension the worker ships ([`options::BRIDGE_SOURCE`],
+//! loaded with `-e`) carries the host's hidden per-turn instructions, asks the host before pi runs a
+//! tool when the session's `ask` setting says so, offers the host's and clients' tools to the model,
+//! and says which session entry a prompt became (the turn's recorded id).
+//!
+//! **Invariant:** this crate builds on `agent-runner` alone and never depends on `ahpd`.
+
+pub mod event;
+pub mod mapper;
+pub mod models;
+pub mod options;
+pub mod process;
+pub mod session;
+pub mod transcript;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, Turn};
+use async_trait::async_trait;
+use protocol::{AgentDescriptor, AgentFeatures, At, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
+use serde_json::{json, Value};
+
+use crate::options::PiOptions;
+use crate::process::{Launch, PiProcess};
+use crate::session::{PiSession, ASK};
+
+/// The worker kind.
+pub const KIND: &str = "pi";
+
+/// The factory `ahpd worker pi` serves.
+pub fn factory() -> AgentFactory {
+    Box::new(|init, _ctx| {
+        let options = PiOptions::from_init(init);
+        options.prepare().map_err(|e| {
+            AgentError::Failed(format!("the pi worker could not prepare {}: {e}", options.data_dir.display()))
+        })?;
+        Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options) }) as Arc<dyn Agent>)
+    })
+}
+
+/// The pi agent.
+pub struct PiAgent {
+    provider: String,
+    options: Arc<PiOptions>,
+}
+
+fn schema() -> SchemaResult {
+    let ask = SessionConfigPropertySchema {
+        r#type: "string".into(),
+        title: "Ask before".into(),
+        description: Some("Which of pi's tool calls wait for a person to allow them".into()),
+        default: Some(Value::String("never".into())),
+        r#enum: Some(ASK.iter().map(|v| Value::String((*v).into())).collect()),
+        enum_labels: Some(vec!["Never".into(), "Commands and edits".into(), "Every call".into()]),
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+        enum_dynamic: None,
+        session_mutable: Some(true),
+    };
+    let mut defaults = JsonObject::new();
+    defaults.insert("ask".into(), Value::String("never".into()));
+    SchemaResult {
+        schema: SessionConfigSchema {
+            r#type: "object".into(),
+            properties: [("ask".to_owned(), ask)].into_iter().collect(),
+            required: None,
+        },
+        defaults,
+    }
+}
+
+#[async_trait]
+impl Agent for PiAgent {
+    fn descriptor(&self) -> AgentDescriptor {
+        AgentDescriptor {
+            provider: self.provider.clone(),
+            display_name: "pi".into(),
+            description: Some("pi, a small coding agent, driven over its RPC mode".into()),
+            capabilities: None,
+            features: AgentFeatures { transcript: true, probe: true, steering: true, ..Default::default() },
+        }
+    }
+
+    fn schema(&self, _policy: &Policy) -> SchemaResult {
+        schema()
+    }
+
+    /// Asks a pi started for the purpose (no session) which models and commands it has.
+    async fn probe(&self) -> Result<ProbeResult, AgentError> {
+        let cwd = self.options.data_dir.join("probe");
+        std::fs::create_dir_all(&cwd).map_err(|e| AgentError::Failed(format!("{}: {e}", cwd.display())))?;
+        let launch = Launch {
+            program: self.options.command.clone(),
+            args: vec!["--mode".into(), "rpc".into(), "--no-session".into()],
+            cwd,
+            env: self.options.pi_env(),
+        };
+        let (pi, _records) = PiProcess::spawn(&launch).map_err(|e| AgentError::Failed(e.to_string()))?;
+        let within = self.options.ready_timeout;
+        let models = pi.request_within(json!({"type": "get_available_models"}), within).await;
+        let commands = pi.request_within(json!({"type": "get_commands"}), Duration::from_secs(10)).await;
+        pi.stop().await;
+        let models = models.map_err(|e| AgentError::Failed(format!("pi could not list its models: {e}")))?;
+        let models = models
+            .data
+            .as_ref()
+            .and_then(|d| d["models"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| models::model_info(&self.provider, m))
+            .collect();
+        let mut commands: Vec<SlashCommand> = commands
+            .ok()
+            .and_then(|a| a.data)
+            .and_then(|d| d["commands"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| {
+                let name = c["name"].as_str()?.to_owned();
+                let description = c["description"].as_str().map(str::to_owned);
+                Some(SlashCommand { name, description })
+            })
+            .collect();
+        commands.push(SlashCommand {
+            name: "compact".into(),
+            description: Some("Summarise the conversation so far".into()),
+        });
+        Ok(ProbeResult { models, commands, account: None })
+    }
+
+    async fn transcript(&self, id: &str, _at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+        transcript::read_transcript(&self.options.session_file(id)).map_err(|e| AgentError::Failed(e.to_string()))
+    }
+
+    async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+        let session = PiSession::start(self.options.clone(), start, host).await?;
+        Ok(Arc::new(session))
+    }
+}

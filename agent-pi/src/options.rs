@@ -1,0 +1,152 @@
+//! The pi worker's options (the config entry's `options`) and the folders it keeps under its data
+//! folder.
+//!
+//! | option | meaning | default |
+//! |---|---|---|
+//! | `command` | the pi program | `$AHPD_PI_BIN`, else `pi` on `PATH` |
+//! | `args` | more arguments for every pi (`["--thinking", "low"]`) | none |
+//! | `env` | variables over the worker's own (provider keys) | none |
+//! | `agentDir` | pi's `PI_CODING_AGENT_DIR` (models.json, settings.json, auth.json) | `<dataDir>/agent` |
+//! | `model` | `provider/model` a conversation starts with when its start names none | pi's own default |
+//! | `readyTimeoutMs` | how long pi may take to answer its first `get_state` | 60000 |
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ahp_types::common::JsonObject;
+use protocol::InitializeParams;
+use serde_json::Value;
+
+/// The embedded bridge extension, written to the data folder at startup.
+pub const BRIDGE_SOURCE: &str = include_str!("bridge.ts");
+
+/// The options a pi worker runs with.
+#[derive(Debug, Clone)]
+pub struct PiOptions {
+    /// The pi program.
+    pub command: String,
+    /// More arguments for every pi.
+    pub args: Vec<String>,
+    /// Variables over the worker's own.
+    pub env: Vec<(String, String)>,
+    /// pi's agent folder.
+    pub agent_dir: PathBuf,
+    /// The model a conversation starts with when its start names none.
+    pub model: Option<String>,
+    /// How long pi may take to start.
+    pub ready_timeout: Duration,
+    /// The worker's own folder.
+    pub data_dir: PathBuf,
+}
+
+impl PiOptions {
+    /// Reads the options of the handshake.
+    pub fn from_init(init: &InitializeParams) -> Self {
+        let options = &init.options;
+        let data_dir = init
+            .data_dir
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("ahpd-pi-{}", init.provider)));
+        let command = string(options, "command")
+            .or_else(|| std::env::var("AHPD_PI_BIN").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "pi".to_owned());
+        let args = options
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let env = options
+            .get("env")
+            .and_then(Value::as_object)
+            .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let agent_dir = string(options, "agentDir").map(PathBuf::from).unwrap_or_else(|| data_dir.join("agent"));
+        let ready_timeout =
+            Duration::from_millis(options.get("readyTimeoutMs").and_then(Value::as_u64).unwrap_or(60_000));
+        Self { command, args, env, agent_dir, model: string(options, "model"), ready_timeout, data_dir }
+    }
+
+    /// Where the bridge extension is written.
+    pub fn bridge_path(&self) -> PathBuf {
+        self.data_dir.join("bridge").join("ahpd-bridge.ts")
+    }
+
+    /// The folder of session files.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.data_dir.join("sessions")
+    }
+
+    /// The session file a conversation is kept in.
+    pub fn session_file(&self, conversation_id: &str) -> PathBuf {
+        self.sessions_dir().join(format!("{}.jsonl", file_stem(conversation_id)))
+    }
+
+    /// The folder a conversation without a working directory runs in.
+    pub fn scratch_dir(&self, conversation_id: &str) -> PathBuf {
+        self.data_dir.join("scratch").join(file_stem(conversation_id))
+    }
+
+    /// Writes the bridge extension and makes the folders pi needs.
+    pub fn prepare(&self) -> std::io::Result<()> {
+        let bridge = self.bridge_path();
+        if let Some(parent) = bridge.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&bridge, BRIDGE_SOURCE)?;
+        std::fs::create_dir_all(self.sessions_dir())?;
+        std::fs::create_dir_all(&self.agent_dir)?;
+        Ok(())
+    }
+
+    /// The environment every pi gets: its own agent folder, and no calls home.
+    pub fn pi_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("PI_CODING_AGENT_DIR".to_owned(), path_string(&self.agent_dir)),
+            ("PI_OFFLINE".to_owned(), "1".to_owned()),
+            ("PI_TELEMETRY".to_owned(), "0".to_owned()),
+            ("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()),
+        ];
+        env.extend(self.env.iter().cloned());
+        env
+    }
+}
+
+fn string(options: &JsonObject, key: &str) -> Option<String> {
+    options.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+/// A path as pi's command line takes it.
+pub fn path_string(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// A conversation id as a file name: safe characters kept, every other byte as `_XX`.
+pub fn file_stem(id: &str) -> String {
+    let mut stem = String::with_capacity(id.len());
+    for (i, byte) in id.bytes().enumerate() {
+        let safe = byte.is_ascii_alphanumeric() || byte == b'-' || (byte == b'.' && i > 0);
+        if safe {
+            stem.push(char::from(byte));
+        } else {
+            stem.push_str(&format!("_{byte:02x}"));
+        }
+    }
+    if stem.is_empty() {
+        stem.push_str("_empty");
+    }
+    stem
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversation_ids_become_safe_distinct_file_names() {
+        assert_eq!(file_stem("abc-123"), "abc-123");
+        assert_eq!(file_stem("../x"), "_2e._2fx");
+        assert_ne!(file_stem("a/b"), file_stem("a_b"));
+        assert_eq!(file_stem(""), "_empty");
+    }
+}

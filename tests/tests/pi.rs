@@ -1,0 +1,248 @@
+//! The pi backend end to end: the real `ahpd`, the pi worker (`ahpd-pi-worker`, configured as a
+//! `command` agent until the daemon links the kind itself), the real pi 0.73.1 and the project's
+//! mock OpenAI API, through the official client.
+//!
+//! pi is found at `$AHPD_PI_BIN`, else `$AHPD_TEST_CACHE/pi/node_modules/.bin/pi`, else
+//! `<checkout>/.cache/pi/node_modules/.bin/pi` (`scripts/deps/pi.sh` installs it there).
+
+use std::path::{Path, PathBuf};
+
+use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
+use ahp_types::state::{PendingMessageKind, ResponsePart, ToolCallState, ToolResultContent, Turn, TurnState};
+use serde_json::json;
+use tests::daemon::children_of;
+use tests::mocks::openai::MockOpenAi;
+use tests::{turn_text, Daemon, DaemonOptions, TestClient};
+
+fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn pi_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
+        return PathBuf::from(bin);
+    }
+    let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| checkout().join(".cache"));
+    let bin = cache.join("pi").join("node_modules").join(".bin").join("pi");
+    assert!(
+        bin.exists(),
+        "pi is not installed at {}: run scripts/test (or scripts/deps/pi.sh) to install @mariozechner/pi-coding-agent@0.73.1",
+        bin.display()
+    );
+    bin
+}
+
+fn worker_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"));
+    let bin = target.join("debug").join("ahpd-pi-worker");
+    assert!(bin.exists(), "{} does not exist: run scripts/test (or `cargo build -p agent-pi`) first", bin.display());
+    bin
+}
+
+/// The mock, pi's own folder pointing at it, and a daemon whose `pi` agent runs the pi worker.
+struct World {
+    mock: MockOpenAi,
+    daemon: Daemon,
+    agent_dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start() -> anyhow::Result<Self> {
+        let mock = MockOpenAi::start().await?;
+        let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+        std::fs::write(agent_dir.path().join("models.json"), mock.pi_models_json("mock").to_string())?;
+        let settings = json!({
+            "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
+            "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
+        });
+        std::fs::write(agent_dir.path().join("settings.json"), settings.to_string())?;
+        let daemon = Daemon::start_with(daemon_options(agent_dir.path())).await?;
+        Ok(Self { mock, daemon, agent_dir })
+    }
+}
+
+fn daemon_options(agent_dir: &Path) -> DaemonOptions {
+    DaemonOptions::with_config(json!({ "agents": { "pi": {
+        "kind": "command",
+        "command": worker_bin().display().to_string(),
+        "options": {
+            "command": pi_bin().display().to_string(),
+            "agentDir": agent_dir.display().to_string(),
+        }
+    } } }))
+}
+
+fn tool_calls(turn: &Turn) -> Vec<&ToolCallState> {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
+            _ => None,
+        })
+        .collect()
+}
+
+fn output(call: &ToolCallState) -> Option<String> {
+    let ToolCallState::Completed(done) = call else { return None };
+    Some(
+        done.content
+            .iter()
+            .flatten()
+            .filter_map(|c| match c {
+                ToolResultContent::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+fn streaming_text(client: &tests::Mirror, chat: &str) -> String {
+    client
+        .chat(chat)
+        .and_then(|s| s.active_turn.as_ref())
+        .map(|t| {
+            t.response_parts
+                .iter()
+                .filter_map(|p| match p {
+                    ResponsePart::Markdown(m) => Some(m.content.as_str()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until the host removed steering message `id` from the chat: the backend took it.
+async fn taken(client: &mut TestClient, id: &str) -> anyhow::Result<()> {
+    loop {
+        client.pump()?;
+        let removed = client.envelopes.iter().any(|e| {
+            matches!(&e.action, StateAction::ChatPendingMessageRemoved(r) if r.kind == PendingMessageKind::Steering && r.id == id)
+        });
+        if removed {
+            return Ok(());
+        }
+        client.next_event(tests::PATIENCE).await?;
+    }
+}
+
+#[tokio::test]
+async fn pi_streams_thinking_and_runs_a_tool_that_shows_its_output() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+
+    let turn = a.turn(&chat, "[[think]] about it").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(turn
+        .response_parts
+        .iter()
+        .any(|p| matches!(p, ResponsePart::Reasoning(r) if r.content == "Let me think about this. ")));
+    assert_eq!(turn_text(&turn), "thought done");
+
+    let turn = a.turn(&chat, "please [[bash echo hi]]").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    let calls = tool_calls(&turn);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(output(calls[0]).as_deref(), Some("hi\n"));
+    assert!(turn_text(&turn).contains("tool said: hi"));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_asks_before_a_command_and_the_client_denies_it() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", Some(json!({"ask": "writes"}))).await?;
+    let turn_id = a.send(&chat, "[[bash echo hi]]").await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(matches!(tool_calls(&turn)[0], ToolCallState::Cancelled(_)), "a denied call is cancelled");
+    assert!(turn_text(&turn).contains("tool said: The user denied this tool call."));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_stops_a_turn_and_takes_a_steering_message() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+
+    let turn_id = a.send(&chat, "[[hold]] and wait").await?;
+    let c = chat.clone();
+    a.until("the reply to stream", move |m| streaming_text(m, &c).starts_with("holding")).await?;
+    let stop = ChatTurnCancelledAction { turn_id: turn_id.clone(), duration: 5, meta: None };
+    a.dispatch(&chat, StateAction::ChatTurnCancelled(stop)).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Cancelled);
+
+    let turn_id = a.send(&chat, "[[hold]] go").await?;
+    let c = chat.clone();
+    a.until("the reply to stream", move |m| streaming_text(m, &c).starts_with("holding")).await?;
+    a.pending(&chat, PendingMessageKind::Steering, "s1", "steered: say bye").await?;
+    taken(&mut a, "s1").await?;
+    world.mock.release();
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(turn_text(&turn).ends_with("mock reply to: steered: say bye"), "{}", turn_text(&turn));
+    assert_eq!(a.mirror.chat(&chat).map(|s| s.turns.len()), Some(2), "taken into the turn, not run as another");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_resumes_its_conversation_in_a_new_worker() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    let turn = a.turn(&chat, "remember the word zebra").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+
+    // The worker (and the pi it runs) dies mid-turn; the daemon fails that turn, starts the worker
+    // again, and the next message resumes the conversation from pi's session file.
+    let turn_id = a.send(&chat, "[[hold]] and wait").await?;
+    let c = chat.clone();
+    a.until("the reply to stream", move |m| streaming_text(m, &c).starts_with("holding")).await?;
+    let worker = children_of(world.daemon.pid())
+        .into_iter()
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("ahpd-pi-worker")))
+        .expect("the pi worker runs");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let killed = a.finished(&chat, &turn_id).await?;
+    assert_eq!(killed.state, TurnState::Error);
+    let turn = a.turn(&chat, "what was the word").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_resumes_its_conversation_after_ahpd_restarts() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-pi-home-").tempdir()?;
+    let mut daemon = Daemon::start_in(home.path(), daemon_options(world.agent_dir.path())).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("pi", None).await?;
+    let turn = a.turn(&chat, "remember the word zebra").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    drop(a);
+    daemon.terminate().await?;
+
+    let daemon = Daemon::start_in(home.path(), daemon_options(world.agent_dir.path())).await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let history = b.mirror.chat(&chat).map(|c| c.turns.clone()).unwrap_or_default();
+    assert_eq!(history.len(), 1, "the earlier turn is there after the restart");
+    let turn = b.turn(&chat, "what was the word").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
+    b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
