@@ -11,14 +11,14 @@ use serde_json::Value;
 use crate::supervisor::{Launch, WorkerSpec};
 
 /// Backend kinds this build can run as workers.
-pub const BUILT_IN_KINDS: &[&str] = &["echo", "notes", "acp"];
+pub const BUILT_IN_KINDS: &[&str] = &["echo", "notes", "acp", "claude", "pi"];
 
 /// Kinds that run in the daemon's own process when an entry asks (`inProcess`).
 pub const IN_PROCESS_KINDS: &[&str] = &["echo", "notes"];
 
 /// CLIs that, when found on the PATH, become agents without any configuration: (program,
 /// provider, kind). Only kinds this build can run are listed.
-const DETECTED: &[(&str, &str, &str)] = &[];
+const DETECTED: &[(&str, &str, &str)] = &[("claude", "claude", "claude"), ("pi", "pi", "pi")];
 
 /// One agent the daemon will run, and what to say about it.
 pub struct Planned {

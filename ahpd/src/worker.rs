@@ -6,6 +6,8 @@ use std::process::ExitCode;
 pub fn run(kind: &str) -> ExitCode {
     let factory = match kind {
         "acp" => Some(agent_acp::factory()),
+        "claude" => Some(agent_claude::factory()),
+        "pi" => Some(agent_pi::factory()),
         other => agent_runner::builtin_factory(other),
     };
     match factory {

@@ -2,8 +2,7 @@
 //! the `claude` worker, which runs the real Claude Code CLI (installed by `scripts/test`) against
 //! the project's scripted Anthropic mock on 127.0.0.1.
 //!
-//! Until the daemon links `agent-claude` as kind `claude`, the worker runs as the program
-//! `ahpd-claude-worker` behind a config entry of kind `command`.
+//! The agent is a config entry of kind `claude`: the daemon runs `ahpd worker claude`.
 
 use std::path::{Path, PathBuf};
 
@@ -14,23 +13,6 @@ use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
 use tests::mocks::anthropic::{MockAnthropic, HELLO, THINKING};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"))
-}
-
-/// The `claude` worker program (built by `scripts/test`'s `cargo build --workspace --bins`).
-fn worker_bin() -> PathBuf {
-    let bin = target_dir().join("debug").join("ahpd-claude-worker");
-    assert!(
-        bin.exists(),
-        "{} does not exist: run scripts/test (or `cargo build -p agent-claude`) before the end-to-end tests",
-        bin.display()
-    );
-    bin
-}
 
 /// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
 fn claude_bin() -> PathBuf {
@@ -53,8 +35,7 @@ fn claude_bin() -> PathBuf {
 async fn claude_daemon(mock: &MockAnthropic) -> anyhow::Result<Daemon> {
     let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     let config = json!({ "agents": { "claude": {
-        "kind": "command",
-        "command": worker_bin(),
+        "kind": "claude",
         "env": env,
         "options": { "command": claude_bin() }
     } } });
@@ -204,7 +185,7 @@ async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() ->
         let env: serde_json::Map<String, Value> =
             mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
         DaemonOptions::with_config(json!({ "agents": { "claude": {
-            "kind": "command", "command": worker_bin(), "env": env, "options": { "command": claude_bin() }
+            "kind": "claude", "env": env, "options": { "command": claude_bin() }
         } } }))
     };
 

@@ -1,6 +1,5 @@
-//! The pi backend end to end: the real `ahpd`, the pi worker (`ahpd-pi-worker`, configured as a
-//! `command` agent until the daemon links the kind itself), the real pi 0.73.1 and the project's
-//! mock OpenAI API, through the official client.
+//! The pi backend end to end: the real `ahpd` running its pi worker (kind `pi`), the real pi 0.73.1
+//! and the project's mock OpenAI API, through the official client.
 //!
 //! pi is found at `$AHPD_PI_BIN`, else `$AHPD_TEST_CACHE/pi/node_modules/.bin/pi`, else
 //! `<checkout>/.cache/pi/node_modules/.bin/pi` (`scripts/deps/pi.sh` installs it there).
@@ -32,13 +31,6 @@ fn pi_bin() -> PathBuf {
     bin
 }
 
-fn worker_bin() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| checkout().join("target"));
-    let bin = target.join("debug").join("ahpd-pi-worker");
-    assert!(bin.exists(), "{} does not exist: run scripts/test (or `cargo build -p agent-pi`) first", bin.display());
-    bin
-}
-
 /// The mock, pi's own folder pointing at it, and a daemon whose `pi` agent runs the pi worker.
 struct World {
     mock: MockOpenAi,
@@ -63,8 +55,7 @@ impl World {
 
 fn daemon_options(agent_dir: &Path) -> DaemonOptions {
     DaemonOptions::with_config(json!({ "agents": { "pi": {
-        "kind": "command",
-        "command": worker_bin().display().to_string(),
+        "kind": "pi",
         "options": {
             "command": pi_bin().display().to_string(),
             "agentDir": agent_dir.display().to_string(),
@@ -209,7 +200,7 @@ async fn pi_resumes_its_conversation_in_a_new_worker() -> anyhow::Result<()> {
     a.until("the reply to stream", move |m| streaming_text(m, &c).starts_with("holding")).await?;
     let worker = children_of(world.daemon.pid())
         .into_iter()
-        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("ahpd-pi-worker")))
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.contains("worker\0pi")))
         .expect("the pi worker runs");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
     let killed = a.finished(&chat, &turn_id).await?;
