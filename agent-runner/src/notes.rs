@@ -42,6 +42,7 @@ const ASK: [&str; 3] = ["writes", "always", "never"];
 /// data folder).
 pub struct Notes {
     dir: PathBuf,
+    reveal_endpoint: bool,
 }
 
 impl Notes {
@@ -54,7 +55,9 @@ impl Notes {
                 None => std::env::temp_dir().join("ahpd-notes"),
             },
         };
-        Self { dir }
+        // For tests that drive the session's tools endpoint with a real MCP client.
+        let reveal_endpoint = init.options.get("revealEndpoint").and_then(Value::as_bool).unwrap_or(false);
+        Self { dir, reveal_endpoint }
     }
 }
 
@@ -118,6 +121,7 @@ impl Agent for Notes {
             state: Mutex::new(NotesState {
                 settings,
                 tools: start.tools,
+                endpoint: start.tools_endpoint.filter(|_| self.reveal_endpoint),
                 queue: VecDeque::new(),
                 running: None,
                 confirmations: HashMap::new(),
@@ -141,6 +145,7 @@ struct Answered {
 struct NotesState {
     settings: JsonObject,
     tools: Vec<ToolSpec>,
+    endpoint: Option<protocol::ToolsEndpoint>,
     queue: VecDeque<SendMessageParams>,
     running: Option<(String, CancellationToken, Writer)>,
     // Parked questions live in maps keyed by id: two parallel tools ask twice before either is
@@ -174,6 +179,7 @@ enum Command {
     Error,
     Later(String),
     Wait(u64),
+    Endpoint,
     Unknown(String),
 }
 
@@ -202,6 +208,7 @@ fn parse_one(command: &str) -> Command {
         "error" => Command::Error,
         "later" => Command::Later(rest.to_owned()),
         "wait" => Command::Wait(rest.parse().unwrap_or(1000)),
+        "endpoint" => Command::Endpoint,
         _ => Command::Unknown(command.to_owned()),
     }
 }
@@ -324,6 +331,15 @@ impl NotesSession {
                 w.tool_start(&id, "fail", "Fail", None);
                 w.tool_running(&id, "Failing on purpose", None);
                 w.tool_complete(&id, tool_result(false, "Failed", None, Some("This tool always fails.".into())));
+            }
+            Command::Endpoint => {
+                let said = match &lock(&self.state).endpoint {
+                    Some(e) => format!("endpoint {} {}", e.url, e.token),
+                    None => "no endpoint".to_owned(),
+                };
+                let mut w = lock(&writer);
+                w.end_part();
+                w.text(&said);
             }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;

@@ -211,6 +211,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         replay_capacity: usize::try_from(config.u64("replayBufferSize")).unwrap_or(4096),
         client_tool_timeout_ms: config.u64("clientToolTimeoutMs"),
         default_directory: std::env::current_dir().ok(),
+        settings: live_settings(config),
+        clock: crate::clock::Clock::from_env(),
         ..HostConfig::default()
     };
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
@@ -241,6 +243,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             max_frame_bytes: max_frame,
             hard_frame_bytes: max_frame.saturating_mul(4).max(16 << 20),
         };
+        host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
         println!("ahpd on ws://{}", display_addr(&bind_host, local));
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
@@ -257,6 +260,22 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         tracing::warn!("some tasks did not stop within 15 s");
     }
     Ok(())
+}
+
+/// The keys that apply live, as the configuration says at start-up.
+pub fn live_settings(config: &Config) -> crate::host::LiveSettings {
+    let mcp_servers =
+        config.get("mcpServers").as_object().filter(|m| !m.is_empty()).map(|m| {
+            m.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_value(v.clone()).ok()?))).collect()
+        });
+    crate::host::LiveSettings {
+        advanced_tools: config.bool("advancedTools"),
+        session_tools: config.bool("sessionTools"),
+        session_tools_providers: config.strings("sessionToolsProviders"),
+        mcp_servers,
+        orchestration_limits: config.string("agentOrchestrationLimits").as_deref() != Some("off"),
+        limits_per_session: config.string("agentOrchestrationLimitsScope").as_deref() == Some("session"),
+    }
 }
 
 fn display_addr(host: &str, local: SocketAddr) -> String {

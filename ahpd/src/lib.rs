@@ -7,12 +7,15 @@
 
 pub mod agents;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod fsutil;
 pub mod host;
+pub mod mcp;
 pub mod paths;
 pub mod server;
 pub mod store;
 pub mod supervisor;
+pub mod tools;
 pub mod worker;

@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod daemon;
+pub mod mcp;
 pub mod mocks;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};

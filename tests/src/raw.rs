@@ -110,3 +110,27 @@ pub async fn http_status(url: &str, path: &str) -> anyhow::Result<u16> {
     let status = text.split_whitespace().nth(1).ok_or_else(|| anyhow!("no status line"))?;
     Ok(status.parse()?)
 }
+
+/// An HTTP POST with a JSON body on the daemon's port; answers (status, body).
+pub async fn http_post(url: &str, headers: &[(&str, &str)], body: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://").trim_start_matches("ws://");
+    let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1).ok_or_else(|| anyhow!("no status line"))?.parse()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}

@@ -534,6 +534,10 @@ impl Host {
                 depth: 0,
             },
         );
+        let server_tools = core.server_tools(&uri);
+        if let Some(state) = core.ch.sessions.get_mut(&uri) {
+            state.server_tools = Some(server_tools);
+        }
         core.persist_session(&uri);
         let chat = format!("ahp-chat:/{}", uri_id(&uri));
         self.add_chat(&mut core, &uri, &chat, &now, true);
@@ -615,6 +619,7 @@ impl Host {
         }
         core.ch.sessions.remove(&uri);
         core.ch.drop_channel(&uri);
+        core.endpoints.close(&uri);
         if let Err(e) = core.store.delete_session(&uri) {
             tracing::error!("{e}");
         }

@@ -275,26 +275,28 @@ impl Host {
         meta.live = Some(incarnation);
         let (session, conversation_id, resume) =
             (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend);
-        let session_meta = core.sessions.get(&session)?;
+        let working_directory =
+            core.sessions.get(&session)?.working_directory.as_ref().map(|p| p.display().to_string());
         let settings = core
             .ch
             .sessions
             .get(&session)
             .and_then(|s| s.config.as_ref().map(|c| c.values.clone()))
             .unwrap_or_default();
+        let session_uri = session.clone();
         Some(protocol::Start {
             session,
             chat: chat.to_owned(),
             conversation_id,
             resume,
-            working_directory: session_meta.working_directory.as_ref().map(|p| p.display().to_string()),
+            working_directory,
             additional_directories: Vec::new(),
             settings,
             model: None,
-            tools: Vec::new(),
-            tools_endpoint: None,
-            mcp_servers: None,
-            instructions: Vec::new(),
+            tools: core.tool_specs(&session_uri),
+            tools_endpoint: core.endpoints.open(&session_uri),
+            mcp_servers: core.settings.mcp_servers.clone(),
+            instructions: core.tool_instructions(&session_uri),
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,
             policy: protocol::Policy::default(),
         })

@@ -45,6 +45,40 @@ pub struct HostConfig {
     pub worker_wait: Duration,
     /// The host's name and version for `initialize`.
     pub server_version: String,
+    /// The daemon keys that apply while it runs, as it started.
+    pub settings: LiveSettings,
+    /// The clock (manual in tests).
+    pub clock: crate::clock::Clock,
+}
+
+/// The daemon keys that apply live (a root config push changes them while the daemon runs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSettings {
+    /// Offer tools that declare advanced permission.
+    pub advanced_tools: bool,
+    /// Offer the session tools at all.
+    pub session_tools: bool,
+    /// Offer them to these providers' sessions alone (empty: every provider).
+    pub session_tools_providers: Vec<String>,
+    /// The deployment's MCP servers, read again for each session opened.
+    pub mcp_servers: Option<std::collections::BTreeMap<String, protocol::McpServer>>,
+    /// The session tools' spawn depth and counts apply.
+    pub orchestration_limits: bool,
+    /// Count the limits per session rather than per session tree.
+    pub limits_per_session: bool,
+}
+
+impl Default for LiveSettings {
+    fn default() -> Self {
+        Self {
+            advanced_tools: false,
+            session_tools: true,
+            session_tools_providers: Vec::new(),
+            mcp_servers: None,
+            orchestration_limits: true,
+            limits_per_session: false,
+        }
+    }
 }
 
 impl Default for HostConfig {
@@ -55,6 +89,8 @@ impl Default for HostConfig {
             client_tool_timeout_ms: 600_000,
             default_directory: None,
             worker_wait: Duration::from_secs(15),
+            settings: LiveSettings::default(),
+            clock: crate::clock::Clock::system(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -136,6 +172,10 @@ pub struct Core {
     pub store: crate::store::Store,
     /// Chats whose running turn changed since it was last checkpointed.
     pub running_dirty: HashSet<String>,
+    /// The daemon keys that apply live.
+    pub settings: LiveSettings,
+    /// Each session's `/ahp-mcp` endpoint.
+    pub endpoints: crate::mcp::Endpoints,
 }
 
 /// The host; cheap to clone.
@@ -180,6 +220,8 @@ impl Host {
             known_clients: HashSet::new(),
             store,
             running_dirty: HashSet::new(),
+            settings: config.settings.clone(),
+            endpoints: crate::mcp::Endpoints::default(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -287,11 +329,36 @@ impl Host {
     }
 
     fn run_tool(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {
-        // The host's own tools and clients' tools arrive with the tools issue; until then no tool
-        // is offered, so a call names one nobody offered.
-        tracing::warn!(chat = %params.chat, tool = %params.name, "a backend called a tool this host does not offer");
-        responder
-            .ok(protocol::ToolOutcome::failed(format!("No tool named {} is offered in this session.", params.name)));
+        let host = self.clone();
+        self.spawn("tool call", async move {
+            let outcome = host.run_tool_for_chat(params).await;
+            responder.ok(outcome);
+        });
+    }
+
+    /// Runs a tool a backend's model called in `chat`: one this session is offered, or refused.
+    pub async fn run_tool_for_chat(&self, params: protocol::ToolRunParams) -> protocol::ToolOutcome {
+        let call = {
+            let core = self.lock();
+            let Some(session) = core.chats.get(&params.chat).map(|m| m.session.clone()) else {
+                return protocol::ToolOutcome::failed(format!("There is no chat {}.", params.chat));
+            };
+            if !core.offered_tools(&session).iter().any(|t| t.definition.name == params.name) {
+                return protocol::ToolOutcome::failed(format!(
+                    "No tool named {} is offered in this session.",
+                    params.name
+                ));
+            }
+            crate::tools::ToolCall {
+                session: Some(session),
+                chat: Some(params.chat.clone()),
+                turn_id: Some(params.turn_id.clone()),
+                tool_call_id: Some(params.tool_call_id.clone()),
+                caller: crate::tools::Caller::Turn(None),
+                input: params.input,
+            }
+        };
+        crate::tools::run(self, &params.name, call).await
     }
 }
 

@@ -316,6 +316,10 @@ impl Host {
             meta: record.meta.clone(),
         };
         core.ch.sessions.insert(uri.clone(), state);
+        let server_tools = core.server_tools(&uri);
+        if let Some(state) = core.ch.sessions.get_mut(&uri) {
+            state.server_tools = Some(server_tools);
+        }
         let placeholder = core.placeholder_summary(&uri, &record.provider, &record.created_at);
         core.sessions.insert(
             uri.clone(),

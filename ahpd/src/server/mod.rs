@@ -42,11 +42,21 @@ struct AppState {
 
 /// The router for the daemon's one listener.
 pub fn router(host: Host, door: DoorPolicy) -> Router {
+    use crate::mcp;
+    let tools = Router::new()
+        .route(
+            "/ahp-mcp/{id}",
+            axum::routing::post(mcp::post_session).get(mcp::get_session).fallback(mcp::other_method),
+        )
+        .with_state(host.clone());
     let state = AppState { host, door: Arc::new(door) };
-    Router::new().route("/", get(upgrade)).fallback(not_found).with_state(state)
+    Router::new().route("/", get(upgrade)).fallback(not_found).with_state(state).merge(tools)
 }
 
-async fn not_found() -> Response {
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with(crate::mcp::PREFIX) {
+        return crate::mcp::unknown_path(uri).await;
+    }
     (StatusCode::NOT_FOUND, "Nothing here: ahpd serves AHP over a WebSocket at /\n").into_response()
 }
 

@@ -118,7 +118,8 @@ struct Slot {
 /// Every backend's worker.
 #[derive(Clone)]
 pub struct Supervisor {
-    slots: Arc<BTreeMap<String, Arc<Slot>>>,
+    /// In the config's order (the order clients are offered the agents).
+    slots: Arc<Vec<Arc<Slot>>>,
     events: mpsc::UnboundedSender<WorkerEvent>,
     cancel: CancellationToken,
     tracker: TaskTracker,
@@ -154,7 +155,7 @@ impl Supervisor {
             .into_iter()
             .map(|spec| {
                 let (state, _) = watch::channel(SlotState::Starting);
-                (spec.provider.clone(), Arc::new(Slot { spec, state }))
+                Arc::new(Slot { spec, state })
             })
             .collect();
         Self {
@@ -166,14 +167,18 @@ impl Supervisor {
         }
     }
 
+    fn slot(&self, provider: &str) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.spec.provider == provider)
+    }
+
     /// The providers, in the config's order.
     pub fn providers(&self) -> Vec<String> {
-        self.slots.keys().cloned().collect()
+        self.slots.iter().map(|s| s.spec.provider.clone()).collect()
     }
 
     /// Starts every worker's life loop.
     pub fn start_all(&self) {
-        for slot in self.slots.values() {
+        for slot in self.slots.iter() {
             let (this, slot) = (self.clone(), slot.clone());
             let name = format!("worker {}", slot.spec.provider);
             self.tracker.spawn(async move {
@@ -186,7 +191,7 @@ impl Supervisor {
     /// Waits until every worker finished its first start (handshaken or failed), at most `within`.
     pub async fn first_starts(&self, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
-        for slot in self.slots.values() {
+        for slot in self.slots.iter() {
             let mut rx = slot.state.subscribe();
             let _ = tokio::time::timeout_at(deadline, rx.wait_for(|s| !matches!(s, SlotState::Starting))).await;
         }
@@ -195,7 +200,7 @@ impl Supervisor {
     /// The running worker for `provider`, waiting up to `within` while it starts (or while it
     /// waits out a backoff that ends within that time).
     pub async fn worker(&self, provider: &str, within: Duration) -> Result<WorkerHandle, WorkerUnavailable> {
-        let slot = self.slots.get(provider).ok_or_else(|| WorkerUnavailable::Unknown(provider.to_owned()))?;
+        let slot = self.slot(provider).ok_or_else(|| WorkerUnavailable::Unknown(provider.to_owned()))?;
         let deadline = Instant::now() + within;
         let mut rx = slot.state.subscribe();
         loop {
@@ -226,7 +231,7 @@ impl Supervisor {
 
     /// The running worker's handle, if it runs now.
     pub fn current(&self, provider: &str) -> Option<WorkerHandle> {
-        match &*self.slots.get(provider)?.state.borrow() {
+        match &*self.slot(provider)?.state.borrow() {
             SlotState::Running(handle) => Some(handle.clone()),
             _ => None,
         }

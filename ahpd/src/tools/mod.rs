@@ -1,0 +1,302 @@
+//! The host's own tools (seed 000): what each is, which sessions are offered which, and running a
+//! call — bounded by a deadline applied at dispatch and an output cap an error never suffers
+//! (seed 003).
+//!
+//! A tool is a [`ToolInfo`] (its definition and host-side facts) and a branch of its group's `run`.
+//! The groups live beside this file: `session` (the reference host's session tools and this host's
+//! two readers), `artifacts`, `comments`, `agentmerge`, and `own` (`ahp_resource`, `ahp_terminals`,
+//! `schedule_wakeup`).
+
+pub mod readers;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ahp_types::state::{ToolAnnotations, ToolDefinition};
+use protocol::{ToolEffects, ToolOutcome, ToolSpec};
+use serde_json::Value;
+
+use crate::host::{Core, Host};
+
+/// Which of seed 000's families a tool belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// The reference host's session tools and this host's two readers (`sessionTools` switches
+    /// these).
+    Session,
+    /// `add_artifact_or_reference` and its two siblings.
+    Artifact,
+    /// The six comment tools.
+    Comment,
+    /// The four Agent Merge tools.
+    AgentMerge,
+    /// This host's own three.
+    Own,
+}
+
+/// One host tool: its definition and what the host knows about it.
+#[derive(Debug, Clone)]
+pub struct ToolInfo {
+    /// Its family.
+    pub group: Group,
+    /// The definition the model is offered and `serverTools` reports.
+    pub definition: ToolDefinition,
+    /// When a tool nothing asks for is worth calling, for the system prompt while it is offered.
+    pub instruction: Option<&'static str>,
+    /// The harness may hide it behind tool search (never on the wire).
+    pub defer_loading: bool,
+    /// It runs with no calling session (listed on `/mcp`).
+    pub sessionless: bool,
+    /// The grant a caller needs (`session:read`, `session:write`, `session:review`, …).
+    pub grant: Option<&'static str>,
+    /// It does more than a session's ordinary work: offered only with `advancedTools`.
+    pub advanced_permission: bool,
+    /// What running it does.
+    pub effects: ToolEffects,
+}
+
+impl ToolInfo {
+    /// A tool of `group` named `name`, described, with an input schema.
+    pub fn new(group: Group, name: &str, description: &str, input_schema: Value) -> Self {
+        Self {
+            group,
+            definition: ToolDefinition {
+                name: name.to_owned(),
+                title: None,
+                description: Some(description.to_owned()),
+                input_schema: Some(input_schema),
+                output_schema: None,
+                annotations: None,
+                meta: None,
+            },
+            instruction: None,
+            defer_loading: false,
+            sessionless: false,
+            grant: None,
+            advanced_permission: false,
+            effects: ToolEffects::default(),
+        }
+    }
+
+    /// Marks it read-only.
+    pub fn read_only(mut self) -> Self {
+        let annotations = self.definition.annotations.get_or_insert_with(empty_annotations);
+        annotations.read_only_hint = Some(true);
+        self.effects.reads = true;
+        self
+    }
+
+    /// Marks it destructive.
+    pub fn destructive(mut self) -> Self {
+        let annotations = self.definition.annotations.get_or_insert_with(empty_annotations);
+        annotations.destructive_hint = Some(true);
+        self.effects.writes = true;
+        self.effects.destructive = true;
+        self
+    }
+
+    /// Marks it as one that writes (not destructively).
+    pub fn writes(mut self) -> Self {
+        self.effects.writes = true;
+        self
+    }
+
+    /// Lists it on `/mcp` for a caller with no session, behind `grant`.
+    pub fn sessionless(mut self, grant: &'static str) -> Self {
+        self.sessionless = true;
+        self.grant = Some(grant);
+        self
+    }
+
+    /// The grant a turn's person needs.
+    pub fn grant(mut self, grant: &'static str) -> Self {
+        self.grant = Some(grant);
+        self
+    }
+
+    /// Hidden behind tool search.
+    pub fn deferred(mut self) -> Self {
+        self.defer_loading = true;
+        self
+    }
+
+    /// Carries an instruction.
+    pub fn instruction(mut self, text: &'static str) -> Self {
+        self.instruction = Some(text);
+        self
+    }
+}
+
+fn empty_annotations() -> ToolAnnotations {
+    ToolAnnotations {
+        title: None,
+        read_only_hint: None,
+        destructive_hint: None,
+        idempotent_hint: None,
+        open_world_hint: None,
+    }
+}
+
+/// Every host tool, in the order seed 000 lists them.
+pub fn catalog() -> &'static [ToolInfo] {
+    static CATALOG: OnceLock<Vec<ToolInfo>> = OnceLock::new();
+    CATALOG.get_or_init(|| {
+        let mut all = Vec::new();
+        all.extend(readers::tools());
+        all
+    })
+}
+
+/// A tool by name.
+pub fn find(name: &str) -> Option<&'static ToolInfo> {
+    catalog().iter().find(|t| t.definition.name == name)
+}
+
+/// Who is behind a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// A turn, sent by this person (`None`: nobody is behind it, or no users directory).
+    Turn(Option<String>),
+    /// This host's root connection.
+    Root,
+    /// A person, with no session.
+    Person(String),
+}
+
+/// One call of a host tool.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The calling session (absent for a sessionless call).
+    pub session: Option<String>,
+    /// The calling chat.
+    pub chat: Option<String>,
+    /// The turn the call belongs to.
+    pub turn_id: Option<String>,
+    /// The call's id, as the backend said it.
+    pub tool_call_id: Option<String>,
+    /// Who is behind it.
+    pub caller: Caller,
+    /// The arguments.
+    pub input: Value,
+}
+
+/// What a tool answers: text for the model (and maybe rich content), or a refusal sentence.
+pub type ToolResult = Result<String, String>;
+
+/// How long a host tool may run before it is failed.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+/// The most text a successful result hands the model; more is cut with a note.
+pub const OUTPUT_CAP: usize = 64 * 1024;
+
+/// Caps a successful result's text; an error is never cut (seed 003).
+pub fn cap_output(text: String) -> String {
+    if text.len() <= OUTPUT_CAP {
+        return text;
+    }
+    let mut end = OUTPUT_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[output truncated: {} of {} bytes shown]", &text[..end], end, text.len())
+}
+
+/// Runs a host tool by name, bounded: a deadline applied here at dispatch, the output capped.
+pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
+    let Some(info) = find(name) else {
+        return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
+    };
+    let run = dispatch(host, info, call);
+    let result = match tokio::time::timeout(DEADLINE, run).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", DEADLINE.as_secs())),
+    };
+    match result {
+        Ok(text) => {
+            let mut outcome = ToolOutcome::ok(cap_output(text));
+            outcome.past_tense_message = Some(format!("Ran {name}"));
+            outcome
+        }
+        Err(why) => {
+            let mut outcome = ToolOutcome::failed(why);
+            outcome.past_tense_message = Some(format!("{name} failed"));
+            outcome
+        }
+    }
+}
+
+async fn dispatch(host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
+    let name = info.definition.name.as_str();
+    match info.group {
+        Group::Session | Group::Artifact | Group::Comment | Group::AgentMerge | Group::Own => {
+            if let Some(result) = readers::run(host, name, &call).await {
+                return result;
+            }
+        }
+    }
+    Err(format!("No tool named {name} is offered in this session."))
+}
+
+impl Core {
+    /// The host tools offered to a session, after every switch and the session's own wording.
+    pub fn offered_tools(&self, session: &str) -> Vec<ToolInfo> {
+        let Some(provider) = self.ch.sessions.get(session).map(|s| s.provider.clone()) else { return Vec::new() };
+        let settings = &self.settings;
+        let session_tools = settings.session_tools
+            && (settings.session_tools_providers.is_empty() || settings.session_tools_providers.contains(&provider));
+        catalog()
+            .iter()
+            .filter(|t| !t.advanced_permission || settings.advanced_tools)
+            .filter(|t| t.group != Group::Session || session_tools)
+            .cloned()
+            .collect()
+    }
+
+    /// The tools a backend is handed for a session: the host's offered tools as specs.
+    pub fn tool_specs(&self, session: &str) -> Vec<ToolSpec> {
+        self.offered_tools(session)
+            .into_iter()
+            .map(|t| ToolSpec {
+                definition: t.definition,
+                owner: None,
+                display_name: None,
+                defer_loading: t.defer_loading,
+                effects: Some(t.effects),
+            })
+            .collect()
+    }
+
+    /// The instructions of the offered tools, for the system prompt.
+    pub fn tool_instructions(&self, session: &str) -> Vec<String> {
+        self.offered_tools(session).into_iter().filter_map(|t| t.instruction.map(str::to_owned)).collect()
+    }
+
+    /// The definitions `SessionState.serverTools` reports.
+    pub fn server_tools(&self, session: &str) -> Vec<ToolDefinition> {
+        self.offered_tools(session).into_iter().map(|t| t.definition).collect()
+    }
+}
+
+/// Checks that whoever is behind a call holds `grant` (seed 000 "Grants"). A host with no users
+/// directory has nobody to ask, and its tools act as they always did; the users directory (issue
+/// 10) answers here in the host's own words: `<person> may not <grant> here`, or `this turn may not
+/// session:write here` where nobody is behind the call.
+pub fn authorize(_core: &Core, _call: &ToolCall, _grant: &str) -> Result<(), String> {
+    Ok(())
+}
+
+/// Reads a required string argument, or says which one is missing, in the reference host's words.
+pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, String> {
+    match input.get(field) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
+        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+    }
+}
+
+/// Reads an optional string argument.
+pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, String> {
+    match input.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.")),
+    }
+}

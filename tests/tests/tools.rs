@@ -1,0 +1,120 @@
+//! The host's tools: reported on `serverTools`, called by a backend's model through the worker
+//! protocol, and reached through the session's `/ahp-mcp` endpoint by a real MCP client (the
+//! official Python SDK), which another session's token cannot use.
+
+use serde_json::{json, Value};
+use tests::mcp::{call_tool, list_tools};
+use tests::raw::http_post;
+use tests::{turn_text, Daemon, DaemonOptions, TestClient};
+
+fn notes_daemon() -> DaemonOptions {
+    DaemonOptions::with_config(json!({ "agents": {
+        "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
+        "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }))
+}
+
+/// The session's tools endpoint, as the notes agent was handed it.
+async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
+    let said = turn_text(&client.turn(chat, "endpoint").await?);
+    let mut words = said.split_whitespace().skip(1);
+    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
+    Ok((url.to_owned(), token.to_owned()))
+}
+
+#[tokio::test]
+async fn a_real_mcp_client_lists_and_calls_a_sessions_tools() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("notes", None).await?;
+    let server_tools: Vec<String> = a
+        .mirror
+        .session(&session)
+        .and_then(|s| s.server_tools.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(server_tools.contains(&"list_agents".to_owned()), "{server_tools:?}");
+    let (url, token) = endpoint(&mut a, &chat).await?;
+    assert!(url.contains("/ahp-mcp/"), "{url}");
+
+    let listed = list_tools(&url, &token).await?;
+    assert_eq!(listed["protocolVersion"], "2025-06-18");
+    let names: Vec<&str> =
+        listed["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        server_tools.iter().map(String::as_str).collect::<Vec<_>>(),
+        "the endpoint offers what serverTools says"
+    );
+
+    let called = call_tool(&url, &token, "list_agents", &json!({})).await?;
+    assert_eq!(called["isError"], false, "{called}");
+    let agents: Value = serde_json::from_str(called["text"].as_str().unwrap_or("{}"))?;
+    let ids: Vec<&str> =
+        agents["agents"].as_array().into_iter().flatten().filter_map(|a| a["agent"].as_str()).collect();
+    assert_eq!(ids, vec!["notes", "echo"]);
+
+    let refused = call_tool(&url, &token, "list_models", &json!({ "agent": "nobody" })).await?;
+    assert_eq!(refused["isError"], true, "a refusal is an error result the model can read: {refused}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn another_sessions_token_no_token_a_wrong_path_or_a_bad_body_touch_nothing() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_s1, c1) = a.create_session("notes", None).await?;
+    let (_s2, c2) = a.create_session("notes", None).await?;
+    let (url1, _token1) = endpoint(&mut a, &c1).await?;
+    let (_url2, token2) = endpoint(&mut a, &c2).await?;
+    let other = list_tools(&url1, &token2).await?;
+    assert_eq!(other["httpError"], 401, "another session's token: {other}");
+
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string();
+    let (status, body) = http_post(&url1, &[], &init).await?;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http_post(&url1, &[("Authorization", &format!("Bearer {token2}"))], &init).await?;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("only its own session's token"), "{body}");
+    let wrong = url1.rsplit_once('/').map(|(base, _)| format!("{base}/nope")).unwrap_or_default();
+    let (status, _) = http_post(&wrong, &[("Authorization", &format!("Bearer {token2}"))], &init).await?;
+    assert_eq!(status, 404);
+    let (_, token1) = endpoint(&mut a, &c1).await?;
+    let auth = format!("Bearer {token1}");
+    let (status, body) = http_post(&url1, &[("Authorization", &auth)], "[1, 2]").await?;
+    assert_eq!(status, 400, "a batch: {body}");
+    assert!(body.contains("-32600"));
+    let (status, body) = http_post(&url1, &[("Authorization", &auth)], "not json").await?;
+    assert_eq!(status, 400, "a bad body: {body}");
+    assert!(body.contains("-32700"));
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string();
+    let (status, _) = http_post(&url1, &[("Authorization", &auth)], &note).await?;
+    assert_eq!(status, 202);
+    let (status, body) = http_post(
+        &url1,
+        &[("Authorization", &auth)],
+        &json!({ "jsonrpc": "2.0", "id": 3, "method": "resources/list" }).to_string(),
+    )
+    .await?;
+    assert_eq!(status, 200);
+    assert!(body.contains("-32601"), "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_backends_model_calls_a_host_tool_through_the_worker_protocol() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("notes", None).await?;
+    let turn = a.turn(&chat, r#"call list_models {"agent": "echo"}"#).await?;
+    assert!(turn_text(&turn).contains(r#"list_models said: {"models":[]}"#), "{}", turn_text(&turn));
+    let turn = a.turn(&chat, "call no_such_tool {}").await?;
+    assert!(
+        turn_text(&turn).contains("No tool named no_such_tool is offered in this session."),
+        "{}",
+        turn_text(&turn)
+    );
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
