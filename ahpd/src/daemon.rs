@@ -210,6 +210,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let host_config = HostConfig {
         replay_capacity: usize::try_from(config.u64("replayBufferSize")).unwrap_or(4096),
         client_tool_timeout_ms: config.u64("clientToolTimeoutMs"),
+        client_disconnect_grace_ms: config.u64("clientToolCallDisconnectTimeoutMs"),
         default_directory: std::env::current_dir().ok(),
         settings: live_settings(config),
         clock: crate::clock::Clock::from_env(),

@@ -257,12 +257,24 @@ async fn call(host: &Host, session: Option<String>, id: Value, params: Value) ->
     let Some(session) = session else {
         return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
     };
-    let (chat, turn_id, offered) = {
+    let (chat, turn_id, offered, client_tool) = {
         let core = host.lock();
         let offered = core.offered_tools(&session).iter().any(|t| t.definition.name == name);
         let (chat, turn) = core.calling_chat(&session, tool_use.as_deref());
-        (chat, turn, offered)
+        (chat, turn, offered, core.client_tool(&session, &name).is_some())
     };
+    if client_tool {
+        // A client's tool: handed to its owner through the parent, like any backend's call.
+        let Some(chat) = chat else {
+            return rpc_error(StatusCode::OK, id, -32602, format!("{name} was called with no chat to run it in"));
+        };
+        let outcome = host.run_client_tool(&chat, tool_use, &name, input).await;
+        let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
+        if !outcome.success {
+            result["isError"] = Value::Bool(true);
+        }
+        return rpc_result(id, result);
+    }
     if !offered {
         return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
     }

@@ -137,6 +137,10 @@ enum Then {
     Steer,
     /// A session config change: hand each key to every chat's backend.
     Config(Vec<(String, Value)>),
+    /// The session's active clients changed: its tools change with them.
+    ToolsChanged,
+    /// A client completed a call of its tool: the backend waiting on it gets the result.
+    ClientCompleted(String, ahp_types::state::ToolCallResult),
 }
 
 impl Host {
@@ -240,6 +244,8 @@ impl Host {
                 self.offer_steering(core, channel);
                 self.start_next(core, channel);
             }
+            Then::ToolsChanged => self.tools_changed(core, channel),
+            Then::ClientCompleted(id, result) => self.client_completed(core, channel, &id, &result),
             Then::Config(changes) => {
                 let chats: Vec<String> = core
                     .ch
@@ -363,14 +369,14 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         }
         StateAction::SessionActiveClientSet(a) => {
             if conn.client_id.as_deref() == Some(a.active_client.client_id.as_str()) {
-                Ok(Then::Nothing)
+                Ok(Then::ToolsChanged)
             } else {
                 Err("A client can only make itself active, under its own clientId".to_owned())
             }
         }
         StateAction::SessionActiveClientRemoved(a) => {
             if conn.client_id.as_deref() == Some(a.client_id.as_str()) {
-                Ok(Then::Nothing)
+                Ok(Then::ToolsChanged)
             } else {
                 Err("A client can only remove itself from a session's active clients".to_owned())
             }
@@ -428,8 +434,13 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
                 _ => Err(format!("Tool call {} has no result waiting to be confirmed", a.tool_call_id)),
             }
         }
-        StateAction::ChatToolCallComplete(_) | StateAction::ChatToolCallContentChanged(_) => {
-            Err("Only the client that runs a tool call may complete it, and this call is not a client's".to_owned())
+        StateAction::ChatToolCallComplete(a) => {
+            check_owner(core, conn, channel, &a.turn_id, &a.tool_call_id)?;
+            Ok(Then::ClientCompleted(a.tool_call_id.clone(), a.result.clone()))
+        }
+        StateAction::ChatToolCallContentChanged(a) => {
+            check_owner(core, conn, channel, &a.turn_id, &a.tool_call_id)?;
+            Ok(Then::Nothing)
         }
         StateAction::ChatInputAnswerChanged(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
@@ -496,6 +507,19 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::AnnotationsEntrySet(_)
         | StateAction::AnnotationsEntryRemoved(_) => Ok(Then::Nothing),
         _ => Err(format!("{scope} is the host's to say; a client cannot dispatch it")),
+    }
+}
+
+/// Only the client that runs a tool call may complete it (or change its content).
+fn check_owner(core: &Core, conn: &ConnState, chat: &str, turn_id: &str, tool_call_id: &str) -> Result<(), String> {
+    let state = core.ch.chats.get(chat).ok_or("no such chat")?;
+    if !matches!(tool_call(state, turn_id, tool_call_id), Some(ToolCallState::Running(_))) {
+        return Err(format!("Tool call {tool_call_id} is not running in the running turn"));
+    }
+    match core.client_call_owner(chat, tool_call_id) {
+        Some(owner) if conn.client_id.as_deref() == Some(owner) => Ok(()),
+        Some(owner) => Err(format!("Only {owner}, the client that runs tool call {tool_call_id}, may complete it")),
+        None => Err(format!("Tool call {tool_call_id} is not a client's; only its backend completes it")),
     }
 }
 

@@ -17,7 +17,7 @@ use ahp_types::notifications::{
 use ahp_types::state::{
     AnnotationsState, ChatState, ChatSummary, ResponsePart, SessionChatInputRequest, SessionChatSummary,
     SessionConfigState, SessionInputRequest, SessionLifecycle, SessionState, SessionSummary,
-    SessionToolConfirmationRequest, ToolCallConfirmationState, ToolCallState,
+    SessionToolClientExecutionRequest, SessionToolConfirmationRequest, ToolCallConfirmationState, ToolCallState,
 };
 use ahp_types::ROOT_RESOURCE_URI;
 use protocol::SchemaResult;
@@ -350,7 +350,8 @@ impl Core {
         let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else {
             return;
         };
-        let wanted = wanted_input(chat, state);
+        let owners = self.client_call_owners(chat);
+        let wanted = wanted_input(chat, state, &owners);
         let current: Vec<SessionInputRequest> = self
             .ch
             .sessions
@@ -384,7 +385,11 @@ impl Core {
     }
 }
 
-fn wanted_input(chat: &str, state: &ChatState) -> Vec<SessionInputRequest> {
+fn wanted_input(
+    chat: &str,
+    state: &ChatState,
+    owners: &std::collections::HashMap<String, String>,
+) -> Vec<SessionInputRequest> {
     let Some(turn) = &state.active_turn else {
         return Vec::new();
     };
@@ -401,6 +406,17 @@ fn wanted_input(chat: &str, state: &ChatState) -> Vec<SessionInputRequest> {
                     }
                     _ => None,
                 };
+                if let ToolCallState::Running(running) = &tc.tool_call {
+                    if let Some(client_id) = owners.get(&running.tool_call_id) {
+                        wanted.push(SessionInputRequest::ToolClientExecution(SessionToolClientExecutionRequest {
+                            id: format!("toolClientExecution:{chat}:{}:{}", turn.id, running.tool_call_id),
+                            chat: chat.to_owned(),
+                            turn_id: turn.id.clone(),
+                            client_id: client_id.clone(),
+                            tool_call: running.clone(),
+                        }));
+                    }
+                }
                 if let Some((id, tool_call)) = confirmation {
                     wanted.push(SessionInputRequest::ToolConfirmation(SessionToolConfirmationRequest {
                         id: format!("toolConfirmation:{chat}:{id}"),
@@ -584,6 +600,7 @@ impl Host {
                 title: String::new(),
                 position: i64::try_from(position).unwrap_or(0),
                 transcripts: std::collections::HashMap::new(),
+                client_calls: std::collections::HashMap::new(),
             },
         );
         core.persist_chat(chat);

@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod catalog;
+pub mod clients;
 pub mod core;
 pub mod driver;
 pub mod errors;
@@ -39,6 +40,8 @@ pub struct HostConfig {
     pub outbound_capacity: usize,
     /// How long a client's tool may wait for its client (handed to backends).
     pub client_tool_timeout_ms: u64,
+    /// How long a client whose connections all closed keeps its place and its calls.
+    pub client_disconnect_grace_ms: u64,
     /// The folder a session runs in when the client names none.
     pub default_directory: Option<PathBuf>,
     /// How long a request may wait for a worker that is starting.
@@ -87,6 +90,7 @@ impl Default for HostConfig {
             replay_capacity: 4096,
             outbound_capacity: 16_384,
             client_tool_timeout_ms: 600_000,
+            client_disconnect_grace_ms: 30_000,
             default_directory: None,
             worker_wait: Duration::from_secs(15),
             settings: LiveSettings::default(),
@@ -154,6 +158,8 @@ pub struct ChatMeta {
     pub position: i64,
     /// What the backend wrote each turn down as (turn id → transcript id).
     pub transcripts: std::collections::HashMap<String, String>,
+    /// Calls of clients' tools waiting for their client, by tool call id.
+    pub client_calls: std::collections::HashMap<String, clients::ClientCall>,
 }
 
 /// Everything under the host's lock.
@@ -176,6 +182,8 @@ pub struct Core {
     pub settings: LiveSettings,
     /// Each session's `/ahp-mcp` endpoint.
     pub endpoints: crate::mcp::Endpoints,
+    /// Grace periods of clients whose connections closed: (session, client) → generation.
+    pub grace: std::collections::HashMap<(String, String), u64>,
 }
 
 /// The host; cheap to clone.
@@ -222,6 +230,7 @@ impl Host {
             running_dirty: HashSet::new(),
             settings: config.settings.clone(),
             endpoints: crate::mcp::Endpoints::default(),
+            grace: std::collections::HashMap::new(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -272,6 +281,10 @@ impl Host {
         let mut core = self.lock();
         if let Some(entry) = core.ch.remove_conn(id) {
             tracing::debug!(conn = id, client = ?entry.client_id, "connection closed");
+            if let Some(client_id) = &entry.client_id {
+                let watched: Vec<String> = entry.subs.iter().cloned().collect();
+                self.client_connection_closed(&mut core, client_id, &watched);
+            }
         }
     }
 
@@ -338,25 +351,35 @@ impl Host {
 
     /// Runs a tool a backend's model called in `chat`: one this session is offered, or refused.
     pub async fn run_tool_for_chat(&self, params: protocol::ToolRunParams) -> protocol::ToolOutcome {
-        let call = {
+        enum Route {
+            Refused(String),
+            Client,
+            Host(crate::tools::ToolCall),
+        }
+        let route = {
             let core = self.lock();
-            let Some(session) = core.chats.get(&params.chat).map(|m| m.session.clone()) else {
-                return protocol::ToolOutcome::failed(format!("There is no chat {}.", params.chat));
-            };
-            if !core.offered_tools(&session).iter().any(|t| t.definition.name == params.name) {
-                return protocol::ToolOutcome::failed(format!(
-                    "No tool named {} is offered in this session.",
-                    params.name
-                ));
+            match core.chats.get(&params.chat).map(|m| m.session.clone()) {
+                None => Route::Refused(format!("There is no chat {}.", params.chat)),
+                Some(session) if core.client_tool(&session, &params.name).is_some() => Route::Client,
+                Some(session) if !core.offered_tools(&session).iter().any(|t| t.definition.name == params.name) => {
+                    Route::Refused(format!("No tool named {} is offered in this session.", params.name))
+                }
+                Some(session) => Route::Host(crate::tools::ToolCall {
+                    session: Some(session),
+                    chat: Some(params.chat.clone()),
+                    turn_id: Some(params.turn_id.clone()),
+                    tool_call_id: Some(params.tool_call_id.clone()),
+                    caller: crate::tools::Caller::Turn(None),
+                    input: params.input.clone(),
+                }),
             }
-            crate::tools::ToolCall {
-                session: Some(session),
-                chat: Some(params.chat.clone()),
-                turn_id: Some(params.turn_id.clone()),
-                tool_call_id: Some(params.tool_call_id.clone()),
-                caller: crate::tools::Caller::Turn(None),
-                input: params.input,
+        };
+        let call = match route {
+            Route::Refused(why) => return protocol::ToolOutcome::failed(why),
+            Route::Client => {
+                return self.run_client_tool(&params.chat, Some(params.tool_call_id), &params.name, params.input).await
             }
+            Route::Host(call) => call,
         };
         crate::tools::run(self, &params.name, call).await
     }

@@ -286,6 +286,7 @@ impl Host {
                     title: chat_record.title.clone(),
                     position: chat_record.position,
                     transcripts,
+                    client_calls: HashMap::new(),
                 },
             );
         }

@@ -183,6 +183,7 @@ impl Host {
             "disposeSession" => self.dispose_session(params),
             "disposeChat" => self.dispose_chat(params),
             "completions" => self.completions(params),
+            "ahpd/test/advanceClock" => self.advance_clock(params),
             other if is_known_method(other) => {
                 Err(AhpError::method_not_found(&format!("{other} (this host does not serve it yet)")))
             }
@@ -226,6 +227,7 @@ impl Host {
             self.ensure_loaded(&mut core, &uri);
             if let Some(snapshot) = core.ch.snapshot(&uri) {
                 core.ch.subscribe(conn.id, &uri);
+                self.client_returned(&mut core, &params.client_id, &uri);
                 snapshots.push(snapshot);
             } else {
                 tracing::debug!(
@@ -297,6 +299,7 @@ impl Host {
         let replay = if known { core.ch.replay_since(last_seen, &live_set) } else { None };
         for uri in &live {
             core.ch.subscribe(conn.id, uri);
+            self.client_returned(&mut core, &params.client_id, uri);
         }
         conn.initialized = true;
         let frame = match replay {
@@ -349,13 +352,20 @@ impl Host {
             }
         }
         core.ch.subscribe(conn.id, &uri);
+        if let Some(client_id) = &conn.client_id {
+            self.client_returned(&mut core, client_id, &uri);
+        }
         let frame = response(&id, to_value(&serde_json::json!({ "snapshot": snapshot })));
         core.ch.send(conn.id, frame);
     }
 
     fn unsubscribe(&self, conn: &ConnState, channel: &str) {
         let mut core = self.lock();
-        core.ch.unsubscribe(conn.id, channel);
+        if core.ch.unsubscribe(conn.id, channel) {
+            if let Some(client_id) = &conn.client_id {
+                self.client_unsubscribed(&mut core, client_id, channel);
+            }
+        }
     }
 
     fn fetch_turns(&self, conn: &mut ConnState, id: Value, params: Value) {
@@ -430,6 +440,21 @@ impl Host {
             result["nextCursor"] = Value::String(encode_cursor(&modified, &uri));
         }
         Ok(result)
+    }
+
+    /// Tests only: moves a manual clock (`AHPD_TEST_CLOCK=manual`) forward by `ms`. A daemon on
+    /// wall time does not answer it.
+    fn advance_clock(&self, params: Value) -> Result<Value, AhpError> {
+        let clock = &self.config().clock;
+        if !clock.is_manual() {
+            return Err(AhpError::method_not_found("ahpd/test/advanceClock"));
+        }
+        let ms = params
+            .get("ms")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| AhpError::invalid_params("ms must be a whole number"))?;
+        clock.advance(std::time::Duration::from_millis(ms));
+        Ok(serde_json::json!({ "now": clock.now() }))
     }
 
     fn completions(&self, params: Value) -> Result<Value, AhpError> {

@@ -251,9 +251,10 @@ impl Core {
             .collect()
     }
 
-    /// The tools a backend is handed for a session: the host's offered tools as specs.
+    /// The tools a backend is handed for a session: the host's offered tools, then the clients'.
     pub fn tool_specs(&self, session: &str) -> Vec<ToolSpec> {
-        self.offered_tools(session)
+        let mut specs: Vec<ToolSpec> = self
+            .offered_tools(session)
             .into_iter()
             .map(|t| ToolSpec {
                 definition: t.definition,
@@ -262,7 +263,9 @@ impl Core {
                 defer_loading: t.defer_loading,
                 effects: Some(t.effects),
             })
-            .collect()
+            .collect();
+        specs.extend(self.client_tool_specs(session));
+        specs
     }
 
     /// The instructions of the offered tools, for the system prompt.
