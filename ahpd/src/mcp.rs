@@ -107,6 +107,7 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// The session an endpoint path serves, once its token checked out; else the response to send.
+#[allow(clippy::result_large_err)]
 fn authorize(host: &Host, id: &str, headers: &HeaderMap) -> Result<String, Response> {
     let core = host.lock();
     let Some(endpoint) = core.endpoints.get(id) else {
@@ -153,14 +154,12 @@ pub async fn get_session(State(host): State<Host>, Path(id): Path<String>, heade
 
 fn changes(rx: broadcast::Receiver<()>) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let note = json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" });
-                    return Some((Ok(Event::default().event("message").data(note.to_string())), rx));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+        match rx.recv().await {
+            Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                let note = json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" });
+                Some((Ok(Event::default().event("message").data(note.to_string())), rx))
             }
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     })
 }
