@@ -137,6 +137,8 @@ pub struct Plan {
     pub token_source: TokenSource,
     /// Serve stdio rather than a port.
     pub stdio: bool,
+    /// `--config-file`, when given.
+    pub config_file: Option<PathBuf>,
 }
 
 /// Reads the configuration and flags; a problem is a sentence and exit code 2.
@@ -147,7 +149,7 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
     let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let (token, token_source) =
         if args.stdio { (None, TokenSource::None { loopback: true }) } else { resolve_token(&config, &base)? };
-    Ok(Plan { paths, config, token, token_source, stdio: args.stdio })
+    Ok(Plan { paths, config, token, token_source, stdio: args.stdio, config_file: args.config_file.clone() })
 }
 
 /// Sets up logging to stderr (`AHPD_LOG` filters, default info).
@@ -213,6 +215,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         client_disconnect_grace_ms: config.u64("clientToolCallDisconnectTimeoutMs"),
         default_directory: std::env::current_dir().ok(),
         settings: live_settings(config),
+        config_file: Some(args_config_file(&plan)),
+        root_config: Some(crate::host::rootconfig::root_config(config)),
         clock: crate::clock::Clock::from_env(),
         ..HostConfig::default()
     };
@@ -261,6 +265,11 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         tracing::warn!("some tasks did not stop within 15 s");
     }
     Ok(())
+}
+
+/// The file pushed settings are kept in: `--config-file` when given, else the platform one.
+fn args_config_file(plan: &Plan) -> PathBuf {
+    plan.config_file.clone().unwrap_or_else(|| plan.paths.config_dir.join("config.json"))
 }
 
 /// The keys that apply live, as the configuration says at start-up.

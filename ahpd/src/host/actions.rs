@@ -139,6 +139,8 @@ enum Then {
     Config(Vec<(String, Value)>),
     /// The session's active clients changed: its tools change with them.
     ToolsChanged,
+    /// The daemon's settings were pushed: (live keys, keys that apply after a restart).
+    RootConfig(Vec<(String, Value)>, Vec<(String, Value)>),
     /// A client completed a call of its tool: the backend waiting on it gets the result.
     ClientCompleted(String, ahp_types::state::ToolCallResult),
 }
@@ -245,6 +247,7 @@ impl Host {
                 self.start_next(core, channel);
             }
             Then::ToolsChanged => self.tools_changed(core, channel),
+            Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
             Then::ClientCompleted(id, result) => self.client_completed(core, channel, &id, &result),
             Then::Config(changes) => {
                 let chats: Vec<String> = core
@@ -342,8 +345,9 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         return Err(format!("Subscribe to {channel} before dispatching actions to it"));
     }
     match action {
-        StateAction::RootConfigChanged(_) => {
-            Err("This host's root configuration is not writable by clients yet".to_owned())
+        StateAction::RootConfigChanged(a) => {
+            let (live, restart) = super::rootconfig::check_push(&a.config, a.replace.unwrap_or(false))?;
+            Ok(Then::RootConfig(live, restart))
         }
         StateAction::SessionTitleChanged(a) => {
             if a.title.trim().is_empty() {

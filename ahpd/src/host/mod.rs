@@ -14,6 +14,7 @@ pub mod driver;
 pub mod errors;
 pub mod persist;
 pub mod requests;
+pub mod rootconfig;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -52,6 +53,10 @@ pub struct HostConfig {
     pub settings: LiveSettings,
     /// The clock (manual in tests).
     pub clock: crate::clock::Clock,
+    /// Where settings pushed through root config that apply after a restart are written.
+    pub config_file: Option<PathBuf>,
+    /// The daemon's keys as root config (absent: the root state carries no config).
+    pub root_config: Option<ahp_types::state::RootConfigState>,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -95,6 +100,8 @@ impl Default for HostConfig {
             worker_wait: Duration::from_secs(15),
             settings: LiveSettings::default(),
             clock: crate::clock::Clock::system(),
+            config_file: None,
+            root_config: None,
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -218,8 +225,13 @@ impl Host {
             tracing::error!("{e}");
             0
         });
-        let root =
-            RootState { agents: Vec::new(), active_sessions: Some(stored), terminals: None, config: None, meta: None };
+        let root = RootState {
+            agents: Vec::new(),
+            active_sessions: Some(stored),
+            terminals: None,
+            config: config.root_config.clone(),
+            meta: None,
+        };
         let core = Core {
             ch: Channels::new(root, config.replay_capacity),
             sessions: HashMap::new(),

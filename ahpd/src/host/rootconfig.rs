@@ -1,0 +1,220 @@
+//! The daemon's keys as root config: shown on the root state, pushed by a client with
+//! `root/configChanged`. A key that applies live takes effect at once (the sessions' tool offers
+//! are rebuilt); any other is written to the config file, and the root state says a restart is
+//! needed until `ahpd restart`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use ahp_types::actions::{RootConfigChangedAction, StateAction};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{ConfigPropertySchema, ConfigSchema, RootConfigState};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::Value;
+
+use super::{Core, Host, LiveSettings};
+use crate::config::{self, Applies, Config, KEYS};
+
+/// The root config key that says a pushed key waits for `ahpd restart`.
+pub const RESTART_NEEDED: &str = "restartNeeded";
+
+fn schema_type(value: &Value) -> &'static str {
+    match value {
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+        Value::Number(_) => "number",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        _ => "string",
+    }
+}
+
+fn property(spec: &config::KeySpec) -> ConfigPropertySchema {
+    let default = (spec.default)();
+    let kind = match spec.name {
+        "connectionToken"
+        | "connectionTokenFile"
+        | "host"
+        | "users"
+        | "agentOrchestrationLimits"
+        | "agentOrchestrationLimitsScope" => "string",
+        "agents" | "mcpServers" | "plugins" => "object",
+        _ => schema_type(&default),
+    };
+    let applies = match spec.applies {
+        Applies::Live => "Applies live.",
+        Applies::Restart => "Applies after ahpd restart.",
+    };
+    ConfigPropertySchema {
+        r#type: kind.to_owned(),
+        title: spec.name.to_owned(),
+        description: Some(format!("{} {applies}", spec.about)),
+        default: (!default.is_null()).then_some(default),
+        r#enum: match spec.name {
+            "agentOrchestrationLimits" => Some(vec![Value::from("on"), Value::from("off")]),
+            "agentOrchestrationLimitsScope" => Some(vec![Value::from("tree"), Value::from("session")]),
+            _ => None,
+        },
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+    }
+}
+
+/// The root config state: every daemon key's schema and its value in force (credentials `<set>`).
+pub fn root_config(config: &Config) -> RootConfigState {
+    let mut properties: HashMap<String, ConfigPropertySchema> =
+        KEYS.iter().map(|k| (k.name.to_owned(), property(k))).collect();
+    properties.insert(
+        RESTART_NEEDED.to_owned(),
+        ConfigPropertySchema {
+            r#type: "boolean".into(),
+            title: "Restart needed".into(),
+            description: Some("A key that applies after ahpd restart was changed".into()),
+            default: Some(Value::Bool(false)),
+            r#enum: None,
+            enum_labels: None,
+            enum_descriptions: None,
+            read_only: Some(true),
+            items: None,
+            min_items: None,
+            max_items: None,
+            properties: None,
+            required: None,
+            additional_properties: None,
+        },
+    );
+    let mut values: JsonObject = config.shown().into_iter().map(|(k, v, _)| (k, v)).collect();
+    values.insert(RESTART_NEEDED.to_owned(), Value::Bool(false));
+    RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
+}
+
+/// Checks a client's push: every key known, writable and valid. Answers the live keys and the
+/// restart keys it changes.
+pub fn check_push(push: &JsonObject, replace: bool) -> Result<(Vec<(String, Value)>, Vec<(String, Value)>), String> {
+    if replace {
+        return Err("The daemon's config is changed key by key, not replaced whole".into());
+    }
+    let mut live = Vec::new();
+    let mut restart = Vec::new();
+    for (key, value) in push {
+        let Some(spec) = config::key(key) else {
+            return Err(format!("{key} is not a setting ahpd knows"));
+        };
+        if spec.secret && value.as_str() == Some("<set>") {
+            continue;
+        }
+        (spec.check)(value).map_err(|expected| format!("{key} must be {expected}"))?;
+        match spec.applies {
+            Applies::Live => live.push((key.clone(), value.clone())),
+            Applies::Restart => restart.push((key.clone(), value.clone())),
+        }
+    }
+    Ok((live, restart))
+}
+
+/// The live settings with pushed keys applied.
+pub fn apply_live(settings: &LiveSettings, changes: &[(String, Value)]) -> LiveSettings {
+    let mut next = settings.clone();
+    for (key, value) in changes {
+        match key.as_str() {
+            "advancedTools" => next.advanced_tools = value.as_bool().unwrap_or(next.advanced_tools),
+            "sessionTools" => next.session_tools = value.as_bool().unwrap_or(next.session_tools),
+            "sessionToolsProviders" => {
+                next.session_tools_providers = value
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default()
+            }
+            "mcpServers" => {
+                next.mcp_servers = value.as_object().filter(|m| !m.is_empty()).map(|m| {
+                    m.iter().filter_map(|(k, v)| Some((k.clone(), serde_json::from_value(v.clone()).ok()?))).collect()
+                })
+            }
+            "agentOrchestrationLimits" => next.orchestration_limits = value.as_str() != Some("off"),
+            "agentOrchestrationLimitsScope" => next.limits_per_session = value.as_str() == Some("session"),
+            _ => {}
+        }
+    }
+    next
+}
+
+/// Writes keys into a JSON config file, keeping every other key as it was (atomically).
+pub fn write_keys(file: &PathBuf, changes: &[(String, Value)]) -> Result<(), String> {
+    let mut current: JsonObject = match std::fs::read_to_string(file) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => JsonObject::new(),
+        Err(e) => return Err(format!("could not read {}: {e}", file.display())),
+    };
+    for (key, value) in changes {
+        current.insert(key.clone(), value.clone());
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(current)).map_err(|e| e.to_string())?;
+    crate::fsutil::write_private(file, format!("{text}\n").as_bytes())
+        .map_err(|e| format!("could not write {}: {e}", file.display()))
+}
+
+impl Host {
+    /// After a client's `root/configChanged` was said: live keys take effect, restart keys are
+    /// written to the config file and the root state says a restart is needed.
+    pub(super) fn root_config_pushed(
+        &self,
+        core: &mut Core,
+        live: Vec<(String, Value)>,
+        restart: Vec<(String, Value)>,
+    ) {
+        if !live.is_empty() {
+            let next = apply_live(&core.settings, &live);
+            if next != core.settings {
+                core.settings = next;
+                self.offers_changed(core);
+            }
+        }
+        if restart.is_empty() {
+            return;
+        }
+        match &self.config().config_file {
+            Some(file) => {
+                if let Err(why) = write_keys(file, &restart) {
+                    tracing::error!("a pushed setting could not be kept: {why}");
+                    return;
+                }
+                tracing::info!(file = %file.display(), "settings that apply after ahpd restart were written");
+            }
+            None => tracing::warn!("no config file to keep pushed settings in"),
+        }
+        let mut flag = JsonObject::new();
+        flag.insert(RESTART_NEEDED.to_owned(), Value::Bool(true));
+        core.ch.commit(
+            ROOT_RESOURCE_URI,
+            StateAction::RootConfigChanged(RootConfigChangedAction { config: flag, replace: None }),
+            None,
+            None,
+        );
+    }
+
+    /// The live settings changed: every loaded session's offer is worked out again; a session
+    /// whose host tools changed says `session/serverToolsChanged`, and its backends and endpoint
+    /// are handed the new set.
+    pub fn offers_changed(&self, core: &mut Core) {
+        let sessions: Vec<String> = core.ch.sessions.keys().cloned().collect();
+        for session in sessions {
+            let tools = core.server_tools(&session);
+            let before = core.ch.sessions.get(&session).and_then(|s| s.server_tools.clone());
+            if before.as_ref() != Some(&tools) {
+                let action =
+                    StateAction::SessionServerToolsChanged(ahp_types::actions::SessionServerToolsChangedAction {
+                        tools,
+                    });
+                core.ch.commit(&session, action, None, None);
+                self.tools_changed(core, &session);
+            }
+        }
+    }
+}
