@@ -14,6 +14,7 @@ pub mod driver;
 pub mod errors;
 pub mod persist;
 pub mod requests;
+pub mod status;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};
