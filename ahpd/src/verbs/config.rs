@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Map, Value};
 
-use super::{say, fail, EXIT_USAGE};
+use super::{fail, say, EXIT_USAGE};
 use crate::cli::ConfigArgs;
 use crate::config::{self, Applies, Config, Source};
 use crate::paths::Paths;

@@ -203,7 +203,12 @@ mod tests {
         assert_eq!(found.url, "ws://127.0.0.1:41234");
         assert_eq!(
             found.facts,
-            vec!["agents: echo (configured)", "sessions in /d/sessions.db", "config: none (defaults)", "no token: loopback only"]
+            vec![
+                "agents: echo (configured)",
+                "sessions in /d/sessions.db",
+                "config: none (defaults)",
+                "no token: loopback only"
+            ]
         );
         assert!(announcement(said, 78).is_none(), "another daemon's block is not ours");
         assert!(announcement("ahpd on ws://x:1\nagents: none\n", 77).is_none(), "not complete yet");

@@ -9,7 +9,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use super::launch::{self, Launch};
-use super::{say, ask, fail, find, forget_stale, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
+use super::{ask, fail, find, forget_stale, say, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
 use crate::control::{Line, Request};
 use crate::paths::Paths;
 
@@ -130,7 +130,10 @@ mod tests {
     fn the_reason_is_the_first_paragraph_without_log_lines() {
         let said = "2025-01-01T00:00:00Z  WARN x: colour is not a setting ahpd knows; ignored\n\
                     /c/config.json: port must be an integer between 0 and 65535\n";
-        assert_eq!(first_paragraph(said).as_deref(), Some("/c/config.json: port must be an integer between 0 and 65535"));
+        assert_eq!(
+            first_paragraph(said).as_deref(),
+            Some("/c/config.json: port must be an integer between 0 and 65535")
+        );
         let clap = "error: unexpected argument '--colour' found\n\n  tip: …\n\nUsage: ahpd [OPTIONS]\n";
         assert_eq!(first_paragraph(clap).as_deref(), Some("error: unexpected argument '--colour' found"));
         assert_eq!(first_paragraph(""), None);

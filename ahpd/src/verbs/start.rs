@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use super::launch::{self, Launch};
-use super::{say, fail, find, forget_stale, Found, EXIT_CONFLICT, EXIT_USAGE};
+use super::{fail, find, forget_stale, say, Found, EXIT_CONFLICT, EXIT_USAGE};
 use crate::cli::DaemonArgs;
 use crate::control::server::DETACHED_ENV;
 use crate::paths::Paths;

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::{say, fail, find, forget_stale, Found, EXIT_CONFLICT};
+use super::{fail, find, forget_stale, say, Found, EXIT_CONFLICT};
 use crate::control::Status;
 use crate::paths::Paths;
 

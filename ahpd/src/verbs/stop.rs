@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::{say, ask, fail, find, forget_stale, terminate_and_wait, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
+use super::{ask, fail, find, forget_stale, say, terminate_and_wait, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
 use crate::control::{record, Record, Request};
 use crate::paths::Paths;
 
