@@ -190,6 +190,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_log_past_five_mib_is_moved_aside_and_a_small_one_is_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("daemon.log");
+        std::fs::write(&log, b"small").expect("write");
+        rotate(&log);
+        assert!(log.exists());
+        std::fs::write(&log, vec![b'x'; usize::try_from(LOG_ROTATE_BYTES).expect("fits") + 1]).expect("write");
+        rotate(&log);
+        assert!(!log.exists());
+        assert!(dir.path().join("daemon.log.1").exists());
+    }
+
+    #[test]
     fn the_announcement_is_found_between_log_lines() {
         let said = "2025-01-01T00:00:00Z  INFO worker echo is ready (Echo)\n\
                     ahpd on ws://127.0.0.1:41234\n\
