@@ -23,6 +23,44 @@ pub struct Cli {
 /// The verbs.
 #[derive(Debug, Subcommand)]
 pub enum Verb {
+    /// Start the daemon in the background and print where it listens.
+    ///
+    /// Takes the same options as a foreground `ahpd`, checks them and the config files first (a
+    /// bad one is refused before anything starts, exit 2), runs this program again detached with
+    /// its output in daemon.log (in the data folder), waits for it to announce itself, and prints
+    /// its URL and pid. Exit 1 when one already runs; a record left by one that died is removed.
+    #[command(after_help = "Exit codes: 0 started, 1 one already runs or it did not start, 2 bad usage.")]
+    Start(StartArgs),
+    /// Stop the running daemon gracefully (every worker stopped) and wait until it has exited.
+    #[command(after_help = "Exit codes: 0 stopped, 1 none running or it would not stop.")]
+    Stop,
+    /// Show the running daemon: URL, pid, uptime, sessions, agents (and whether each worker
+    /// runs), running turns.
+    #[command(after_help = "Exit codes: 0 one runs, 1 none running.")]
+    Status {
+        /// Print one JSON object instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restart a daemon started by `ahpd start` with the same line, to pick up a changed config
+    /// or a rebuilt ahpd.
+    ///
+    /// First checks that this program and today's config files can start with the line the
+    /// daemon was started with; a refusal says why and leaves the daemon running. Refuses while a
+    /// turn runs unless --force. Then stops the daemon gracefully, starts its successor (same
+    /// port unless it was 0), and waits for it to announce itself. Clients reconnect and get
+    /// their sessions back from the store.
+    #[command(after_help = "Exit codes: 0 restarted, 1 none running, a turn running, or a line that cannot start.")]
+    Restart {
+        /// Restart even while a turn runs (the turn ends as failed).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show the configuration `ahpd [options]` runs with: every key, its value, and which file,
+    /// flag or default set it (credentials shown as <set>), and which files were read. Needs no
+    /// running daemon.
+    #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
+    Config(ConfigArgs),
     /// Run a built-in backend as a worker on this process's stdin/stdout (the daemon starts its
     /// workers this way; see docs/workers.md).
     #[command(hide = true)]
@@ -30,6 +68,25 @@ pub enum Verb {
         /// The backend kind: echo, notes, claude, acp, pi.
         kind: String,
     },
+}
+
+/// `ahpd start`'s options: the daemon's own.
+#[derive(Debug, Clone, Args)]
+pub struct StartArgs {
+    /// Options for the daemon.
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
+}
+
+/// `ahpd config`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Print one JSON object: { files, config, sources, warnings }.
+    #[arg(long)]
+    pub json: bool,
+    /// Daemon options, to see what they change.
+    #[command(flatten)]
+    pub daemon: DaemonArgs,
 }
 
 /// Options of the daemon itself.

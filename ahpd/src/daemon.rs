@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::agents;
 use crate::cli::DaemonArgs;
 use crate::config::{Config, ConfigError};
+use crate::control::{self, server::Facts};
 use crate::host::{Host, HostConfig};
 use crate::paths::Paths;
 use crate::server::{self, DoorPolicy};
@@ -156,8 +158,14 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AHPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ =
-        tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
+    // No colour codes in a detached daemon's log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .try_init();
 }
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT.
@@ -172,6 +180,10 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
     };
     for warning in &plan.config.warnings {
         tracing::warn!("{warning}");
+    }
+    if std::env::var_os(crate::verbs::restart::CHECK_LINE_ENV).is_some() {
+        // `ahpd restart` asks whether this binary can start with this line and today's config.
+        return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -198,6 +210,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let config = &plan.config;
     std::fs::create_dir_all(&plan.paths.data_dir)
         .with_context(|| format!("could not create {}", plan.paths.data_dir.display()))?;
+    // Claimed before the store is opened: one daemon per data folder.
+    let control = if plan.stdio { None } else { Some(control::server::claim(&plan.paths).await?) };
     let exe = std::env::current_exe().context("could not find this program's own path to start its workers")?;
     let handshake = Duration::from_millis(config.u64("workerHandshakeTimeoutMs").max(100));
     let planned = agents::plan(&config.get("agents"), &exe, &plan.paths.data_dir, handshake);
@@ -223,6 +237,11 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
     let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
+    let facts = Arc::new(Facts::new(&plan.paths, config));
+    if let Some(listener) = control {
+        control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
+    }
+    let mut record = None;
     supervisor.start_all();
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     host.recover_interrupted();
@@ -249,7 +268,10 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             hard_frame_bytes: max_frame.saturating_mul(4).max(16 << 20),
         };
         host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
-        println!("ahpd on ws://{}", display_addr(&bind_host, local));
+        let url = format!("ws://{}", display_addr(&bind_host, local));
+        // Written before the announcement, so whoever reads the announcement finds the record.
+        record = Some(facts.listening(&url).context("could not write the daemon record")?);
+        println!("ahpd on {url}");
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
         let shutdown = cancel.clone();
@@ -264,6 +286,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     if tokio::time::timeout(Duration::from_secs(15), tracker.wait()).await.is_err() {
         tracing::warn!("some tasks did not stop within 15 s");
     }
+    drop(record);
     Ok(())
 }
 

@@ -9,7 +9,11 @@ use ahpd::cli::{Cli, Verb};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.verb {
-        None => ahpd::daemon::run_foreground(cli.daemon),
+        None => {
+            ahpd::verbs::start::leave_the_terminal();
+            ahpd::daemon::run_foreground(cli.daemon)
+        }
         Some(Verb::Worker { kind }) => ahpd::worker::run(&kind),
+        Some(verb) => ahpd::verbs::run(verb),
     }
 }

@@ -203,3 +203,142 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// What one run of an `ahpd` verb did.
+#[derive(Debug)]
+pub struct VerbRun {
+    /// Its exit code (-1 when a signal ended it).
+    pub code: i32,
+    /// What it printed.
+    pub stdout: String,
+    /// What it printed to stderr.
+    pub stderr: String,
+}
+
+/// A user's home for the verbs: its own XDG config and data folders (the same layout
+/// [`Daemon::start_in`] uses), where `ahpd start|stop|status|restart|config` run as a person would
+/// run them. Dropping it stops a daemon its record still names, so a failing test leaves no
+/// process behind.
+pub struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    /// A fresh home.
+    pub fn new() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("ahpd-home-").tempdir().context("temp dir")?;
+        std::fs::create_dir_all(dir.path().join("config").join("ahpd"))?;
+        Ok(Self { dir })
+    }
+
+    /// Its folder.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Its `config.json`.
+    pub fn config_file(&self) -> PathBuf {
+        self.path().join("config").join("ahpd").join("config.json")
+    }
+
+    /// Writes `config.json`.
+    pub fn write_config(&self, config: &serde_json::Value) -> anyhow::Result<()> {
+        std::fs::write(self.config_file(), serde_json::to_vec_pretty(config)?)?;
+        Ok(())
+    }
+
+    /// The daemon's data folder.
+    pub fn data_dir(&self) -> PathBuf {
+        self.path().join("data").join("ahpd")
+    }
+
+    /// The daemon record, when there is one.
+    pub fn record(&self) -> Option<serde_json::Value> {
+        let bytes = std::fs::read(self.data_dir().join("daemon.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Runs `ahpd <args>` here and waits for it (a generous bound as a safety net).
+    pub async fn ahpd(&self, args: &[&str]) -> anyhow::Result<VerbRun> {
+        let mut command = Command::new(ahpd_bin());
+        command
+            .args(args)
+            .env("XDG_CONFIG_HOME", self.path().join("config"))
+            .env("XDG_DATA_HOME", self.path().join("data"))
+            .env("HOME", self.path())
+            .env_remove("AHPD_CONFIG")
+            .env_remove("AHPD_DETACHED")
+            .current_dir(self.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+            .await
+            .with_context(|| format!("ahpd {args:?} did not finish"))?
+            .with_context(|| format!("running ahpd {args:?}"))?;
+        Ok(VerbRun {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    /// Runs `ahpd <args>` and insists on exit code `code`.
+    pub async fn expect(&self, code: i32, args: &[&str]) -> anyhow::Result<VerbRun> {
+        let run = self.ahpd(args).await?;
+        if run.code != code {
+            bail!(
+                "ahpd {} exited {} (expected {code});\nstdout:\n{}\nstderr:\n{}\nlog:\n{}",
+                args.join(" "),
+                run.code,
+                run.stdout,
+                run.stderr,
+                self.log()
+            );
+        }
+        Ok(run)
+    }
+
+    /// The detached daemons' log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let Some(pid) = self.record().and_then(|r| r["pid"].as_i64()).and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        if !alive(pid) {
+            return;
+        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if alive(pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// A port nothing listens on right now (for a daemon that must keep its port across a restart).
+pub fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Waits until `pid` has exited (a safety-net bound, not a measurement).
+pub async fn until_exited(pid: i32) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while alive(pid) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("pid {pid} is still alive");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}

@@ -9,5 +9,5 @@ pub mod mcp;
 pub mod mocks;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
-pub use daemon::{Daemon, DaemonOptions};
+pub use daemon::{Daemon, DaemonOptions, Home, VerbRun};
 pub mod raw;

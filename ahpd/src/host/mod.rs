@@ -15,6 +15,7 @@ pub mod errors;
 pub mod persist;
 pub mod requests;
 pub mod rootconfig;
+pub mod status;
 pub mod turns;
 
 use std::collections::{HashMap, HashSet, VecDeque};

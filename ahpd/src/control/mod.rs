@@ -1,0 +1,119 @@
+//! How the verbs (`ahpd status|stop|restart|start`) reach a running daemon: a record file
+//! (`daemon.json`, written once the port is bound, removed on a clean exit) and a local control
+//! socket (`ahpd.sock`) that takes one JSON request per line and answers one JSON reply per line.
+//!
+//! **Invariant:** both live in the data folder, readable by the owner alone; neither carries the
+//! connection token.
+
+pub mod client;
+pub mod process;
+pub mod record;
+pub mod server;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::status::HostStatus;
+
+pub use record::Record;
+
+/// A request on the control socket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Request {
+    /// Where it runs and what it is doing.
+    Status,
+    /// Stop gracefully (every worker stopped). With `unlessBusy`, refused while a turn runs: the
+    /// last step of a restart that was not forced.
+    Stop {
+        /// Refuse while a turn runs.
+        #[serde(default, rename = "unlessBusy")]
+        unless_busy: bool,
+    },
+    /// Restart preparation: may this daemon be restarted now, and with what line? Changes nothing.
+    PrepareRestart {
+        /// Restart even while a turn runs.
+        #[serde(default)]
+        force: bool,
+    },
+}
+
+/// The answer to a request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Reply {
+    /// It was done (or answered).
+    pub ok: bool,
+    /// Why not, as a sentence for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer to `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// The answer to `prepareRestart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<Line>,
+}
+
+impl Reply {
+    /// Done.
+    pub fn done() -> Self {
+        Self { ok: true, ..Self::default() }
+    }
+
+    /// Refused, with the reason.
+    pub fn refused(why: impl Into<String>) -> Self {
+        Self { ok: false, error: Some(why.into()), ..Self::default() }
+    }
+}
+
+/// A running daemon, as `ahpd status` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Its process id.
+    pub pid: u32,
+    /// Where clients connect (no token); empty while it is still starting.
+    pub url: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// Seconds since it started.
+    pub uptime_seconds: u64,
+    /// Its version.
+    pub version: String,
+    /// Started by `ahpd start` (so `ahpd restart` can start it again).
+    pub detached: bool,
+    /// The arguments it was started with (after the program name).
+    pub argv: Vec<String>,
+    /// The folder it was started in.
+    pub cwd: PathBuf,
+    /// Its session store.
+    pub store: PathBuf,
+    /// Its log, when it is detached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<PathBuf>,
+    /// The config files it read.
+    pub config_files: Vec<PathBuf>,
+    /// Sessions, agents, running turns.
+    #[serde(flatten)]
+    pub host: HostStatus,
+    /// The configuration it runs with, credentials shown as `<set>`.
+    pub config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What a successor is started with: the old daemon's own line, folder and environment, so a
+/// restart from another terminal starts the same daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Line {
+    /// The old daemon's pid.
+    pub pid: u32,
+    /// Its URL.
+    pub url: String,
+    /// Its arguments (after the program name).
+    pub argv: Vec<String>,
+    /// Its working folder.
+    pub cwd: PathBuf,
+    /// Its environment.
+    pub env: Vec<(String, String)>,
+}

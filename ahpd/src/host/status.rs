@@ -1,0 +1,76 @@
+//! What `ahpd status` reads from the running host: how many sessions it keeps, which agents it
+//! offers and whether each one's worker runs, and which turns are running (a restart that is not
+//! forced waits for none).
+
+use serde::{Deserialize, Serialize};
+
+use super::Host;
+
+/// The host's part of `ahpd status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostStatus {
+    /// Sessions in the store (loaded or not).
+    pub sessions: i64,
+    /// The configured agents, in the config's order.
+    pub agents: Vec<AgentStatus>,
+    /// Turns running now, by chat.
+    pub running_turns: Vec<RunningTurn>,
+}
+
+/// One agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    /// The provider id clients name.
+    pub provider: String,
+    /// What its worker said it is, once it said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Its worker runs and has finished its handshake.
+    pub running: bool,
+}
+
+/// One running turn.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningTurn {
+    /// The session.
+    pub session: String,
+    /// The chat.
+    pub chat: String,
+    /// The turn's id.
+    pub turn: String,
+}
+
+impl Host {
+    /// Sessions, agents and running turns, read under the lock.
+    pub fn status(&self) -> HostStatus {
+        let core = self.lock();
+        let sessions = core.store.count().unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            i64::try_from(core.sessions.len()).unwrap_or(i64::MAX)
+        });
+        let agents = core
+            .agents
+            .iter()
+            .map(|a| AgentStatus {
+                provider: a.provider.clone(),
+                display_name: a.descriptor.as_ref().map(|d| d.display_name.clone()),
+                running: self.supervisor().current(&a.provider).is_some(),
+            })
+            .collect();
+        let mut running_turns: Vec<RunningTurn> = core
+            .ch
+            .chats
+            .iter()
+            .filter_map(|(chat, state)| {
+                let turn = state.active_turn.as_ref()?;
+                let session = core.chats.get(chat).map(|m| m.session.clone()).unwrap_or_default();
+                Some(RunningTurn { session, chat: chat.clone(), turn: turn.id.clone() })
+            })
+            .collect();
+        running_turns.sort_by(|a, b| a.chat.cmp(&b.chat));
+        HostStatus { sessions, agents, running_turns }
+    }
+}

@@ -1,0 +1,141 @@
+//! `ahpd restart [--force]`: ask the daemon whether it may be restarted and with what line, check
+//! that this binary and today's config files can start with that line, stop the daemon
+//! gracefully, start its successor with the same line (same folder, same environment), and wait
+//! for its announcement. Every refusal before the stop leaves the old daemon running.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use super::launch::{self, Launch};
+use super::{ask, fail, find, forget_stale, say, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
+use crate::control::{Line, Request};
+use crate::paths::Paths;
+
+/// Set (to anything) in the environment of a daemon run only to check its line: it reads its
+/// options and config, then exits 0, or says why not and exits 2.
+pub const CHECK_LINE_ENV: &str = "AHPD_CHECK_LINE";
+
+/// How long the check may take.
+const CHECK_WITHIN: Duration = Duration::from_secs(10);
+
+/// Runs `ahpd restart`.
+pub async fn run(paths: &Paths, force: bool) -> ExitCode {
+    match find(paths).await {
+        Found::Running(_) => {}
+        Found::None => return fail(EXIT_CONFLICT, "None running."),
+        Found::Stale { why } => {
+            forget_stale(paths, &why);
+            return fail(EXIT_CONFLICT, "None running.");
+        }
+        Found::Silent { record, why } => {
+            return fail(
+                EXIT_CONFLICT,
+                &format!(
+                    "ahpd pid {} ({}) does not answer ({why}), so it cannot be restarted; ahpd stop will end it.",
+                    record.pid, record.url
+                ),
+            )
+        }
+    }
+    let line = match ask(paths, &Request::PrepareRestart { force }).await {
+        Ok(reply) if reply.ok => match reply.line {
+            Some(line) => line,
+            None => return fail(EXIT_CONFLICT, "It answered without the line it was started with."),
+        },
+        Ok(reply) => return fail(EXIT_CONFLICT, reply.error.as_deref().unwrap_or("It refused to restart.")),
+        Err(e) => return fail(EXIT_CONFLICT, &e.to_string()),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return fail(EXIT_CONFLICT, &format!("could not find this program's own path: {e}")),
+    };
+    if let Err(why) = check(&exe, &line).await {
+        return fail(EXIT_CONFLICT, &format!("Its line cannot start now, so it was not stopped: {why}"));
+    }
+    // Refused if a turn started since the preparation (unless forced).
+    match ask(paths, &Request::Stop { unless_busy: !force }).await {
+        Ok(reply) if reply.ok => {}
+        Ok(reply) => return fail(EXIT_CONFLICT, reply.error.as_deref().unwrap_or("It refused to stop.")),
+        Err(e) => return fail(EXIT_CONFLICT, &format!("{e}; it was not stopped.")),
+    }
+    if !wait_for_exit(line.pid, EXIT_WITHIN).await {
+        return fail(
+            EXIT_CONFLICT,
+            &format!("pid {} is still stopping after {} s; no successor was started.", line.pid, EXIT_WITHIN.as_secs()),
+        );
+    }
+    crate::control::record::remove_if_ours(&paths.record(), line.pid);
+    let launch = Launch {
+        exe,
+        argv: line.argv.iter().map(OsString::from).collect(),
+        cwd: Some(line.cwd.clone()),
+        env: Some(line.env.clone()),
+    };
+    match launch::launch(paths, &launch).await {
+        Ok(started) => {
+            say(&format!("ahpd on {} (pid {}), restarted from pid {}", started.url, started.pid, line.pid));
+            for fact in &started.facts {
+                say(fact);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_CONFLICT, &format!("Could not restart it: {e}")),
+    }
+}
+
+/// Runs this binary with the daemon's line, folder and environment, only to read its options and
+/// config; answers why it could not start.
+async fn check(exe: &Path, line: &Line) -> Result<(), String> {
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .args(&line.argv)
+        .current_dir(&line.cwd)
+        .env_clear()
+        .envs(line.env.iter().map(|(k, v)| (k, v)))
+        .env(CHECK_LINE_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().map_err(|e| format!("could not run {}: {e}", exe.display()))?;
+    let output = tokio::time::timeout(CHECK_WITHIN, child.wait_with_output())
+        .await
+        .map_err(|_| format!("{} did not finish its check within {} s", exe.display(), CHECK_WITHIN.as_secs()))?
+        .map_err(|e| format!("could not run {}: {e}", exe.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stderr);
+    Err(first_paragraph(&said).unwrap_or_else(|| format!("{} exited ({})", exe.display(), output.status)))
+}
+
+/// The first paragraph of what a person was told (log lines left out).
+fn first_paragraph(said: &str) -> Option<String> {
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| !l.starts_with(|c: char| c.is_ascii_digit()))
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_is_the_first_paragraph_without_log_lines() {
+        let said = "2025-01-01T00:00:00Z  WARN x: colour is not a setting ahpd knows; ignored\n\
+                    /c/config.json: port must be an integer between 0 and 65535\n";
+        assert_eq!(
+            first_paragraph(said).as_deref(),
+            Some("/c/config.json: port must be an integer between 0 and 65535")
+        );
+        let clap = "error: unexpected argument '--colour' found\n\n  tip: …\n\nUsage: ahpd [OPTIONS]\n";
+        assert_eq!(first_paragraph(clap).as_deref(), Some("error: unexpected argument '--colour' found"));
+        assert_eq!(first_paragraph(""), None);
+    }
+}
