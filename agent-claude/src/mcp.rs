@@ -239,7 +239,8 @@ mod tests {
             McpServer::Http { url: "http://127.0.0.1:1/mcp".into(), headers: BTreeMap::new() },
         );
         let config = config(Some(&servers), Some("/w"));
-        let names: Vec<&String> = config["mcpServers"].as_object().expect("object").keys().collect();
+        let mut names: Vec<&String> = config["mcpServers"].as_object().expect("object").keys().collect();
+        names.sort();
         assert_eq!(names, vec!["client", "here", "host", "web"]);
         assert_eq!(config["mcpServers"]["host"]["type"], "sdk");
     }

@@ -61,6 +61,17 @@ pub enum Verb {
     /// running daemon.
     #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
     Config(ConfigArgs),
+    /// Manage the users directory: the people who may connect, their roles and their tokens.
+    ///
+    /// The file is --users, else the config's "users" key, else users.json in the config folder.
+    /// A token is shown once, when it is made; only its hash is kept. A running daemon reads the
+    /// file again at a connection's next command, so a removed person or a replaced token stops
+    /// working without a restart. A daemon started with no users directory asks nobody: start it
+    /// with --users FILE (or set "users") to turn the directory on.
+    #[command(
+        after_help = "Roles: admin (every grant), member (read and write sessions, terminals), guest (read sessions; the default).\nExit codes: 0 done, 1 no such person or one exists already, 2 bad usage or an unreadable file."
+    )]
+    User(UserArgs),
     /// Run a built-in backend as a worker on this process's stdin/stdout (the daemon starts its
     /// workers this way; see docs/workers.md).
     #[command(hide = true)]
@@ -76,6 +87,52 @@ pub struct StartArgs {
     /// Options for the daemon.
     #[command(flatten)]
     pub daemon: DaemonArgs,
+}
+
+/// `ahpd user`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct UserArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: UserAction,
+    /// The users directory to manage.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub users: Option<PathBuf>,
+    /// Read only this config file (to find "users").
+    #[arg(long, value_name = "PATH", global = true)]
+    pub config_file: Option<PathBuf>,
+}
+
+/// `ahpd user` verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum UserAction {
+    /// Add a person and print their token (shown this once).
+    Add {
+        /// Their id (letters, digits, '-', '_', '.').
+        id: String,
+        /// A role (repeatable): admin, member, guest, or one the file defines. Default: guest.
+        #[arg(long = "role", value_name = "ROLE")]
+        roles: Vec<String>,
+    },
+    /// List the people and their roles (never tokens).
+    List {
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a person; their token stops working at once.
+    Rm {
+        /// Their id.
+        id: String,
+    },
+    /// Give a person a new token and print it (the old one stops working).
+    Token {
+        /// Their id.
+        id: String,
+        /// Print a ws:// URL with the token for the running daemon instead of the bare token.
+        #[arg(long)]
+        url: bool,
+    },
 }
 
 /// `ahpd config`'s options.
@@ -126,6 +183,10 @@ pub struct DaemonArgs {
     /// Offer the session tools to this provider's sessions alone (repeatable).
     #[arg(long, value_name = "PROVIDER")]
     pub session_tools_providers: Vec<String>,
+    /// A users directory (JSON file; `ahpd user add` makes one): each connection is a person
+    /// with the grants of their roles, and the connection token is root.
+    #[arg(long, value_name = "FILE")]
+    pub users: Option<PathBuf>,
     /// How long a client's tool call may wait for its client, in ms (0 waits for ever).
     #[arg(long, value_name = "MS")]
     pub client_tool_timeout_ms: Option<u64>,

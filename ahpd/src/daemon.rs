@@ -79,6 +79,10 @@ pub fn apply_flags(config: &mut Config, args: &DaemonArgs) -> Result<(), ConfigE
     if !args.session_tools_providers.is_empty() {
         config.set_flag("sessionToolsProviders", Value::from(args.session_tools_providers.clone()))?;
     }
+    if let Some(file) = &args.users {
+        let file = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+        config.set_flag("users", Value::from(file.display().to_string()))?;
+    }
     if let Some(ms) = args.client_tool_timeout_ms {
         config.set_flag("clientToolTimeoutMs", Value::from(ms))?;
     }
@@ -102,6 +106,8 @@ pub fn resolve_token(config: &Config, base: &Path) -> Result<(Option<String>, To
         (None, Some(file), false) => read_or_write_token(&file),
         (None, None, true) => Ok((None, TokenSource::None { loopback: false })),
         (None, None, false) if is_loopback(&host) => Ok((None, TokenSource::None { loopback: true })),
+        // People present their own tokens; nobody signed in may do nothing but sign in.
+        (None, None, false) if config.string("users").is_some() => Ok((None, TokenSource::None { loopback: false })),
         (None, None, false) => Err(format!(
             "Binding {host} exposes this host beyond this machine.\nPass --connection-token, --connection-token-file, or --without-connection-token."
         )),
@@ -141,6 +147,8 @@ pub struct Plan {
     pub stdio: bool,
     /// `--config-file`, when given.
     pub config_file: Option<PathBuf>,
+    /// The users directory, when one is configured (read and checked before anything starts).
+    pub users: Option<crate::users::Users>,
 }
 
 /// Reads the configuration and flags; a problem is a sentence and exit code 2.
@@ -151,7 +159,14 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
     let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let (token, token_source) =
         if args.stdio { (None, TokenSource::None { loopback: true }) } else { resolve_token(&config, &base)? };
-    Ok(Plan { paths, config, token, token_source, stdio: args.stdio, config_file: args.config_file.clone() })
+    let users = match config.string("users") {
+        None => None,
+        Some(file) => {
+            let users = crate::users::Users::load(&base.join(file)).map_err(|e| e.to_string())?;
+            Some(users)
+        }
+    };
+    Ok(Plan { paths, config, token, token_source, stdio: args.stdio, config_file: args.config_file.clone(), users })
 }
 
 /// Sets up logging to stderr (`AHPD_LOG` filters, default info).
@@ -232,6 +247,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         config_file: Some(args_config_file(&plan)),
         root_config: Some(crate::host::rootconfig::root_config(config)),
         clock: crate::clock::Clock::from_env(),
+        users: plan.users.clone(),
+        root_token: plan.token.clone(),
         ..HostConfig::default()
     };
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;

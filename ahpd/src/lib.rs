@@ -19,5 +19,6 @@ pub mod server;
 pub mod store;
 pub mod supervisor;
 pub mod tools;
+pub mod users;
 pub mod verbs;
 pub mod worker;

@@ -256,11 +256,13 @@ async fn call(host: &Host, session: Option<String>, id: Value, params: Value) ->
     let Some(session) = session else {
         return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
     };
-    let (chat, turn_id, offered, client_tool) = {
+    let (chat, turn_id, offered, client_tool, sender) = {
         let core = host.lock();
         let offered = core.offered_tools(&session).iter().any(|t| t.definition.name == name);
         let (chat, turn) = core.calling_chat(&session, tool_use.as_deref());
-        (chat, turn, offered, core.client_tool(&session, &name).is_some())
+        // The call acts as the person who sent the running turn; with none running, nobody.
+        let sender = chat.as_deref().and_then(|c| core.running_sender(c));
+        (chat, turn, offered, core.client_tool(&session, &name).is_some(), sender)
     };
     if client_tool {
         // A client's tool: handed to its owner through the parent, like any backend's call.
@@ -278,7 +280,7 @@ async fn call(host: &Host, session: Option<String>, id: Value, params: Value) ->
         return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
     }
     let call =
-        ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(None), input };
+        ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(sender), input };
     let outcome = crate::tools::run(host, &name, call).await;
     let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
     if !outcome.success {

@@ -183,6 +183,15 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
+        if let Some(users) = core.users.as_mut() {
+            users.reload_if_changed();
+        }
+        let grant = super::grants::action_grant(&action);
+        if !core.allows(&conn.principal, grant) {
+            let reason = super::grants::refusal(&conn.principal, grant);
+            core.ch.reject(conn.id, &channel, &action, origin, &reason);
+            return;
+        }
         let then = match check(&core, conn, &channel, &action) {
             Ok(then) => then,
             Err(reason) => {
@@ -203,6 +212,15 @@ impl Host {
         then: Then,
     ) {
         let kind = super::core::channel_kind(channel);
+        // Who sent a turn or left a message is what its tool calls may do (seed 000 "Grants").
+        let sent = match &action {
+            StateAction::ChatTurnStarted(start) => Some(start.turn_id.clone()),
+            StateAction::ChatPendingMessageSet(pending) => Some(pending.id.clone()),
+            _ => None,
+        };
+        if let (Some(id), Some(sender)) = (sent, conn.principal.as_sender()) {
+            core.note_sender(channel, &id, sender);
+        }
         if let StateAction::ChatTurnStarted(start) = action {
             // A client's turn: said as the client sent it, with its origin, then handed to the
             // backend by the turn engine.

@@ -537,6 +537,8 @@ impl Host {
         core.ch.sessions.insert(uri.clone(), state);
         core.ch.annotations.insert(annotations.clone(), AnnotationsState { annotations: Vec::new() });
         let placeholder = core.placeholder_summary(&uri, &provider, &now);
+        // Under a users directory the person who opened it owns it: deleting is their say.
+        let owner = core.users.as_ref().and(conn.principal.as_sender());
         core.sessions.insert(
             uri.clone(),
             SessionMeta {
@@ -545,7 +547,7 @@ impl Host {
                 working_directory,
                 last_summary: placeholder,
                 annotations,
-                owner: None,
+                owner,
                 parent: None,
                 depth: 0,
             },
@@ -601,6 +603,7 @@ impl Host {
                 position: i64::try_from(position).unwrap_or(0),
                 transcripts: std::collections::HashMap::new(),
                 client_calls: std::collections::HashMap::new(),
+                senders: std::collections::HashMap::new(),
             },
         );
         core.persist_chat(chat);

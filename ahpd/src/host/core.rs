@@ -65,6 +65,8 @@ pub struct ConnEntry {
     pub subs: HashSet<String>,
     /// The `clientId` from `initialize`/`reconnect`, once it came.
     pub client_id: Option<String>,
+    /// Who is behind it (set at the door).
+    pub principal: crate::users::Principal,
 }
 
 /// An action as it was sent, kept for reconnecting clients.
@@ -174,11 +176,23 @@ impl Channels {
         }
     }
 
+    /// Says who is behind a connection now (it signed in or out).
+    pub fn set_principal(&mut self, conn: ConnId, principal: crate::users::Principal) {
+        if let Some(entry) = self.conns.get_mut(&conn) {
+            entry.principal = principal;
+        }
+    }
+
     /// Registers a connection whose outgoing queue is `tx`; `kick` is cancelled to drop it.
-    pub fn add_conn(&mut self, tx: mpsc::Sender<Frame>, kick: CancellationToken) -> ConnId {
+    pub fn add_conn(
+        &mut self,
+        tx: mpsc::Sender<Frame>,
+        kick: CancellationToken,
+        principal: crate::users::Principal,
+    ) -> ConnId {
         let id = self.next_conn;
         self.next_conn += 1;
-        self.conns.insert(id, ConnEntry { tx, kick, subs: HashSet::new(), client_id: None });
+        self.conns.insert(id, ConnEntry { tx, kick, subs: HashSet::new(), client_id: None, principal });
         id
     }
 

@@ -69,6 +69,17 @@ impl AhpError {
         }
     }
 
+    /// -32007: nobody is signed in; `authenticate` with a person's token against `resource`.
+    pub fn auth_required(resource: &str) -> Self {
+        Self {
+            code: ahp::AUTH_REQUIRED,
+            message: "Sign in first: this host has a users directory, and this connection is nobody's".to_owned(),
+            data: Some(serde_json::json!({
+                "resources": [{ "resource": resource, "resource_name": "ahpd users" }]
+            })),
+        }
+    }
+
     /// -32008.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ahp::NOT_FOUND, message)

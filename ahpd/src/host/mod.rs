@@ -12,6 +12,7 @@ pub mod clients;
 pub mod core;
 pub mod driver;
 pub mod errors;
+pub mod grants;
 pub mod persist;
 pub mod requests;
 pub mod rootconfig;
@@ -58,6 +59,10 @@ pub struct HostConfig {
     pub config_file: Option<PathBuf>,
     /// The daemon's keys as root config (absent: the root state carries no config).
     pub root_config: Option<ahp_types::state::RootConfigState>,
+    /// The users directory, when one is configured.
+    pub users: Option<crate::users::Users>,
+    /// The deployment's own connection token (root), when it has one.
+    pub root_token: Option<String>,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -103,6 +108,8 @@ impl Default for HostConfig {
             clock: crate::clock::Clock::system(),
             config_file: None,
             root_config: None,
+            users: None,
+            root_token: None,
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -166,6 +173,8 @@ pub struct ChatMeta {
     pub position: i64,
     /// What the backend wrote each turn down as (turn id → transcript id).
     pub transcripts: std::collections::HashMap<String, String>,
+    /// Who sent each turn (`user:<id>`, `root`), and who left each pending message.
+    pub senders: std::collections::HashMap<String, String>,
     /// Calls of clients' tools waiting for their client, by tool call id.
     pub client_calls: std::collections::HashMap<String, clients::ClientCall>,
 }
@@ -192,6 +201,8 @@ pub struct Core {
     pub endpoints: crate::mcp::Endpoints,
     /// Grace periods of clients whose connections closed: (session, client) → generation.
     pub grace: std::collections::HashMap<(String, String), u64>,
+    /// The users directory; absent: nobody to ask, every caller may do everything.
+    pub users: Option<crate::users::Users>,
 }
 
 /// The host; cheap to clone.
@@ -244,6 +255,7 @@ impl Host {
             settings: config.settings.clone(),
             endpoints: crate::mcp::Endpoints::default(),
             grace: std::collections::HashMap::new(),
+            users: config.users.clone(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -285,8 +297,13 @@ impl Host {
     }
 
     /// Registers a connection; frames for it go to `tx`; `kick` drops it.
-    pub fn connect(&self, tx: mpsc::Sender<Frame>, kick: CancellationToken) -> ConnId {
-        self.lock().ch.add_conn(tx, kick)
+    pub fn connect(
+        &self,
+        tx: mpsc::Sender<Frame>,
+        kick: CancellationToken,
+        principal: crate::users::Principal,
+    ) -> ConnId {
+        self.lock().ch.add_conn(tx, kick, principal)
     }
 
     /// Forgets a connection.
@@ -382,7 +399,14 @@ impl Host {
                     chat: Some(params.chat.clone()),
                     turn_id: Some(params.turn_id.clone()),
                     tool_call_id: Some(params.tool_call_id.clone()),
-                    caller: crate::tools::Caller::Turn(None),
+                    // The call acts as the person who sent its turn, if that turn still runs.
+                    caller: crate::tools::Caller::Turn(core.running_sender(&params.chat).filter(|_| {
+                        core.ch
+                            .chats
+                            .get(&params.chat)
+                            .and_then(|c| c.active_turn.as_ref())
+                            .is_some_and(|t| t.id == params.turn_id)
+                    })),
                     input: params.input.clone(),
                 }),
             }
@@ -458,4 +482,26 @@ pub fn new_id() -> String {
 /// The id part of an `ahp-session:/<id>` or `ahp-chat:/<id>` URI.
 pub fn uri_id(uri: &str) -> &str {
     uri.rsplit_once(":/").map(|(_, id)| id).unwrap_or(uri)
+}
+
+impl Host {
+    /// With a users directory: the principal a presented token makes a connection (`Root` for the
+    /// deployment's own token, a person for theirs, `Nobody` for none), or `Err` for a token that
+    /// is nobody's. Without one: `None` (the door's token check alone decides).
+    pub fn person_of_token(&self, offered: Option<&str>) -> Option<Result<crate::users::Principal, ()>> {
+        use crate::users::Principal;
+        let mut core = self.lock();
+        let users = core.users.as_mut()?;
+        users.reload_if_changed();
+        let Some(token) = offered else { return Some(Ok(Principal::Nobody)) };
+        if self
+            .config()
+            .root_token
+            .as_deref()
+            .is_some_and(|root| crate::server::constant_time_eq(root.as_bytes(), token.as_bytes()))
+        {
+            return Some(Ok(Principal::Root));
+        }
+        Some(users.person_of(token).map(Principal::Person).ok_or(()))
+    }
 }

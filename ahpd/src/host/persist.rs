@@ -127,7 +127,8 @@ impl Core {
         let Some(turn) = state.turns.last().cloned() else { return };
         let position = i64::try_from(state.turns.len() - 1).unwrap_or(0);
         let transcript_id = self.chats.get(chat).and_then(|m| m.transcripts.get(&turn.id).cloned());
-        let record = TurnRecord { turn, transcript_id, sender: None };
+        let sender = self.chats.get(chat).and_then(|m| m.senders.get(&turn.id).cloned());
+        let record = TurnRecord { turn, transcript_id, sender };
         Self::log_store(self.store.save_turn(chat, position, &record));
         self.running_dirty.remove(chat);
     }
@@ -255,6 +256,8 @@ impl Host {
         for (chat_record, turns) in chats {
             let transcripts: HashMap<String, String> =
                 turns.iter().filter_map(|t| Some((t.turn.id.clone(), t.transcript_id.clone()?))).collect();
+            let senders: HashMap<String, String> =
+                turns.iter().filter_map(|t| Some((t.turn.id.clone(), t.sender.clone()?))).collect();
             let state = chat_state(&chat_record, turns.into_iter().map(|t| t.turn).collect());
             summaries.push(ChatSummary {
                 resource: chat_record.uri.clone(),
@@ -287,6 +290,7 @@ impl Host {
                     position: chat_record.position,
                     transcripts,
                     client_calls: HashMap::new(),
+                    senders,
                 },
             );
         }

@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::core::{channel_kind, seq_i64, ChannelKind, ConnId, Frame};
 use super::errors::{parse_params, AhpError};
 use super::{Core, Host};
+use crate::users::Principal;
 
 /// What one connection has said about itself.
 pub struct ConnState {
@@ -33,12 +34,21 @@ pub struct ConnState {
     pub max_frame_bytes: usize,
     /// Set when the connection must close after what is queued (a refused handshake).
     pub close_after_flush: bool,
+    /// Who is behind it.
+    pub principal: crate::users::Principal,
 }
 
 impl ConnState {
     /// A new connection's state.
     pub fn new(id: ConnId, max_frame_bytes: usize) -> Self {
-        Self { id, initialized: false, client_id: None, max_frame_bytes, close_after_flush: false }
+        Self {
+            id,
+            initialized: false,
+            client_id: None,
+            max_frame_bytes,
+            close_after_flush: false,
+            principal: crate::users::Principal::Root,
+        }
     }
 }
 
@@ -170,7 +180,16 @@ impl Host {
             self.send_to(conn.id, response(&id, Err(error)));
             return;
         }
+        if let Err(e) = self.check_grant(conn, method, &params) {
+            let refused_listing =
+                method == "listSessions" && e.code == ahp_types::errors::ahp_error_codes::PERMISSION_DENIED;
+            // The listing is cut to the person: without session:read it is empty, not an error.
+            let result = if refused_listing { Ok(serde_json::json!({ "items": [] })) } else { Err(e) };
+            self.send_to(conn.id, response(&id, result));
+            return;
+        }
         let result = match method {
+            "authenticate" => self.authenticate(conn, params),
             "initialize" => return self.initialize(conn, id, params),
             "reconnect" => return self.reconnect(conn, id, params),
             "subscribe" => return self.subscribe(conn, id, params),
@@ -190,6 +209,51 @@ impl Host {
             other => Err(AhpError::method_not_found(other)),
         };
         self.send_to(conn.id, response(&id, result));
+    }
+
+    /// The grant check at the dispatch boundary: nobody signed in is asked to; a person without
+    /// the grant is told the host's sentence; deleting a session is its owner's say.
+    fn check_grant(&self, conn: &ConnState, method: &str, params: &Value) -> Result<(), AhpError> {
+        let Some(grant) = super::grants::request_grant(method, params) else { return Ok(()) };
+        let mut core = self.lock();
+        let Some(users) = core.users.as_mut() else { return Ok(()) };
+        // A person removed, or given a new role, is so from their next command on.
+        users.reload_if_changed();
+        if conn.principal == Principal::Nobody {
+            return Err(AhpError::auth_required(super::grants::USERS_RESOURCE));
+        }
+        core.require(&conn.principal, grant)?;
+        if method == "disposeSession" {
+            let session = params.get("channel").and_then(Value::as_str).unwrap_or("");
+            if self.ensure_loaded(&mut core, session) {
+                core.may_dispose(&conn.principal, session)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `authenticate`: a person signs the connection in with their token (an empty one signs it
+    /// out). With no users directory there is nothing to sign in to.
+    fn authenticate(&self, conn: &mut ConnState, params: Value) -> Result<Value, AhpError> {
+        let params: ahp_types::commands::AuthenticateParams = parse_params("authenticate", params)?;
+        if params.resource != super::grants::USERS_RESOURCE {
+            return Err(AhpError::invalid_params(format!(
+                "Invalid authenticate params: {} is not a resource this host advertised",
+                params.resource
+            )));
+        }
+        let principal = if params.token.is_empty() {
+            Principal::Nobody
+        } else {
+            match self.person_of_token(Some(&params.token)) {
+                None => return Err(AhpError::invalid_params("This host has no users directory to sign in to")),
+                Some(Ok(principal)) => principal,
+                Some(Err(())) => return Err(AhpError::auth_required(super::grants::USERS_RESOURCE)),
+            }
+        };
+        self.lock().ch.set_principal(conn.id, principal.clone());
+        conn.principal = principal;
+        Ok(serde_json::json!({}))
     }
 
     fn initialize(&self, conn: &mut ConnState, id: Value, params: Value) {

@@ -102,6 +102,10 @@ impl Host {
         origin: Option<(ConnId, ActionOrigin)>,
     ) {
         let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
+        // A queued or steering message's turn is its sender's.
+        if let Some(sender) = start.queued_message_id.as_deref().and_then(|q| core.sender_of(chat, q)) {
+            core.note_sender(chat, &turn_id, sender);
+        }
         let (origin, extra) = match origin {
             Some((conn, origin)) => (Some(origin), Some(conn)),
             None => (None, None),

@@ -72,9 +72,10 @@ async fn upgrade(
     if let Err(why) = check_origin(&app.door, &headers) {
         return (StatusCode::FORBIDDEN, why).into_response();
     }
-    if let Err(why) = check_token(&app.door, &headers, &query) {
-        return (StatusCode::UNAUTHORIZED, why).into_response();
-    }
+    let principal = match admit(&app, &headers, &query) {
+        Ok(principal) => principal,
+        Err(why) => return (StatusCode::UNAUTHORIZED, why).into_response(),
+    };
     let ws = match ws {
         Ok(ws) => ws,
         Err(rejection) => {
@@ -85,7 +86,33 @@ async fn upgrade(
     let (host, door) = (app.host.clone(), app.door.clone());
     ws.max_message_size(door.hard_frame_bytes)
         .max_frame_size(door.hard_frame_bytes)
-        .on_upgrade(move |socket| ws::serve(host, socket, door.max_frame_bytes))
+        .on_upgrade(move |socket| ws::serve(host, socket, door.max_frame_bytes, principal))
+}
+
+/// Who a connection is: with no users directory, whoever passes the token check is root; with
+/// one, the deployment's token is root and a person's own token is that person.
+fn admit(
+    app: &AppState,
+    headers: &HeaderMap,
+    query: &std::collections::HashMap<String, String>,
+) -> Result<crate::users::Principal, String> {
+    use crate::users::Principal;
+    let offered = offered_token(headers, query);
+    let person = app.host.person_of_token(offered.as_deref());
+    match person {
+        None => check_token(&app.door, headers, query).map(|()| Principal::Root),
+        Some(Ok(principal)) => Ok(principal),
+        Some(Err(())) => Err("Refused: wrong connection token.\n".to_owned()),
+    }
+}
+
+fn offered_token(headers: &HeaderMap, query: &std::collections::HashMap<String, String>) -> Option<String> {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|s| s.trim().to_owned());
+    query.get("tkn").or_else(|| query.get("token")).cloned().or(bearer)
 }
 
 /// Refuses a `Host` that is neither loopback, the bound address, nor explicitly allowed: a page

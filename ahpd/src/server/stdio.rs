@@ -11,7 +11,8 @@ use crate::host::Host;
 pub async fn serve(host: Host, max_frame_bytes: usize) {
     let (tx, mut rx) = mpsc::channel(host.config().outbound_capacity);
     let kick = host.cancel_token().child_token();
-    let id = host.connect(tx, kick.clone());
+    // The process that runs ahpd over stdio is the host itself: root.
+    let id = host.connect(tx, kick.clone(), crate::users::Principal::Root);
     let mut conn = ConnState::new(id, max_frame_bytes);
     let writer = tokio::spawn(async move {
         let mut out = tokio::io::stdout();

@@ -8,11 +8,12 @@ use crate::host::requests::ConnState;
 use crate::host::Host;
 
 /// Serves one upgraded socket until either side closes it or the daemon stops.
-pub async fn serve(host: Host, socket: WebSocket, max_frame_bytes: usize) {
+pub async fn serve(host: Host, socket: WebSocket, max_frame_bytes: usize, principal: crate::users::Principal) {
     let (tx, mut rx) = mpsc::channel(host.config().outbound_capacity);
     let kick = host.cancel_token().child_token();
-    let id = host.connect(tx, kick.clone());
+    let id = host.connect(tx, kick.clone(), principal.clone());
     let mut conn = ConnState::new(id, max_frame_bytes);
+    conn.principal = principal;
     let (mut sink, mut stream) = socket.split();
     let writer_kick = kick.clone();
     let writer = tokio::spawn(async move {

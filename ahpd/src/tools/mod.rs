@@ -283,8 +283,29 @@ impl Core {
 /// directory has nobody to ask, and its tools act as they always did; the users directory (issue
 /// 10) answers here in the host's own words: `<person> may not <grant> here`, or `this turn may not
 /// session:write here` where nobody is behind the call.
-pub fn authorize(_core: &Core, _call: &ToolCall, _grant: &str) -> Result<(), String> {
-    Ok(())
+pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), String> {
+    use crate::users::Principal;
+    if core.users.is_none() {
+        return Ok(());
+    }
+    let principal = match &call.caller {
+        Caller::Root => Principal::Root,
+        Caller::Person(id) => Principal::Person(id.clone()),
+        Caller::Turn(sender) => Principal::from_sender(sender.as_deref()),
+    };
+    if principal == Principal::Nobody {
+        // Nobody behind the call: it holds the read half alone.
+        return if crate::users::covers("*:read", grant) {
+            Ok(())
+        } else {
+            Err(format!("this turn may not {grant} here"))
+        };
+    }
+    if core.allows(&principal, grant) {
+        Ok(())
+    } else {
+        Err(crate::host::grants::refusal(&principal, grant))
+    }
 }
 
 /// Reads a required string argument, or says which one is missing, in the reference host's words.

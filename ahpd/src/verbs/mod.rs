@@ -1,4 +1,4 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config`.
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user`.
 //! They find the running daemon through its record and control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
@@ -10,6 +10,7 @@ pub mod restart;
 pub mod start;
 pub mod status;
 pub mod stop;
+pub mod user;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,6 +37,9 @@ pub fn run(verb: Verb) -> ExitCode {
     if let Verb::Config(args) = &verb {
         return config::run(args);
     }
+    if let Verb::User(args) = &verb {
+        return user::run(args);
+    }
     let paths = match Paths::platform() {
         Ok(paths) => paths,
         Err(e) => return fail(EXIT_USAGE, &e.to_string()),
@@ -50,7 +54,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Stop => stop::run(&paths).await,
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
-            Verb::Config(_) | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
+            Verb::Config(_) | Verb::User(_) | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
         }
     })
 }

@@ -1,0 +1,160 @@
+//! Grants at the dispatch boundary (seed 000 "Grants"): which grant each command and each client
+//! action asks, and the host's own refusal sentence when the connection's person does not hold it.
+//! With no users directory nothing here refuses anything.
+
+use ahp_types::actions::StateAction;
+use serde_json::Value;
+
+use super::core::{channel_kind, ChannelKind};
+use super::errors::AhpError;
+use super::Core;
+use crate::users::Principal;
+
+/// The `resource` a person signs in to with `authenticate`.
+pub const USERS_RESOURCE: &str = "ahpd:users";
+
+impl Principal {
+    /// How a turn's sender or a session's owner records it: `root`, `user:<id>`, or nothing.
+    pub fn as_sender(&self) -> Option<String> {
+        match self {
+            Principal::Root => Some("root".to_owned()),
+            Principal::Person(id) => Some(format!("user:{id}")),
+            Principal::Nobody => None,
+        }
+    }
+
+    /// The principal a recorded sender names (nothing recorded: nobody).
+    pub fn from_sender(sender: Option<&str>) -> Principal {
+        match sender {
+            Some("root") => Principal::Root,
+            Some(s) => s.strip_prefix("user:").map_or(Principal::Nobody, |id| Principal::Person(id.to_owned())),
+            None => Principal::Nobody,
+        }
+    }
+}
+
+/// The refusal a person is told: `<person> may not <grant> here`.
+pub fn refusal(principal: &Principal, grant: &str) -> String {
+    format!("{} may not {grant} here", principal.name())
+}
+
+impl Core {
+    /// True when there is nobody to ask, or the principal holds `grant`.
+    pub fn allows(&self, principal: &Principal, grant: &str) -> bool {
+        self.users.as_ref().is_none_or(|users| users.allows(principal, grant))
+    }
+
+    /// `Ok` when the principal may do what `grant` names; else the host's refusal, as a
+    /// `PermissionDenied` error.
+    pub fn require(&self, principal: &Principal, grant: &str) -> Result<(), AhpError> {
+        if self.allows(principal, grant) {
+            Ok(())
+        } else {
+            Err(AhpError::permission_denied(refusal(principal, grant)))
+        }
+    }
+
+    /// Records who sent a turn (or left a pending message) in `chat`: `root` or `user:<id>`.
+    pub fn note_sender(&mut self, chat: &str, id: &str, sender: String) {
+        if let Some(meta) = self.chats.get_mut(chat) {
+            meta.senders.insert(id.to_owned(), sender);
+        }
+    }
+
+    /// Who sent a turn or left a pending message, when somebody did.
+    pub fn sender_of(&self, chat: &str, id: &str) -> Option<String> {
+        self.chats.get(chat)?.senders.get(id).cloned()
+    }
+
+    /// Who is behind the turn running in `chat` (nobody when none runs).
+    pub fn running_sender(&self, chat: &str) -> Option<String> {
+        let turn = self.ch.chats.get(chat)?.active_turn.as_ref()?;
+        self.sender_of(chat, &turn.id)
+    }
+
+    /// Deleting is the owner's own say: only the session's owner, or a person holding
+    /// `session:*`, may delete one.
+    pub fn may_dispose(&self, principal: &Principal, session: &str) -> Result<(), AhpError> {
+        self.require(principal, "session:write")?;
+        if self.users.is_none() || matches!(principal, Principal::Root) || self.allows(principal, "session:*") {
+            return Ok(());
+        }
+        let owner = self.sessions.get(session).and_then(|m| m.owner.clone());
+        if owner.is_some() && owner == principal.as_sender() {
+            return Ok(());
+        }
+        Err(AhpError::permission_denied("Only the session's owner can delete it."))
+    }
+}
+
+/// The grant a command asks, if any; `None`: every connection may send it. The names are the
+/// coarse ones seed 000 gives (`session:read`, `session:write`, `chat:turns`, `config:write`), so a
+/// refusal names what a role would have to hold.
+pub fn request_grant(method: &str, params: &Value) -> Option<&'static str> {
+    let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
+    Some(match method {
+        "subscribe" => match channel_kind(channel) {
+            // The root state is never filtered per person.
+            Some(ChannelKind::Root) | None => return None,
+            Some(ChannelKind::Chat) => "chat:turns",
+            Some(_) => "session:read",
+        },
+        "fetchTurns" => "chat:turns",
+        "listSessions" | "resolveSessionConfig" | "sessionConfigCompletions" | "completions" => "session:read",
+        "createSession" | "disposeSession" | "createChat" | "disposeChat" => "session:write",
+        "ahpd/test/advanceClock" => "config:write",
+        _ => return None,
+    })
+}
+
+/// The grant a client action asks.
+pub fn action_grant(action: &StateAction) -> &'static str {
+    use StateAction as A;
+    match action {
+        A::RootConfigChanged(_) => "config:write",
+        A::SessionIsReadChanged(_)
+        | A::SessionIsArchivedChanged(_)
+        | A::ChatIsReadChanged(_)
+        | A::ChatIsArchivedChanged(_) => "session:mark",
+        A::AnnotationsSet(_)
+        | A::AnnotationsUpdated(_)
+        | A::AnnotationsRemoved(_)
+        | A::AnnotationsEntrySet(_)
+        | A::AnnotationsEntryRemoved(_) => "session:review",
+        A::ChatToolCallConfirmed(_)
+        | A::ChatToolCallResultConfirmed(_)
+        | A::ChatInputAnswerChanged(_)
+        | A::ChatInputCompleted(_) => "chat:answer",
+        A::ChatToolCallComplete(_) | A::ChatToolCallContentChanged(_) => "chat:tool",
+        A::TerminalInput(_)
+        | A::TerminalResized(_)
+        | A::TerminalClaimed(_)
+        | A::TerminalTitleChanged(_)
+        | A::TerminalCleared(_) => "terminal:write",
+        // Sending, queueing, steering, renaming, configuring: a session's (and so its chats') writes.
+        _ => "session:write",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn senders_round_trip() {
+        for p in [Principal::Root, Principal::Person("ana".into())] {
+            assert_eq!(Principal::from_sender(p.as_sender().as_deref()), p);
+        }
+        assert_eq!(Principal::from_sender(None), Principal::Nobody);
+        assert_eq!(Principal::from_sender(Some("rule:x")), Principal::Nobody);
+    }
+
+    #[test]
+    fn commands_name_their_grants() {
+        let chat = serde_json::json!({ "channel": "ahp-chat:/x" });
+        assert_eq!(request_grant("subscribe", &chat), Some("chat:turns"));
+        assert_eq!(request_grant("subscribe", &serde_json::json!({ "channel": "agenthost:/root" })), None);
+        assert_eq!(request_grant("createSession", &chat), Some("session:write"));
+        assert_eq!(request_grant("initialize", &chat), None);
+    }
+}

@@ -1,0 +1,224 @@
+//! People and grants (seed 000 "Grants"): a daemon with a users directory, people made by
+//! `ahpd user add`, each connecting with their own token through the official client. A guest
+//! reads and is refused every write in the host's words; a member writes and deletes only their
+//! own sessions; nobody signed in is asked to sign in; a removed person is refused at once.
+
+use ahp_types::actions::{RootConfigChangedAction, SessionIsReadChangedAction, SessionTitleChangedAction, StateAction};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::{json, Value};
+use tests::daemon::Home;
+use tests::{Daemon, DaemonOptions, TestClient};
+
+const ROOT_TOKEN: &str = "root-secret-token";
+
+/// A home with people in `users.json`, and their tokens by id.
+async fn people(home: &Home, who: &[(&str, &str)]) -> anyhow::Result<Vec<(String, String)>> {
+    let mut tokens = Vec::new();
+    for (id, role) in who {
+        let run = home.expect(0, &["user", "add", id, "--role", role, "--users", "users.json"]).await?;
+        let token = run.stdout.trim().to_owned();
+        assert!(!token.is_empty() && run.stderr.contains("shown this once"), "{run:?}");
+        tokens.push(((*id).to_owned(), token));
+    }
+    Ok(tokens)
+}
+
+async fn daemon_for(home: &Home) -> anyhow::Result<Daemon> {
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
+        config: Some(json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        ..DaemonOptions::default()
+    };
+    Daemon::start_in(home.path(), options).await
+}
+
+fn url_with(daemon: &Daemon, token: &str) -> String {
+    format!("{}/?tkn={token}", daemon.url.trim_end_matches('/'))
+}
+
+fn token_of<'a>(tokens: &'a [(String, String)], id: &str) -> &'a str {
+    tokens.iter().find(|(i, _)| i == id).map(|(_, t)| t.as_str()).unwrap_or("")
+}
+
+/// The error a request ended in, as (code, message).
+async fn error_of(client: &TestClient, method: &str, params: Value) -> (i32, String) {
+    match client.request(method, params).await {
+        Err(ahp::ClientError::Rpc(e)) => (e.code, e.message),
+        other => (0, format!("not an error: {other:?}")),
+    }
+}
+
+/// The reason the host gave for refusing the client's action `seq`.
+async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
+    loop {
+        let found = client
+            .envelopes
+            .iter()
+            .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == client.client_id && o.client_seq == seq))
+            .cloned();
+        if let Some(envelope) = found {
+            return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
+        }
+        client.next_event(tests::PATIENCE).await?;
+    }
+}
+
+#[tokio::test]
+async fn a_guest_reads_everything_and_every_write_is_refused_in_the_hosts_words() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member"), ("gus", "guest")]).await?;
+    let daemon = daemon_for(&home).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (session, chat) = ana.create_session("echo", None).await?;
+    ana.turn(&chat, "hello from ana").await?;
+
+    let mut gus = TestClient::connect(&url_with(&daemon, token_of(&tokens, "gus")), "gus-editor").await?;
+    let listed = gus.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "a guest lists: {listed}");
+    gus.subscribe(&session).await?;
+    gus.subscribe(&chat).await?;
+    assert_eq!(gus.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "a guest reads the turns");
+    gus.request("fetchTurns", json!({ "channel": chat })).await?;
+
+    let refused = "gus may not session:write here";
+    let (code, message) =
+        error_of(&gus, "createSession", json!({ "channel": "ahp-session:/gus-1", "provider": "echo" })).await;
+    assert_eq!((code, message.as_str()), (-32009, refused));
+    let (code, message) = error_of(&gus, "disposeSession", json!({ "channel": session })).await;
+    assert_eq!((code, message.as_str()), (-32009, refused));
+    let (code, message) = error_of(&gus, "createChat", json!({ "channel": session, "chat": "ahp-chat:/gus-2" })).await;
+    assert_eq!((code, message.as_str()), (-32009, refused));
+
+    let turn = StateAction::ChatTurnStarted(ahp_types::actions::ChatTurnStartedAction {
+        turn_id: "guest-turn".into(),
+        started_at: tests::client::now_iso(),
+        message: tests::user_message("a guest's turn"),
+        queued_message_id: None,
+        meta: None,
+    });
+    let seq = gus.dispatch(&chat, turn).await?;
+    assert_eq!(refusal(&mut gus, seq).await?, refused, "a guest can never send a turn for a tool to run in");
+    let seq = gus
+        .dispatch(&session, StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "mine".into() }))
+        .await?;
+    assert_eq!(refusal(&mut gus, seq).await?, refused);
+    let seq =
+        gus.dispatch(&session, StateAction::SessionIsReadChanged(SessionIsReadChangedAction { is_read: true })).await?;
+    assert_eq!(refusal(&mut gus, seq).await?, "gus may not session:mark here");
+    let seq = gus
+        .dispatch(
+            ROOT_RESOURCE_URI,
+            StateAction::RootConfigChanged(RootConfigChangedAction {
+                config: serde_json::Map::from_iter([("clientToolTimeoutMs".to_owned(), json!(5))]),
+                replace: None,
+            }),
+        )
+        .await?;
+    assert_eq!(refusal(&mut gus, seq).await?, "gus may not config:write here");
+
+    // Nothing a guest tried changed anything: one turn, the same title, and both mirrors agree
+    // with the host.
+    gus.check_against_snapshot(&chat).await?;
+    gus.check_against_snapshot(&session).await?;
+    assert_eq!(gus.mirror.chat(&chat).map(|c| c.turns.len()), Some(1));
+    // The connection survives every refusal.
+    gus.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_member_writes_and_deletes_only_their_own_sessions() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member"), ("bo", "member")]).await?;
+    let daemon = daemon_for(&home).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let mut bo = TestClient::connect(&url_with(&daemon, token_of(&tokens, "bo")), "bo-editor").await?;
+    let (anas, chat) = ana.create_session("echo", None).await?;
+    let turn = ana.turn(&chat, "ana writes").await?;
+    assert_eq!(tests::turn_text(&turn), "ana writes");
+    let (bos, _) = bo.create_session("echo", None).await?;
+
+    let (code, message) = error_of(&bo, "disposeSession", json!({ "channel": anas })).await;
+    assert_eq!((code, message.as_str()), (-32009, "Only the session's owner can delete it."));
+    bo.request("disposeSession", json!({ "channel": bos })).await?;
+
+    // Root (the deployment's own token) may delete anyone's.
+    let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
+    root.request("disposeSession", json!({ "channel": anas })).await?;
+    let listed = root.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{listed}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn nobody_signed_in_is_asked_to_and_a_removed_person_is_refused_at_once() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member")]).await?;
+    let daemon = daemon_for(&home).await?;
+
+    // No token: the handshake works, every command asks for a sign-in.
+    let nobody = TestClient::connect(&daemon.url, "anon").await?;
+    let (code, _) = error_of(&nobody, "listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await;
+    assert_eq!(code, -32007, "AuthRequired");
+    let resource = match nobody.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await {
+        Err(ahp::ClientError::Rpc(e)) => e.data.and_then(|d| d["resources"][0]["resource"].as_str().map(str::to_owned)),
+        _ => None,
+    };
+    let resource = resource.unwrap_or_default();
+    let bad = nobody
+        .request("authenticate", json!({ "channel": ROOT_RESOURCE_URI, "resource": resource, "token": "not-a-token" }))
+        .await;
+    assert!(matches!(&bad, Err(ahp::ClientError::Rpc(e)) if e.code == -32007), "{bad:?}");
+    nobody
+        .request(
+            "authenticate",
+            json!({ "channel": ROOT_RESOURCE_URI, "resource": resource, "token": token_of(&tokens, "ana") }),
+        )
+        .await?;
+    nobody.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+
+    // A token that is nobody's is refused at the door.
+    let wrong = TestClient::connect(&url_with(&daemon, "wrong"), "w").await;
+    assert!(wrong.is_err(), "a token nobody holds is refused");
+
+    // Removed: the connection that is open is refused from its next command, and the token no
+    // longer opens one.
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    ana.create_session("echo", None).await?;
+    home.expect(0, &["user", "rm", "ana", "--users", "users.json"]).await?;
+    let (code, message) =
+        error_of(&ana, "createSession", json!({ "channel": "ahp-session:/after-rm", "provider": "echo" })).await;
+    assert_eq!((code, message.as_str()), (-32009, "ana may not session:write here"));
+    assert!(TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "again").await.is_err());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_user_verbs_list_refuse_and_replace_tokens() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    people(&home, &[("ana", "admin")]).await?;
+    let listed = home.expect(0, &["user", "list", "--users", "users.json"]).await?;
+    assert_eq!(listed.stdout.trim(), "ana\tadmin");
+    let file = std::fs::read_to_string(home.path().join("users.json"))?;
+    assert!(file.contains("sha256:"), "only hashes are kept: {file}");
+    let again = home.ahpd(&["user", "add", "ana", "--users", "users.json"]).await?;
+    assert_eq!((again.code, again.stderr.trim()), (1, "there is a user called ana already"));
+    let wizard = home.ahpd(&["user", "add", "bo", "--role", "wizard", "--users", "users.json"]).await?;
+    assert_eq!(wizard.code, 2);
+    assert!(wizard.stderr.contains("there is no role called wizard; the roles are admin, member, guest"), "{wizard:?}");
+    let gone = home.ahpd(&["user", "rm", "zed", "--users", "users.json"]).await?;
+    assert_eq!((gone.code, gone.stderr.trim()), (1, "there is no user called zed"));
+    let token = home.expect(0, &["user", "token", "ana", "--users", "users.json"]).await?;
+    assert!(!file.contains(token.stdout.trim()));
+    // With no --users and no "users" key, the file in the config folder is used, and the verb
+    // says the daemon will not use it until told to.
+    let default = home.expect(0, &["user", "add", "cy"]).await?;
+    assert!(default.stderr.contains("--users"), "{default:?}");
+    assert!(home.path().join("config/ahpd/users.json").exists());
+    // A users directory that does not read stops the daemon from starting, with the reason.
+    std::fs::write(home.path().join("broken.json"), "{ not json")?;
+    let refused = home.ahpd(&["start", "--users", "broken.json", "--port", "0"]).await?;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("broken.json is not a users directory"), "{refused:?}");
+    Ok(())
+}
