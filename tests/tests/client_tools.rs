@@ -1,5 +1,6 @@
 //! Client tools through the official client: a client announces a tool when it becomes active, the
-//! model calls it (the notes agent's `call`, or an MCP client on `/ahp-mcp`), only that client may
+//! model calls it (the notes agent's `call`, an MCP client on `/ahp-mcp`, or a scripted ACP agent
+//! calling it as an MCP tool on the server it was handed), only that client may
 //! complete it, and the parent bounds it — the timeout and the disconnect grace run on a manual
 //! clock the test moves, never by waiting.
 
@@ -285,6 +286,33 @@ async fn a_clients_tool_called_through_the_sessions_mcp_endpoint() -> anyhow::Re
     let answered = caller.await??;
     assert_eq!(answered["isError"], false, "{answered}");
     assert_eq!(answered["text"], "opened over mcp");
+    editor.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acp_agent_calls_a_clients_tool_through_the_sessions_mcp_endpoint() -> anyhow::Result<()> {
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let options = DaemonOptions {
+        config: Some(json!({
+            "clientToolTimeoutMs": 600_000,
+            "agents": { "scripted": { "kind": "acp", "options": { "command": "python3", "args": [fake.display().to_string()] } } } })),
+        env: vec![("AHPD_TEST_CLOCK".into(), "manual".into())],
+        ..Default::default()
+    };
+    let daemon = Daemon::start_with(options).await?;
+    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
+    let (session, chat) = editor.create_session("scripted", None).await?;
+    activate(&editor, &session).await?;
+    // The ACP agent was handed the session's endpoint as the MCP server `ahp`; its model calls the
+    // client's tool there, as any ACP agent calls an MCP tool.
+    let turn_id = editor.send(&chat, r#"mcpcall ahp c1__openFile {"path": "d.txt"}"#).await?;
+    let (call_turn, call_id) = waiting_for(&mut editor, &session, "c1").await?;
+    assert_eq!(call_turn, turn_id);
+    editor.dispatch(&chat, complete(&turn_id, &call_id, "opened for the acp agent")).await?;
+    let turn = editor.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(turn_text(&turn).contains("result: opened for the acp agent"), "{}", turn_text(&turn));
     editor.check_against_snapshot(&chat).await?;
     Ok(())
 }
