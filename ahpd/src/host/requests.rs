@@ -627,10 +627,16 @@ pub enum ClientRequestError {
 impl Host {
     /// Sends the connected client `client_id` a request of this host's own and waits for its
     /// answer, at most [`CLIENT_REQUEST_TIMEOUT`].
-    pub async fn request_client(&self, client_id: &str, method: &str, params: Value) -> Result<Value, ClientRequestError> {
+    pub async fn request_client(
+        &self,
+        client_id: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
         let (conn, request, answer) = {
             let mut core = self.lock();
-            let conn = core.ch.conns_of_client(client_id, 0).into_iter().next().ok_or(ClientRequestError::NotConnected)?;
+            let conn =
+                core.ch.conns_of_client(client_id, 0).into_iter().next().ok_or(ClientRequestError::NotConnected)?;
             let (request, answer) = core.ch.request(conn, method, &params).ok_or(ClientRequestError::NotConnected)?;
             (conn, request, answer)
         };

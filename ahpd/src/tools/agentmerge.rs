@@ -275,7 +275,10 @@ fn set_input(input: &Value) -> Result<(bool, Overrides), String> {
 
 fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
     let (enabled, asked) = set_input(&call.input)?;
-    let session = call.session.clone().ok_or_else(|| format!("{SET} configures the folder of the chat it is called from, and this call has none."))?;
+    let session = call
+        .session
+        .clone()
+        .ok_or_else(|| format!("{SET} configures the folder of the chat it is called from, and this call has none."))?;
     let folder = {
         let mut core = host.lock();
         if !host.ensure_loaded(&mut core, &session) {
@@ -368,17 +371,30 @@ mod tests {
         let answer = configuration_of(&folder);
         assert_eq!(answer["configuration"]["mergePullRequest"], "never");
         let asked = set_input(&json!({ "enabled": true, "mergePullRequest": "always" })).expect("valid").1;
-        let later = merged(&merged(&folder.overrides, &asked), &Overrides { fix_ci: Some(false), ..Overrides::default() });
+        let later =
+            merged(&merged(&folder.overrides, &asked), &Overrides { fix_ci: Some(false), ..Overrides::default() });
         assert_eq!(later.merge_pull_request.as_deref(), Some("always"), "omitted options stay unchanged");
         assert_eq!(later.fix_ci, Some(false));
     }
 
     #[test]
     fn input_is_checked_in_vs_codes_words() {
-        for bad in [json!(null), json!({}), json!({ "enabled": "true" }), json!({ "enabled": true, "mergePullRequest": "sometimes" }), json!({ "enabled": true, "session": "x" })] {
+        for bad in [
+            json!(null),
+            json!({}),
+            json!({ "enabled": "true" }),
+            json!({ "enabled": true, "mergePullRequest": "sometimes" }),
+            json!({ "enabled": true, "session": "x" }),
+        ] {
             assert!(set_input(&bad).expect_err("refused").starts_with("Invalid setAgentMergeEnabled input"), "{bad}");
         }
-        for bad in [json!({ "mode": "other" }), json!({ "mode": "tail" }), json!({ "cursor": "c", "mode": "range" }), json!({ "mode": "range", "evidenceId": "e", "endLine": 201 }), json!({ "mode": "search", "evidenceId": "e", "query": "x", "contextLines": 6 })] {
+        for bad in [
+            json!({ "mode": "other" }),
+            json!({ "mode": "tail" }),
+            json!({ "cursor": "c", "mode": "range" }),
+            json!({ "mode": "range", "evidenceId": "e", "endLine": 201 }),
+            json!({ "mode": "search", "evidenceId": "e", "query": "x", "contextLines": 6 }),
+        ] {
             assert!(read_ci(&bad).expect_err("refused").starts_with("Invalid readAgentMergeCI input"), "{bad}");
         }
         assert!(read_ci(&json!({})).is_ok());
@@ -396,7 +412,8 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("wt-git")).expect("wt git dir");
         std::fs::write(dir.path().join("wt-git/HEAD"), "ref: refs/heads/tools\n").expect("head");
         std::fs::create_dir_all(dir.path().join("wt")).expect("wt");
-        std::fs::write(dir.path().join("wt/.git"), format!("gitdir: {}\n", dir.path().join("wt-git").display())).expect("file");
+        std::fs::write(dir.path().join("wt/.git"), format!("gitdir: {}\n", dir.path().join("wt-git").display()))
+            .expect("file");
         assert_eq!(current_branch(&dir.path().join("wt")).as_deref(), Some("tools"));
     }
 }

@@ -162,13 +162,18 @@ pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult>
 }
 
 fn calling_session(call: &ToolCall, tool: &str) -> Result<String, String> {
-    call.session.clone().ok_or_else(|| format!("{tool} records on the session it is called from, and this call has none."))
+    call.session
+        .clone()
+        .ok_or_else(|| format!("{tool} records on the session it is called from, and this call has none."))
 }
 
 fn add(host: &Host, call: &ToolCall) -> ToolResult {
     let session = calling_session(call, ADD)?;
     let wanted = parse_items(&call.input)?;
-    if wanted.iter().any(|a| a.uri.as_deref().is_some_and(|u| u.to_ascii_lowercase().starts_with("agent-host-session:"))) {
+    if wanted
+        .iter()
+        .any(|a| a.uri.as_deref().is_some_and(|u| u.to_ascii_lowercase().starts_with("agent-host-session:")))
+    {
         return Err(format!("Invalid {ADD} input: sessions and chats created with session-management tools must not be recorded as artifacts or references."));
     }
     let mut core = host.lock();
@@ -261,11 +266,9 @@ fn parse_items(input: &Value) -> Result<Vec<Artifact>, String> {
     };
     match object.get("items") {
         None => Ok(vec![parse_entry(input, None)?]),
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .map(|(n, item)| parse_entry(item, Some(&format!("items[{n}]"))))
-            .collect(),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            items.iter().enumerate().map(|(n, item)| parse_entry(item, Some(&format!("items[{n}]")))).collect()
+        }
         Some(_) => Err(format!("Invalid {ADD} input: items must be a non-empty array.")),
     }
 }

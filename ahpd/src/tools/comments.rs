@@ -11,9 +11,7 @@
 
 use std::collections::HashSet;
 
-use ahp_types::actions::{
-    AnnotationsEntrySetAction, AnnotationsRemovedAction, AnnotationsSetAction, StateAction,
-};
+use ahp_types::actions::{AnnotationsEntrySetAction, AnnotationsRemovedAction, AnnotationsSetAction, StateAction};
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     Annotation, AnnotationEntry, AnnotationOrigin, AnnotationsState, ChatInputRequest, ChatInputResponseKind,
@@ -300,10 +298,9 @@ fn pretty(value: &Value) -> String {
 
 /// The calling session's annotations channel, loaded, and its state now.
 fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, String, AnnotationsState), String> {
-    let session = call
-        .session
-        .clone()
-        .ok_or_else(|| format!("{tool} works on the comments of the session it is called from, and this call has none."))?;
+    let session = call.session.clone().ok_or_else(|| {
+        format!("{tool} works on the comments of the session it is called from, and this call has none.")
+    })?;
     let channel = format!("{session}/annotations");
     let mut core = host.lock();
     if !host.ensure_loaded(&mut core, &channel) {
@@ -345,7 +342,8 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
         Some(range @ Value::Object(_)) => range,
         _ => return Err(format!("Invalid {ADD} input: range must be an object.")),
     };
-    let (start_line, start_column) = (positive_integer(range, "startLineNumber")?, positive_integer(range, "startColumn")?);
+    let (start_line, start_column) =
+        (positive_integer(range, "startLineNumber")?, positive_integer(range, "startColumn")?);
     let (end_line, end_column) = (positive_integer(range, "endLineNumber")?, positive_integer(range, "endColumn")?);
     let (session, channel, _) = channel_state(host, call, ADD)?;
     let id = crate::host::new_id();
@@ -375,12 +373,8 @@ fn list(host: &Host, call: &ToolCall) -> ToolResult {
         Some(_) => return Err(format!("Invalid {LIST} input: includeResolved must be a boolean.")),
     };
     let (_, _, state) = channel_state(host, call, LIST)?;
-    let comments: Vec<Value> = state
-        .annotations
-        .iter()
-        .filter(|a| listable(a) && (include_resolved || !a.resolved))
-        .map(serialize)
-        .collect();
+    let comments: Vec<Value> =
+        state.annotations.iter().filter(|a| listable(a) && (include_resolved || !a.resolved)).map(serialize).collect();
     let mut payload = json!({ "comments": comments });
     if let Some(note) = waiting_note(&state) {
         payload["note"] = Value::String(note);
@@ -441,7 +435,9 @@ fn delete(host: &Host, call: &ToolCall) -> ToolResult {
         .collect();
     write(host, &channel, actions);
     let remaining: Vec<Value> = listed.iter().filter(|a| !deleted.contains(&a.id)).map(|a| serialize(a)).collect();
-    Ok(pretty(&json!({ "deletedCommentIds": deleted, "notFoundCommentIds": not_found, "remainingComments": remaining })))
+    Ok(pretty(
+        &json!({ "deletedCommentIds": deleted, "notFoundCommentIds": not_found, "remainingComments": remaining }),
+    ))
 }
 
 /// A copy of the comment in `state`, without the reveal flag.
@@ -510,9 +506,7 @@ async fn view(host: &Host, call: &ToolCall) -> ToolResult {
     let subject = count_waiting(&state).map(|(s, _)| s).unwrap_or_else(|| "review comments".to_owned());
     let request = ChatInputRequest {
         id: format!("{VIEW}:{}", crate::host::new_id()),
-        message: Some(format!(
-            "The agent wants to view {subject} you have not reviewed yet. Show them to the agent?"
-        )),
+        message: Some(format!("The agent wants to view {subject} you have not reviewed yet. Show them to the agent?")),
         url: None,
         questions: None,
         answers: None,
@@ -542,7 +536,10 @@ async fn view(host: &Host, call: &ToolCall) -> ToolResult {
         })
         .collect();
     let comments: Vec<Value> = revealed.iter().map(serialize).collect();
-    let actions = revealed.into_iter().map(|annotation| StateAction::AnnotationsSet(AnnotationsSetAction { annotation })).collect();
+    let actions = revealed
+        .into_iter()
+        .map(|annotation| StateAction::AnnotationsSet(AnnotationsSetAction { annotation }))
+        .collect();
     write(host, &channel, actions);
     Ok(pretty(&json!({ "comments": comments })))
 }
@@ -563,7 +560,11 @@ mod tests {
                 end: TextPosition { line: 0, character: 4 },
             }),
             resolved,
-            entries: vec![AnnotationEntry { id: format!("{id}:0"), text: StringOrMarkdown::Plain("text".into()), meta: None }],
+            entries: vec![AnnotationEntry {
+                id: format!("{id}:0"),
+                text: StringOrMarkdown::Plain("text".into()),
+                meta: None,
+            }],
             meta: Some(meta),
         }
     }
@@ -602,11 +603,22 @@ mod tests {
         let mut thread = comment("a", "prReview", "accepted", false);
         let mut agent = JsonObject::new();
         agent.insert(FEEDBACK.into(), json!({ "author": "agent" }));
-        thread.entries.push(AnnotationEntry { id: "a:1".into(), text: StringOrMarkdown::Plain("done".into()), meta: Some(agent) });
-        thread.entries.push(AnnotationEntry { id: "a:2".into(), text: StringOrMarkdown::Plain("legacy".into()), meta: None });
+        thread.entries.push(AnnotationEntry {
+            id: "a:1".into(),
+            text: StringOrMarkdown::Plain("done".into()),
+            meta: Some(agent),
+        });
+        thread.entries.push(AnnotationEntry {
+            id: "a:2".into(),
+            text: StringOrMarkdown::Plain("legacy".into()),
+            meta: None,
+        });
         let out = serialize(&thread);
         assert_eq!(out["author"], "prReviewer");
-        assert_eq!(out["replies"], json!([{ "author": "agent", "text": "done" }, { "author": "user", "text": "legacy" }]));
+        assert_eq!(
+            out["replies"],
+            json!([{ "author": "agent", "text": "done" }, { "author": "user", "text": "legacy" }])
+        );
         assert_eq!(out["range"], json!({ "startLineNumber": 1, "startColumn": 1, "endLineNumber": 1, "endColumn": 5 }));
     }
 }

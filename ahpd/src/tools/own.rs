@@ -197,7 +197,8 @@ async fn list_dir(dir: &Path, uri: &str) -> ToolResult {
     if names.is_empty() {
         return Ok(format!("{uri} is an empty folder."));
     }
-    let lines: Vec<String> = names.into_iter().map(|(file, name)| if file { name } else { format!("{name}/") }).collect();
+    let lines: Vec<String> =
+        names.into_iter().map(|(file, name)| if file { name } else { format!("{name}/") }).collect();
     Ok(lines.join("\n"))
 }
 
@@ -218,9 +219,9 @@ async fn read_published(host: &Host, client: &str, uri: &str) -> ToolResult {
                 _ => Ok(data.to_owned()),
             }
         }
-        Err(ClientRequestError::NotConnected) => Err(format!(
-            "No connected client publishes {uri}: no client {client} is connected to this host."
-        )),
+        Err(ClientRequestError::NotConnected) => {
+            Err(format!("No connected client publishes {uri}: no client {client} is connected to this host."))
+        }
         // The client's own refusal, as it said it: this host has no standing to soften it.
         Err(ClientRequestError::Refused(why)) => Err(format!("{client} could not read {uri}: {why}")),
         Err(ClientRequestError::Disconnected) => Err(format!("{client} disconnected before answering for {uri}.")),
@@ -245,6 +246,9 @@ mod tests {
     #[test]
     fn text_is_text_and_the_rest_is_base64() {
         assert_eq!(text_or_base64("u", b"hello".to_vec(), None), "hello");
-        assert_eq!(text_or_base64("u", vec![0, 1], Some("image/png")), "u is binary (2 bytes, image/png); base64:\nAAE=");
+        assert_eq!(
+            text_or_base64("u", vec![0, 1], Some("image/png")),
+            "u is binary (2 bytes, image/png); base64:\nAAE="
+        );
     }
 }

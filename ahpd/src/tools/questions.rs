@@ -37,10 +37,8 @@ impl Questions {
     /// Hands a client's answer to the tool that asked.
     pub fn answer(&mut self, chat: &str, completed: &ChatInputCompletedAction) {
         if let Some(waiter) = self.waiting.remove(&(chat.to_owned(), completed.request_id.clone())) {
-            let _ = waiter.send(Answer {
-                response: completed.response,
-                answers: completed.answers.clone().unwrap_or_default(),
-            });
+            let _ = waiter
+                .send(Answer { response: completed.response, answers: completed.answers.clone().unwrap_or_default() });
         }
     }
 

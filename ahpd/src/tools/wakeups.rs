@@ -198,7 +198,9 @@ impl Host {
             .and_then(|m| core.sessions.get(&m.session))
             .map(|s| s.provider.clone())
             .unwrap_or_default();
-        if core.agent(&provider).and_then(|a| a.descriptor.as_ref()).is_none() {
+        // The worker's own state, not what its `Ready` said: at start-up that event may still be
+        // on its way to the host when the first wakeups fire.
+        if self.supervisor().current(&provider).is_none() {
             return Err(format!("the {provider} agent is not running, so the session cannot resume"));
         }
         let message = wakeup_message(wakeup);
@@ -232,7 +234,8 @@ impl Host {
         let start = crate::host::turns::host_turn(message, None);
         let turn_id = start.turn_id.clone();
         self.start_turn(core, &wakeup.chat, start, None);
-        let began = core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+        let began =
+            core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if began {
             Ok("its turn began")
         } else {
