@@ -211,9 +211,9 @@ impl Host {
             Ok(_) => core.store.release(SAVEPOINT),
             Err(_) => core.store.roll_back(SAVEPOINT),
         };
-        if let Err(e) = kept {
-            tracing::error!("{e}");
-        }
+        // A store that could not keep the outcome may still hold the wakeup: it is not tried
+        // again in this process, so the timer cannot spin on it.
+        kept.map_err(|e| e.to_string())?;
         fired
     }
 
