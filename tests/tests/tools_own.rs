@@ -807,3 +807,48 @@ async fn a_wakeup_whose_agent_is_not_running_stays_stored_for_the_next_start() -
     b.until("the wakeup's turn once its agent runs", move |m| wakeup_turns(m, &c).len() == 1).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn comment_writes_ask_session_review_and_a_call_nobody_is_behind_reads_alone() -> anyhow::Result<()> {
+    let home = tests::daemon::Home::new()?;
+    let added = home.expect(0, &["user", "add", "ana", "--role", "member", "--users", "users.json"]).await?;
+    let token = added.stdout.trim().to_owned();
+    let folder = tempfile::tempdir()?;
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), "root-secret".into()],
+        config: Some(notes_config()),
+        ..DaemonOptions::default()
+    };
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let url = format!("{}/?tkn={token}", daemon.url.trim_end_matches('/'));
+    let mut ana = TestClient::connect(&url, "ana").await?;
+    let (_session, chat) = session_in(&mut ana, "notes", folder.path()).await?;
+    let range = json!({ "startLineNumber": 1, "startColumn": 1, "endLineNumber": 1, "endColumn": 2 });
+
+    // Ana's turn carries her grants: a member holds session:review.
+    let (success, text) = call_in_turn(
+        &mut ana,
+        &chat,
+        "addComment",
+        json!({ "resourceUri": "file:///w/a.rs", "range": range, "text": "hers" }),
+    )
+    .await?;
+    assert!(success, "{text}");
+
+    // A call with no turn running has nobody behind it: it reads, and every review write is refused.
+    let (endpoint_url, endpoint_token) = endpoint(&mut ana, &chat).await?;
+    let results = call_tools(
+        &endpoint_url,
+        &endpoint_token,
+        &[
+            ("addComment", json!({ "resourceUri": "file:///w/a.rs", "range": range, "text": "nobody's" })),
+            ("deleteComments", json!({ "commentIds": ["x"] })),
+            ("listComments", json!({})),
+        ],
+    )
+    .await?;
+    assert_eq!(refused(&results[0]), "this turn may not session:review here");
+    assert_eq!(refused(&results[1]), "this turn may not session:review here");
+    assert!(ok(&results[2]).contains("There is 1 code review comment"), "listComments asks no grant");
+    Ok(())
+}
