@@ -34,12 +34,19 @@ impl Clock {
         Self { manual: Some(Arc::new(tx)) }
     }
 
-    /// The clock the environment asks for (`AHPD_TEST_CLOCK=manual`), else wall time.
+    /// The clock the environment asks for (`AHPD_TEST_CLOCK=manual`), else wall time. A manual
+    /// clock starts `AHPD_TEST_CLOCK_OFFSET_MS` ahead of wall time when that is set, so a test can
+    /// start a daemon after something it stored fell due, without waiting for it.
     pub fn from_env() -> Self {
         match std::env::var("AHPD_TEST_CLOCK").as_deref() {
             Ok("manual") => {
                 tracing::warn!("AHPD_TEST_CLOCK=manual: this daemon's clock moves only when a test moves it");
-                Self::manual()
+                let clock = Self::manual();
+                let offset = std::env::var("AHPD_TEST_CLOCK_OFFSET_MS").ok().and_then(|v| v.parse::<u64>().ok());
+                if let Some(offset) = offset {
+                    clock.advance(Duration::from_millis(offset));
+                }
+                clock
             }
             _ => Self::system(),
         }

@@ -267,6 +267,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     if plan.stdio {
+        host.run_wakeups();
         eprintln!("ahpd over stdio");
         announce_facts(&plan, &agent_lines, |line| eprintln!("{line}"));
         server::stdio::serve(host.clone(), max_frame).await;
@@ -285,6 +286,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             hard_frame_bytes: max_frame.saturating_mul(4).max(16 << 20),
         };
         host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
+        // Wakeups that fell due while the daemon was down begin before anyone is told it is up.
+        host.run_wakeups();
         let url = format!("ws://{}", display_addr(&bind_host, local));
         // Written before the announcement, so whoever reads the announcement finds the record.
         record = Some(facts.listening(&url).context("could not write the daemon record")?);

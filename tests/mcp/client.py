@@ -3,8 +3,10 @@
 
 usage: client.py URL TOKEN list
        client.py URL TOKEN call NAME JSON_ARGUMENTS
-Prints one JSON object: {"tools": [...]} or {"isError": bool, "text": "..."}; on a refusal at the
-HTTP level prints {"httpError": STATUS} and exits 3.
+       client.py URL TOKEN calls JSON_LIST_OF_[NAME,ARGUMENTS]
+Prints one JSON object: {"tools": [...]}, {"isError": bool, "text": "..."}, or {"results": [...]} of
+those in order (one session, many calls); on a refusal at the HTTP level prints {"httpError": STATUS}
+and exits 3.
 """
 import asyncio
 import json
@@ -29,9 +31,10 @@ async def main() -> int:
                         "tools": [t.model_dump(mode="json", exclude_none=True) for t in tools.tools],
                     }))
                 elif verb == "call":
-                    result = await session.call_tool(sys.argv[4], json.loads(sys.argv[5]))
-                    text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
-                    print(json.dumps({"isError": bool(result.isError), "text": text}))
+                    print(json.dumps(await call(session, sys.argv[4], json.loads(sys.argv[5]))))
+                elif verb == "calls":
+                    results = [await call(session, name, arguments) for name, arguments in json.loads(sys.argv[4])]
+                    print(json.dumps({"results": results}))
                 else:
                     print(json.dumps({"error": f"unknown verb {verb}"}))
                     return 2
@@ -42,6 +45,12 @@ async def main() -> int:
             return 3
         raise
     return 0
+
+
+async def call(session, name, arguments):
+    result = await session.call_tool(name, arguments)
+    text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+    return {"isError": bool(result.isError), "text": text}
 
 
 def find_status(e):

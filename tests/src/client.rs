@@ -222,8 +222,10 @@ impl TestClient {
         let (result, _sub) =
             self.client.subscribe(uri.to_owned()).await.map_err(|e| anyhow!("subscribe {uri}: {e}"))?;
         let snapshot = result.snapshot.ok_or_else(|| anyhow!("subscribe {uri}: no snapshot"))?;
-        self.pump()?;
+        // Seed first: actions on this channel that follow the snapshot may already have arrived
+        // (a turn running while we subscribe), and folding before the seed would drop them.
         self.mirror.seed(snapshot);
+        self.pump()?;
         Ok(())
     }
 

@@ -38,3 +38,14 @@ pub async fn list_tools(url: &str, token: &str) -> anyhow::Result<Value> {
 pub async fn call_tool(url: &str, token: &str, name: &str, arguments: &Value) -> anyhow::Result<Value> {
     mcp_client(url, token, &["call", name, &arguments.to_string()]).await
 }
+
+/// Calls several tools in order over one MCP session; answers each `{isError, text}`.
+pub async fn call_tools(url: &str, token: &str, calls: &[(&str, Value)]) -> anyhow::Result<Vec<Value>> {
+    let list: Vec<Value> =
+        calls.iter().map(|(name, args)| Value::from(vec![Value::from(*name), args.clone()])).collect();
+    let out = mcp_client(url, token, &["calls", &Value::from(list).to_string()]).await?;
+    match out.get("results").and_then(Value::as_array) {
+        Some(results) if results.len() == calls.len() => Ok(results.clone()),
+        _ => Err(anyhow!("the MCP client did not answer every call: {out}")),
+    }
+}

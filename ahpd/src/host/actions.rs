@@ -129,6 +129,8 @@ enum Then {
     Nothing,
     /// Hand it to the chat's backend.
     Backend(Op),
+    /// The answer to a question a host tool asked: hand it to the tool.
+    HostAnswer(ahp_types::actions::ChatInputCompletedAction),
     /// A client stopped the running turn.
     Stop(String),
     /// A queued message arrived: start it if the chat is free.
@@ -234,15 +236,7 @@ impl Host {
         let committed = if kind == Some(ChannelKind::Chat) {
             self.commit_chat(core, channel, action, Some(origin), extra)
         } else {
-            let committed = core.ch.commit(channel, action, Some(origin), extra);
-            if kind == Some(ChannelKind::Session) {
-                core.persist_session(channel);
-                core.sync_summary(channel);
-            }
-            if kind == Some(ChannelKind::Annotations) {
-                core.persist_annotations(channel);
-            }
-            committed
+            core.commit_and_keep(channel, action, Some(origin), extra)
         };
         if !matches!(committed, Committed::Sent { .. }) {
             return;
@@ -259,6 +253,7 @@ impl Host {
                     let _ = meta.driver.send(Op::Abort { turn_id: Some(turn_id) });
                 }
             }
+            Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
             Then::StartQueued => self.start_next(core, channel),
             Then::Steer => {
                 self.offer_steering(core, channel);
@@ -299,6 +294,33 @@ impl Host {
             let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction { kind, id });
             core.ch.commit(chat, action, None, None);
         }
+    }
+}
+
+impl Core {
+    /// Commits an action on a session or annotations channel and keeps what depends on it: the
+    /// store, and the session's root summary. A client's action and a host tool's take this
+    /// same path, so both are one state to every client and kept alike.
+    pub fn commit_and_keep(
+        &mut self,
+        channel: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        extra: Option<super::core::ConnId>,
+    ) -> Committed {
+        let committed = self.ch.commit(channel, action, origin, extra);
+        if !matches!(committed, Committed::Sent { .. }) {
+            return committed;
+        }
+        match channel_kind(channel) {
+            Some(ChannelKind::Session) => {
+                self.persist_session(channel);
+                self.sync_summary(channel);
+            }
+            Some(ChannelKind::Annotations) => self.persist_annotations(channel),
+            _ => {}
+        }
+        committed
     }
 }
 
@@ -476,6 +498,9 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
             if !open_request(state, &a.request_id) {
                 return Err(format!("There is no open question {} in the running turn", a.request_id));
+            }
+            if core.questions.holds(channel, &a.request_id) {
+                return Ok(Then::HostAnswer(a.clone()));
             }
             let turn_id = running_turn(state).unwrap_or_default().to_owned();
             Ok(Then::Backend(Op::Answer(protocol::AnswerParams {

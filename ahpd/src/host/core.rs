@@ -17,7 +17,7 @@ use ahp_types::state::{AnnotationsState, ChatState, RootState, SessionState, Sna
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 /// A serialized message ready for any transport; cloning it shares the bytes.
@@ -67,7 +67,13 @@ pub struct ConnEntry {
     pub client_id: Option<String>,
     /// Who is behind it (set at the door).
     pub principal: crate::users::Principal,
+    /// Requests this host sent the connection, waiting for its answer, by id. Dropped with the
+    /// connection, which tells each waiter the client went.
+    pending: HashMap<u64, oneshot::Sender<ClientAnswer>>,
 }
+
+/// What a client answered a request this host sent it: its `result`, or its `error` object.
+pub type ClientAnswer = Result<serde_json::Value, serde_json::Value>;
 
 /// An action as it was sent, kept for reconnecting clients.
 struct Retained {
@@ -104,6 +110,7 @@ pub struct Channels {
     subscribers: HashMap<String, HashSet<ConnId>>,
     conns: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
+    next_request: u64,
 }
 
 #[derive(Serialize)]
@@ -157,6 +164,7 @@ impl Channels {
             subscribers: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 1,
+            next_request: 1,
         }
     }
 
@@ -192,7 +200,10 @@ impl Channels {
     ) -> ConnId {
         let id = self.next_conn;
         self.next_conn += 1;
-        self.conns.insert(id, ConnEntry { tx, kick, subs: HashSet::new(), client_id: None, principal });
+        self.conns.insert(
+            id,
+            ConnEntry { tx, kick, subs: HashSet::new(), client_id: None, principal, pending: HashMap::new() },
+        );
         id
     }
 
@@ -227,6 +238,39 @@ impl Channels {
             .filter(|(id, c)| **id != except && c.client_id.as_deref() == Some(client_id))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Sends a connection a request of this host's own (AHP's server-to-client `resource*`
+    /// commands); answers its id and where the answer will arrive, or `None` when the connection
+    /// is gone.
+    pub fn request(
+        &mut self,
+        id: ConnId,
+        method: &str,
+        params: &serde_json::Value,
+    ) -> Option<(u64, oneshot::Receiver<ClientAnswer>)> {
+        let request = self.next_request;
+        self.next_request += 1;
+        let (tx, rx) = oneshot::channel();
+        self.conns.get_mut(&id)?.pending.insert(request, tx);
+        let frame = serde_json::json!({ "jsonrpc": "2.0", "id": request, "method": method, "params": params });
+        self.send(id, Frame::from(frame.to_string()));
+        Some((request, rx))
+    }
+
+    /// Hands a client's answer to the request it answers; false when no such request waits.
+    pub fn settle_request(&mut self, id: ConnId, request: u64, answer: ClientAnswer) -> bool {
+        match self.conns.get_mut(&id).and_then(|c| c.pending.remove(&request)) {
+            Some(waiter) => waiter.send(answer).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Stops waiting for a request's answer (its time ran out).
+    pub fn forget_request(&mut self, id: ConnId, request: u64) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.pending.remove(&request);
+        }
     }
 
     /// Drops a connection that cannot keep up, or that another connection replaced.

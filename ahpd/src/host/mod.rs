@@ -203,6 +203,12 @@ pub struct Core {
     pub grace: std::collections::HashMap<(String, String), u64>,
     /// The users directory; absent: nobody to ask, every caller may do everything.
     pub users: Option<crate::users::Users>,
+    /// Questions host tools asked a person in a running turn and are waiting on.
+    pub questions: crate::tools::questions::Questions,
+    /// Agent Merge's configuration per session folder (kept in memory).
+    pub agent_merge: crate::tools::agentmerge::AgentMerge,
+    /// Wakes the wakeup timer when a chat's wakeup changes.
+    pub wakeup_timer: Arc<tokio::sync::Notify>,
 }
 
 /// The host; cheap to clone.
@@ -256,6 +262,9 @@ impl Host {
             endpoints: crate::mcp::Endpoints::default(),
             grace: std::collections::HashMap::new(),
             users: config.users.clone(),
+            questions: Default::default(),
+            agent_merge: Default::default(),
+            wakeup_timer: Arc::default(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }

@@ -118,8 +118,7 @@ impl Host {
         }
         let params = message.remove("params").unwrap_or(Value::Null);
         let Some(method) = message.remove("method").and_then(|m| m.as_str().map(str::to_owned)) else {
-            // A response to a request the host sent (none are outstanding yet); or a message
-            // with no method at all.
+            // A response to a request the host sent; or a message with no method at all.
             if id.is_none() || !(message.contains_key("result") || message.contains_key("error")) {
                 self.send_to(
                     conn.id,
@@ -128,7 +127,9 @@ impl Host {
                         Err(AhpError::invalid_request("A request needs a \"method\"")),
                     ),
                 );
+                return;
             }
+            self.client_answered(conn, id.as_ref(), message);
             return;
         };
         match id {
@@ -604,6 +605,67 @@ impl Host {
             })
             .collect();
         Ok(serde_json::json!({ "items": items }))
+    }
+}
+
+/// How long a request this host sends a client may wait for its answer.
+pub const CLIENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Why a request this host sent a client got no result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientRequestError {
+    /// No connection holds that client id.
+    NotConnected,
+    /// The client answered with a JSON-RPC error; its message, as it said it.
+    Refused(String),
+    /// It closed its connection first.
+    Disconnected,
+    /// It did not answer in time.
+    TimedOut,
+}
+
+impl Host {
+    /// Sends the connected client `client_id` a request of this host's own and waits for its
+    /// answer, at most [`CLIENT_REQUEST_TIMEOUT`].
+    pub async fn request_client(
+        &self,
+        client_id: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
+        let (conn, request, answer) = {
+            let mut core = self.lock();
+            let conn =
+                core.ch.conns_of_client(client_id, 0).into_iter().next().ok_or(ClientRequestError::NotConnected)?;
+            let (request, answer) = core.ch.request(conn, method, &params).ok_or(ClientRequestError::NotConnected)?;
+            (conn, request, answer)
+        };
+        match tokio::time::timeout(CLIENT_REQUEST_TIMEOUT, answer).await {
+            Ok(Ok(Ok(result))) => Ok(result),
+            Ok(Ok(Err(error))) => Err(ClientRequestError::Refused(
+                error.get("message").and_then(Value::as_str).unwrap_or("no reason given").to_owned(),
+            )),
+            Ok(Err(_)) => Err(ClientRequestError::Disconnected),
+            Err(_) => {
+                self.lock().ch.forget_request(conn, request);
+                Err(ClientRequestError::TimedOut)
+            }
+        }
+    }
+
+    /// A connection answered a request this host sent it.
+    fn client_answered(&self, conn: &ConnState, id: Option<&Value>, mut message: serde_json::Map<String, Value>) {
+        let Some(request) = id.and_then(Value::as_u64) else {
+            tracing::debug!(conn = conn.id, "an answer with an id this host never gives; ignored");
+            return;
+        };
+        let answer = match message.remove("error") {
+            Some(error) => Err(error),
+            None => Ok(message.remove("result").unwrap_or(Value::Null)),
+        };
+        if !self.lock().ch.settle_request(conn.id, request, answer) {
+            tracing::debug!(conn = conn.id, request, "an answer to no request this host is waiting on; ignored");
+        }
     }
 }
 

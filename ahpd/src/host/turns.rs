@@ -94,7 +94,7 @@ fn backend_may_say_on_session(action: &StateAction) -> bool {
 impl Host {
     /// Says a turn's start and hands it to the backend. `origin` is the client whose action it
     /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
-    pub(super) fn start_turn(
+    pub fn start_turn(
         &self,
         core: &mut Core,
         chat: &str,
@@ -221,7 +221,7 @@ impl Host {
 
     /// Commits a chat action and keeps everything that depends on it in step: the session's
     /// catalogue entry and summary, its `inputNeeded` list, and what starts when a turn ends.
-    pub(super) fn commit_chat(
+    pub fn commit_chat(
         &self,
         core: &mut Core,
         chat: &str,
@@ -250,6 +250,8 @@ impl Host {
     /// A turn ended: remember it, then start what waits (a steering message the turn did not
     /// take, else the head of the queue).
     fn turn_ended(&self, core: &mut Core, chat: &str, ended: String) {
+        // A question a host tool asked in the turn is withdrawn with it.
+        core.questions.forget_chat(chat);
         if let Some(meta) = core.chats.get_mut(chat) {
             remember(&mut meta.ended, ended);
             meta.turn_clock = None;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-pub use self::records::{ChatRecord, SessionRecord, TurnRecord};
+pub use self::records::{ChatRecord, SessionRecord, TurnRecord, WakeupRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -330,6 +330,53 @@ impl Store {
         self.sql(self.conn.query_row("SELECT COUNT(*) FROM turns WHERE chat = ?1", [chat], |r| r.get(0)))
     }
 
+    /// Keeps a chat's wakeup, replacing the one it had; answers the one replaced.
+    pub fn save_wakeup(&self, record: &WakeupRecord) -> Result<Option<WakeupRecord>, StoreError> {
+        let before = self.wakeup(&record.chat)?;
+        self.sql(self.conn.execute(
+            "INSERT OR REPLACE INTO wakeups (chat, due_at, record) VALUES (?1, ?2, ?3)",
+            params![record.chat, crate::clock::iso(record.due_at_ms), serde_json::to_string(record)?],
+        ))?;
+        Ok(before)
+    }
+
+    /// A chat's wakeup, when it has one.
+    pub fn wakeup(&self, chat: &str) -> Result<Option<WakeupRecord>, StoreError> {
+        let row: Option<String> = self
+            .sql(self.conn.query_row("SELECT record FROM wakeups WHERE chat = ?1", [chat], |r| r.get(0)).optional())?;
+        Ok(row.map(|r| serde_json::from_str(&r)).transpose()?)
+    }
+
+    /// Forgets a chat's wakeup; answers the one it had.
+    pub fn delete_wakeup(&self, chat: &str) -> Result<Option<WakeupRecord>, StoreError> {
+        let before = self.wakeup(chat)?;
+        self.sql(self.conn.execute("DELETE FROM wakeups WHERE chat = ?1", [chat]))?;
+        Ok(before)
+    }
+
+    /// Every stored wakeup, soonest first.
+    pub fn wakeups(&self) -> Result<Vec<WakeupRecord>, StoreError> {
+        let mut stmt = self.sql(self.conn.prepare_cached("SELECT record FROM wakeups ORDER BY due_at, chat"))?;
+        let rows: Vec<String> = self.sql(stmt.query_map([], |r| r.get(0)).and_then(|r| r.collect()))?;
+        rows.iter().map(|r| Ok(serde_json::from_str(r)?)).collect()
+    }
+
+    /// Opens a savepoint: the writes until [`Store::release`] land together or, after
+    /// [`Store::roll_back`], not at all. Savepoints nest inside a transaction.
+    pub fn savepoint(&self, name: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute_batch(&format!("SAVEPOINT {name}")))
+    }
+
+    /// Keeps what was written since the savepoint.
+    pub fn release(&self, name: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute_batch(&format!("RELEASE {name}")))
+    }
+
+    /// Undoes what was written since the savepoint, and closes it.
+    pub fn roll_back(&self, name: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute_batch(&format!("ROLLBACK TO {name}; RELEASE {name}")))
+    }
+
     /// Runs `f` in one transaction (for bulk writes such as a benchmark's seeding).
     pub fn in_transaction<T>(&mut self, f: impl FnOnce(&Store) -> Result<T, StoreError>) -> Result<T, StoreError> {
         self.sql(self.conn.execute_batch("BEGIN"))?;
@@ -343,5 +390,89 @@ impl Store {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_with_a_chat() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&dir.path().join("store.sqlite")).expect("store");
+        let session = SessionRecord {
+            uri: "ahp-session:/s".into(),
+            provider: "echo".into(),
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            title: String::new(),
+            flags: 0,
+            working_directory: None,
+            config: Default::default(),
+            default_chat: None,
+            owner: None,
+            parent: None,
+            depth: 0,
+            meta: None,
+        };
+        store.save_session(&session, &serde_json::json!({})).expect("session");
+        for chat in ["ahp-chat:/a", "ahp-chat:/b"] {
+            let record = ChatRecord {
+                uri: chat.into(),
+                session: "ahp-session:/s".into(),
+                position: 0,
+                title: String::new(),
+                conversation_id: chat.into(),
+                started_in_backend: false,
+                origin: None,
+                queued: Vec::new(),
+                steering: None,
+                draft: None,
+                flags: 0,
+                modified_at: None,
+            };
+            store.save_chat(&record).expect("chat");
+        }
+        (dir, store)
+    }
+
+    fn wakeup(chat: &str, due_at_ms: u64) -> WakeupRecord {
+        WakeupRecord {
+            chat: chat.into(),
+            session: "ahp-session:/s".into(),
+            prompt: "again".into(),
+            due_at_ms,
+            scheduled_at: "2026-01-01T00:00:00.000Z".into(),
+            sender: None,
+        }
+    }
+
+    #[test]
+    fn a_chat_holds_one_wakeup_and_they_list_soonest_first() {
+        let (_dir, store) = store_with_a_chat();
+        assert_eq!(store.save_wakeup(&wakeup("ahp-chat:/a", 5_000)).expect("save"), None);
+        let replaced = store.save_wakeup(&wakeup("ahp-chat:/a", 9_000)).expect("save");
+        assert_eq!(replaced.map(|w| w.due_at_ms), Some(5_000));
+        store.save_wakeup(&wakeup("ahp-chat:/b", 7_000)).expect("save");
+        let due: Vec<(String, u64)> =
+            store.wakeups().expect("list").into_iter().map(|w| (w.chat, w.due_at_ms)).collect();
+        assert_eq!(due, vec![("ahp-chat:/b".into(), 7_000), ("ahp-chat:/a".into(), 9_000)]);
+        assert!(store.delete_wakeup("ahp-chat:/a").expect("delete").is_some());
+        assert!(store.delete_wakeup("ahp-chat:/a").expect("delete").is_none());
+        store.delete_chat("ahp-chat:/b").expect("chat gone");
+        assert!(store.wakeups().expect("list").is_empty(), "a chat's wakeup goes with it");
+    }
+
+    #[test]
+    fn a_rolled_back_savepoint_keeps_the_wakeup() {
+        let (_dir, store) = store_with_a_chat();
+        store.save_wakeup(&wakeup("ahp-chat:/a", 5_000)).expect("save");
+        store.savepoint("fire").expect("savepoint");
+        store.delete_wakeup("ahp-chat:/a").expect("delete");
+        store.roll_back("fire").expect("roll back");
+        assert!(store.wakeup("ahp-chat:/a").expect("read").is_some());
+        store.savepoint("fire").expect("savepoint");
+        store.delete_wakeup("ahp-chat:/a").expect("delete");
+        store.release("fire").expect("release");
+        assert!(store.wakeup("ahp-chat:/a").expect("read").is_none());
     }
 }

@@ -95,3 +95,22 @@ pub struct TurnRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
 }
+
+/// A wakeup `schedule_wakeup` left on a chat: the turn to begin when it is due.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WakeupRecord {
+    /// The chat the turn begins in.
+    pub chat: String,
+    /// Its session.
+    pub session: String,
+    /// The text the turn begins with.
+    pub prompt: String,
+    /// When it is due, in milliseconds since the epoch on the host's clock.
+    pub due_at_ms: u64,
+    /// When it was asked for (ISO-8601).
+    pub scheduled_at: String,
+    /// Who was behind the turn that asked for it (`user:<id>`), under a users directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
+}

@@ -4,10 +4,17 @@
 //!
 //! A tool is a [`ToolInfo`] (its definition and host-side facts) and a branch of its group's `run`.
 //! The groups live beside this file: `session` (the reference host's session tools and this host's
-//! two readers), `artifacts`, `comments`, `agentmerge`, and `own` (`ahp_resource`, `ahp_terminals`,
-//! `schedule_wakeup`).
+//! two readers), `artifacts`, `comments` (with `questions`, how a tool asks a person in the calling
+//! turn), `agentmerge`, and `own` (`ahp_resource`, `ahp_terminals`) with `wakeups`
+//! (`schedule_wakeup` and the timer that begins its turns).
 
+pub mod agentmerge;
+pub mod artifacts;
+pub mod comments;
+pub mod own;
+pub mod questions;
 pub mod readers;
+pub mod wakeups;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -53,6 +60,9 @@ pub struct ToolInfo {
     pub advanced_permission: bool,
     /// What running it does.
     pub effects: ToolEffects,
+    /// It may wait for a person (a question in the calling turn): its deadline is the one a
+    /// client's tool has (`clientToolTimeoutMs`), not [`DEADLINE`].
+    pub waits_for_person: bool,
 }
 
 impl ToolInfo {
@@ -75,7 +85,20 @@ impl ToolInfo {
             grant: None,
             advanced_permission: false,
             effects: ToolEffects::default(),
+            waits_for_person: false,
         }
+    }
+
+    /// Gives it a title.
+    pub fn titled(mut self, title: &str) -> Self {
+        self.definition.title = Some(title.to_owned());
+        self
+    }
+
+    /// Marks it as one that may wait for a person's answer.
+    pub fn waits_for_person(mut self) -> Self {
+        self.waits_for_person = true;
+        self
     }
 
     /// Marks it read-only.
@@ -143,6 +166,10 @@ pub fn catalog() -> &'static [ToolInfo] {
     CATALOG.get_or_init(|| {
         let mut all = Vec::new();
         all.extend(readers::tools());
+        all.extend(artifacts::tools());
+        all.extend(comments::tools());
+        all.extend(agentmerge::tools());
+        all.extend(own::tools());
         all
     })
 }
@@ -205,10 +232,11 @@ pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
     let Some(info) = find(name) else {
         return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
     };
+    let deadline = deadline_of(host, info);
     let run = dispatch(host, info, call);
-    let result = match tokio::time::timeout(DEADLINE, run).await {
+    let result = match tokio::time::timeout(deadline, run).await {
         Ok(result) => result,
-        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", DEADLINE.as_secs())),
+        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs())),
     };
     match result {
         Ok(text) => {
@@ -224,16 +252,35 @@ pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
     }
 }
 
+/// How long a call of the tool may run: [`DEADLINE`], or a client's tool's time for one that
+/// waits for a person (`clientToolTimeoutMs`, where 0 waits for ever).
+fn deadline_of(host: &Host, info: &ToolInfo) -> Duration {
+    if !info.waits_for_person {
+        return DEADLINE;
+    }
+    match host.config().client_tool_timeout_ms {
+        0 => Duration::from_secs(u64::from(u32::MAX)),
+        ms => Duration::from_millis(ms),
+    }
+}
+
 async fn dispatch(host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
     let name = info.definition.name.as_str();
-    match info.group {
-        Group::Session | Group::Artifact | Group::Comment | Group::AgentMerge | Group::Own => {
-            if let Some(result) = readers::run(host, name, &call).await {
-                return result;
-            }
-        }
+    // The session group checks its own grants; the others ask theirs here (seed 000 "Grants").
+    if let Some(grant) = info.grant.filter(|_| call.session.is_some() && info.group != Group::Session) {
+        authorize(&host.lock(), &call, grant)?;
     }
-    Err(format!("No tool named {name} is offered in this session."))
+    let result = match info.group {
+        Group::Session => readers::run(host, name, &call).await,
+        Group::Artifact => artifacts::run(host, name, &call).await,
+        Group::Comment => comments::run(host, name, &call).await,
+        Group::AgentMerge => agentmerge::run(host, name, &call).await,
+        Group::Own => match own::run(host, name, &call).await {
+            Some(result) => Some(result),
+            None => wakeups::run(host, name, &call).await,
+        },
+    };
+    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.")))
 }
 
 impl Core {

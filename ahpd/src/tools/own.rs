@@ -1,0 +1,254 @@
+//! Two of this host's own three tools, both read-only: `ahp_resource` (a file under the session's
+//! folders, or a resource a connected client publishes at `<scheme>://<clientId>/…`, read through
+//! AHP's `resourceRead` sent to that client) and `ahp_terminals` (the terminals a person can see;
+//! this host opens none). The third, `schedule_wakeup`, is `wakeups.rs`.
+
+use std::path::{Component, Path, PathBuf};
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::{Group, ToolCall, ToolInfo, ToolResult};
+use crate::host::requests::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+use crate::host::Host;
+
+const RESOURCE: &str = "ahp_resource";
+const TERMINALS: &str = "ahp_terminals";
+
+/// The largest file `ahp_resource` reads.
+const MAX_FILE: u64 = 8 << 20;
+
+/// The two readers (and `schedule_wakeup` after them).
+pub fn tools() -> Vec<ToolInfo> {
+    let mut terminals = ToolInfo::new(
+        Group::Own,
+        TERMINALS,
+        "The terminals this host has open, with what each is running and where. These are the terminals the person can see, which is not the same as a shell run from a tool.",
+        json!({ "type": "object", "properties": {} }),
+    )
+    .titled("Terminals on this host")
+    .read_only();
+    terminals.definition.annotations.get_or_insert_with(super::empty_annotations).open_world_hint = Some(false);
+    vec![
+        ToolInfo::new(
+            Group::Own,
+            RESOURCE,
+            "Read a resource by URI: a file under this session's folders, or one a connected client publishes and this machine has no copy of - a plugin\u{2019}s virtual files, an editor\u{2019}s unsaved buffers. Addressed as <scheme>://<client>/<path>.",
+            json!({ "type": "object", "properties": { "uri": { "type": "string", "description": "The resource's URI, such as file:///path/to/file or virtual://<client>/<path>." } }, "required": ["uri"] }),
+        )
+        .titled("Read a resource this host serves")
+        .read_only(),
+        terminals,
+        super::wakeups::tool(),
+    ]
+}
+
+/// Runs one of the two readers; `None` for another tool's name.
+pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+    Some(match name {
+        RESOURCE => resource(host, call).await,
+        // This host opens no terminals of its own.
+        TERMINALS => Ok("This host has no terminal open.".to_owned()),
+        _ => return None,
+    })
+}
+
+async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
+    let uri = match call.input.get("uri") {
+        Some(Value::String(uri)) if !uri.trim().is_empty() => uri.trim().to_owned(),
+        _ => return Err(format!("Invalid {RESOURCE} input: uri must be a non-empty string.")),
+    };
+    let Some((scheme, rest)) = uri.split_once(':').filter(|(s, _)| valid_scheme(s)) else {
+        return Err(format!(
+            "Invalid {RESOURCE} input: uri must be an absolute URI including its scheme, such as 'file:///path/to/file'."
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme == "file" {
+        return read_file(host, call, &uri).await;
+    }
+    let authority = rest.strip_prefix("//").map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
+    match authority {
+        Some(client) if !client.is_empty() && !scheme.starts_with("ahp-") => read_published(host, client, &uri).await,
+        _ => Err(format!(
+            "{RESOURCE} reads files under this session's folders and resources a connected client publishes at <scheme>://<client>/<path>; {uri} is neither."
+        )),
+    }
+}
+
+fn valid_scheme(scheme: &str) -> bool {
+    let mut chars = scheme.chars();
+    scheme.len() > 1
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// A path from a `file:` URI, percent-decoded.
+fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
+    let rest = uri.split_once(':')?.1;
+    let path = match rest.strip_prefix("//") {
+        // After the authority (empty, or `localhost`) comes the path.
+        Some(after) => &after[after.find('/')?..],
+        None => rest,
+    };
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    let path = PathBuf::from(String::from_utf8(out).ok()?);
+    path.is_absolute().then_some(path)
+}
+
+/// `..` and `.` taken out without touching the disk (for a path that does not exist).
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
+    let Some(path) = path_of_file_uri(uri) else {
+        return Err(format!("Invalid {RESOURCE} input: {uri} does not name an absolute path."));
+    };
+    let folders: Vec<PathBuf> = {
+        let mut core = host.lock();
+        match &call.session {
+            Some(session) if host.ensure_loaded(&mut core, session) => {
+                core.sessions.get(session).and_then(|m| m.working_directory.clone()).into_iter().collect()
+            }
+            _ => Vec::new(),
+        }
+    };
+    if folders.is_empty() {
+        return Err(format!("This session has no folder, so {RESOURCE} reads no files."));
+    }
+    let roots: Vec<PathBuf> = folders.iter().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())).collect();
+    let outside = || {
+        let shown: Vec<String> = folders.iter().map(|f| f.display().to_string()).collect();
+        format!("{uri} is outside this session's folders; {RESOURCE} reads files under {} only.", shown.join(", "))
+    };
+    // Resolved through symlinks, so what is read is what the folder holds, not where a link points.
+    let real = match tokio::fs::canonicalize(&path).await {
+        Ok(real) => real,
+        Err(_) => {
+            let normal = lexically_normal(&path);
+            return Err(if roots.iter().chain(folders.iter()).any(|r| normal.starts_with(r)) {
+                format!("There is no file at {uri}.")
+            } else {
+                outside()
+            });
+        }
+    };
+    if !roots.iter().any(|r| real.starts_with(r)) {
+        return Err(outside());
+    }
+    let meta = tokio::fs::metadata(&real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
+    if meta.is_dir() {
+        return list_dir(&real, uri).await;
+    }
+    if meta.len() > MAX_FILE {
+        return Err(format!("{uri} is {} bytes, more than {RESOURCE} reads ({} bytes).", meta.len(), MAX_FILE));
+    }
+    let bytes = tokio::fs::read(&real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
+    Ok(text_or_base64(uri, bytes, None))
+}
+
+/// Valid UTF-8 with no zero byte is text; anything else is said as base64.
+fn text_or_base64(uri: &str, bytes: Vec<u8>, content_type: Option<&str>) -> String {
+    if !bytes.contains(&0) {
+        if let Ok(text) = String::from_utf8(bytes.clone()) {
+            return text;
+        }
+    }
+    let kind = content_type.map(|t| format!(", {t}")).unwrap_or_default();
+    format!(
+        "{uri} is binary ({} bytes{kind}); base64:\n{}",
+        bytes.len(),
+        base64::engine::general_purpose::STANDARD.encode(&bytes)
+    )
+}
+
+async fn list_dir(dir: &Path, uri: &str) -> ToolResult {
+    let mut entries = tokio::fs::read_dir(dir).await.map_err(|e| format!("Could not list {uri}: {e}"))?;
+    let mut names: Vec<(bool, String)> = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
+        names.push((!is_dir, entry.file_name().to_string_lossy().into_owned()));
+    }
+    names.sort();
+    if names.is_empty() {
+        return Ok(format!("{uri} is an empty folder."));
+    }
+    let lines: Vec<String> =
+        names.into_iter().map(|(file, name)| if file { name } else { format!("{name}/") }).collect();
+    Ok(lines.join("\n"))
+}
+
+/// Reads a resource a connected client publishes, by asking that client.
+async fn read_published(host: &Host, client: &str, uri: &str) -> ToolResult {
+    let params = json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "uri": uri });
+    match host.request_client(client, "resourceRead", params).await {
+        Ok(result) => {
+            let data = result.get("data").and_then(Value::as_str).unwrap_or("");
+            let content_type = result.get("contentType").and_then(Value::as_str);
+            match result.get("encoding").and_then(Value::as_str) {
+                Some("base64") => {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(data)
+                        .map_err(|e| format!("{client} answered {uri} with base64 that does not decode: {e}"))?;
+                    Ok(text_or_base64(uri, bytes, content_type))
+                }
+                _ => Ok(data.to_owned()),
+            }
+        }
+        Err(ClientRequestError::NotConnected) => {
+            Err(format!("No connected client publishes {uri}: no client {client} is connected to this host."))
+        }
+        // The client's own refusal, as it said it: this host has no standing to soften it.
+        Err(ClientRequestError::Refused(why)) => Err(format!("{client} could not read {uri}: {why}")),
+        Err(ClientRequestError::Disconnected) => Err(format!("{client} disconnected before answering for {uri}.")),
+        Err(ClientRequestError::TimedOut) => {
+            Err(format!("{client} did not answer for {uri} within {} s.", CLIENT_REQUEST_TIMEOUT.as_secs()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_become_paths() {
+        assert_eq!(path_of_file_uri("file:///w/a%20b.txt"), Some(PathBuf::from("/w/a b.txt")));
+        assert_eq!(path_of_file_uri("file://localhost/w/x"), Some(PathBuf::from("/w/x")));
+        assert_eq!(path_of_file_uri("file:relative"), None);
+        assert_eq!(lexically_normal(Path::new("/w/x/../../etc/passwd")), PathBuf::from("/etc/passwd"));
+    }
+
+    #[test]
+    fn text_is_text_and_the_rest_is_base64() {
+        assert_eq!(text_or_base64("u", b"hello".to_vec(), None), "hello");
+        assert_eq!(
+            text_or_base64("u", vec![0, 1], Some("image/png")),
+            "u is binary (2 bytes, image/png); base64:\nAAE="
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! `schedule_wakeup`, the third of this host's own tools, and the timer that keeps its promise: a
+//! new turn in the calling chat, `delaySeconds` (60 s to 30 days) from now, beginning with
+//! `prompt`.
+//!
+//! A chat holds one wakeup: a new call replaces it and `stop: true` cancels it. It is kept in the
+//! store's `wakeups` table, so it survives the session going to sleep and the daemon restarting or
+//! being killed, and nothing is kept awake for it: the timer reads the store. When one is due the
+//! host loads the session if it is not in memory and begins the turn, or queues the prompt behind
+//! a turn that is running. The store forgets the wakeup in the same savepoint that records the
+//! turn's start, so it fires once. A wakeup that fell due while the daemon was down fires once,
+//! when it starts. One whose turn is refused, or whose agent is not running, stays stored and is
+//! tried again when the daemon next starts. Due times are on the host's [`Clock`], which tests
+//! move instead of waiting.
+//!
+//! [`Clock`]: crate::clock::Clock
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use ahp_types::actions::{ChatPendingMessageSetAction, StateAction};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
+use serde_json::{json, Value};
+
+use super::{Group, ToolCall, ToolInfo, ToolResult};
+use crate::clock::iso;
+use crate::host::core::Committed;
+use crate::host::{Core, Host};
+use crate::store::WakeupRecord;
+
+const NAME: &str = "schedule_wakeup";
+
+/// The shortest delay, in seconds.
+pub const MIN_DELAY: u64 = 60;
+/// The longest delay, in seconds (30 days).
+pub const MAX_DELAY: u64 = 2_592_000;
+
+/// The tool's definition.
+pub fn tool() -> ToolInfo {
+    ToolInfo::new(
+        Group::Own,
+        NAME,
+        "Begin a new turn in this chat later. After delaySeconds (60 to 2592000, which is 30 days) this host begins a turn here with prompt as its message, waking the session if it sleeps, or queues the prompt behind a turn that is running then. A chat holds one wakeup: a new call replaces it, and stop: true cancels it. It survives the daemon restarting. Answers when the wakeup is due.",
+        json!({
+            "type": "object",
+            "properties": {
+                "delaySeconds": { "type": "number", "minimum": MIN_DELAY, "maximum": MAX_DELAY, "description": "Seconds from now until the turn begins, from 60 to 2592000 (30 days)." },
+                "prompt": { "type": "string", "description": "The text the turn begins with." },
+                "stop": { "type": "boolean", "description": "Cancel this chat's wakeup instead of scheduling one." },
+            },
+        }),
+    )
+    .titled("Schedule a wakeup")
+    .writes()
+}
+
+/// Runs `schedule_wakeup`; `None` for another tool's name.
+pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+    (name == NAME).then(|| schedule(host, call))
+}
+
+fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
+    let stop = match call.input.get("stop") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.")),
+    };
+    let (Some(chat), Some(session)) = (call.chat.clone(), call.session.clone()) else {
+        return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none."));
+    };
+    if stop {
+        return cancel(host, &chat);
+    }
+    let delay = call
+        .input
+        .get("delaySeconds")
+        .and_then(Value::as_f64)
+        .filter(|d| (MIN_DELAY as f64..=MAX_DELAY as f64).contains(d))
+        .ok_or_else(|| {
+            format!("Invalid {NAME} input: delaySeconds must be a number from {MIN_DELAY} to {MAX_DELAY} (30 days).")
+        })?;
+    let prompt = match call.input.get("prompt") {
+        Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
+        _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.")),
+    };
+    let clock = &host.config().clock;
+    // Within the bounds checked above, so it fits.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let delay_ms = (delay * 1000.0).round() as u64;
+    let record = WakeupRecord {
+        chat,
+        session,
+        prompt,
+        due_at_ms: clock.now().saturating_add(delay_ms),
+        scheduled_at: clock.now_iso(),
+        sender: None,
+    };
+    let core = host.lock();
+    let replaced = core.store.save_wakeup(&record).map_err(|e| format!("The wakeup could not be kept: {e}"))?;
+    core.wakeup_timer.notify_one();
+    let mut said = format!(
+        "Wakeup scheduled: this chat begins a new turn at {} ({} seconds from now) with your prompt.",
+        iso(record.due_at_ms),
+        delay_ms.div_ceil(1000)
+    );
+    if let Some(before) = replaced {
+        said.push_str(&format!(" It replaces the wakeup that was due at {}.", iso(before.due_at_ms)));
+    }
+    Ok(said)
+}
+
+fn cancel(host: &Host, chat: &str) -> ToolResult {
+    let core = host.lock();
+    let gone = core.store.delete_wakeup(chat).map_err(|e| format!("The wakeup could not be cancelled: {e}"))?;
+    core.wakeup_timer.notify_one();
+    Ok(match gone {
+        Some(w) => format!("Wakeup cancelled; it was due at {}.", iso(w.due_at_ms)),
+        None => "This chat has no wakeup to cancel.".to_owned(),
+    })
+}
+
+/// Wakeups refused in this process, by (chat, due time): tried again only when the daemon next
+/// starts, or when the chat schedules another.
+type Refused = HashSet<(String, u64)>;
+
+impl Host {
+    /// Begins the turns of wakeups that fell due while the daemon was down, before any client can
+    /// connect, then keeps a timer for the rest until the daemon stops.
+    pub fn run_wakeups(&self) {
+        let mut refused = Refused::new();
+        self.fire_due_wakeups(&mut refused);
+        let host = self.clone();
+        self.spawn("wakeups", async move {
+            let notify: Arc<tokio::sync::Notify> = host.lock().wakeup_timer.clone();
+            let clock = host.config().clock.clone();
+            loop {
+                match host.next_wakeup(&refused) {
+                    Some(due) if due <= clock.now() => host.fire_due_wakeups(&mut refused),
+                    Some(due) => {
+                        tokio::select! {
+                            _ = clock.sleep_until(due) => {}
+                            _ = notify.notified() => {}
+                        }
+                    }
+                    None => notify.notified().await,
+                }
+            }
+        });
+    }
+
+    /// When the soonest wakeup not refused is due.
+    fn next_wakeup(&self, refused: &Refused) -> Option<u64> {
+        let core = self.lock();
+        let all = core.store.wakeups().unwrap_or_else(|e| {
+            tracing::error!("could not read the wakeups: {e}");
+            Vec::new()
+        });
+        all.into_iter().map(|w| (w.chat, w.due_at_ms)).filter(|k| !refused.contains(k)).map(|(_, due)| due).min()
+    }
+
+    /// Fires every wakeup that is due now, soonest first.
+    fn fire_due_wakeups(&self, refused: &mut Refused) {
+        let now = self.config().clock.now();
+        let mut core = self.lock();
+        let due: Vec<WakeupRecord> = match core.store.wakeups() {
+            Ok(all) => all.into_iter().filter(|w| w.due_at_ms <= now).collect(),
+            Err(e) => {
+                tracing::error!("could not read the wakeups: {e}");
+                return;
+            }
+        };
+        for wakeup in due {
+            let key = (wakeup.chat.clone(), wakeup.due_at_ms);
+            if refused.contains(&key) {
+                continue;
+            }
+            match self.fire_wakeup(&mut core, &wakeup) {
+                Ok(how) => tracing::info!(chat = %wakeup.chat, "a wakeup fell due: {how}"),
+                Err(why) => {
+                    tracing::warn!(
+                        chat = %wakeup.chat,
+                        "a wakeup fell due but its turn could not begin ({why}); it stays stored and is tried again when the daemon next starts"
+                    );
+                    refused.insert(key);
+                }
+            }
+        }
+    }
+
+    /// Begins one wakeup's turn (or queues its prompt), forgetting it in the same savepoint.
+    fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, String> {
+        if !self.ensure_loaded(core, &wakeup.chat) {
+            return Err("its chat could not be loaded".to_owned());
+        }
+        let provider = core
+            .chats
+            .get(&wakeup.chat)
+            .and_then(|m| core.sessions.get(&m.session))
+            .map(|s| s.provider.clone())
+            .unwrap_or_default();
+        // The worker's own state, not what its `Ready` said: at start-up that event may still be
+        // on its way to the host when the first wakeups fire.
+        if self.supervisor().current(&provider).is_none() {
+            return Err(format!("the {provider} agent is not running, so the session cannot resume"));
+        }
+        let message = wakeup_message(wakeup);
+        const SAVEPOINT: &str = "wakeup";
+        core.store.savepoint(SAVEPOINT).map_err(|e| e.to_string())?;
+        let fired = self.begin_or_queue(core, wakeup, message);
+        let kept = match fired {
+            Ok(_) => core.store.release(SAVEPOINT),
+            Err(_) => core.store.roll_back(SAVEPOINT),
+        };
+        // A store that could not keep the outcome may still hold the wakeup: it is not tried
+        // again in this process, so the timer cannot spin on it.
+        kept.map_err(|e| e.to_string())?;
+        fired
+    }
+
+    fn begin_or_queue(&self, core: &mut Core, wakeup: &WakeupRecord, message: Message) -> Result<&'static str, String> {
+        core.store.delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
+        let running = core.ch.chats.get(&wakeup.chat).is_some_and(|c| c.active_turn.is_some());
+        if running {
+            let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
+                kind: PendingMessageKind::Queued,
+                id: crate::host::new_id(),
+                message,
+            });
+            return match self.commit_chat(core, &wakeup.chat, action, None, None) {
+                Committed::Sent { .. } => Ok("its prompt is queued behind the running turn"),
+                _ => Err("the chat would not queue its prompt".to_owned()),
+            };
+        }
+        let start = crate::host::turns::host_turn(message, None);
+        let turn_id = start.turn_id.clone();
+        self.start_turn(core, &wakeup.chat, start, None);
+        let began =
+            core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+        if began {
+            Ok("its turn began")
+        } else {
+            Err("the chat would not take the turn".to_owned())
+        }
+    }
+}
+
+/// The message a wakeup's turn begins with: the model's own prompt, marked as a wakeup's.
+fn wakeup_message(wakeup: &WakeupRecord) -> Message {
+    let mut meta = JsonObject::new();
+    meta.insert(
+        "ahpd.wakeup".to_owned(),
+        json!({ "dueAt": iso(wakeup.due_at_ms), "scheduledAt": wakeup.scheduled_at }),
+    );
+    Message {
+        text: wakeup.prompt.clone(),
+        origin: MessageOrigin { kind: MessageKind::Agent },
+        attachments: None,
+        model: None,
+        agent: None,
+        meta: Some(meta),
+    }
+}
