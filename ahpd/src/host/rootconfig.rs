@@ -95,9 +95,12 @@ pub fn root_config(config: &Config) -> RootConfigState {
     RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
 }
 
+/// A push split in two: (keys that apply live, keys that apply after a restart).
+pub type SplitPush = (Vec<(String, Value)>, Vec<(String, Value)>);
+
 /// Checks a client's push: every key known, writable and valid. Answers the live keys and the
 /// restart keys it changes.
-pub fn check_push(push: &JsonObject, replace: bool) -> Result<(Vec<(String, Value)>, Vec<(String, Value)>), String> {
+pub fn check_push(push: &JsonObject, replace: bool) -> Result<SplitPush, String> {
     if replace {
         return Err("The daemon's config is changed key by key, not replaced whole".into());
     }
