@@ -93,7 +93,11 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
         prompt,
         due_at_ms: clock.now().saturating_add(delay_ms),
         scheduled_at: clock.now_iso(),
-        sender: None,
+        // The wake's turn acts as the person whose turn asked for it, and never as more.
+        sender: match &call.caller {
+            crate::tools::Caller::Turn(sender) => sender.clone(),
+            _ => None,
+        },
     };
     let core = host.lock();
     let replaced = core.store.save_wakeup(&record).map_err(|e| format!("The wakeup could not be kept: {e}"))?;
@@ -221,9 +225,13 @@ impl Host {
         core.store.delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
         let running = core.ch.chats.get(&wakeup.chat).is_some_and(|c| c.active_turn.is_some());
         if running {
+            let id = crate::host::new_id();
+            if let Some(sender) = wakeup.sender.clone() {
+                core.note_sender(&wakeup.chat, &id, sender);
+            }
             let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
                 kind: PendingMessageKind::Queued,
-                id: crate::host::new_id(),
+                id,
                 message,
             });
             return match self.commit_chat(core, &wakeup.chat, action, None, None) {
@@ -233,6 +241,9 @@ impl Host {
         }
         let start = crate::host::turns::host_turn(message, None);
         let turn_id = start.turn_id.clone();
+        if let Some(sender) = wakeup.sender.clone() {
+            core.note_sender(&wakeup.chat, &turn_id, sender);
+        }
         self.start_turn(core, &wakeup.chat, start, None);
         let began =
             core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
