@@ -100,12 +100,17 @@ impl Agent for Notes {
             display_name: "Notes".into(),
             description: Some("Keeps notes; asks before it writes one".into()),
             capabilities: Some(crate::agent::multiple_chats()),
-            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
+            features: AgentFeatures { steering: true, inherited_chat_config: true, ..AgentFeatures::default() },
         }
     }
 
     fn schema(&self, _policy: &Policy) -> SchemaResult {
         notes_schema()
+    }
+
+    /// A session a session tool makes asks before the same calls as the chat that made it.
+    fn inherited_chat_config(&self, config: &JsonObject) -> JsonObject {
+        config.iter().filter(|(key, _)| *key == "ask").map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
