@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! read NAME | read | write NAME TEXT | list | ask QUESTION | call TOOL {json} | fail | error
-//! | later TEXT | wait MS
+//! | later TEXT | wait MS | endpoint | tools
 //! ```
 
 use std::collections::{HashMap, VecDeque};
@@ -185,6 +185,7 @@ enum Command {
     Later(String),
     Wait(u64),
     Endpoint,
+    Tools,
     Unknown(String),
 }
 
@@ -214,6 +215,7 @@ fn parse_one(command: &str) -> Command {
         "later" => Command::Later(rest.to_owned()),
         "wait" => Command::Wait(rest.parse().unwrap_or(1000)),
         "endpoint" => Command::Endpoint,
+        "tools" => Command::Tools,
         _ => Command::Unknown(command.to_owned()),
     }
 }
@@ -346,6 +348,13 @@ impl NotesSession {
                 w.end_part();
                 w.text(&said);
             }
+            Command::Tools => {
+                // The tools this session was handed, as the host last set them.
+                let names: Vec<String> = lock(&self.state).tools.iter().map(|t| t.definition.name.clone()).collect();
+                let mut w = lock(&writer);
+                w.end_part();
+                w.text(&format!("tools: {}", names.join(", ")));
+            }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 let mut w = lock(&writer);
@@ -356,7 +365,7 @@ impl NotesSession {
                 let mut w = lock(&writer);
                 w.end_part();
                 w.text(&format!(
-                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS."
+                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools."
                 ));
             }
             Command::Later(_) | Command::Error => {}
