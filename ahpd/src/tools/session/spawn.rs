@@ -138,14 +138,14 @@ fn tree_root(host: &Host, core: &mut Core, session: &str) -> String {
 /// Refuses when the budget is spent.
 fn check(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) -> Result<(), String> {
     let Some((key, scope)) = key else { return Ok(()) };
-    let now = core.tools_now();
+    let now = core.clock.now();
     core.tools.limits.check(key, budget, *scope, now)
 }
 
 /// Counts what happened.
 fn spend(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) {
     if let Some((key, _)) = key {
-        let now = core.tools_now();
+        let now = core.clock.now();
         core.tools.limits.spend(key, budget, now);
     }
 }
@@ -457,17 +457,17 @@ fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) ->
         }
     }
     let calling_provider = call.chat.as_deref().and_then(|c| chat_provider(core, c));
-    let session_provider = call.session.as_deref().map(|s| provider_of(core, s));
-    // The agent the model is looked up in: the one named, else (for a chat in this session) the
-    // session's; an independent session may take its agent from the model.
+    // The agents the model is looked up in: the one named, else (for a chat in this session) the
+    // calling chat's; an independent session may take its agent from the model.
     let scope =
-        args.agent.map(str::to_owned).or_else(|| if args.independent { None } else { session_provider.clone() });
+        args.agent.map(str::to_owned).or_else(|| if args.independent { None } else { calling_provider.clone() });
     let asked_model = args.model.map(|m| resolve_model(core, CREATE, m, scope.as_deref())).transpose()?;
+    // Absent, the agent is the model's, then the calling chat's, then the first this host holds.
     let provider = args
         .agent
         .map(str::to_owned)
         .or_else(|| asked_model.as_ref().map(|(p, _)| p.clone()))
-        .or_else(|| if args.independent { calling_provider.clone() } else { session_provider.clone() })
+        .or_else(|| calling_provider.clone())
         .or_else(|| offered.first().cloned())
         .ok_or_else(|| format!("Invalid {CREATE} input: this host offers no agent yet."))?;
     let same_agent = calling_provider.as_deref() == Some(provider.as_str());
@@ -633,12 +633,5 @@ fn owner_for(core: &Core, call: &ToolCall) -> Option<String> {
     match &call.session {
         Some(session) => core.sessions.get(session).and_then(|m| m.owner.clone()),
         None => core.users.as_ref().and(acting(core, call).as_sender()),
-    }
-}
-
-impl Core {
-    /// Now, on the host's clock (manual in tests), for the limits' sliding hour.
-    pub fn tools_now(&self) -> crate::clock::Millis {
-        self.clock.now()
     }
 }
