@@ -520,6 +520,77 @@ async fn with_no_token_the_sessionless_door_answers_this_machine_and_says_when_i
     Ok(())
 }
 
+/// People in a users directory, by `ahpd user add`: their tokens by id.
+async fn people(home: &tests::daemon::Home, who: &[(&str, &str)]) -> anyhow::Result<Vec<String>> {
+    let mut tokens = Vec::new();
+    for (id, role) in who {
+        let run = home.expect(0, &["user", "add", id, "--role", role, "--users", "users.json"]).await?;
+        tokens.push(run.stdout.trim().to_owned());
+    }
+    Ok(tokens)
+}
+
+#[tokio::test]
+async fn under_a_users_directory_a_tool_acts_as_its_turns_person_and_the_door_as_the_tokens() -> anyhow::Result<()> {
+    const ROOT: &str = "root-secret-token";
+    let home = tests::daemon::Home::new()?;
+    let tokens = people(&home, &[("ana", "member"), ("bob", "member"), ("gus", "guest")]).await?;
+    let (ana_token, bob_token, gus_token) = (&tokens[0], &tokens[1], &tokens[2]);
+    let mut options = options();
+    options.args.extend(["--users", "users.json", "--connection-token", ROOT].map(str::to_owned));
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut ana = TestClient::connect(&format!("{}/?tkn={ana_token}", daemon.url), "ana").await?;
+    let mut bob = TestClient::connect(&format!("{}/?tkn={bob_token}", daemon.url), "bob").await?;
+    let (_a, ana_chat) = ana.create_session("notes", None).await?;
+    let (bobs, bob_chat) = bob.create_session("notes", None).await?;
+
+    // What ana's turn makes is ana's: bob may not delete it, and ana may not delete bob's.
+    let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Ana's" });
+    let turn = ana.turn(&ana_chat, &format!("call create_session {spawn}")).await?;
+    let made = session_of(&link_in(&successes(&turn)[0])?);
+    let turn = bob.turn(&bob_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
+    assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."]);
+    let turn = ana.turn(&ana_chat, &format!("call delete_session {}", json!({ "session": bobs }))).await?;
+    assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."]);
+    let turn = ana.turn(&ana_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
+    assert!(successes(&turn)[0].starts_with(&format!("Deleted session {made}.")), "{:?}", tool_results(&turn));
+
+    // The door: root sees the eleven, a person what their grants show, a guest the reading half.
+    let mcp = format!("{}/mcp", daemon.url.replace("ws://", "http://"));
+    assert_eq!(names(&list_tools(&mcp, ROOT).await?).len(), 11);
+    assert_eq!(names(&list_tools(&mcp, ana_token).await?).len(), 11);
+    assert_eq!(
+        names(&list_tools(&mcp, gus_token).await?),
+        ["list_sessions", "list_agents", "list_models", "get_session_context"]
+    );
+    assert_eq!(list_tools(&mcp, "").await?["httpError"], 401, "nobody signed in");
+    assert_eq!(list_tools(&mcp, "not-a-token").await?["httpError"], 401);
+    let r = call_tools(
+        &mcp,
+        gus_token,
+        &[("create_session", json!({ "relationship": "independent", "prompt": "p", "title": "t" }))],
+    )
+    .await?;
+    assert_eq!(text(&r[0]), "No tool named create_session");
+    let r = call_tools(
+        &mcp,
+        ana_token,
+        &[
+            (
+                "create_session",
+                json!({ "relationship": "independent", "agent": "echo", "prompt": "p", "title": "By ana" }),
+            ),
+            ("delete_session", json!({ "session": bobs })),
+        ],
+    )
+    .await?;
+    let by_ana = session_of(&link_in(ok_text(&r[0])?)?);
+    refused(&r[1], "Only the session's owner can delete it.");
+    let turn = bob.turn(&bob_chat, &format!("call delete_session {}", json!({ "session": by_ana }))).await?;
+    assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."], "what /mcp made is its caller's");
+    Ok(())
+}
+
 /// `count` copies of a `call` command, one per line.
 fn calls(count: usize, tool: &str, input: impl Fn(usize) -> Value) -> String {
     (0..count).map(|i| format!("call {tool} {}", input(i))).collect::<Vec<_>>().join("\n")

@@ -67,7 +67,7 @@ async fn sessionless_post(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    match sessionless_caller(&app.door, &headers, peer) {
+    match sessionless_caller(&app, &headers, peer) {
         Ok(caller) => crate::mcp::post_sessionless(&app.host, caller, body).await,
         Err((status, why)) => crate::mcp::door_refusal(status, why),
     }
@@ -79,38 +79,45 @@ async fn sessionless_get(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    match sessionless_caller(&app.door, &headers, peer) {
+    match sessionless_caller(&app, &headers, peer) {
         Ok(_) => crate::mcp::get_sessionless(&app.host),
         Err((status, why)) => crate::mcp::door_refusal(status, why),
     }
 }
 
-/// Who may use `/mcp`: a caller presenting the daemon's connection token as a Bearer (root), or,
-/// on a daemon with no token, a caller on this machine. A web page or a rebound host name is
-/// refused as at the WebSocket door.
-fn sessionless_caller(
-    door: &DoorPolicy,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-) -> Result<Caller, (StatusCode, String)> {
+/// Who may use `/mcp`: a caller presenting the daemon's connection token as a Bearer (root) or,
+/// under a users directory, a person's own token (that person); on a daemon with no token and no
+/// directory, a caller on this machine. A web page or a rebound host name is refused as at the
+/// WebSocket door.
+fn sessionless_caller(app: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Caller, (StatusCode, String)> {
+    use crate::users::Principal;
+    let door = &app.door;
     check_host(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
     check_origin(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
     let refused = |why: &str| Err((StatusCode::UNAUTHORIZED, why.to_owned()));
-    match &door.token {
-        Some(expected) => {
-            let offered = headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
-            match offered {
-                Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(Caller::Root),
-                Some(_) => refused("Refused: wrong connection token."),
-                None => refused("Refused: /mcp needs this daemon's connection token as Authorization: Bearer."),
-            }
+    let offered = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match app.host.person_of_token(offered) {
+        Some(Ok(Principal::Root)) => return Ok(Caller::Root),
+        Some(Ok(Principal::Person(id))) => return Ok(Caller::Person(id)),
+        Some(Ok(Principal::Nobody)) => {
+            return refused("Refused: /mcp needs a token: this daemon's connection token, or your own as a person.")
         }
-        None if peer.ip().is_loopback() => Ok(Caller::Root),
-        None => refused("Refused: this daemon has no connection token, so /mcp answers only callers on this machine."),
+        Some(Err(())) => return refused("Refused: wrong connection token."),
+        None => {}
+    }
+    match (&door.token, offered) {
+        (Some(expected), Some(token)) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(Caller::Root),
+        (Some(_), Some(_)) => refused("Refused: wrong connection token."),
+        (Some(_), None) => refused("Refused: /mcp needs this daemon's connection token as Authorization: Bearer."),
+        (None, _) if peer.ip().is_loopback() => Ok(Caller::Root),
+        (None, _) => {
+            refused("Refused: this daemon has no connection token, so /mcp answers only callers on this machine.")
+        }
     }
 }
 
