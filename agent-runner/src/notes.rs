@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! read NAME | read | write NAME TEXT | list | ask QUESTION | call TOOL {json} | fail | error
-//! | later TEXT | wait MS
+//! | later TEXT | wait MS | endpoint | tools
 //! ```
 
 use std::collections::{HashMap, VecDeque};
@@ -100,12 +100,17 @@ impl Agent for Notes {
             display_name: "Notes".into(),
             description: Some("Keeps notes; asks before it writes one".into()),
             capabilities: Some(crate::agent::multiple_chats()),
-            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
+            features: AgentFeatures { steering: true, inherited_chat_config: true, ..AgentFeatures::default() },
         }
     }
 
     fn schema(&self, _policy: &Policy) -> SchemaResult {
         notes_schema()
+    }
+
+    /// A session a session tool makes asks before the same calls as the chat that made it.
+    fn inherited_chat_config(&self, config: &JsonObject) -> JsonObject {
+        config.iter().filter(|(key, _)| *key == "ask").map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
@@ -180,6 +185,7 @@ enum Command {
     Later(String),
     Wait(u64),
     Endpoint,
+    Tools,
     Unknown(String),
 }
 
@@ -209,6 +215,7 @@ fn parse_one(command: &str) -> Command {
         "later" => Command::Later(rest.to_owned()),
         "wait" => Command::Wait(rest.parse().unwrap_or(1000)),
         "endpoint" => Command::Endpoint,
+        "tools" => Command::Tools,
         _ => Command::Unknown(command.to_owned()),
     }
 }
@@ -341,6 +348,13 @@ impl NotesSession {
                 w.end_part();
                 w.text(&said);
             }
+            Command::Tools => {
+                // The tools this session was handed, as the host last set them.
+                let names: Vec<String> = lock(&self.state).tools.iter().map(|t| t.definition.name.clone()).collect();
+                let mut w = lock(&writer);
+                w.end_part();
+                w.text(&format!("tools: {}", names.join(", ")));
+            }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 let mut w = lock(&writer);
@@ -351,7 +365,7 @@ impl NotesSession {
                 let mut w = lock(&writer);
                 w.end_part();
                 w.text(&format!(
-                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS."
+                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools."
                 ));
             }
             Command::Later(_) | Command::Error => {}

@@ -295,7 +295,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
         let shutdown = cancel.clone();
-        axum::serve(listener, app.into_make_service())
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .context("the listener failed")?;

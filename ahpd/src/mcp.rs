@@ -43,6 +43,8 @@ pub struct Endpoints {
     by_id: HashMap<String, Endpoint>,
     by_session: HashMap<String, String>,
     base: Option<String>,
+    /// `/mcp`'s event streams, once one was opened.
+    sessionless: Option<broadcast::Sender<()>>,
 }
 
 impl Endpoints {
@@ -84,9 +86,28 @@ impl Endpoints {
         }
     }
 
+    /// Tells `/mcp`'s event streams that the sessionless tools changed.
+    pub fn sessionless_tools_changed(&self) {
+        if let Some(tx) = &self.sessionless {
+            let _ = tx.send(());
+        }
+    }
+
+    fn sessionless_stream(&mut self) -> broadcast::Receiver<()> {
+        self.sessionless.get_or_insert_with(|| broadcast::channel(16).0).subscribe()
+    }
+
     fn get(&self, id: &str) -> Option<&Endpoint> {
         self.by_id.get(id)
     }
+}
+
+/// Who a message on a tools endpoint comes from.
+enum Door {
+    /// A session's own endpoint.
+    Session(String),
+    /// `/mcp`: a caller with no session.
+    Sessionless(Caller),
 }
 
 fn rpc_error(status: StatusCode, id: Value, code: i32, message: impl Into<String>) -> Response {
@@ -135,7 +156,23 @@ pub async fn post_session(
         Ok(session) => session,
         Err(response) => return response,
     };
-    handle(&host, Some(session), body).await
+    handle(&host, Door::Session(session), body).await
+}
+
+/// `POST /mcp`: one JSON-RPC message from a caller with no session, whom the listener let in.
+pub async fn post_sessionless(host: &Host, caller: Caller, body: Bytes) -> Response {
+    handle(host, Door::Sessionless(caller), body).await
+}
+
+/// `GET /mcp`: an event stream that says when the sessionless tools change.
+pub fn get_sessionless(host: &Host) -> Response {
+    let rx = host.lock().endpoints.sessionless_stream();
+    Sse::new(changes(rx)).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// A refusal at `/mcp`'s door, in the endpoint's shape.
+pub fn door_refusal(status: StatusCode, message: impl Into<String>) -> Response {
+    rpc_error(status, Value::Null, -32001, message)
 }
 
 /// `GET /ahp-mcp/<id>`: an event stream that says when the session's tools change.
@@ -179,8 +216,8 @@ pub async fn unknown_path(uri: axum::http::Uri) -> Response {
     rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {}", uri.path()))
 }
 
-/// Handles one JSON-RPC message for a session's endpoint (`Some`) or the sessionless one.
-async fn handle(host: &Host, session: Option<String>, body: Bytes) -> Response {
+/// Handles one JSON-RPC message for a session's endpoint or the sessionless one.
+async fn handle(host: &Host, door: Door, body: Bytes) -> Response {
     let message: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, format!("Parse error: {e}")),
@@ -212,8 +249,8 @@ async fn handle(host: &Host, session: Option<String>, body: Bytes) -> Response {
             }),
         ),
         "ping" => rpc_result(id, json!({})),
-        "tools/list" => rpc_result(id, json!({ "tools": list(host, session.as_deref()) })),
-        "tools/call" => call(host, session, id, params).await,
+        "tools/list" => rpc_result(id, json!({ "tools": list(host, &door) })),
+        "tools/call" => call(host, door, id, params).await,
         other => rpc_error(
             StatusCode::OK,
             id,
@@ -223,17 +260,18 @@ async fn handle(host: &Host, session: Option<String>, body: Bytes) -> Response {
     }
 }
 
-/// The tools a session's endpoint offers, in MCP's shape.
-fn list(host: &Host, session: Option<&str>) -> Vec<Value> {
+/// The tools an endpoint offers, in MCP's shape.
+fn list(host: &Host, door: &Door) -> Vec<Value> {
     let core = host.lock();
-    let specs = match session {
-        Some(session) => core.tool_specs(session),
-        None => Vec::new(),
+    let definitions = match door {
+        Door::Session(session) => core.tool_specs(session).into_iter().map(|spec| spec.definition).collect(),
+        Door::Sessionless(caller) => {
+            core.sessionless_tools(caller).into_iter().map(|tool| tool.definition).collect::<Vec<_>>()
+        }
     };
-    specs
+    definitions
         .into_iter()
-        .map(|spec| {
-            let d = spec.definition;
+        .map(|d| {
             let mut tool = json!({ "name": d.name, "inputSchema": d.input_schema.unwrap_or_else(|| json!({ "type": "object", "properties": {} })) });
             if let Some(description) = d.description {
                 tool["description"] = Value::String(description);
@@ -246,15 +284,16 @@ fn list(host: &Host, session: Option<&str>) -> Vec<Value> {
         .collect()
 }
 
-async fn call(host: &Host, session: Option<String>, id: Value, params: Value) -> Response {
+async fn call(host: &Host, door: Door, id: Value, params: Value) -> Response {
     let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
         return rpc_error(StatusCode::OK, id, -32602, "tools/call needs a tool name");
     };
     let input = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
     let tool_use =
         params.get("_meta").and_then(|m| m.get("claudecode/toolUseId")).and_then(Value::as_str).map(str::to_owned);
-    let Some(session) = session else {
-        return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
+    let session = match door {
+        Door::Session(session) => session,
+        Door::Sessionless(caller) => return call_sessionless(host, caller, id, name, input).await,
     };
     let (chat, turn_id, offered, client_tool, sender) = {
         let core = host.lock();
@@ -281,6 +320,21 @@ async fn call(host: &Host, session: Option<String>, id: Value, params: Value) ->
     }
     let call =
         ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(sender), input };
+    let outcome = crate::tools::run(host, &name, call).await;
+    let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
+    if !outcome.success {
+        result["isError"] = Value::Bool(true);
+    }
+    rpc_result(id, result)
+}
+
+/// A call on `/mcp`: a tool this caller is listed, run with no session, chat or turn.
+async fn call_sessionless(host: &Host, caller: Caller, id: Value, name: String, input: Value) -> Response {
+    let listed = host.lock().sessionless_tools(&caller).iter().any(|t| t.definition.name == name);
+    if !listed {
+        return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
+    }
+    let call = ToolCall { session: None, chat: None, turn_id: None, tool_call_id: None, caller, input };
     let outcome = crate::tools::run(host, &name, call).await;
     let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
     if !outcome.success {

@@ -5,8 +5,8 @@ usage: client.py URL TOKEN list
        client.py URL TOKEN call NAME JSON_ARGUMENTS
        client.py URL TOKEN calls JSON_LIST_OF_[NAME,ARGUMENTS]
 Prints one JSON object: {"tools": [...]}, {"isError": bool, "text": "..."}, or {"results": [...]} of
-those in order (one session, many calls); on a refusal at the HTTP level prints {"httpError": STATUS}
-and exits 3.
+those in order (one session, many calls); a call the server answers with a JSON-RPC error is
+{"rpcError": MESSAGE}; on a refusal at the HTTP level prints {"httpError": STATUS} and exits 3.
 """
 import asyncio
 import json
@@ -15,6 +15,7 @@ import sys
 import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
 
 
 async def main() -> int:
@@ -48,7 +49,10 @@ async def main() -> int:
 
 
 async def call(session, name, arguments):
-    result = await session.call_tool(name, arguments)
+    try:
+        result = await session.call_tool(name, arguments)
+    except McpError as e:
+        return {"rpcError": e.error.message}
     text = "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
     return {"isError": bool(result.isError), "text": text}
 

@@ -49,6 +49,24 @@ pub mod status {
 
 const NEW_SESSION_TITLE: &str = "New session";
 
+/// A session about to be opened, however it was asked for.
+pub struct NewSession {
+    /// Its channel.
+    pub uri: String,
+    /// Its backend.
+    pub provider: String,
+    /// Its config schema and values (already checked).
+    pub config: SessionConfigState,
+    /// The folder it runs in.
+    pub working_directory: Option<std::path::PathBuf>,
+    /// Who owns it.
+    pub owner: Option<String>,
+    /// The session whose tools created it.
+    pub parent: Option<String>,
+    /// How many create links sit above it.
+    pub depth: u32,
+}
+
 /// The config values a session starts with: the schema's defaults under what the client chose,
 /// each checked against the schema.
 pub fn resolve_config(schema: &SchemaResult, given: Option<&JsonObject>) -> Result<JsonObject, AhpError> {
@@ -511,6 +529,38 @@ impl Host {
                 ));
             }
         }
+        let active_client = params.active_client;
+        let new = NewSession {
+            uri: uri.clone(),
+            provider,
+            config: SessionConfigState { schema: schema.schema.clone(), values },
+            working_directory,
+            // Under a users directory the person who opened it owns it: deleting is their say.
+            owner: core.users.as_ref().and(conn.principal.as_sender()),
+            parent: None,
+            depth: 0,
+        };
+        self.open_session(&mut core, new, |core| {
+            if let Some(active) = active_client {
+                let action =
+                    StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
+                core.ch.commit(&uri, action, None, None);
+            }
+        });
+        Ok(())
+    }
+
+    /// Opens a session however it was asked for (a client's `createSession`, a session tool): its
+    /// channels, its record, its default chat and the backend's start, then tells root subscribers.
+    /// `before_announce` runs once the default chat exists and before the session is announced.
+    /// Answers the default chat.
+    pub(crate) fn open_session(
+        &self,
+        core: &mut Core,
+        new: NewSession,
+        before_announce: impl FnOnce(&mut Core),
+    ) -> String {
+        let NewSession { uri, provider, config, working_directory, owner, parent, depth } = new;
         let now = now_iso();
         let state = SessionState {
             provider: provider.clone(),
@@ -527,7 +577,7 @@ impl Host {
             active_clients: Vec::new(),
             chats: Vec::new(),
             default_chat: None,
-            config: Some(SessionConfigState { schema: schema.schema.clone(), values }),
+            config: Some(config),
             customizations: None,
             changesets: None,
             input_needed: None,
@@ -537,8 +587,6 @@ impl Host {
         core.ch.sessions.insert(uri.clone(), state);
         core.ch.annotations.insert(annotations.clone(), AnnotationsState { annotations: Vec::new() });
         let placeholder = core.placeholder_summary(&uri, &provider, &now);
-        // Under a users directory the person who opened it owns it: deleting is their say.
-        let owner = core.users.as_ref().and(conn.principal.as_sender());
         core.sessions.insert(
             uri.clone(),
             SessionMeta {
@@ -548,8 +596,8 @@ impl Host {
                 last_summary: placeholder,
                 annotations,
                 owner,
-                parent: None,
-                depth: 0,
+                parent,
+                depth,
             },
         );
         let server_tools = core.server_tools(&uri);
@@ -558,11 +606,8 @@ impl Host {
         }
         core.persist_session(&uri);
         let chat = format!("ahp-chat:/{}", uri_id(&uri));
-        self.add_chat(&mut core, &uri, &chat, &now, true);
-        if let Some(active) = params.active_client {
-            let action = StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
-            core.ch.commit(&uri, action, None, None);
-        }
+        self.add_chat(core, &uri, &chat, &now, true);
+        before_announce(core);
         core.publish_session_count();
         if let Some(summary) = core.summary_of(&uri) {
             if let Some(meta) = core.sessions.get_mut(&uri) {
@@ -577,12 +622,29 @@ impl Host {
         if let Some(meta) = core.chats.get(&chat) {
             let _ = meta.driver.send(Op::Ensure { announce_ready: true });
         }
-        Ok(())
+        chat
     }
 
     /// Adds a chat to a session: its state, its driver, and its catalogue entry.
-    fn add_chat(&self, core: &mut Core, session: &str, chat: &str, now: &str, default: bool) {
-        let provider = core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default();
+    pub(crate) fn add_chat(&self, core: &mut Core, session: &str, chat: &str, now: &str, default: bool) {
+        self.add_chat_with(core, session, chat, now, default, None);
+    }
+
+    /// Adds a chat that runs `harness`'s agent and settings rather than its session's (`None`: the
+    /// session's).
+    pub(crate) fn add_chat_with(
+        &self,
+        core: &mut Core,
+        session: &str,
+        chat: &str,
+        now: &str,
+        default: bool,
+        harness: Option<crate::store::records::Harness>,
+    ) {
+        let provider = match &harness {
+            Some(h) => h.provider.clone(),
+            None => core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default(),
+        };
         let state = empty_chat(chat, now);
         core.ch.chats.insert(chat.to_owned(), state.clone());
         let driver = spawn_driver(self.clone(), chat.to_owned(), provider);
@@ -604,6 +666,7 @@ impl Host {
                 transcripts: std::collections::HashMap::new(),
                 client_calls: std::collections::HashMap::new(),
                 senders: std::collections::HashMap::new(),
+                harness,
             },
         );
         core.persist_chat(chat);
@@ -617,7 +680,7 @@ impl Host {
         }
     }
 
-    pub(super) fn dispose_session(&self, params: Value) -> Result<Value, AhpError> {
+    pub(crate) fn dispose_session(&self, params: Value) -> Result<Value, AhpError> {
         let params: ahp_types::commands::DisposeSessionParams = parse_params("disposeSession", params)?;
         let uri = params.channel;
         let mut core = self.lock();

@@ -47,6 +47,9 @@ pub enum Op {
     SetConfig { key: String, value: Value },
     /// The tools offered changed.
     SetTools(Vec<ToolSpec>),
+    /// Close the backend's session for this chat, so the next operation starts it again (resumed)
+    /// with what the host holds now — a new working directory.
+    Restart,
     /// The chat is going away.
     Close,
 }
@@ -72,6 +75,10 @@ impl Driver {
             if let Op::Close = op {
                 self.close().await;
                 return;
+            }
+            if let Op::Restart = op {
+                self.restart().await;
+                continue;
             }
             let worker = match self.ensure().await {
                 Ok(worker) => worker,
@@ -188,7 +195,7 @@ impl Driver {
             Op::SetTools(tools) => {
                 self.request(worker, parent::SET_TOOLS, protocol::SetToolsParams { chat, tools }).await;
             }
-            Op::Close => {}
+            Op::Close | Op::Restart => {}
         }
     }
 
@@ -241,6 +248,13 @@ impl Driver {
         }
     }
 
+    /// Closes the backend's session and forgets it; the next operation creates it again.
+    async fn restart(&mut self) {
+        let Some(worker) = self.live.clone() else { return };
+        self.close().await;
+        self.host.lost_backend(&self.chat, worker.incarnation);
+    }
+
     async fn close(&mut self) {
         if let Some(worker) = self.live.take() {
             let params = protocol::ChatRef { chat: self.chat.clone() };
@@ -262,6 +276,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::SetDraft(_) => "a draft",
         Op::SetConfig { .. } => "a config change",
         Op::SetTools(_) => "the tools",
+        Op::Restart => "a restart",
         Op::Close => "the close",
     }
 }
@@ -275,14 +290,12 @@ impl Host {
         meta.live = Some(incarnation);
         let (session, conversation_id, resume) =
             (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend);
+        let own = meta.harness.as_ref().map(|h| h.settings.clone());
         let working_directory =
             core.sessions.get(&session)?.working_directory.as_ref().map(|p| p.display().to_string());
-        let settings = core
-            .ch
-            .sessions
-            .get(&session)
-            .and_then(|s| s.config.as_ref().map(|c| c.values.clone()))
-            .unwrap_or_default();
+        let settings = own.unwrap_or_else(|| {
+            core.ch.sessions.get(&session).and_then(|s| s.config.as_ref().map(|c| c.values.clone())).unwrap_or_default()
+        });
         let session_uri = session.clone();
         Some(protocol::Start {
             session,

@@ -177,6 +177,8 @@ pub struct ChatMeta {
     pub senders: std::collections::HashMap<String, String>,
     /// Calls of clients' tools waiting for their client, by tool call id.
     pub client_calls: std::collections::HashMap<String, clients::ClientCall>,
+    /// The agent it runs, when that is not its session's.
+    pub harness: Option<crate::store::records::Harness>,
 }
 
 /// Everything under the host's lock.
@@ -209,6 +211,10 @@ pub struct Core {
     pub agent_merge: crate::tools::agentmerge::AgentMerge,
     /// Wakes the wakeup timer when a chat's wakeup changes.
     pub wakeup_timer: Arc<tokio::sync::Notify>,
+    /// What the host's tools keep between calls (the limits' counts, deferred workspace changes).
+    pub tools: crate::tools::ToolState,
+    /// The host's clock (manual in tests), for what the tools count over time.
+    pub clock: crate::clock::Clock,
 }
 
 /// The host; cheap to clone.
@@ -265,6 +271,8 @@ impl Host {
             questions: Default::default(),
             agent_merge: Default::default(),
             wakeup_timer: Arc::default(),
+            tools: crate::tools::ToolState::default(),
+            clock: config.clock.clone(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -363,6 +371,8 @@ impl Host {
             entry.schema = Some(schema);
         }
         core.publish_agents();
+        // The agents a session may start are part of create_session's schema.
+        self.offers_changed(&mut core);
     }
 
     fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult) {

@@ -82,6 +82,7 @@ impl Core {
             draft: state.draft.clone(),
             flags: state.status & !status::ACTIVITY,
             modified_at: Some(state.modified_at.clone()),
+            harness: meta.harness.clone(),
         })
     }
 
@@ -273,7 +274,8 @@ impl Host {
             });
             let titled = !state.turns.is_empty() || !chat_record.title.is_empty();
             core.ch.chats.insert(chat_record.uri.clone(), state);
-            let driver = spawn_driver(self.clone(), chat_record.uri.clone(), record.provider.clone());
+            let provider = chat_record.harness.as_ref().map_or(&record.provider, |h| &h.provider).clone();
+            let driver = spawn_driver(self.clone(), chat_record.uri.clone(), provider);
             core.chats.insert(
                 chat_record.uri.clone(),
                 ChatMeta {
@@ -291,6 +293,7 @@ impl Host {
                     transcripts,
                     client_calls: HashMap::new(),
                     senders,
+                    harness: chat_record.harness.clone(),
                 },
             );
         }

@@ -204,6 +204,8 @@ impl Host {
             "disposeChat" => self.dispose_chat(params),
             "completions" => self.completions(params),
             "ahpd/test/advanceClock" => self.advance_clock(params),
+            // A tool's move and a client's are refused in the same words while chat moves are off.
+            "moveChat" => Err(AhpError::invalid_request(crate::tools::session::CHAT_MOVES_OFF)),
             other if is_known_method(other) => {
                 Err(AhpError::method_not_found(&format!("{other} (this host does not serve it yet)")))
             }

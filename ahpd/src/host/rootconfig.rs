@@ -219,5 +219,7 @@ impl Host {
                 self.tools_changed(core, &session);
             }
         }
+        // A caller with no session may see another list too.
+        core.endpoints.sessionless_tools_changed();
     }
 }

@@ -253,15 +253,18 @@ impl Host {
         // A question a host tool asked in the turn is withdrawn with it.
         core.questions.forget_chat(chat);
         if let Some(meta) = core.chats.get_mut(chat) {
-            remember(&mut meta.ended, ended);
+            remember(&mut meta.ended, ended.clone());
             meta.turn_clock = None;
             meta.steering_offered = None;
         }
+        // A workspace change a session tool asked for is carried out (or dropped) first: the
+        // chat's backend restarts in the new folder before anything queued runs there.
+        crate::tools::session::turn_ended(self, core, chat, &ended);
         self.start_next(core, chat);
     }
 
     /// Starts the steering message or the head of the queue, when the chat is free.
-    pub(super) fn start_next(&self, core: &mut Core, chat: &str) {
+    pub(crate) fn start_next(&self, core: &mut Core, chat: &str) {
         let Some(state) = core.ch.chats.get(chat) else {
             return;
         };

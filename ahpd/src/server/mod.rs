@@ -1,21 +1,23 @@
-//! The listener: one port serving the AHP WebSocket upgrade at `/` (later `/ahp-mcp` beside it),
+//! The listener: one port serving the AHP WebSocket upgrade at `/`, each session's tools endpoint
+//! under `/ahp-mcp`, and the sessionless tools at `/mcp`,
 //! with the door checks a developer's machine needs — the connection token, and refusing web pages
 //! and rebound host names — and the `--stdio` transport for a host nested inside another.
 
 pub mod stdio;
 pub mod ws;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
 use crate::host::Host;
+use crate::tools::Caller;
 
 /// The door's settings.
 #[derive(Debug, Clone)]
@@ -50,7 +52,73 @@ pub fn router(host: Host, door: DoorPolicy) -> Router {
         )
         .with_state(host.clone());
     let state = AppState { host, door: Arc::new(door) };
-    Router::new().route("/", get(upgrade)).fallback(not_found).with_state(state).merge(tools)
+    Router::new()
+        .route("/", get(upgrade))
+        .route("/mcp", axum::routing::post(sessionless_post).get(sessionless_get).fallback(mcp::other_method))
+        .fallback(not_found)
+        .with_state(state)
+        .merge(tools)
+}
+
+/// `POST /mcp`: the sessionless tools, for a caller the door lets in.
+async fn sessionless_post(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    match sessionless_caller(&app, &headers, peer) {
+        Ok(caller) => crate::mcp::post_sessionless(&app.host, caller, body).await,
+        Err((status, why)) => crate::mcp::door_refusal(status, why),
+    }
+}
+
+/// `GET /mcp`: the event stream that says when the sessionless tools change.
+async fn sessionless_get(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    match sessionless_caller(&app, &headers, peer) {
+        Ok(_) => crate::mcp::get_sessionless(&app.host),
+        Err((status, why)) => crate::mcp::door_refusal(status, why),
+    }
+}
+
+/// Who may use `/mcp`: a caller presenting the daemon's connection token as a Bearer (root) or,
+/// under a users directory, a person's own token (that person); on a daemon with no token and no
+/// directory, a caller on this machine. A web page or a rebound host name is refused as at the
+/// WebSocket door.
+fn sessionless_caller(app: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Caller, (StatusCode, String)> {
+    use crate::users::Principal;
+    let door = &app.door;
+    check_host(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
+    check_origin(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
+    let refused = |why: &str| Err((StatusCode::UNAUTHORIZED, why.to_owned()));
+    let offered = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match app.host.person_of_token(offered) {
+        Some(Ok(Principal::Root)) => return Ok(Caller::Root),
+        Some(Ok(Principal::Person(id))) => return Ok(Caller::Person(id)),
+        Some(Ok(Principal::Nobody)) => {
+            return refused("Refused: /mcp needs a token: this daemon's connection token, or your own as a person.")
+        }
+        Some(Err(())) => return refused("Refused: wrong connection token."),
+        None => {}
+    }
+    match (&door.token, offered) {
+        (Some(expected), Some(token)) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(Caller::Root),
+        (Some(_), Some(_)) => refused("Refused: wrong connection token."),
+        (Some(_), None) => refused("Refused: /mcp needs this daemon's connection token as Authorization: Bearer."),
+        (None, _) if peer.ip().is_loopback() => Ok(Caller::Root),
+        (None, _) => {
+            refused("Refused: this daemon has no connection token, so /mcp answers only callers on this machine.")
+        }
+    }
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {

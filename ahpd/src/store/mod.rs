@@ -429,6 +429,7 @@ mod tests {
                 draft: None,
                 flags: 0,
                 modified_at: None,
+                harness: None,
             };
             store.save_chat(&record).expect("chat");
         }

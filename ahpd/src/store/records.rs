@@ -80,6 +80,21 @@ pub struct ChatRecord {
     /// When it last changed (ISO-8601).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_at: Option<String>,
+    /// The agent it runs, when that is not its session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<Harness>,
+}
+
+/// A chat that runs another agent than its session's (a session tool's `create_session` with
+/// `currentSession` and an agent or settings of its own): that agent and the settings it runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Harness {
+    /// The provider the chat runs.
+    pub provider: String,
+    /// Its config values in force.
+    #[serde(default)]
+    pub settings: JsonObject,
 }
 
 /// A turn that ended, as every client folded it, with the host's own facts about it.

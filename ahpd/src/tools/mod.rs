@@ -11,9 +11,12 @@
 pub mod agentmerge;
 pub mod artifacts;
 pub mod comments;
+pub mod limits;
+pub mod offers;
 pub mod own;
 pub mod questions;
 pub mod readers;
+pub mod session;
 pub mod wakeups;
 
 use std::sync::OnceLock;
@@ -63,6 +66,24 @@ pub struct ToolInfo {
     /// It may wait for a person (a question in the calling turn): its deadline is the one a
     /// client's tool has (`clientToolTimeoutMs`), not [`DEADLINE`].
     pub waits_for_person: bool,
+    /// The wording one session is offered (VS Code's `getDefinitionForSession`), or `None` when the
+    /// tool is not for that session (`isEnabledForSession` false). Asked with no session for a
+    /// sessionless caller.
+    pub for_session: Option<ForSession>,
+}
+
+/// Tailors a tool to a session (`None`: a sessionless caller), or withholds it.
+pub type ForSession = fn(&Core, Option<&str>, ToolInfo) -> Option<ToolInfo>;
+
+/// What the host's tools keep between calls, under the host's lock.
+#[derive(Debug, Default)]
+pub struct ToolState {
+    /// The session tools' counts.
+    pub limits: limits::Limits,
+    /// Workspace changes waiting for their turn to end, by chat.
+    pub workspace_requests: std::collections::HashMap<String, session::WorkspaceRequest>,
+    /// Chats whose session moved folder while they ran a turn: restarted when it ends.
+    pub pending_restarts: std::collections::HashSet<String>,
 }
 
 impl ToolInfo {
@@ -86,6 +107,21 @@ impl ToolInfo {
             advanced_permission: false,
             effects: ToolEffects::default(),
             waits_for_person: false,
+            for_session: None,
+        }
+    }
+
+    /// Tailors (or withholds) the tool per session.
+    pub fn for_session(mut self, tailor: ForSession) -> Self {
+        self.for_session = Some(tailor);
+        self
+    }
+
+    /// This tool as `session` is offered it (`None`: withheld from it).
+    pub fn tailored(&self, core: &Core, session: Option<&str>) -> Option<ToolInfo> {
+        match self.for_session {
+            Some(tailor) => tailor(core, session, self.clone()),
+            None => Some(self.clone()),
         }
     }
 
@@ -165,7 +201,7 @@ pub fn catalog() -> &'static [ToolInfo] {
     static CATALOG: OnceLock<Vec<ToolInfo>> = OnceLock::new();
     CATALOG.get_or_init(|| {
         let mut all = Vec::new();
-        all.extend(readers::tools());
+        all.extend(session::tools());
         all.extend(artifacts::tools());
         all.extend(comments::tools());
         all.extend(agentmerge::tools());
@@ -271,7 +307,10 @@ async fn dispatch(host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
         authorize(&host.lock(), &call, grant)?;
     }
     let result = match info.group {
-        Group::Session => readers::run(host, name, &call).await,
+        Group::Session => match readers::run(host, name, &call).await {
+            Some(result) => Some(result),
+            None => session::run(host, name, &call).await,
+        },
         Group::Artifact => artifacts::run(host, name, &call).await,
         Group::Comment => comments::run(host, name, &call).await,
         Group::AgentMerge => agentmerge::run(host, name, &call).await,
@@ -294,7 +333,7 @@ impl Core {
             .iter()
             .filter(|t| !t.advanced_permission || settings.advanced_tools)
             .filter(|t| t.group != Group::Session || session_tools)
-            .cloned()
+            .filter_map(|t| t.tailored(self, Some(session)))
             .collect()
     }
 

@@ -256,6 +256,7 @@ fn seed_store(home: &std::path::Path, count: usize) -> anyhow::Result<()> {
                 draft: None,
                 flags: 0,
                 modified_at: Some(at.clone()),
+                harness: None,
             })?;
             let turn = serde_json::from_value(json!({ "id": format!("t{i}"), "startedAt": at, "duration": 5,
                 "message": { "text": "hi", "origin": { "kind": "user" } },

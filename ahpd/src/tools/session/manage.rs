@@ -1,0 +1,333 @@
+//! The session tools that change what exists: `rename_chat`, `archive_chat`, `set_workspace` (and
+//! the `isolate_session` this host withholds), `delete_session` and `move_session`.
+//!
+//! `set_workspace` cannot act when it is called — the agent is restarted in the new folder, and a
+//! restart mid-turn is a turn that never finishes — so it records a request that [`turn_ended`]
+//! carries out when the turn completes and drops when it is cancelled or fails.
+
+use std::path::PathBuf;
+
+use ahp_types::actions::{
+    ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, SessionWorkingDirectoryReplacedAction,
+    SessionWorkingDirectorySetAction, StateAction,
+};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
+use serde_json::{json, Value};
+
+use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
+use super::{acting, link_of, optional_bool, resolve, title_arg};
+use crate::host::driver::Op;
+use crate::host::requests::file_uri;
+use crate::host::turns::host_turn;
+use crate::host::{Core, Host};
+use crate::users::Principal;
+
+/// What a move is refused with while chat moves are off — the tool and a client's `moveChat`
+/// alike.
+pub const CHAT_MOVES_OFF: &str =
+    "Moving chats is turned off on this host (chatMoves.enabled is off), so nothing was moved.";
+
+/// A workspace change waiting for the turn that asked for it to end.
+#[derive(Debug, Clone)]
+pub struct WorkspaceRequest {
+    /// The turn that asked.
+    pub turn_id: String,
+    /// The folder the session moves to.
+    pub folder: PathBuf,
+}
+
+// --- rename_chat -----------------------------------------------------------------------------
+
+/// `rename_chat` as this host offers it: every session runs under the deferred title strategy (the
+/// host names a chat after its first message), so `automatic` is left out and the description
+/// says to rename only on request, as VS Code's host words it for that strategy.
+pub fn rename_chat_for(_core: &Core, _session: Option<&str>, mut info: ToolInfo) -> Option<ToolInfo> {
+    info.definition.description = Some("Rename one specific chat when the user explicitly asks to rename it. Automatic naming is handled by the host; do not call this tool to name a fresh chat. Renaming the default chat also names its owning session, while peer-chat titles remain independent. Use a short, human-friendly chat name in sentence case (1-4 words). Pass an `agent-host-session://` session or chat link to target another chat, or omit `chat` to rename the chat in which this tool is running. Every invocation replaces the current title.".to_owned());
+    if let Some(properties) =
+        info.definition.input_schema.as_mut().and_then(|s| s.get_mut("properties")).and_then(Value::as_object_mut)
+    {
+        properties.remove("automatic");
+    }
+    Some(info)
+}
+
+/// `rename_chat`.
+pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "rename_chat";
+    let input = &call.input;
+    let title = title_arg(TOOL, required_str(TOOL, input, "title")?)?;
+    let asked_session = optional_str(TOOL, input, "session")?;
+    let asked_chat = optional_str(TOOL, input, "chat")?;
+    let mut core = host.lock();
+    let known_session = |core: &mut Core, asked: &str| {
+        resolve(host, core, asked, &|| {
+            format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
+        })
+        .map(|r| r.session)
+    };
+    let chat = match asked_chat {
+        Some(asked) => {
+            let target = resolve(host, &mut core, asked, &|| {
+                format!("Invalid {TOOL} input: chat must be an agent-host-session:// link targeting a known chat.")
+            })?;
+            if let Some(s) = asked_session {
+                if known_session(&mut core, s)? != target.session {
+                    return Err(format!("Invalid {TOOL} input: session must match the owning session of chat."));
+                }
+            }
+            target.chat
+        }
+        None => {
+            let (Some(session), Some(chat)) = (call.session.clone(), call.chat.clone()) else {
+                return Err(format!(
+                    "Invalid {TOOL} input: chat must target a known chat, or the tool must run inside that chat."
+                ));
+            };
+            if let Some(s) = asked_session {
+                if known_session(&mut core, s)? != session {
+                    return Err(format!("Invalid {TOOL} input: session must match the current chat's owning session."));
+                }
+            }
+            chat
+        }
+    };
+    authorize(&core, call, "session:write")?;
+    core.set_chat_title(&chat, &title);
+    if let Some(meta) = core.chats.get_mut(&chat) {
+        meta.titled = true;
+    }
+    Ok(format!("Renamed chat to \"{title}\"."))
+}
+
+// --- archive_chat ----------------------------------------------------------------------------
+
+/// `archive_chat`.
+pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "archive_chat";
+    let asked = required_str(TOOL, &call.input, "chat")?;
+    let mut core = host.lock();
+    let target = resolve(host, &mut core, asked, &|| {
+        format!("Invalid {TOOL} input: chat must be an agent-host-session:// link targeting a known chat.")
+    })?;
+    let link = link_of(&core, &target.session, &target.chat);
+    if target.is_default {
+        if call.session.as_deref() == Some(target.session.as_str()) {
+            return Err(format!("Invalid {TOOL} input: refusing to archive the main chat of the current session."));
+        }
+        authorize(&core, call, "session:mark")?;
+        let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
+        core.ch.commit(&target.session, action, None, None);
+        core.persist_session(&target.session);
+        core.sync_summary(&target.session);
+        return Ok(format!("Archived session ({link})."));
+    }
+    if call.chat.as_deref() == Some(target.chat.as_str()) {
+        return Err(format!("Invalid {TOOL} input: refusing to archive the current chat."));
+    }
+    authorize(&core, call, "chat:mark")?;
+    let action = StateAction::ChatIsArchivedChanged(ChatIsArchivedChangedAction { is_archived: true });
+    host.commit_chat(&mut core, &target.chat, action, None, None);
+    Ok(format!("Archived chat ({link})."))
+}
+
+// --- set_workspace and isolate_session -------------------------------------------------------
+
+/// `set_workspace`: recorded now, carried out when the turn completes.
+pub fn set_workspace(host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "set_workspace";
+    let (Some(chat), Some(turn_id)) = (call.chat.clone(), call.turn_id.clone()) else {
+        return Err(format!("{TOOL} must run from an active chat turn."));
+    };
+    let asked = required_str(TOOL, &call.input, "workspaceFolder")?;
+    let folder = local_folder(asked)
+        .ok_or_else(|| format!("Invalid {TOOL} input: workspaceFolder must be an absolute local path or file URI."))?;
+    let isolation = optional_bool(TOOL, &call.input, "isolation")?
+        .ok_or_else(|| format!("Invalid {TOOL} input: isolation must be a boolean."))?;
+    if isolation {
+        return Err(format!(
+            "Invalid {TOOL} input: this host cannot make an isolated worktree; call {TOOL} again with isolation false to work in the folder itself."
+        ));
+    }
+    if !folder.is_dir() {
+        return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()));
+    }
+    let mut core = host.lock();
+    authorize(&core, call, "session:write")?;
+    let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+    if !running {
+        return Err(format!("{TOOL} must run from an active chat turn."));
+    }
+    let uri = file_uri(&folder);
+    core.tools.workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
+    Ok(format!(
+        "Workspace will be set to {uri} after this turn ends. End this turn now without calling more tools or replying; the host will continue the original task automatically in the selected workspace."
+    ))
+}
+
+/// An absolute local path or `file://` URI with no query or fragment.
+fn local_folder(asked: &str) -> Option<PathBuf> {
+    let path = match asked.strip_prefix("file://") {
+        Some(rest) => rest,
+        None if asked.starts_with('/') => asked,
+        None => return None,
+    };
+    if !path.starts_with('/') || path.contains(['?', '#']) {
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
+/// `isolate_session` is offered only to a chat of a session whose agent keeps a folder per chat;
+/// no agent this host runs does, so it is withheld from every session (and listed to none).
+pub fn isolate_session_for(_core: &Core, _session: Option<&str>, _info: ToolInfo) -> Option<ToolInfo> {
+    None
+}
+
+/// `isolate_session`, should a call reach it anyway.
+pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
+    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".to_owned())
+}
+
+/// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
+/// dropped when it was cancelled or failed; a chat waiting to restart in its session's new folder
+/// restarts now.
+pub fn turn_ended(host: &Host, core: &mut Core, chat: &str, ended: &str) {
+    if core.tools.pending_restarts.remove(chat) {
+        if let Some(meta) = core.chats.get(chat) {
+            let _ = meta.driver.send(Op::Restart);
+        }
+    }
+    let Some(request) = core.tools.workspace_requests.remove(chat) else { return };
+    if request.turn_id != ended {
+        core.tools.workspace_requests.insert(chat.to_owned(), request);
+        return;
+    }
+    let completed = core
+        .ch
+        .chats
+        .get(chat)
+        .and_then(|c| c.turns.iter().rev().find(|t| t.id == ended))
+        .is_some_and(|t| t.state == TurnState::Complete);
+    if !completed {
+        tracing::info!(chat, turn = ended, "the turn did not complete; its workspace change is dropped");
+        return;
+    }
+    move_session_folder(host, core, chat, request);
+}
+
+/// Moves the chat's session to the requested folder: its record and state, every chat's backend
+/// restarted there (a busy one when its turn ends), and the calling chat continued.
+fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: WorkspaceRequest) {
+    let Some(session) = core.chats.get(chat).map(|m| m.session.clone()) else { return };
+    let new_uri = file_uri(&request.folder);
+    let old_uri = core.ch.sessions.get(&session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
+    let action = match old_uri {
+        Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
+            directory,
+            replacement: new_uri.clone(),
+        }),
+        None => {
+            StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: new_uri.clone() })
+        }
+    };
+    if let Some(meta) = core.sessions.get_mut(&session) {
+        meta.working_directory = Some(request.folder.clone());
+    }
+    core.ch.commit(&session, action, None, None);
+    core.persist_session(&session);
+    core.sync_summary(&session);
+    let chats: Vec<String> = core
+        .ch
+        .sessions
+        .get(&session)
+        .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
+        .unwrap_or_default();
+    for other in chats {
+        let busy = other != chat && core.ch.chats.get(&other).is_some_and(|c| c.active_turn.is_some());
+        if busy {
+            core.tools.pending_restarts.insert(other);
+        } else if let Some(meta) = core.chats.get(&other) {
+            let _ = meta.driver.send(Op::Restart);
+        }
+    }
+    tracing::info!(session, folder = %request.folder.display(), "moved to a new workspace");
+    // The host continues the task the turn was doing, in the new folder.
+    let mut meta = JsonObject::new();
+    meta.insert("vscode.chat.requestHiddenFromTranscript".into(), json!(true));
+    meta.insert("vscode.chat.systemInitiatedLabel".into(), json!("Workspace set"));
+    meta.insert("vscode.chat.workspaceContinuation".into(), json!({ "workspaceFolder": new_uri }));
+    let message = Message {
+        text: format!("The workspace is now {new_uri}. Continue the original task there."),
+        origin: MessageOrigin { kind: MessageKind::Agent },
+        attachments: None,
+        model: None,
+        agent: None,
+        meta: Some(meta),
+    };
+    host.start_turn(core, chat, host_turn(message, None), None);
+}
+
+// --- delete_session and move_session ---------------------------------------------------------
+
+/// `delete_session`: as the person whose turn it was called in, or the calling session's owner —
+/// never the model, and never whichever connection started the session it names.
+pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "delete_session";
+    let asked = required_str(TOOL, &call.input, "session")?;
+    let session = {
+        let mut core = host.lock();
+        let target = resolve(host, &mut core, asked, &|| {
+            format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
+        })?;
+        if call.session.as_deref() == Some(target.session.as_str()) {
+            return Err(format!("Invalid {TOOL} input: refusing to delete the current session."));
+        }
+        authorize(&core, call, "session:write")?;
+        // Deleting is the owner's own say, asked of the person the call acts as.
+        let principal = acting(&core, call);
+        if principal == Principal::Nobody && core.users.is_some() {
+            return Err("this turn may not session:write here".to_owned());
+        }
+        core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;
+        target.session
+    };
+    host.dispose_session(json!({ "channel": session })).map_err(|e| e.message)?;
+    Ok(format!("Deleted session {session}. Reply with one short sentence confirming the session was deleted."))
+}
+
+/// `move_session`: the host's `moveChat`, refused in its words while chat moves are off.
+pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "move_session";
+    let input = &call.input;
+    let asked = required_str(TOOL, input, "session")?;
+    let into = optional_str(TOOL, input, "into")?;
+    let _after = optional_str(TOOL, input, "after")?;
+    let independent = match optional_str(TOOL, input, "relationship")? {
+        None => false,
+        Some("independent") => true,
+        Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".")),
+    };
+    match (into, independent) {
+        (Some(_), true) => {
+            return Err(format!("Invalid {TOOL} input: pass into or relationship \"independent\", not both."))
+        }
+        (None, false) => {
+            return Err(format!(
+                "Invalid {TOOL} input: pass into for the destination session, or relationship \"independent\" for a session of its own."
+            ))
+        }
+        _ => {}
+    }
+    let mut core = host.lock();
+    resolve(host, &mut core, asked, &|| {
+        format!("Invalid {TOOL} input: session must be an agent-host-session:// link targeting a known chat.")
+    })?;
+    if let Some(into) = into {
+        resolve(host, &mut core, into, &|| {
+            format!("Invalid {TOOL} input: into must match the URI of a known session (see list_sessions).")
+        })?;
+    }
+    authorize(&core, call, "session:write")?;
+    Err(CHAT_MOVES_OFF.to_owned())
+}
