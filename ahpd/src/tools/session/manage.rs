@@ -285,7 +285,7 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
         }
         authorize(&core, call, "session:write")?;
         // Deleting is the owner's own say, asked of the person the call acts as.
-        let principal = acting(&core, call);
+        let principal = acting(call);
         if principal == Principal::Nobody && core.users.is_some() {
             return Err("this turn may not session:write here".to_owned());
         }

@@ -383,18 +383,13 @@ fn provider_of(core: &Core, session: &str) -> String {
 }
 
 /// Who a call acts as: the caller with no session; inside one, the person who sent the running
-/// turn, or — where no turn is running — the owner of the session it was called from; a turn
-/// nobody is behind is nobody.
-fn acting(core: &Core, call: &ToolCall) -> Principal {
+/// turn. A turn nobody is behind, and a call reached with no turn running at all (a window
+/// outliving the turn it sent), is nobody: it reads and writes nothing (seed 000 "Grants").
+fn acting(call: &ToolCall) -> Principal {
     match &call.caller {
         Caller::Root => Principal::Root,
         Caller::Person(id) => Principal::Person(id.clone()),
-        Caller::Turn(Some(sender)) => Principal::from_sender(Some(sender)),
-        Caller::Turn(None) if call.turn_id.is_none() => {
-            let owner = call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.owner.clone());
-            Principal::from_sender(owner.as_deref())
-        }
-        Caller::Turn(None) => Principal::Nobody,
+        Caller::Turn(sender) => Principal::from_sender(sender.as_deref()),
     }
 }
 

@@ -298,7 +298,7 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
     let key = budget_key(host, &mut core, call);
     check(&mut core, &key, Budget::Messages)?;
     let message = tool_message(call, text, None);
-    let sender = acting(&core, call).as_sender();
+    let sender = acting(call).as_sender();
     let queued = deliver(host, &mut core, &target.chat, message, sender);
     spend(&mut core, &key, Budget::Messages);
     let link = link_of(&core, &target.session, &target.chat);
@@ -344,7 +344,7 @@ pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
     let key = budget_key(host, &mut core, call);
     check(&mut core, &key, Budget::Chats)?;
     let message = tool_message(call, prompt, model);
-    let sender = acting(&core, call).as_sender();
+    let sender = acting(call).as_sender();
     let chat = open_chat(host, &mut core, &session, title.as_deref(), message, sender, None);
     spend(&mut core, &key, Budget::Chats);
     Ok(format!("Chat created ({}).", link_of(&core, &session, &chat)))
@@ -592,7 +592,7 @@ fn create_independent(
     let chat = host.open_session(core, new, |_| {});
     name_chat(core, &chat, &args.title);
     let message = tool_message(call, args.prompt, plan.model);
-    let sender = acting(core, call).as_sender();
+    let sender = acting(call).as_sender();
     start(host, core, &chat, message, sender);
     if let Some((root, Scope::Tree)) = &key {
         core.tools.limits.note_root(&uri, root);
@@ -621,17 +621,17 @@ fn create_in_current(
     let key = budget_key(host, core, call);
     check(core, &key, Budget::Chats)?;
     let message = tool_message(call, args.prompt, plan.model);
-    let sender = acting(core, call).as_sender();
+    let sender = acting(call).as_sender();
     let chat = open_chat(host, core, &session, Some(&args.title), message, sender, harness);
     spend(core, &key, Budget::Chats);
     Ok(format!("Chat created in the current session ({}).", link_of(core, &session, &chat)))
 }
 
-/// Who owns what a call makes: the owner of the session it was called from, or the caller with no
-/// session — under a users directory, as a client's `createSession` records its person.
+/// Who owns what a call makes, under a users directory: the person who asked for it (the sender
+/// of the calling turn, or the caller with no session), else the calling session's owner.
 fn owner_for(core: &Core, call: &ToolCall) -> Option<String> {
-    match &call.session {
-        Some(session) => core.sessions.get(session).and_then(|m| m.owner.clone()),
-        None => core.users.as_ref().and(acting(core, call).as_sender()),
-    }
+    core.users.as_ref()?;
+    acting(call)
+        .as_sender()
+        .or_else(|| call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.owner.clone()))
 }
