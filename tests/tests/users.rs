@@ -222,3 +222,89 @@ async fn the_user_verbs_list_refuse_and_replace_tokens() -> anyhow::Result<()> {
     assert!(refused.stderr.contains("broken.json is not a users directory"), "{refused:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_tool_call_acts_as_the_person_whose_turn_runs_and_as_nobody_without_one() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member")]).await?;
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
+        config: Some(json!({ "agents": {
+            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        ..DaemonOptions::default()
+    };
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (_, chat) = ana.create_session("notes", None).await?;
+    let said = tests::turn_text(&ana.turn(&chat, "endpoint").await?);
+    let words: Vec<&str> = said.split_whitespace().collect();
+    let (url, token) = (words[1].to_owned(), words[2].to_owned());
+    let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Made" });
+    let text = |v: &Value| v["text"].as_str().unwrap_or_default().to_owned();
+
+    // No turn runs: the call is nobody's. It reads, and every write is refused about the turn.
+    let r = tests::mcp::call_tools(&url, &token, &[("list_sessions", json!({})), ("create_session", spawn.clone())])
+        .await?;
+    assert_eq!(r[0]["isError"], false, "{}", r[0]);
+    assert_eq!(
+        (r[1]["isError"].clone(), text(&r[1])),
+        (json!(true), "this turn may not session:write here".to_owned())
+    );
+
+    // While ana's turn runs, the call is ana's: she may write.
+    let turn_id = ana.send(&chat, "ask Hold on?").await?;
+    let questions = ana.until_questions(&chat, 1).await?;
+    let r = tests::mcp::call_tool(&url, &token, "create_session", &spawn).await?;
+    assert_eq!(r["isError"], false, "{r}");
+
+    // Ana is made a guest while her turn runs: from then on its calls may not write, in her name.
+    let file = home.path().join("users.json");
+    let mut users: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+    users["users"][0]["roles"] = json!(["guest"]);
+    std::fs::write(&file, serde_json::to_vec_pretty(&users)?)?;
+    let r = tests::mcp::call_tool(&url, &token, "create_session", &spawn).await?;
+    assert_eq!(text(&r), "ana may not session:write here", "{r}");
+
+    // Root answers the question (ana may no longer), and the turn ends.
+    let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
+    root.answer(&chat, &questions[0], Some("yes")).await?;
+    ana.finished(&chat, &turn_id).await?;
+    ana.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member")]).await?;
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
+        config: Some(json!({ "agents": {
+            "notes": { "kind": "notes" },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        env: vec![("AHPD_TEST_CLOCK".into(), "manual".into())],
+    };
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (_, chat) = ana.create_session("notes", None).await?;
+    let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Woken" });
+    let wake = json!({ "delaySeconds": 60, "prompt": format!("call create_session {spawn}") });
+    ana.turn(&chat, &format!("call schedule_wakeup {wake}")).await?;
+
+    let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
+    root.request("ahpd/test/advanceClock", json!({ "channel": ROOT_RESOURCE_URI, "ms": 60_000 })).await?;
+    let c = chat.clone();
+    ana.until("the wake's turn to end", move |m| m.chat(&c).is_some_and(|x| x.turns.len() == 2)).await?;
+    let woken = ana.mirror.chat(&chat).and_then(|x| x.turns.last().cloned()).expect("the wake's turn");
+    let result = woken
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(result["success"], true, "the wake's call is ana's, so it may write: {result}");
+    Ok(())
+}
