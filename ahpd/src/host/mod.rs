@@ -12,6 +12,7 @@ pub mod clients;
 pub mod core;
 pub mod driver;
 pub mod errors;
+pub mod foreign;
 pub mod grants;
 pub mod persist;
 pub mod requests;
@@ -205,6 +206,8 @@ pub struct Core {
     pub grace: std::collections::HashMap<(String, String), u64>,
     /// The users directory; absent: nobody to ask, every caller may do everything.
     pub users: Option<crate::users::Users>,
+    /// The agents' own sessions from the last listing, by the URI they are served under.
+    pub foreign: std::collections::HashMap<String, foreign::ForeignRow>,
     /// Questions host tools asked a person in a running turn and are waiting on.
     pub questions: crate::tools::questions::Questions,
     /// Agent Merge's configuration per session folder (kept in memory).
@@ -268,6 +271,7 @@ impl Host {
             endpoints: crate::mcp::Endpoints::default(),
             grace: std::collections::HashMap::new(),
             users: config.users.clone(),
+            foreign: std::collections::HashMap::new(),
             questions: Default::default(),
             agent_merge: Default::default(),
             wakeup_timer: Arc::default(),

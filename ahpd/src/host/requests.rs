@@ -38,6 +38,20 @@ pub struct ConnState {
     pub principal: crate::users::Principal,
 }
 
+/// One page of stored sessions, and what asked for it.
+pub struct StorePage {
+    /// The summaries.
+    pub items: Vec<Value>,
+    /// Where the next page starts, when there is one.
+    pub next: Option<(String, String)>,
+    /// True when the store holds more after these.
+    pub store_has_more: bool,
+    /// The page size asked for.
+    pub limit: usize,
+    /// The row this page starts after (modifiedAt, uri).
+    pub after: Option<(String, String)>,
+}
+
 impl ConnState {
     /// A new connection's state.
     pub fn new(id: ConnId, max_frame_bytes: usize) -> Self {
@@ -199,6 +213,14 @@ impl Host {
             "createChat" => return self.create_chat(conn, id, params),
             "resolveSessionConfig" => return self.resolve_session_config(conn, id, params),
             "sessionConfigCompletions" => return self.session_config_completions(conn, id, params),
+            "listSessions" if self.has_catalogue() => {
+                let (host, conn_id) = (self.clone(), conn.id);
+                self.spawn("list sessions with the agents' own", async move {
+                    let result = host.list_with_catalogue(params).await;
+                    host.send_to(conn_id, response(&id, result));
+                });
+                return;
+            }
             "listSessions" => self.list_sessions(params),
             "disposeSession" => self.dispose_session(params),
             "disposeChat" => self.dispose_chat(params),
@@ -406,24 +428,52 @@ impl Host {
             ));
             return self.send_to(conn.id, response(&id, Err(e)));
         };
+        let known = {
+            let mut core = self.lock();
+            self.ensure_loaded(&mut core, &uri)
+        };
+        if !known && matches!(kind, ChannelKind::Session | ChannelKind::Chat) && self.has_catalogue() {
+            // Perhaps a session an agent keeps and this host never held: read it back first.
+            let (host, conn_id, client_id) = (self.clone(), conn.id, conn.client_id.clone());
+            let view = params.view.and_then(|v| v.turns);
+            self.spawn("open an agent's own session", async move {
+                host.import_foreign(&uri).await;
+                host.finish_subscribe(conn_id, client_id.as_deref(), id, &uri, kind, view);
+            });
+            return;
+        }
+        self.finish_subscribe(conn.id, conn.client_id.as_deref(), id, &uri, kind, params.view.and_then(|v| v.turns));
+    }
+
+    /// Answers a subscribe with the channel's snapshot (trimmed to `view_turns` turns).
+    fn finish_subscribe(
+        &self,
+        conn_id: ConnId,
+        client_id: Option<&str>,
+        id: Value,
+        uri: &str,
+        kind: ChannelKind,
+        view_turns: Option<i64>,
+    ) {
+        let uri = uri.to_owned();
         let mut core = self.lock();
         self.ensure_loaded(&mut core, &uri);
         let Some(mut snapshot) = core.ch.snapshot(&uri) else {
             drop(core);
             let e = AhpError::not_found(format!("There is no channel {uri}"));
-            return self.send_to(conn.id, response(&id, Err(e)));
+            return self.send_to(conn_id, response(&id, Err(e)));
         };
         if kind == ChannelKind::Chat {
-            if let Some(n) = params.view.and_then(|v| v.turns) {
+            if let Some(n) = view_turns {
                 limit_turns(&mut snapshot, n);
             }
         }
-        core.ch.subscribe(conn.id, &uri);
-        if let Some(client_id) = &conn.client_id {
+        core.ch.subscribe(conn_id, &uri);
+        if let Some(client_id) = client_id {
             self.client_returned(&mut core, client_id, &uri);
         }
         let frame = response(&id, to_value(&serde_json::json!({ "snapshot": snapshot })));
-        core.ch.send(conn.id, frame);
+        core.ch.send(conn_id, frame);
     }
 
     fn unsubscribe(&self, conn: &ConnState, channel: &str) {
@@ -476,6 +526,16 @@ impl Host {
     }
 
     fn list_sessions(&self, params: Value) -> Result<Value, AhpError> {
+        let page = self.list_sessions_page(params)?;
+        let mut result = serde_json::json!({ "items": page.items });
+        if let Some((modified, uri)) = page.next {
+            result["nextCursor"] = Value::String(encode_cursor(&modified, &uri));
+        }
+        Ok(result)
+    }
+
+    /// One page of the store's sessions for `listSessions` params.
+    pub(super) fn list_sessions_page(&self, params: Value) -> Result<StorePage, AhpError> {
         let params: ListSessionsParams = parse_params("listSessions", params)?;
         check_root_channel("listSessions", &params.channel)?;
         let limit = match params.limit {
@@ -502,11 +562,7 @@ impl Host {
             .store
             .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), limit)
             .map_err(|e| AhpError::internal(e.to_string()))?;
-        let mut result = serde_json::json!({ "items": page.items });
-        if let Some((modified, uri)) = page.next {
-            result["nextCursor"] = Value::String(encode_cursor(&modified, &uri));
-        }
-        Ok(result)
+        Ok(StorePage { store_has_more: page.next.is_some(), items: page.items, next: page.next, limit, after })
     }
 
     /// Tests only: moves a manual clock (`AHPD_TEST_CLOCK=manual`) forward by `ms`. A daemon on
@@ -754,7 +810,7 @@ fn negotiate(offered: &[String]) -> Result<String, AhpError> {
     }
 }
 
-fn encode_cursor(modified_at: &str, uri: &str) -> String {
+pub(super) fn encode_cursor(modified_at: &str, uri: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{modified_at}\n{uri}"))
 }

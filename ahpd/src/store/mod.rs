@@ -167,6 +167,21 @@ impl Store {
         Ok(found.is_some())
     }
 
+    /// The ids every stored chat's backend keeps its conversation under: a backend listing its
+    /// own sessions lists these too, and they are not foreign.
+    pub fn conversation_ids(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        let mut statement =
+            self.sql(self.conn.prepare("SELECT json_extract(record, '$.conversationId') FROM chats"))?;
+        let ids = self.sql(statement.query_map([], |r| r.get::<_, Option<String>>(0)))?;
+        let mut found = std::collections::HashSet::new();
+        for id in ids {
+            if let Some(id) = self.sql(id)? {
+                found.insert(id);
+            }
+        }
+        Ok(found)
+    }
+
     /// The session a chat belongs to, when the chat is stored.
     pub fn session_of_chat(&self, chat: &str) -> Result<Option<String>, StoreError> {
         self.sql(self.conn.query_row("SELECT session FROM chats WHERE uri = ?1", [chat], |r| r.get(0)).optional())
