@@ -6,12 +6,19 @@
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::actions::{ChatTurnCancelledAction, ChatTurnStartedAction, StateAction};
-use ahp_types::state::{ModelSelection, ResponsePart, SnapshotState, ToolCallState, TurnState};
+use ahp_types::actions::{
+    ChatToolCallCompleteAction, ChatTurnCancelledAction, ChatTurnStartedAction, SessionActiveClientSetAction,
+    StateAction,
+};
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{
+    ModelSelection, ResponsePart, SessionActiveClient, SessionInputRequest, SnapshotState, ToolCallContributor,
+    ToolCallResult, ToolCallState, ToolDefinition, ToolResultContent, ToolResultTextContent, TurnState,
+};
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
-use tests::mocks::anthropic::{MockAnthropic, HELLO, THINKING};
+use tests::mocks::anthropic::{MockAnthropic, RecordedRequest, HELLO, THINKING};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
@@ -48,6 +55,26 @@ fn tool_calls(turn: &ahp_types::state::Turn) -> Vec<&ToolCallState> {
         .filter_map(|p| match p {
             ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
             _ => None,
+        })
+        .collect()
+}
+
+/// The opening of the instruction the artifact tools carry (offered to every session): words of
+/// the session's instructions that no tool description holds.
+const ARTIFACT_INSTRUCTION: &str = "Record notable artifacts and references with `add_artifact_or_reference`";
+
+/// The texts of the tool results in the last user message of `request`: what the model got back.
+fn tool_results(request: &RecordedRequest) -> Vec<String> {
+    let messages = request.messages();
+    let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else { return Vec::new() };
+    let blocks = last["content"].as_array().cloned().unwrap_or_default();
+    blocks
+        .iter()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| match &b["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("\n"),
+            _ => String::new(),
         })
         .collect()
 }
@@ -209,5 +236,120 @@ async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() ->
     let seen = request.transcript_text();
     assert!(seen.contains("remember the word PINEAPPLE"), "the earlier prompt was sent again: {seen}");
     assert!(seen.contains(&format!("{HELLO}remember the word PINEAPPLE")), "and the earlier answer: {seen}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_model_lists_the_daemons_sessions_and_reads_the_sessions_instructions() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    let turn = a.turn(&chat, "which sessions? TOOL:mcp__host__list_sessions ARGS:{}").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let calls = tool_calls(&turn);
+    assert!(
+        matches!(calls[..], [ToolCallState::Completed(c)] if c.success && c.tool_name == "list_sessions" && c.tool_call_id.starts_with("toolu_")),
+        "{calls:?}"
+    );
+    let requests = mock.turn_requests();
+    let after = requests.last().expect("the model was asked again with the result");
+    let results = tool_results(after);
+    let [listed] = &results[..] else { anyhow::bail!("one tool result: {results:?}") };
+    let listed: Value = serde_json::from_str(listed)?;
+    let rows = listed["sessions"].as_array().cloned().unwrap_or_default();
+    // The host titled the session after its first message before the model was asked.
+    let title = a.mirror.session(&session).map(|s| s.title.clone()).unwrap_or_default();
+    assert!(title.starts_with("which sessions?"), "{title}");
+    assert!(
+        rows.iter().any(|r| r["session"] == session.as_str() && r["title"] == title.as_str()),
+        "the real answer, naming this very session: {listed}"
+    );
+    assert!(turn_text(&turn).contains("Tool result received: {\"sessions\""), "{}", turn_text(&turn));
+
+    // The session's instructions (those of the tools it is offered) reach Claude's system prompt.
+    assert!(
+        requests.iter().all(|r| r.system_text().contains(ARTIFACT_INSTRUCTION)),
+        "every turn request carries the instructions: {}",
+        requests[0].system_text()
+    );
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_model_calls_a_clients_tool_and_gets_what_the_client_answered() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
+    let (session, chat) = editor.create_session("claude", None).await?;
+    let open_file = ToolDefinition {
+        name: "openFile".into(),
+        title: None,
+        description: Some("Open a file in the editor".into()),
+        input_schema: Some(json!({ "type": "object", "properties": { "path": { "type": "string" } } })),
+        output_schema: None,
+        annotations: None,
+        meta: None,
+    };
+    let active = SessionActiveClient {
+        client_id: "c1".into(),
+        display_name: Some("c1 editor".into()),
+        tools: vec![open_file],
+        customizations: None,
+    };
+    editor
+        .dispatch(&session, StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active }))
+        .await?;
+
+    // Claude sees the client's tool on the `client` server, named after its client.
+    let turn_id = editor.send(&chat, r#"open it TOOL:mcp__client__c1__openFile ARGS:{"path": "a.txt"}"#).await?;
+    let s = session.clone();
+    editor
+        .until("the call to wait for c1", move |m| {
+            m.session(&s).and_then(|x| x.input_needed.as_ref()).is_some_and(|list| {
+                list.iter().any(|r| matches!(r, SessionInputRequest::ToolClientExecution(e) if e.client_id == "c1"))
+            })
+        })
+        .await?;
+    let waiting = editor.mirror.session(&session).and_then(|x| x.input_needed.clone()).unwrap_or_default();
+    let Some(SessionInputRequest::ToolClientExecution(call)) = waiting.into_iter().next() else {
+        anyhow::bail!("no call waiting")
+    };
+    assert_eq!(call.turn_id, turn_id);
+    let call_id = call.tool_call.tool_call_id.clone();
+    assert!(call_id.starts_with("toolu_"), "the CLI's own tool-use id: {call_id}");
+    editor.check_against_snapshot(&session).await?;
+
+    let done = ChatToolCallCompleteAction {
+        turn_id: turn_id.clone(),
+        tool_call_id: call_id.clone(),
+        meta: None,
+        result: ToolCallResult {
+            success: true,
+            past_tense_message: StringOrMarkdown::Plain("Opened a.txt".into()),
+            content: Some(vec![ToolResultContent::Text(ToolResultTextContent {
+                text: "a.txt is open at line 1".into(),
+            })]),
+            structured_content: None,
+            error: None,
+        },
+        requires_result_confirmation: None,
+    };
+    editor.dispatch(&chat, StateAction::ChatToolCallComplete(done)).await?;
+    let turn = editor.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let calls = tool_calls(&turn);
+    let [ToolCallState::Completed(c)] = &calls[..] else { anyhow::bail!("{calls:?}") };
+    assert!(c.success && c.tool_name == "openFile" && c.tool_call_id == call_id, "{c:?}");
+    assert!(matches!(&c.contributor, Some(ToolCallContributor::Client(x)) if x.client_id == "c1"), "{c:?}");
+
+    let request = mock.turn_requests().last().cloned().expect("the model was asked again");
+    assert!(request.tool_names().contains(&"mcp__client__c1__openFile".to_owned()), "{:?}", request.tool_names());
+    assert_eq!(tool_results(&request), vec!["a.txt is open at line 1".to_owned()], "the model got the client's answer");
+    assert!(turn_text(&turn).contains("Tool result received: a.txt is open at line 1"), "{}", turn_text(&turn));
+    editor.check_against_snapshot(&chat).await?;
+    editor.check_against_snapshot(&session).await?;
     Ok(())
 }
