@@ -237,3 +237,62 @@ async fn pi_resumes_its_conversation_after_ahpd_restarts() -> anyhow::Result<()>
     b.check_against_snapshot(&chat).await?;
     Ok(())
 }
+
+/// The opening of the instruction the artifact tools carry (offered to every session): words of
+/// the session's instructions that no tool description holds.
+const ARTIFACT_INSTRUCTION: &str = "Record notable artifacts and references with `add_artifact_or_reference`";
+
+#[tokio::test]
+async fn pi_calls_a_host_tool_and_the_hidden_instructions_reach_the_model_alone() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (session, chat) = a.create_session("pi", None).await?;
+
+    let turn = a.turn(&chat, "[[call list_sessions {}]]").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let calls = tool_calls(&turn);
+    assert!(
+        matches!(calls[..], [ToolCallState::Completed(c)] if c.success && c.tool_name == "list_sessions"),
+        "{calls:?}"
+    );
+    let requests = world.mock.requests();
+    let after = requests.last().expect("the model was asked again with the result");
+    let results: Vec<String> = after
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| match &m["content"] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect();
+    let [listed] = &results[..] else { anyhow::bail!("one tool result: {results:?}") };
+    let listed: serde_json::Value = serde_json::from_str(listed)?;
+    let title = a.mirror.session(&session).map(|s| s.title.clone()).unwrap_or_default();
+    assert!(
+        listed["sessions"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["session"] == session.as_str() && r["title"] == title.as_str())),
+        "the real answer, naming this very session: {listed}"
+    );
+    assert!(turn_text(&turn).starts_with("tool said: {\"sessions\""), "{}", turn_text(&turn));
+
+    // The session's instructions reach the model in the prompt it starts with ...
+    let system: String = requests[0]
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "system" || m["role"] == "developer")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(system.contains(ARTIFACT_INSTRUCTION), "the model sees the instructions: {system}");
+    // ... and no client is shown them: not in any state it folded, nor in any action it was sent.
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    a.check_against_snapshot(ahp_types::ROOT_RESOURCE_URI).await?;
+    let folded = serde_json::to_string(&a.mirror.states)?;
+    assert!(folded.contains("add_artifact_or_reference"), "the folded state holds the offered tools");
+    assert!(!folded.contains(ARTIFACT_INSTRUCTION), "no client's state holds the instructions");
+    let sent = serde_json::to_string(&a.envelopes)?;
+    assert!(!sent.contains(ARTIFACT_INSTRUCTION), "no action carried them");
+    Ok(())
+}
