@@ -85,6 +85,20 @@ impl Claude {
         self.options.projects_dir()
     }
 
+    /// The instructions `spec` carries that conversation `spec.session_id` was not started with:
+    /// the CLI keeps the system prompt its record holds, so words added since (a client's rules,
+    /// a tool now offered) must be said in the conversation itself.
+    fn unsaid(&self, spec: &SessionSpec, working_directory: &str) -> Option<String> {
+        let prompt = spec.append_system_prompt.as_ref()?;
+        let projects = self.projects()?;
+        let at = At { working_directory: Some(working_directory.to_owned()) };
+        let record = std::fs::read_to_string(catalogue::locate(&projects, &spec.session_id, &at)?).ok()?;
+        // The record keeps the prompt as a JSON string.
+        let kept = serde_json::to_string(prompt).ok()?;
+        let kept = kept.trim_matches('"');
+        (!record.contains(kept)).then(|| prompt.clone())
+    }
+
     /// True when Claude's files hold conversation `id` (or where they are is unknown).
     fn has_record(&self, id: &str, working_directory: &str) -> bool {
         match self.projects() {
@@ -268,7 +282,8 @@ impl Agent for Claude {
             .unwrap_or("default")
             .to_owned();
         let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");
-        let initial = Initial { resume, model, permission_mode, tools: start.tools };
+        let unsaid_instructions = if resume { self.unsaid(&spec, &working) } else { None };
+        let initial = Initial { resume, model, permission_mode, tools: start.tools, unsaid_instructions };
         Ok(Arc::new(ClaudeSession::start(host, spec, initial)))
     }
 }

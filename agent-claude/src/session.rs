@@ -190,6 +190,8 @@ struct State {
     confirmations: HashMap<String, Parked>,
     /// By input request id (the `AskUserQuestion` tool-use id).
     questions: HashMap<String, Parked>,
+    /// Said before the next prompt (see `Initial::unsaid_instructions`).
+    unsaid_instructions: Option<String>,
     closed: bool,
 }
 
@@ -221,6 +223,10 @@ pub struct Initial {
     pub permission_mode: String,
     /// The tools offered in process.
     pub tools: Vec<ToolSpec>,
+    /// Instructions a resumed conversation was not started with. The CLI keeps the system prompt
+    /// a conversation began with and ignores `--append-system-prompt` on `--resume`, so these
+    /// open the first prompt this session sends instead.
+    pub unsaid_instructions: Option<String>,
 }
 
 impl ClaudeSession {
@@ -240,6 +246,7 @@ impl ClaudeSession {
                 tools: initial.tools,
                 confirmations: HashMap::new(),
                 questions: HashMap::new(),
+                unsaid_instructions: initial.unsaid_instructions,
                 closed: false,
             }),
             wake: Notify::new(),
@@ -315,7 +322,13 @@ impl Core {
                 return;
             }
         };
-        let line = user_line(&params.message.text, params.instructions.as_deref(), &turn.uuid, None);
+        let unsaid = state.unsaid_instructions.take();
+        let Some(turn) = state.turn.as_mut() else { return };
+        let instructions = match (unsaid, params.instructions.as_deref()) {
+            (Some(unsaid), Some(turn_words)) => Some(format!("{unsaid}\n\n{turn_words}")),
+            (unsaid, turn_words) => unsaid.or(turn_words.map(str::to_owned)),
+        };
+        let line = user_line(&params.message.text, instructions.as_deref(), &turn.uuid, None);
         turn.generation = generation;
         turn.phase = Phase::Sent;
         if !cli.send(&line) {

@@ -6,11 +6,14 @@
 
 use std::path::{Path, PathBuf};
 
+use ahp::ResourceRequestHandlers;
 use ahp_types::actions::{
     ChatToolCallCompleteAction, ChatTurnCancelledAction, ChatTurnStartedAction, SessionActiveClientSetAction,
     StateAction,
 };
+use ahp_types::commands::{ContentEncoding, DirectoryEntry, ResourceListResult, ResourceReadResult};
 use ahp_types::common::StringOrMarkdown;
+use ahp_types::messages::JsonRpcError;
 use ahp_types::state::{
     ModelSelection, ResponsePart, SessionActiveClient, SessionInputRequest, SnapshotState, ToolCallContributor,
     ToolCallResult, ToolCallState, ToolDefinition, ToolResultContent, ToolResultTextContent, TurnState,
@@ -351,5 +354,147 @@ async fn the_model_calls_a_clients_tool_and_gets_what_the_client_answered() -> a
     assert!(turn_text(&turn).contains("Tool result received: a.txt is open at line 1"), "{}", turn_text(&turn));
     editor.check_against_snapshot(&chat).await?;
     editor.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// A client's plugin `virtual://c1/team`, as the client answers `resourceList` and `resourceRead`
+/// for it: one rule that always applies, one scoped to files, one too long to apply.
+fn team_plugin() -> ResourceRequestHandlers {
+    fn not_found(uri: &str) -> JsonRpcError {
+        JsonRpcError { code: -32008, message: format!("There is nothing at {uri}"), data: None }
+    }
+    ResourceRequestHandlers::new()
+        .on_resource_list(|params| async move {
+            let entries: &[(&str, &str)] = match params.uri.as_str() {
+                "virtual://c1/team" => &[("rules", "directory"), ("README.md", "file")],
+                "virtual://c1/team/rules" => {
+                    &[("always.mdc", "file"), ("scoped.mdc", "file"), ("long.instructions.md", "file")]
+                }
+                _ => return Err(not_found(&params.uri)),
+            };
+            let entries = entries.iter().map(|(n, t)| DirectoryEntry { name: (*n).into(), r#type: (*t).into() });
+            Ok(ResourceListResult { entries: entries.collect() })
+        })
+        .on_resource_read(|params| async move {
+            let data = match params.uri.rsplit('/').next() {
+                Some("always.mdc") => {
+                    "---\ndescription: house style\nalwaysApply: true\n---\n\nAnswer like a pirate (RULE-ALWAYS).\n"
+                        .to_owned()
+                }
+                Some("scoped.mdc") => "---\nglobs: '*.rs'\nalwaysApply: false\n---\nRULE-SCOPED\n".to_owned(),
+                Some("long.instructions.md") => format!("---\nalwaysApply: true\n---\nRULE-LONG {}", "x".repeat(5000)),
+                _ => return Err(not_found(&params.uri)),
+            };
+            Ok(ResourceReadResult { data, encoding: ContentEncoding::Utf8, content_type: None })
+        })
+}
+
+/// The text blocks of the last user message of `request`, joined.
+fn last_user_text(request: &RecordedRequest) -> String {
+    let messages = request.messages();
+    let Some(last) = messages.iter().rev().find(|m| m["role"] == "user") else { return String::new() };
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        blocks => {
+            blocks.as_array().into_iter().flatten().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n")
+        }
+    }
+}
+
+async fn publish_plugins(client: &TestClient, session: &str, plugins: Value) -> anyhow::Result<()> {
+    let active: SessionActiveClient = serde_json::from_value(json!({
+        "clientId": client.client_id, "tools": [], "customizations": plugins
+    }))?;
+    client
+        .dispatch(session, StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active }))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_clients_always_applied_rules_join_claudes_system_prompt_after_the_tools() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = claude_daemon(&mock).await?;
+    let mut c1 = TestClient::connect(&daemon.url, "c1").await?;
+    c1.client.set_resource_request_handlers(team_plugin());
+    let (session, chat) = c1.create_session("claude", None).await?;
+    assert_eq!(c1.turn(&chat, "hello").await?.state, TurnState::Complete);
+    assert!(!mock.turn_requests()[0].system_text().contains("RULE-ALWAYS"));
+
+    // The client publishes its plugin: the host copies it, and shows the copy with its rules.
+    publish_plugins(
+        &c1,
+        &session,
+        json!([{ "type": "plugin", "id": "team", "uri": "virtual://c1/team", "name": "Team rules" }]),
+    )
+    .await?;
+    let s = session.clone();
+    c1.until("the plugin copied with its rules", move |m| {
+        m.session(&s).and_then(|x| x.customizations.as_ref()).is_some_and(|list| !list.is_empty())
+    })
+    .await?;
+    let shown = serde_json::to_value(c1.mirror.session(&session).and_then(|x| x.customizations.clone()))?;
+    assert_eq!(shown[0]["clientId"], "c1", "{shown}");
+    let rules: Vec<(String, bool, bool)> = shown[0]["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["name"].as_str().unwrap_or_default().to_owned(), r["alwaysApply"] == true, r["enabled"] == true))
+        .collect();
+    assert_eq!(
+        rules,
+        [("always".into(), true, true), ("long".into(), true, false), ("scoped".into(), false, false)],
+        "{shown}"
+    );
+
+    // The next turn starts Claude again. The CLI keeps the system prompt a conversation began
+    // with, so the words it lacks open the prompt: the tools' instructions, then the rule; the
+    // other rules and the frontmatter stay out, and the conversation goes on.
+    let asked = mock.turn_requests().len();
+    assert_eq!(c1.turn(&chat, "and now?").await?.state, TurnState::Complete);
+    let request = mock.turn_requests().get(asked).cloned().expect("the model was asked");
+    let said = last_user_text(&request);
+    let Some(rule) = said.find("Answer like a pirate (RULE-ALWAYS).") else {
+        anyhow::bail!("the rule was said: {said}")
+    };
+    assert!(said.find(ARTIFACT_INSTRUCTION).is_some_and(|tools| tools < rule), "{said}");
+    assert!(said.find("and now?").is_some_and(|prompt| rule < prompt), "{said}");
+    for absent in ["RULE-SCOPED", "RULE-LONG", "house style"] {
+        assert!(!request.body.to_string().contains(absent), "{absent} stays out: {said}");
+    }
+    assert!(request.transcript_text().contains("hello"), "the conversation was resumed");
+
+    // A chat that starts after the copy carries the rule in its system prompt, after the tools'.
+    let (second, second_chat) = c1.create_session("claude", None).await?;
+    publish_plugins(
+        &c1,
+        &second,
+        json!([{ "type": "plugin", "id": "team", "uri": "virtual://c1/team", "name": "Team rules" }]),
+    )
+    .await?;
+    let s = second.clone();
+    c1.until("the plugin copied into the second session", move |m| {
+        m.session(&s).and_then(|x| x.customizations.as_ref()).is_some_and(|list| !list.is_empty())
+    })
+    .await?;
+    let asked = mock.turn_requests().len();
+    assert_eq!(c1.turn(&second_chat, "fresh").await?.state, TurnState::Complete);
+    let system = mock.turn_requests().get(asked).map(|r| r.system_text()).unwrap_or_default();
+    let rule = system.find("Answer like a pirate (RULE-ALWAYS).").expect("the rule joined the system prompt");
+    assert!(system.find(ARTIFACT_INSTRUCTION).is_some_and(|tools| tools < rule), "{system}");
+
+    // The client takes its plugin back: the copy goes, and the rule is not said again.
+    publish_plugins(&c1, &session, json!([])).await?;
+    let s = session.clone();
+    c1.until("the copy removed", move |m| {
+        m.session(&s).and_then(|x| x.customizations.as_ref()).is_some_and(|list| list.is_empty())
+    })
+    .await?;
+    let asked = mock.turn_requests().len();
+    assert_eq!(c1.turn(&chat, "and without?").await?.state, TurnState::Complete);
+    let said = mock.turn_requests().get(asked).map(last_user_text).unwrap_or_default();
+    assert!(!said.contains("RULE-ALWAYS"), "{said}");
+    c1.check_against_snapshot(&session).await?;
+    c1.check_against_snapshot(&chat).await?;
     Ok(())
 }

@@ -341,6 +341,7 @@ impl Host {
             }
         }
         core.endpoints.tools_changed(session);
+        self.refresh_client_rules(core, session);
     }
 
     /// A client leaves a session for good: each call it owes there is failed in VS Code's words,

@@ -309,7 +309,8 @@ impl Host {
             tools: core.tool_specs(&session_uri),
             tools_endpoint: core.endpoints.open(&session_uri),
             mcp_servers: core.settings.mcp_servers.clone(),
-            instructions: core.tool_instructions(&session_uri),
+            // The tools' instructions, then the clients' rules (seed 000).
+            instructions: [core.tool_instructions(&session_uri), core.client_rule_bodies(&session_uri)].concat(),
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,
             policy: protocol::Policy::default(),
         })

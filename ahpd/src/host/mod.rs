@@ -17,6 +17,7 @@ pub mod grants;
 pub mod persist;
 pub mod requests;
 pub mod rootconfig;
+pub mod rules;
 pub mod status;
 pub mod turns;
 
@@ -208,6 +209,8 @@ pub struct Core {
     pub users: Option<crate::users::Users>,
     /// The agents' own sessions from the last listing, by the URI they are served under.
     pub foreign: std::collections::HashMap<String, foreign::ForeignRow>,
+    /// The rules copied from each session's clients: session, then client id.
+    pub client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
     /// Questions host tools asked a person in a running turn and are waiting on.
     pub questions: crate::tools::questions::Questions,
     /// Agent Merge's configuration per session folder (kept in memory).
@@ -272,6 +275,7 @@ impl Host {
             grace: std::collections::HashMap::new(),
             users: config.users.clone(),
             foreign: std::collections::HashMap::new(),
+            client_rules: std::collections::HashMap::new(),
             questions: Default::default(),
             agent_merge: Default::default(),
             wakeup_timer: Arc::default(),
