@@ -245,3 +245,87 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     a.check_against_snapshot(&session).await?;
     Ok(())
 }
+
+/// Sends `text` and allows every call the turn asks about, until it ends.
+async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
+    let turn_id = client.send(chat, text).await?;
+    loop {
+        let (c, t) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the turn to ask or end", move |m| {
+                m.chat(&c)
+                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
+            })
+            .await?;
+        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
+        if waiting.is_empty() {
+            return client.finished(chat, &turn_id).await;
+        }
+        for (turn, call) in waiting {
+            client.confirm(chat, &turn, &call, true).await?;
+        }
+        // The confirmation's echo takes the call out of the waiting ones before the next look.
+        let (c, call) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the confirmation to be taken", move |m| {
+                m.chat(&c)
+                    .is_some_and(|s| s.turns.iter().any(|x| x.id == call) || tests::client::waiting_calls(s).is_empty())
+            })
+            .await?;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = home_starting_in("default")?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-restart-").tempdir()?;
+    let options = || {
+        let entry = adapter_entry(&claude_agent_acp(), &mock, home.path());
+        DaemonOptions::with_config(json!({ "agents": { "claude-acp": entry } }))
+    };
+
+    let mut first = Daemon::start_in(daemon_home.path(), options()).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
+    let session_id = session.trim_start_matches("ahp-session:/").to_owned();
+
+    // The model calls a host tool through the session's /ahp-mcp endpoint and gets its real answer.
+    let listed = turn_allowing(&mut a, &chat, "TOOL:mcp__ahp__list_sessions ARGS:{}").await?;
+    assert_eq!(listed.state, TurnState::Complete, "{listed:?}");
+    assert!(
+        matches!(tool_calls(&listed.response_parts)[..], [ToolCallState::Completed(c)] if c.success),
+        "{:?}",
+        tool_calls(&listed.response_parts)
+    );
+    assert!(turn_text(&listed).contains("Tool result received:"), "{listed:?}");
+    let requests = mock.turn_requests();
+    assert!(
+        requests[0].tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"),
+        "offered up front, no tool search: {:?}",
+        requests[0].tool_names()
+    );
+    let answered = requests.last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(answered.contains(&session_id), "list_sessions named this very session to the model: {answered}");
+    a.check_against_snapshot(&chat).await?;
+    drop(a);
+    first.terminate().await?;
+
+    // After the restart the agent loads its conversation: the model sees the earlier messages,
+    // and the history the agent replays is not shown again.
+    let second = Daemon::start_in(daemon_home.path(), options()).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "the store kept the first turn");
+    let next = b.turn(&chat, "REPLY:still here").await?;
+    assert_eq!(next.state, TurnState::Complete, "{next:?}");
+    assert_eq!(turn_text(&next), "still here", "{next:?}");
+    let seen = mock.turn_requests().last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(seen.contains("TOOL:mcp__ahp__list_sessions"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains(&session_id), "and the tool's answer: {seen}");
+    b.check_against_snapshot(&chat).await?;
+    b.check_against_snapshot(&session).await?;
+    Ok(())
+}
