@@ -329,3 +329,74 @@ async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() 
     b.check_against_snapshot(&session).await?;
     Ok(())
 }
+
+/// The text of a call's result content, joined.
+fn result_text(call: &ToolCallState) -> String {
+    let ToolCallState::Completed(done) = call else { return String::new() };
+    done.content
+        .iter()
+        .flatten()
+        .filter_map(|c| match c {
+            ahp_types::state::ToolResultContent::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_acp_reads_writes_and_runs_through_the_worker() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let elsewhere = tempfile::Builder::new().prefix("ahpd-acp-elsewhere-").tempdir()?;
+    let config = json!({ "agents": { "code-acp": adapter_entry(&claude_code_acp(), &mock, home.path()) } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "code-acp", folder.path()).await?;
+
+    // fs/write_text_file, served by the worker in the session's folder.
+    let inside = folder.path().join("written.txt");
+    let args = json!({ "file_path": inside, "content": "hello via acp\n" });
+    let wrote = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Write ARGS:{args}")).await?;
+    assert_eq!(wrote.state, TurnState::Complete, "{wrote:?}");
+    assert_eq!(std::fs::read_to_string(&inside)?, "hello via acp\n", "written through fs/write_text_file");
+    // One call, asked about in the client first (the adapter asks before it writes).
+    let asked = ahp_types::state::ToolCallConfirmationReason::UserAction;
+    assert!(
+        matches!(tool_calls(&wrote.response_parts)[..], [ToolCallState::Completed(c)] if c.success && c.confirmed == asked),
+        "{wrote:?}"
+    );
+
+    // fs/read_text_file: the model gets the file's words.
+    let args = json!({ "file_path": inside });
+    let read = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Read ARGS:{args}")).await?;
+    assert!(turn_text(&read).contains("hello via acp"), "read through fs/read_text_file: {read:?}");
+
+    // A write outside the session's folders is refused.
+    let outside = elsewhere.path().join("outside.txt");
+    let args = json!({ "file_path": outside, "content": "nope" });
+    let refused = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Write ARGS:{args}")).await?;
+    assert!(!outside.exists(), "nothing was written outside");
+    assert!(
+        matches!(tool_calls(&refused.response_parts)[..], [ToolCallState::Completed(c)] if !c.success),
+        "the call failed: {refused:?}"
+    );
+    assert!(turn_text(&refused).contains("outside this session's folders"), "{refused:?}");
+
+    // terminal/*: a shell line runs in the session's folder; its output is the call's result.
+    let args = json!({ "command": "echo $((6 * 7)) > answer.txt && cat answer.txt", "description": "Compute", "timeout": 10000 });
+    let ran = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Bash ARGS:{args}")).await?;
+    assert_eq!(ran.state, TurnState::Complete, "{ran:?}");
+    assert_eq!(std::fs::read_to_string(folder.path().join("answer.txt"))?.trim(), "42", "ran in the session's folder");
+    let calls = tool_calls(&ran.response_parts);
+    assert!(
+        matches!(calls[..], [call] if result_text(call).contains("42")),
+        "the terminal's output in the folded call: {calls:?}"
+    );
+    assert!(turn_text(&ran).contains("42"), "and it reached the model: {ran:?}");
+
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
