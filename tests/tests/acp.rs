@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ChatState, ResponsePart, ToolCallState, Turn, TurnState};
+use ahp_types::actions::{ChatTurnCancelledAction, SessionConfigChangedAction, StateAction};
+use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
 use serde_json::{json, Value};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
@@ -178,12 +178,34 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
-    let home = home_starting_in("default")?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
     let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
     let config = json!({ "agents": { "claude-acp": adapter_entry(&claude_agent_acp(), &mock, home.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
+
+    // The agent named its modes when the session opened (it starts in `auto`, where a model
+    // classifier answers instead of the person); once its offer reached the host, the client
+    // picks `default`, where the agent asks the client.
+    a.until("the adapter's offer", |m| match m.states.get(ahp_types::ROOT_RESOURCE_URI) {
+        Some(SnapshotState::Root(root)) => {
+            root.agents.iter().any(|x| x.provider == "claude-acp" && !x.models.is_empty())
+        }
+        _ => false,
+    })
+    .await?;
+    let mode = |m: &tests::Mirror, s: &str| {
+        m.session(s).and_then(|st| st.config.as_ref()).and_then(|c| c.values.get("permissionMode").cloned())
+    };
+    assert_eq!(mode(&a.mirror, &session), Some(json!("auto")), "the agent's own starting mode");
+    let pick = [("permissionMode".to_owned(), json!("default"))].into_iter().collect();
+    let seq = a
+        .dispatch(
+            &session,
+            StateAction::SessionConfigChanged(SessionConfigChangedAction { config: pick, replace: None }),
+        )
+        .await?;
 
     // A streamed turn, thinking first.
     let one = a.turn(&chat, "THINK REPLY:the answer is forty-two").await?;
@@ -192,6 +214,11 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     assert!(reasoning(&one).contains(THINKING), "{one:?}");
     let deltas = a.envelopes.iter().filter(|e| e.channel == chat && matches!(e.action, StateAction::ChatDelta(_)));
     assert!(deltas.count() >= 2, "the answer streamed in pieces");
+
+    let taken =
+        a.envelopes.iter().find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == "a" && o.client_seq == seq));
+    assert_eq!(taken.map(|e| e.rejection_reason.clone()), Some(None), "the mode change was taken: {taken:?}");
+    assert_eq!(mode(&a.mirror, &session), Some(json!("default")));
 
     // A permission asked in the client and allowed: the command runs in the session's folder.
     let bash = |file: &str| format!(r#"TOOL:Bash ARGS:{{"command":"touch {file}","description":"Make a file"}}"#);
