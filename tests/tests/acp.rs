@@ -3,30 +3,108 @@
 //! client, every action folded through the official reducers and checked against the host's
 //! snapshots.
 //!
-//! The providers are config entries of kind `acp` (the daemon runs `ahpd worker acp`). The adapter
-//! is installed by `scripts/deps/acp.sh` (run by `scripts/test`).
+//! The providers are config entries of kind `acp` (the daemon runs `ahpd worker acp`). The
+//! adapters are installed by `scripts/deps/acp.sh` (run by `scripts/test`): claude-agent-acp
+//! (`$AHPD_CLAUDE_AGENT_ACP_BIN`) runs its tools itself; claude-code-acp (`$AHPD_CLAUDE_CODE_ACP_BIN`)
+//! reads, writes and runs commands through the worker's `fs/*` and `terminal/*`.
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ChatState, TurnState};
-use serde_json::json;
-use tests::mocks::anthropic::MockAnthropic;
+use ahp_types::actions::{ChatTurnCancelledAction, SessionConfigChangedAction, StateAction};
+use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
+use serde_json::{json, Value};
+use tests::mocks::anthropic::{MockAnthropic, THINKING};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The installed claude-agent-acp: `$AHPD_CLAUDE_AGENT_ACP_BIN`, else under `$AHPD_TEST_CACHE`.
-fn claude_agent_acp() -> PathBuf {
-    if let Some(path) = std::env::var_os("AHPD_CLAUDE_AGENT_ACP_BIN") {
+/// An installed adapter: `$<env>`, else `<name>` under `$AHPD_TEST_CACHE/acp`.
+fn adapter(env: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
         return PathBuf::from(path);
     }
     let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache"));
-    let bin = cache.join("acp/node_modules/.bin/claude-agent-acp");
+    let bin = cache.join("acp/node_modules/.bin").join(name);
     assert!(bin.exists(), "{} is not installed: run scripts/test (or scripts/deps/acp.sh) first", bin.display());
     bin
+}
+
+/// The current Claude adapter, which runs its tools itself.
+fn claude_agent_acp() -> PathBuf {
+    adapter("AHPD_CLAUDE_AGENT_ACP_BIN", "claude-agent-acp")
+}
+
+/// The older Claude adapter, which reads, writes and runs through its client.
+fn claude_code_acp() -> PathBuf {
+    adapter("AHPD_CLAUDE_CODE_ACP_BIN", "claude-code-acp")
+}
+
+/// An `acp` agents entry running `command` against `mock`, with `home` as its own `HOME`.
+fn adapter_entry(command: &Path, mock: &MockAnthropic, home: &Path) -> Value {
+    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    env.insert("HOME".into(), json!(home.display().to_string()));
+    // The adapters refuse to skip permissions as root unless told they are sandboxed.
+    env.insert("IS_SANDBOX".into(), json!("1"));
+    // MCP tools would hide behind tool search otherwise (ACP has no alwaysLoad).
+    env.insert("ENABLE_TOOL_SEARCH".into(), json!("false"));
+    json!({ "kind": "acp", "options": { "command": command.display().to_string(), "env": env } })
+}
+
+/// An adapter home whose Claude settings start every session in `mode` (claude-agent-acp starts in
+/// `auto`, where a model classifier answers instead of the person).
+fn home_starting_in(mode: &str) -> anyhow::Result<tempfile::TempDir> {
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    std::fs::create_dir_all(home.path().join(".claude"))?;
+    let settings = json!({ "permissions": { "defaultMode": mode } });
+    std::fs::write(home.path().join(".claude/settings.json"), settings.to_string())?;
+    Ok(home)
+}
+
+/// Creates a session on `provider` in folder `dir`, waits until it is ready and subscribes to it
+/// and its default chat. Answers (session, chat).
+async fn create_in(client: &mut TestClient, provider: &str, dir: &Path) -> anyhow::Result<(String, String)> {
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    let params = json!({ "channel": session, "provider": provider,
+                         "workingDirectories": [format!("file://{}", dir.display())] });
+    client.request("createSession", params).await.map_err(|e| anyhow::anyhow!("createSession: {e}"))?;
+    client.subscribe(&session).await?;
+    let s = session.clone();
+    client
+        .until("the session to be ready", move |m| {
+            m.session(&s).is_some_and(|st| {
+                st.lifecycle == ahp_types::state::SessionLifecycle::Ready && st.default_chat.is_some()
+            })
+        })
+        .await?;
+    let chat = client.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
+    client.subscribe(&chat).await?;
+    Ok((session, chat))
+}
+
+fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reasoning(turn: &Turn) -> String {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::Reasoning(r) => Some(r.content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stop(turn_id: &str) -> StateAction {
+    StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.to_owned(), duration: 0, meta: None })
 }
 
 fn active_text(chat: Option<&ChatState>) -> String {
@@ -94,5 +172,257 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
 
     client.check_against_snapshot(&scripted).await?;
     client.check_against_snapshot(&claude).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let config = json!({ "agents": { "claude-acp": adapter_entry(&claude_agent_acp(), &mock, home.path()) } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
+
+    // The agent named its modes when the session opened (it starts in `auto`, where a model
+    // classifier answers instead of the person); once its offer reached the host, the client
+    // picks `default`, where the agent asks the client.
+    a.until("the adapter's offer", |m| match m.states.get(ahp_types::ROOT_RESOURCE_URI) {
+        Some(SnapshotState::Root(root)) => {
+            root.agents.iter().any(|x| x.provider == "claude-acp" && !x.models.is_empty())
+        }
+        _ => false,
+    })
+    .await?;
+    let mode = |m: &tests::Mirror, s: &str| {
+        m.session(s).and_then(|st| st.config.as_ref()).and_then(|c| c.values.get("permissionMode").cloned())
+    };
+    assert_eq!(mode(&a.mirror, &session), Some(json!("auto")), "the agent's own starting mode");
+    let pick = [("permissionMode".to_owned(), json!("default"))].into_iter().collect();
+    let seq = a
+        .dispatch(
+            &session,
+            StateAction::SessionConfigChanged(SessionConfigChangedAction { config: pick, replace: None }),
+        )
+        .await?;
+
+    // A streamed turn, thinking first.
+    let one = a.turn(&chat, "THINK REPLY:the answer is forty-two").await?;
+    assert_eq!(one.state, TurnState::Complete, "{one:?}");
+    assert!(turn_text(&one).starts_with("the answer is forty-two"), "{one:?}");
+    assert!(reasoning(&one).contains(THINKING), "{one:?}");
+    let deltas = a.envelopes.iter().filter(|e| e.channel == chat && matches!(e.action, StateAction::ChatDelta(_)));
+    assert!(deltas.count() >= 2, "the answer streamed in pieces");
+
+    let taken =
+        a.envelopes.iter().find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == "a" && o.client_seq == seq));
+    assert_eq!(taken.map(|e| e.rejection_reason.clone()), Some(None), "the mode change was taken: {taken:?}");
+    assert_eq!(mode(&a.mirror, &session), Some(json!("default")));
+
+    // A permission asked in the client and allowed: the command runs in the session's folder.
+    let bash = |file: &str| format!(r#"TOOL:Bash ARGS:{{"command":"touch {file}","description":"Make a file"}}"#);
+    let allowed = a.send(&chat, &bash("allowed.txt")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    let asked = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).expect("a running turn");
+    match tool_calls(&asked.response_parts)[..] {
+        [ToolCallState::PendingConfirmation(p)] => {
+            let options = p.options.clone().unwrap_or_default();
+            assert!(options.len() >= 2, "the agent's own options: {p:?}");
+            assert_eq!(options[0].kind, ahp_types::state::ConfirmationOptionKind::Approve, "approvals first: {p:?}");
+        }
+        ref other => panic!("one call waits for the person: {other:?}"),
+    }
+    a.check_against_snapshot(&session).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = a.finished(&chat, &allowed).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(
+        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Completed(c)] if c.success),
+        "{:?}",
+        tool_calls(&turn.response_parts)
+    );
+    assert!(folder.path().join("allowed.txt").exists(), "the allowed command ran");
+
+    // One denied: it does not.
+    let denied = a.send(&chat, &bash("denied.txt")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = a.finished(&chat, &denied).await?;
+    assert!(
+        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Cancelled(_)]),
+        "{:?}",
+        tool_calls(&turn.response_parts)
+    );
+    assert!(!folder.path().join("denied.txt").exists(), "the denied command did not run");
+
+    // A cancel mid-turn (dispatched while the answer streams), and the next turn runs.
+    let long = a.send(&chat, "SLOW REPLY:one two three four five six seven eight nine ten eleven twelve").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| !active_text(m.chat(&c)).is_empty()).await?;
+    a.dispatch(&chat, stop(&long)).await?;
+    let stopped = a.finished(&chat, &long).await?;
+    assert_eq!(stopped.state, TurnState::Cancelled, "{stopped:?}");
+    let next = a.turn(&chat, "REPLY:still here").await?;
+    assert_eq!(next.state, TurnState::Complete, "{next:?}");
+    assert!(turn_text(&next).starts_with("still here"), "{next:?}");
+
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// Sends `text` and allows every call the turn asks about, until it ends.
+async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
+    let turn_id = client.send(chat, text).await?;
+    loop {
+        let (c, t) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the turn to ask or end", move |m| {
+                m.chat(&c)
+                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
+            })
+            .await?;
+        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
+        if waiting.is_empty() {
+            return client.finished(chat, &turn_id).await;
+        }
+        for (turn, call) in waiting {
+            client.confirm(chat, &turn, &call, true).await?;
+        }
+        // The confirmation's echo takes the call out of the waiting ones before the next look.
+        let (c, call) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the confirmation to be taken", move |m| {
+                m.chat(&c)
+                    .is_some_and(|s| s.turns.iter().any(|x| x.id == call) || tests::client::waiting_calls(s).is_empty())
+            })
+            .await?;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = home_starting_in("default")?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-restart-").tempdir()?;
+    let options = || {
+        let entry = adapter_entry(&claude_agent_acp(), &mock, home.path());
+        DaemonOptions::with_config(json!({ "agents": { "claude-acp": entry } }))
+    };
+
+    let mut first = Daemon::start_in(daemon_home.path(), options()).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
+    let session_id = session.trim_start_matches("ahp-session:/").to_owned();
+
+    // The model calls a host tool through the session's /ahp-mcp endpoint and gets its real answer.
+    let listed = turn_allowing(&mut a, &chat, "TOOL:mcp__ahp__list_sessions ARGS:{}").await?;
+    assert_eq!(listed.state, TurnState::Complete, "{listed:?}");
+    assert!(
+        matches!(tool_calls(&listed.response_parts)[..], [ToolCallState::Completed(c)] if c.success),
+        "{:?}",
+        tool_calls(&listed.response_parts)
+    );
+    assert!(turn_text(&listed).contains("Tool result received:"), "{listed:?}");
+    let requests = mock.turn_requests();
+    assert!(
+        requests[0].tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"),
+        "offered up front, no tool search: {:?}",
+        requests[0].tool_names()
+    );
+    let answered = requests.last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(answered.contains(&session_id), "list_sessions named this very session to the model: {answered}");
+    a.check_against_snapshot(&chat).await?;
+    drop(a);
+    first.terminate().await?;
+
+    // After the restart the agent loads its conversation: the model sees the earlier messages,
+    // and the history the agent replays is not shown again.
+    let second = Daemon::start_in(daemon_home.path(), options()).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "the store kept the first turn");
+    let next = b.turn(&chat, "REPLY:still here").await?;
+    assert_eq!(next.state, TurnState::Complete, "{next:?}");
+    assert_eq!(turn_text(&next), "still here", "{next:?}");
+    let seen = mock.turn_requests().last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(seen.contains("TOOL:mcp__ahp__list_sessions"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains(&session_id), "and the tool's answer: {seen}");
+    b.check_against_snapshot(&chat).await?;
+    b.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// The text of a call's result content, joined.
+fn result_text(call: &ToolCallState) -> String {
+    let ToolCallState::Completed(done) = call else { return String::new() };
+    done.content
+        .iter()
+        .flatten()
+        .filter_map(|c| match c {
+            ahp_types::state::ToolResultContent::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_acp_reads_writes_and_runs_through_the_worker() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let elsewhere = tempfile::Builder::new().prefix("ahpd-acp-elsewhere-").tempdir()?;
+    let config = json!({ "agents": { "code-acp": adapter_entry(&claude_code_acp(), &mock, home.path()) } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "code-acp", folder.path()).await?;
+
+    // fs/write_text_file, served by the worker in the session's folder.
+    let inside = folder.path().join("written.txt");
+    let args = json!({ "file_path": inside, "content": "hello via acp\n" });
+    let wrote = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Write ARGS:{args}")).await?;
+    assert_eq!(wrote.state, TurnState::Complete, "{wrote:?}");
+    assert_eq!(std::fs::read_to_string(&inside)?, "hello via acp\n", "written through fs/write_text_file");
+    // One call, asked about in the client first (the adapter asks before it writes).
+    let asked = ahp_types::state::ToolCallConfirmationReason::UserAction;
+    assert!(
+        matches!(tool_calls(&wrote.response_parts)[..], [ToolCallState::Completed(c)] if c.success && c.confirmed == asked),
+        "{wrote:?}"
+    );
+
+    // fs/read_text_file: the model gets the file's words.
+    let args = json!({ "file_path": inside });
+    let read = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Read ARGS:{args}")).await?;
+    assert!(turn_text(&read).contains("hello via acp"), "read through fs/read_text_file: {read:?}");
+
+    // A write outside the session's folders is refused.
+    let outside = elsewhere.path().join("outside.txt");
+    let args = json!({ "file_path": outside, "content": "nope" });
+    let refused = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Write ARGS:{args}")).await?;
+    assert!(!outside.exists(), "nothing was written outside");
+    assert!(
+        matches!(tool_calls(&refused.response_parts)[..], [ToolCallState::Completed(c)] if !c.success),
+        "the call failed: {refused:?}"
+    );
+    assert!(turn_text(&refused).contains("outside this session's folders"), "{refused:?}");
+
+    // terminal/*: a shell line runs in the session's folder; its output is the call's result.
+    let args = json!({ "command": "echo $((6 * 7)) > answer.txt && cat answer.txt", "description": "Compute", "timeout": 10000 });
+    let ran = turn_allowing(&mut a, &chat, &format!("TOOL:mcp__acp__Bash ARGS:{args}")).await?;
+    assert_eq!(ran.state, TurnState::Complete, "{ran:?}");
+    assert_eq!(std::fs::read_to_string(folder.path().join("answer.txt"))?.trim(), "42", "ran in the session's folder");
+    let calls = tool_calls(&ran.response_parts);
+    assert!(
+        matches!(calls[..], [call] if result_text(call).contains("42")),
+        "the terminal's output in the folded call: {calls:?}"
+    );
+    assert!(turn_text(&ran).contains("42"), "and it reached the model: {ran:?}");
+
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
     Ok(())
 }

@@ -356,7 +356,7 @@ impl Host {
     fn on_worker_event(&self, event: WorkerEvent) {
         match event {
             WorkerEvent::Ready { provider, descriptor, schema, .. } => self.agent_ready(&provider, descriptor, schema),
-            WorkerEvent::Probed { provider, probe } => self.agent_probed(&provider, probe),
+            WorkerEvent::Probed { provider, probe, schema } => self.agent_probed(&provider, probe, schema),
             WorkerEvent::Emit { incarnation, params, .. } => self.backend_emit(incarnation, params),
             WorkerEvent::TurnRecorded { params, .. } => {
                 let mut core = self.lock();
@@ -383,9 +383,13 @@ impl Host {
         self.offers_changed(&mut core);
     }
 
-    fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult) {
+    fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult, schema: Option<protocol::SchemaResult>) {
         let mut core = self.lock();
         if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
+            if let Some(schema) = schema {
+                // What later sessions start with, and what a client may change from now on.
+                entry.schema = Some(schema);
+            }
             entry.models = probe
                 .models
                 .into_iter()

@@ -96,8 +96,10 @@ pub enum SlotState {
 pub enum WorkerEvent {
     /// A worker finished its handshake.
     Ready { provider: String, incarnation: u64, descriptor: AgentDescriptor, schema: SchemaResult },
-    /// What the agent offers (models, commands).
-    Probed { provider: String, probe: ProbeResult },
+    /// What the agent offers (models, commands), and its session config schema when it was asked
+    /// again (an agent that said its offer changed may name new controls: an ACP agent names its
+    /// modes and options only once a session is open).
+    Probed { provider: String, probe: ProbeResult, schema: Option<SchemaResult> },
     /// An action for a channel.
     Emit { provider: String, incarnation: u64, params: EmitParams },
     /// A turn's transcript id.
@@ -304,7 +306,7 @@ impl Supervisor {
             schema,
         });
         if descriptor.features.probe {
-            self.probe(spec.provider.clone(), peer.clone());
+            self.probe(spec.provider.clone(), peer.clone(), false);
         }
         tracing::info!("worker {} is ready ({})", spec.provider, descriptor.display_name);
         let ended = tokio::select! {
@@ -338,7 +340,9 @@ impl Supervisor {
         RunEnd::Died(reason)
     }
 
-    fn probe(&self, provider: String, peer: Peer) {
+    /// Asks what the agent offers; `with_schema` asks its schema again too, so both reach the
+    /// host in one event.
+    fn probe(&self, provider: String, peer: Peer, with_schema: bool) {
         let events = self.events.clone();
         self.tracker.spawn(async move {
             match tokio::time::timeout(
@@ -348,7 +352,8 @@ impl Supervisor {
             .await
             {
                 Ok(Ok(probe)) => {
-                    let _ = events.send(WorkerEvent::Probed { provider, probe });
+                    let schema = if with_schema { schema_again(&provider, &peer).await } else { None };
+                    let _ = events.send(WorkerEvent::Probed { provider, probe, schema });
                 }
                 Ok(Err(e)) => tracing::warn!("worker {provider} could not say what it offers: {e}"),
                 Err(_) => {
@@ -387,7 +392,7 @@ impl Supervisor {
                         },
                         worker::PROBE_CHANGED => {
                             if let Some(handle) = this.current(&provider) {
-                                this.probe(provider.clone(), handle.peer);
+                                this.probe(provider.clone(), handle.peer, true);
                             }
                             continue;
                         }
@@ -437,6 +442,22 @@ impl Supervisor {
                 }
             }
         })
+    }
+}
+
+/// The worker's schema asked again; `None` (and a log line) when it does not answer.
+async fn schema_again(provider: &str, peer: &Peer) -> Option<SchemaResult> {
+    let asked = peer.request::<_, SchemaResult>(parent::SCHEMA, SchemaParams::default());
+    match tokio::time::timeout(Duration::from_secs(60), asked).await {
+        Ok(Ok(schema)) => Some(schema),
+        Ok(Err(e)) => {
+            tracing::warn!("worker {provider} could not say its schema again: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("worker {provider} did not say its schema again within 60 s");
+            None
+        }
     }
 }
 
