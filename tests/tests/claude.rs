@@ -2,9 +2,11 @@
 //! the `claude` worker, which runs the real Claude Code CLI (installed by `scripts/test`) against
 //! the project's scripted Anthropic mock on 127.0.0.1.
 //!
-//! The agent is a config entry of kind `claude`: the daemon runs `ahpd worker claude`.
+//! The agent is a config entry of kind `claude`: the daemon runs `ahpd worker claude`. Claude's own
+//! conversations (ones the CLI wrote down outside the daemon) are listed, read back and resumed too.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 use ahp::ResourceRequestHandlers;
 use ahp_types::actions::{
@@ -41,15 +43,17 @@ fn claude_bin() -> PathBuf {
     bin
 }
 
+/// Options for a daemon whose `claude` agent talks to `mock`.
+fn claude_options(mock: &MockAnthropic) -> DaemonOptions {
+    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    DaemonOptions::with_config(json!({ "agents": { "claude": {
+        "kind": "claude", "env": env, "options": { "command": claude_bin() }
+    } } }))
+}
+
 /// A daemon whose `claude` agent talks to `mock`. Its `HOME` is its own fresh folder.
 async fn claude_daemon(mock: &MockAnthropic) -> anyhow::Result<Daemon> {
-    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-    let config = json!({ "agents": { "claude": {
-        "kind": "claude",
-        "env": env,
-        "options": { "command": claude_bin() }
-    } } });
-    Daemon::start_with(DaemonOptions::with_config(config)).await
+    Daemon::start_with(claude_options(mock)).await
 }
 
 fn tool_calls(turn: &ahp_types::state::Turn) -> Vec<&ToolCallState> {
@@ -211,15 +215,7 @@ async fn the_models_come_from_the_cli_and_a_model_change_reaches_the_api() -> an
 async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let home = tempfile::Builder::new().prefix("ahpd-claude-restart-").tempdir()?;
-    let options = |mock: &MockAnthropic| {
-        let env: serde_json::Map<String, Value> =
-            mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-        DaemonOptions::with_config(json!({ "agents": { "claude": {
-            "kind": "claude", "env": env, "options": { "command": claude_bin() }
-        } } }))
-    };
-
-    let mut first = Daemon::start_in(home.path(), options(&mock)).await?;
+    let mut first = Daemon::start_in(home.path(), claude_options(&mock)).await?;
     let mut a = TestClient::connect(&first.url, "a").await?;
     let (session, chat) = a.create_session("claude", None).await?;
     let turn = a.turn(&chat, "remember the word PINEAPPLE").await?;
@@ -227,7 +223,7 @@ async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() ->
     drop(a);
     first.terminate().await?;
 
-    let second = Daemon::start_in(home.path(), options(&mock)).await?;
+    let second = Daemon::start_in(home.path(), claude_options(&mock)).await?;
     let mut b = TestClient::connect(&second.url, "b").await?;
     b.subscribe(&session).await?;
     b.subscribe(&chat).await?;
@@ -496,5 +492,91 @@ async fn a_clients_always_applied_rules_join_claudes_system_prompt_after_the_too
     assert!(!said.contains("RULE-ALWAYS"), "{said}");
     c1.check_against_snapshot(&session).await?;
     c1.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+/// Runs `claude -p PROMPT` in `folder` with `home` as its `HOME`, the way a person would outside
+/// the daemon; answers the conversation id the CLI chose.
+async fn claude_by_hand(mock: &MockAnthropic, home: &Path, folder: &Path, prompt: &str) -> anyhow::Result<String> {
+    let output = tokio::process::Command::new(claude_bin())
+        .args(["-p", prompt, "--output-format", "json"])
+        .envs(mock.cli_env())
+        .env("HOME", home)
+        .current_dir(folder)
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "claude -p failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&output.stdout)?;
+    answer["session_id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no session_id in {answer}"))
+}
+
+/// The resources `listSessions` answers, every page.
+async fn listed(client: &TestClient) -> anyhow::Result<Vec<Value>> {
+    let mut items = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let page =
+            client.request("listSessions", json!({ "channel": "ahp-root://", "cursor": cursor, "limit": 1 })).await?;
+        items.extend(page["items"].as_array().cloned().unwrap_or_default());
+        match page.get("nextCursor") {
+            Some(next) if !next.is_null() => cursor = next.clone(),
+            _ => return Ok(items),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_claude_kept_on_its_own_is_listed_read_back_and_resumed() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-claude-catalogue-").tempdir()?;
+    let folder = home.path().join("project");
+    std::fs::create_dir_all(&folder)?;
+    let id = claude_by_hand(&mock, home.path(), &folder, "remember the word MANGO").await?;
+
+    let daemon = Daemon::start_in(home.path(), claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    // A session of the daemon's own, with a turn, so Claude's files hold two conversations.
+    let (own_session, own_chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&own_chat, "hello").await?.state, TurnState::Complete);
+
+    let items = listed(&a).await?;
+    let resources: Vec<&str> = items.iter().filter_map(|i| i["resource"].as_str()).collect();
+    let foreign = format!("ahp-session:/{id}");
+    assert!(resources.contains(&foreign.as_str()), "Claude's own conversation is listed: {items:?}");
+    assert!(resources.contains(&own_session.as_str()), "{items:?}");
+    assert_eq!(resources.len(), 2, "the daemon's own conversation is not listed twice: {items:?}");
+    let row = items.iter().find(|i| i["resource"] == foreign.as_str()).expect("listed");
+    assert_eq!(row["provider"], "claude");
+
+    // Opening it reads its turn back; nothing runs.
+    a.subscribe(&foreign).await?;
+    let chat = a.mirror.session(&foreign).and_then(|s| s.default_chat.clone()).expect("a default chat");
+    a.subscribe(&chat).await?;
+    let turns = a.mirror.chat(&chat).map(|c| c.turns.clone()).unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the conversation's turn was read back: {turns:?}");
+    assert!(turns[0].message.text.contains("remember the word MANGO"), "{:?}", turns[0].message);
+    let asked = mock.turn_requests().len();
+
+    // Saying something resumes Claude's conversation: the model sees the earlier exchange.
+    let turn = a.turn(&chat, "what was the word?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let requests = mock.turn_requests();
+    assert!(requests.len() > asked, "the model was asked");
+    let seen = requests.last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(seen.contains("remember the word MANGO"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains(&format!("{HELLO}remember the word MANGO")), "and the earlier answer: {seen}");
+
+    // It is the daemon's now: listed once, and it stays after a restart.
+    let again = listed(&a).await?;
+    assert_eq!(again.iter().filter(|i| i["resource"] == foreign.as_str()).count(), 1, "{again:?}");
+    assert_eq!(again.len(), 2, "{again:?}");
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&foreign).await?;
     Ok(())
 }
