@@ -113,6 +113,9 @@ struct State {
     values: JsonObject,
     wanted: Wanted,
     loading: bool,
+    /// The user text `session/load` replayed, to tell whether the conversation heard the
+    /// session's instructions (a client's rule may have joined them since it began).
+    replayed: String,
     cost: Option<f64>,
 }
 
@@ -185,6 +188,7 @@ impl AcpSession {
                     values: JsonObject::new(),
                     wanted,
                     loading: false,
+                    replayed: String::new(),
                     cost: None,
                 }),
                 wake: Notify::new(),
@@ -335,10 +339,24 @@ impl AcpSession {
         let known = self.state().acp_id.clone();
         let answer = match (opening, known) {
             (Opening::Resume | Opening::Restart, Some(id)) if link.caps.load_session => {
-                self.state().loading = true;
+                {
+                    let mut state = self.state();
+                    state.loading = true;
+                    state.replayed.clear();
+                }
                 let loaded =
                     self.step(&link, "session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": servers})).await;
-                self.state().loading = false;
+                {
+                    let mut state = self.state();
+                    state.loading = false;
+                    let replayed = std::mem::take(&mut state.replayed);
+                    let words = self.inner.instructions.join("\n\n");
+                    if loaded.is_ok() && !words.trim().is_empty() && !replayed.contains(&words) {
+                        // The conversation never heard these words (or not all of them): they
+                        // open its next prompt, as they opened its first.
+                        state.first_prompt = true;
+                    }
+                }
                 let mut answer = loaded?;
                 if let Value::Object(map) = &mut answer {
                     map.entry("sessionId").or_insert(Value::String(id));
@@ -600,6 +618,11 @@ impl AcpSession {
             _ => {
                 let mut state = self.state();
                 let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
+                if state.loading && kind == "user_message_chunk" {
+                    if let Some(text) = update.pointer("/content/text").and_then(Value::as_str) {
+                        state.replayed.push_str(text);
+                    }
+                }
                 if state.loading || !current {
                     // The history session/load replays is the host's already.
                     return;

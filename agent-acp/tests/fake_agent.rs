@@ -385,6 +385,47 @@ async fn sign_in_uses_an_offered_method_or_names_the_ones_offered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_conversation_hears_the_instructions_it_never_heard_and_only_those() {
+    let dir = scratch("resume-instructions");
+    let state = scratch("resume-instructions-state");
+    let flags = ["--state-dir", state.to_str().expect("utf8")];
+    let start_with = |instructions: &[&str], resume: Option<&str>| {
+        let mut start = start_in("ri", &dir);
+        start.instructions = instructions.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(id) = resume {
+            start.resume = true;
+            start.conversation_id = id.to_owned();
+        }
+        start
+    };
+    let blocks_of = |turn: &ahp_types::state::Turn| -> Value {
+        serde_json::from_str(&markdown(&turn.response_parts)).expect("the prompt as JSON")
+    };
+
+    let mut first = parent("fake", fake_options(&flags), &dir).await;
+    let id = first.create(start_with(&["Be brief."], None)).await.expect("create").conversation_id.expect("an id");
+    let opened = turn(&mut first, "ahp-chat:/ri", "t1", "prompt").await;
+    assert_eq!(blocks_of(&opened)[0], json!({"type": "text", "text": "Be brief."}));
+    first.peer().request_value(methods::SHUTDOWN, json!({})).await.expect("shutdown");
+
+    // The replayed history holds the words: they are not said again.
+    let mut second = parent("fake", fake_options(&flags), &dir).await;
+    second.create(start_with(&["Be brief."], Some(&id))).await.expect("resume");
+    let again = turn(&mut second, "ahp-chat:/ri", "t2", "prompt").await;
+    assert_eq!(blocks_of(&again), json!([{"type": "text", "text": "prompt"}]));
+    second.peer().request_value(methods::SHUTDOWN, json!({})).await.expect("shutdown");
+
+    // A rule joined them since: the words open the next prompt.
+    let mut third = parent("fake", fake_options(&flags), &dir).await;
+    third.create(start_with(&["Be brief.", "Use tabs."], Some(&id))).await.expect("resume");
+    let told = turn(&mut third, "ahp-chat:/ri", "t3", "prompt").await;
+    assert_eq!(
+        blocks_of(&told),
+        json!([{"type": "text", "text": "Be brief.\n\nUse tabs."}, {"type": "text", "text": "prompt"}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_worker_resumes_with_session_load_or_says_why_not() {
     let dir = scratch("resume");
     let state = scratch("resume-state");
