@@ -479,11 +479,16 @@ fn input_chat(request: &SessionInputRequest) -> Option<&str> {
 
 impl Host {
     pub(super) fn create_session(&self, conn: &mut ConnState, id: Value, params: Value) {
-        let result = self.try_create_session(conn, params);
+        let now = self.config().clock.now();
+        let result = conn
+            .created
+            .check(now, conn.limits.max_sessions_per_minute)
+            .and_then(|()| self.try_create_session(conn, params));
         if let Err(e) = result {
             self.send_to(conn.id, response(&id, Err(e)));
             return;
         }
+        conn.created.record(now);
         self.send_to(conn.id, response(&id, Ok(Value::Null)));
     }
 
