@@ -291,7 +291,7 @@ impl Core {
         let params =
             SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
-        self.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        self.announce_session(&frame);
         self.persist_session(session);
     }
 
@@ -622,7 +622,7 @@ impl Host {
                 "root/sessionAdded",
                 &SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary },
             );
-            core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+            core.announce_session(&frame);
         }
         if let Some(meta) = core.chats.get(&chat) {
             let _ = meta.driver.send(Op::Ensure { announce_ready: true });
@@ -716,7 +716,7 @@ impl Host {
             "root/sessionRemoved",
             &SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri },
         );
-        core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        core.announce_session(&frame);
         Ok(Value::Null)
     }
 

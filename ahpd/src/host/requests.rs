@@ -353,6 +353,9 @@ impl Host {
             check_subscription_count(&conn.limits, "initialize", uris)?;
         }
         let mut core = self.lock();
+        for uri in params.initial_subscriptions.iter().flatten() {
+            core.may_watch(&conn.principal, uri)?;
+        }
         self.adopt_client(&mut core, conn, &params.client_id);
         let mut snapshots = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
@@ -425,6 +428,10 @@ impl Host {
             return self.send_to(conn.id, response(&id, Err(e)));
         }
         let mut core = self.lock();
+        if let Some(e) = params.subscriptions.iter().find_map(|uri| core.may_watch(&conn.principal, uri).err()) {
+            drop(core);
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
         let known = core.known_clients.contains(&params.client_id);
         self.adopt_client(&mut core, conn, &params.client_id);
         let (live, missing): (Vec<String>, Vec<String>) =
