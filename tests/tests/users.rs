@@ -2,9 +2,11 @@
 //! `ahpd user add`, each connecting with their own token through the official client. A guest
 //! reads and is refused every write in the host's words; a member writes and deletes only their
 //! own sessions; nobody signed in is asked to sign in, hears of no session and cannot watch one by
-//! naming it in the handshake; a removed person is refused at once.
+//! naming it in the handshake; a removed person is refused at once; a tool call acts as the
+//! person whose turn it is, so one in a turn a guest sent cannot write.
 
 use ahp_types::actions::{RootConfigChangedAction, SessionIsReadChangedAction, SessionTitleChangedAction, StateAction};
+use ahp_types::state::PendingMessageKind;
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::daemon::Home;
@@ -365,5 +367,61 @@ async fn nobody_signed_in_learns_of_no_session_and_cannot_watch_one_by_name() ->
     // The same stranger may still shake hands on the root alone, and then sign in.
     let init = stranger.call(3, "initialize", initialize("anon-2", &[ROOT_RESOURCE_URI])).await?;
     assert!(init.get("result").is_some(), "{init}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member")]).await?;
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
+        config: Some(json!({ "agents": {
+            "notes": { "kind": "notes" },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        ..DaemonOptions::default()
+    };
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (_, chat) = ana.create_session("notes", None).await?;
+
+    // Ana queues a message whose model writes (through the worker, as a backend calls host tools)
+    // behind a turn that waits; then she becomes a guest, so the queued turn is a guest's.
+    let first = ana.send(&chat, "ask Hold on?").await?;
+    let questions = ana.until_questions(&chat, 1).await?;
+    let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Made" });
+    ana.pending(&chat, PendingMessageKind::Queued, "q1", &format!("call create_session {spawn}")).await?;
+    let c = chat.clone();
+    ana.until("the message to be queued", move |m| {
+        m.chat(&c).and_then(|s| s.queued_messages.as_ref()).is_some_and(|q| q.len() == 1)
+    })
+    .await?;
+    let file = home.path().join("users.json");
+    let mut users: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+    users["users"][0]["roles"] = json!(["guest"]);
+    std::fs::write(&file, serde_json::to_vec_pretty(&users)?)?;
+
+    let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
+    root.answer(&chat, &questions[0], Some("go on")).await?;
+    ana.finished(&chat, &first).await?;
+    let c = chat.clone();
+    ana.until("the guest's turn to run and end", move |m| {
+        m.chat(&c).is_some_and(|s| s.turns.len() == 2 && s.active_turn.is_none())
+    })
+    .await?;
+    let turn = ana.mirror.chat(&chat).and_then(|s| s.turns.last().cloned()).expect("the guest's turn");
+    let call = turn
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(call["success"], false, "{call}");
+    assert!(call.to_string().contains("ana may not session:write here"), "{call}");
+    let listed = root.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "nothing was made: {listed}");
+    ana.check_against_snapshot(&chat).await?;
     Ok(())
 }
