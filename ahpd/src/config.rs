@@ -66,6 +66,18 @@ fn frame(v: &Value) -> Result<(), &'static str> {
         .map(|_| ())
         .ok_or("an integer between 65536 and 67108864")
 }
+fn within(v: &Value, low: u64, high: u64) -> bool {
+    v.as_u64().is_some_and(|n| (low..=high).contains(&n))
+}
+fn depth(v: &Value) -> Result<(), &'static str> {
+    within(v, 16, 128).then_some(()).ok_or("an integer between 16 and 128")
+}
+fn count(v: &Value) -> Result<(), &'static str> {
+    within(v, 1, 1_000_000).then_some(()).ok_or("an integer between 1 and 1000000")
+}
+fn queue(v: &Value) -> Result<(), &'static str> {
+    within(v, 64, 1_000_000).then_some(()).ok_or("an integer between 64 and 1000000")
+}
 fn agents(v: &Value) -> Result<(), &'static str> {
     let Some(map) = v.as_object() else {
         return Err("an object of agent entries");
@@ -103,6 +115,11 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },
+    KeySpec { name: "maxJsonDepth", default: || Value::from(64), applies: Applies::Restart, about: "The deepest nesting of objects and arrays a client's message may have; a deeper one is answered with an error and not read.", check: depth, secret: false },
+    KeySpec { name: "maxSubscriptionsPerConnection", default: || Value::from(1024), applies: Applies::Restart, about: "Channels one connection may watch at once; a subscribe past it is refused.", check: count, secret: false },
+    KeySpec { name: "maxPendingRequestsPerConnection", default: || Value::from(64), applies: Applies::Restart, about: "Requests of one connection that may wait for their answers at once; one more is refused.", check: count, secret: false },
+    KeySpec { name: "maxSessionsPerMinute", default: || Value::from(60), applies: Applies::Restart, about: "Sessions one connection may create in any minute; createSession past it is refused with when it frees.", check: count, secret: false },
+    KeySpec { name: "outboundQueueFrames", default: || Value::from(16_384), applies: Applies::Restart, about: "Messages queued for one connection that is not reading; past it the connection is dropped (it can reconnect and resume).", check: queue, secret: false },
     KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];

@@ -238,8 +238,12 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         cancel.child_token(),
         tracker.clone(),
     );
+    let limits = limits(config);
+    let max_frame = limits.max_frame_bytes;
     let host_config = HostConfig {
         replay_capacity: usize::try_from(config.u64("replayBufferSize")).unwrap_or(4096),
+        outbound_capacity: usize::try_from(config.u64("outboundQueueFrames")).unwrap_or(16_384),
+        limits,
         client_tool_timeout_ms: config.u64("clientToolTimeoutMs"),
         client_disconnect_grace_ms: config.u64("clientToolCallDisconnectTimeoutMs"),
         default_directory: std::env::current_dir().ok(),
@@ -263,14 +267,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     host.recover_interrupted();
     host.run_checkpoints();
-    let max_frame = usize::try_from(config.u64("maxFrameBytes")).unwrap_or(4 << 20);
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     if plan.stdio {
         host.run_wakeups();
         eprintln!("ahpd over stdio");
         announce_facts(&plan, &agent_lines, |line| eprintln!("{line}"));
-        server::stdio::serve(host.clone(), max_frame).await;
+        server::stdio::serve(host.clone(), hard_frame_bytes(max_frame)).await;
         cancel.cancel();
     } else {
         let bind_host = config.string("host").unwrap_or_else(|| "127.0.0.1".into());
@@ -282,8 +285,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             bound: local.ip(),
             allowed_hosts: config.strings("allowedHosts"),
             allowed_origins: config.strings("allowedOrigins"),
-            max_frame_bytes: max_frame,
-            hard_frame_bytes: max_frame.saturating_mul(4).max(16 << 20),
+            hard_frame_bytes: hard_frame_bytes(max_frame),
         };
         host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
         // Wakeups that fell due while the daemon was down begin before anyone is told it is up.
@@ -308,6 +310,24 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     }
     drop(record);
     Ok(())
+}
+
+/// The limits each connection is held to, from their keys.
+pub fn limits(config: &Config) -> crate::host::limits::Limits {
+    let size = |key: &str| usize::try_from(config.u64(key)).unwrap_or(usize::MAX);
+    crate::host::limits::Limits {
+        max_frame_bytes: size("maxFrameBytes"),
+        max_json_depth: size("maxJsonDepth"),
+        max_subscriptions: size("maxSubscriptionsPerConnection"),
+        max_pending_requests: size("maxPendingRequestsPerConnection"),
+        max_sessions_per_minute: size("maxSessionsPerMinute"),
+    }
+}
+
+/// The size past which a message is not even answered: the transport drops the connection (a
+/// WebSocket frame) or skips the line (stdio) rather than hold it in memory.
+fn hard_frame_bytes(max_frame: usize) -> usize {
+    max_frame.saturating_mul(4).max(16 << 20)
 }
 
 /// The file pushed settings are kept in: `--config-file` when given, else the platform one.

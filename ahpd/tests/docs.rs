@@ -39,7 +39,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn every_rust_file_says_what_it_is_for() {
     let mut files = Vec::new();
-    for krate in ["protocol", "agent-runner", "agent-claude", "agent-acp", "agent-pi", "ahpd", "tests"] {
+    for krate in ["protocol", "agent-runner", "agent-claude", "agent-acp", "agent-pi", "ahpd", "tests", "fuzz"] {
         rust_files(&repo().join(krate), &mut files);
     }
     assert!(files.len() > 20);

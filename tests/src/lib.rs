@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod daemon;
+pub mod load;
 pub mod mcp;
 pub mod mocks;
 

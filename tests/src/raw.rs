@@ -32,6 +32,34 @@ pub async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u
 }
 
 impl RawSocket {
+    /// Connects with a receive buffer of about `receive_buffer` bytes, so a test that stops
+    /// reading fills the path between the daemon and itself quickly (a slow reader).
+    pub async fn connect_small_window(url: &str, receive_buffer: u32) -> anyhow::Result<Self> {
+        let addr = url.trim_start_matches("ws://").trim_end_matches('/');
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_recv_buffer_size(receive_buffer)?;
+        let stream = socket.connect(addr.parse()?).await?;
+        let request = url.into_client_request()?;
+        let (ws, _) =
+            tokio_tungstenite::client_async(request, tokio_tungstenite::MaybeTlsStream::Plain(stream)).await?;
+        Ok(RawSocket { ws })
+    }
+
+    /// The next JSON message, or `None` once the peer closed (or reset) the connection; waits at
+    /// most 30 s for either.
+    pub async fn next_or_end(&mut self) -> anyhow::Result<Option<Value>> {
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .map_err(|_| anyhow!("neither a message nor the end within 30 s"))?;
+            match message {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Ok(Message::Text(text))) => return Ok(Some(serde_json::from_str(&text)?)),
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
     /// Connects with no extra headers.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         upgrade(url, &[]).await.map_err(|status| anyhow!("upgrade refused with HTTP {status}"))

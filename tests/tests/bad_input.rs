@@ -195,3 +195,22 @@ async fn a_public_address_without_a_token_choice_is_refused() -> anyhow::Result<
     assert!(err.contains("Binding 0.0.0.0 exposes this host beyond this machine."), "{err}");
     Ok(())
 }
+
+#[tokio::test]
+async fn config_completions_for_an_unknown_provider_are_refused_and_the_host_lives_on() -> anyhow::Result<()> {
+    // Found by the ahp_frames fuzz target: this request once deadlocked the whole host.
+    let daemon = Daemon::start().await?;
+    let mut ws = initialized(&daemon.url, "raw").await?;
+    let unknown = ws
+        .call(
+            2,
+            "sessionConfigCompletions",
+            json!({ "channel": "ahp-root://", "provider": "nobody", "property": "x", "query": "y" }),
+        )
+        .await?;
+    assert_eq!(error_code(&unknown), -32002, "{unknown}");
+    let mut other = initialized(&daemon.url, "other").await?;
+    let pong = other.call(2, "ping", json!({ "channel": "ahp-root://" })).await?;
+    assert_eq!(pong["id"], 2, "another connection is still served");
+    Ok(())
+}

@@ -1,12 +1,16 @@
 //! People and grants (seed 000 "Grants"): a daemon with a users directory, people made by
 //! `ahpd user add`, each connecting with their own token through the official client. A guest
 //! reads and is refused every write in the host's words; a member writes and deletes only their
-//! own sessions; nobody signed in is asked to sign in; a removed person is refused at once.
+//! own sessions; nobody signed in is asked to sign in, hears of no session and cannot watch one by
+//! naming it in the handshake; a removed person is refused at once; a tool call acts as the
+//! person whose turn it is, so one in a turn a guest sent cannot write.
 
 use ahp_types::actions::{RootConfigChangedAction, SessionIsReadChangedAction, SessionTitleChangedAction, StateAction};
+use ahp_types::state::PendingMessageKind;
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::daemon::Home;
+use tests::raw::RawSocket;
 use tests::{Daemon, DaemonOptions, TestClient};
 
 const ROOT_TOKEN: &str = "root-secret-token";
@@ -306,5 +310,118 @@ async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<(
         })
         .unwrap_or_default();
     assert_eq!(result["success"], true, "the wake's call is ana's, so it may write: {result}");
+    Ok(())
+}
+
+/// Pings and collects the methods of every notification that arrived before the answer.
+async fn notified_before_ping(ws: &mut RawSocket, id: u64) -> anyhow::Result<Vec<String>> {
+    ws.send(json!({ "jsonrpc": "2.0", "id": id, "method": "ping", "params": { "channel": ROOT_RESOURCE_URI } }))
+        .await?;
+    let mut methods = Vec::new();
+    loop {
+        let message = ws.recv().await?;
+        if message.get("id") == Some(&Value::from(id)) {
+            return Ok(methods);
+        }
+        if let Some(method) = message.get("method").and_then(Value::as_str) {
+            methods.push(method.to_owned());
+        }
+    }
+}
+
+fn initialize(client_id: &str, subscriptions: &[&str]) -> Value {
+    json!({ "channel": ROOT_RESOURCE_URI, "protocolVersions": ["1.0.0"], "clientId": client_id,
+            "initialSubscriptions": subscriptions })
+}
+
+#[tokio::test]
+async fn nobody_signed_in_learns_of_no_session_and_cannot_watch_one_by_name() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member"), ("gus", "guest")]).await?;
+    let daemon = daemon_for(&home).await?;
+    let mut nobody = RawSocket::connect(&daemon.url).await?;
+    let init = nobody.call(1, "initialize", initialize("anon", &[ROOT_RESOURCE_URI])).await?;
+    assert!(init.get("result").is_some(), "nobody may watch the root: {init}");
+    let mut gus = RawSocket::connect(&url_with(&daemon, token_of(&tokens, "gus"))).await?;
+    gus.call(1, "initialize", initialize("gus-editor", &[ROOT_RESOURCE_URI])).await?;
+
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (session, chat) = ana.create_session("echo", None).await?;
+    ana.turn(&chat, "ana's secret").await?;
+
+    // The root announces the session to a guest, who may read it, and to nobody signed in not at all.
+    let to_gus = notified_before_ping(&mut gus, 2).await?;
+    assert!(to_gus.iter().any(|m| m == "root/sessionAdded"), "{to_gus:?}");
+    let to_nobody = notified_before_ping(&mut nobody, 2).await?;
+    assert!(!to_nobody.iter().any(|m| m.starts_with("root/session")), "{to_nobody:?}");
+
+    // Naming the chat in the handshake is asked what subscribe asks: a sign-in, and no snapshot.
+    let mut stranger = RawSocket::connect(&daemon.url).await?;
+    let refused = stranger.call(1, "initialize", initialize("anon-2", &[ROOT_RESOURCE_URI, &session, &chat])).await?;
+    assert_eq!(refused["error"]["code"], -32007, "AuthRequired: {refused}");
+    let reconnect = json!({ "channel": ROOT_RESOURCE_URI, "clientId": "anon-2", "lastSeenServerSeq": 0,
+                            "subscriptions": [chat] });
+    let refused = stranger.call(2, "reconnect", reconnect).await?;
+    assert_eq!(refused["error"]["code"], -32007, "AuthRequired: {refused}");
+    assert!(!refused.to_string().contains("secret"), "{refused}");
+    // The same stranger may still shake hands on the root alone, and then sign in.
+    let init = stranger.call(3, "initialize", initialize("anon-2", &[ROOT_RESOURCE_URI])).await?;
+    assert!(init.get("result").is_some(), "{init}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member")]).await?;
+    let options = DaemonOptions {
+        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
+        config: Some(json!({ "agents": {
+            "notes": { "kind": "notes" },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        ..DaemonOptions::default()
+    };
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (_, chat) = ana.create_session("notes", None).await?;
+
+    // Ana queues a message whose model writes (through the worker, as a backend calls host tools)
+    // behind a turn that waits; then she becomes a guest, so the queued turn is a guest's.
+    let first = ana.send(&chat, "ask Hold on?").await?;
+    let questions = ana.until_questions(&chat, 1).await?;
+    let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Made" });
+    ana.pending(&chat, PendingMessageKind::Queued, "q1", &format!("call create_session {spawn}")).await?;
+    let c = chat.clone();
+    ana.until("the message to be queued", move |m| {
+        m.chat(&c).and_then(|s| s.queued_messages.as_ref()).is_some_and(|q| q.len() == 1)
+    })
+    .await?;
+    let file = home.path().join("users.json");
+    let mut users: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+    users["users"][0]["roles"] = json!(["guest"]);
+    std::fs::write(&file, serde_json::to_vec_pretty(&users)?)?;
+
+    let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
+    root.answer(&chat, &questions[0], Some("go on")).await?;
+    ana.finished(&chat, &first).await?;
+    let c = chat.clone();
+    ana.until("the guest's turn to run and end", move |m| {
+        m.chat(&c).is_some_and(|s| s.turns.len() == 2 && s.active_turn.is_none())
+    })
+    .await?;
+    let turn = ana.mirror.chat(&chat).and_then(|s| s.turns.last().cloned()).expect("the guest's turn");
+    let call = turn
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(call["success"], false, "{call}");
+    assert!(call.to_string().contains("ana may not session:write here"), "{call}");
+    let listed = root.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "nothing was made: {listed}");
+    ana.check_against_snapshot(&chat).await?;
     Ok(())
 }

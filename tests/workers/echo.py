@@ -2,7 +2,10 @@
 """A complete ahpd worker in Python, from docs/workers.md alone: it says your words back.
 
 The test suite runs it as an agent of kind `command` to show the worker protocol is really
-language-neutral. Options: `reply` (a prefix for every answer). Logs go to stderr only.
+language-neutral. Options: `reply` (a prefix for every answer); `heldCompletions` (offer
+completions for the property `branch` and hold every `agent/completions` request until one asks
+with the query `release`, which answers them all: requests that stay in flight as long as a test
+needs). Logs go to stderr only.
 """
 import json
 import sys
@@ -12,6 +15,7 @@ from datetime import datetime, timezone
 PROTOCOL_VERSION = 1
 sessions = {}  # chat URI -> settings
 options = {}
+held = []  # ids of agent/completions requests not answered yet
 
 
 def send(message):
@@ -66,9 +70,16 @@ def handle(msg):
                 f.write(str(sleeper.pid))
         answer(msg_id, {"protocolVersion": PROTOCOL_VERSION, "agent": {
             "provider": params.get("provider", "py-echo"), "displayName": "Python echo",
-            "description": "A worker written in Python", "features": {}}})
+            "description": "A worker written in Python",
+            "features": {"completions": ["branch"]} if options.get("heldCompletions") else {}}})
     elif method == "agent/schema":
         answer(msg_id, schema())
+    elif method == "agent/completions":
+        held.append(msg_id)
+        if params.get("query") == "release":
+            for waiting in held:
+                answer(waiting, {"items": [{"value": "main", "label": "main"}]})
+            held.clear()
     elif method == "session/create":
         sessions[params["start"]["chat"]] = params["start"].get("settings", {})
         answer(msg_id, {})

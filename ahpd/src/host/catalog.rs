@@ -291,7 +291,7 @@ impl Core {
         let params =
             SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
-        self.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        self.announce_session(&frame);
         self.persist_session(session);
     }
 
@@ -479,11 +479,16 @@ fn input_chat(request: &SessionInputRequest) -> Option<&str> {
 
 impl Host {
     pub(super) fn create_session(&self, conn: &mut ConnState, id: Value, params: Value) {
-        let result = self.try_create_session(conn, params);
+        let now = self.config().clock.now();
+        let result = conn
+            .created
+            .check(now, conn.limits.max_sessions_per_minute)
+            .and_then(|()| self.try_create_session(conn, params));
         if let Err(e) = result {
             self.send_to(conn.id, response(&id, Err(e)));
             return;
         }
+        conn.created.record(now);
         self.send_to(conn.id, response(&id, Ok(Value::Null)));
     }
 
@@ -617,7 +622,7 @@ impl Host {
                 "root/sessionAdded",
                 &SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary },
             );
-            core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+            core.announce_session(&frame);
         }
         if let Some(meta) = core.chats.get(&chat) {
             let _ = meta.driver.send(Op::Ensure { announce_ready: true });
@@ -711,7 +716,7 @@ impl Host {
             "root/sessionRemoved",
             &SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri },
         );
-        core.ch.broadcast(ROOT_RESOURCE_URI, &frame);
+        core.announce_session(&frame);
         Ok(Value::Null)
     }
 

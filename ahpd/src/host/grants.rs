@@ -5,7 +5,7 @@
 use ahp_types::actions::StateAction;
 use serde_json::Value;
 
-use super::core::{channel_kind, ChannelKind};
+use super::core::{channel_kind, ChannelKind, Frame};
 use super::errors::AhpError;
 use super::Core;
 use crate::users::Principal;
@@ -70,6 +70,32 @@ impl Core {
     pub fn running_sender(&self, chat: &str) -> Option<String> {
         let turn = self.ch.chats.get(chat)?.active_turn.as_ref()?;
         self.sender_of(chat, &turn.id)
+    }
+
+    /// `Ok` when the principal may watch `uri`, asking what `subscribe` asks: the channels named
+    /// in `initialize` and `reconnect` are held to the same grants, or nobody signed in could read
+    /// any chat whose id it learned. Nobody signed in is asked to sign in.
+    pub fn may_watch(&mut self, principal: &Principal, uri: &str) -> Result<(), AhpError> {
+        let params = serde_json::json!({ "channel": uri });
+        let Some(grant) = request_grant("subscribe", &params) else { return Ok(()) };
+        let Some(users) = self.users.as_mut() else { return Ok(()) };
+        users.reload_if_changed();
+        if *principal == Principal::Nobody {
+            return Err(AhpError::auth_required(USERS_RESOURCE));
+        }
+        self.require(principal, grant)
+    }
+
+    /// Says a root notification about a session to the root's watchers who may read sessions:
+    /// nobody signed in, and a person without `session:read`, learn of no session from the root.
+    pub fn announce_session(&mut self, frame: &Frame) {
+        let root = ahp_types::ROOT_RESOURCE_URI;
+        for id in self.ch.subscribers_of(root) {
+            let principal = self.ch.conn(id).map(|c| c.principal.clone()).unwrap_or(Principal::Nobody);
+            if self.allows(&principal, "session:read") {
+                self.ch.send(id, frame.clone());
+            }
+        }
     }
 
     /// Deleting is the owner's own say: only the session's owner, or a person holding

@@ -7,6 +7,7 @@
 //! chat has a driver task ([`driver`]) that hands its operations to the worker in order.
 
 pub mod actions;
+pub mod bare;
 pub mod catalog;
 pub mod clients;
 pub mod core;
@@ -14,6 +15,7 @@ pub mod driver;
 pub mod errors;
 pub mod foreign;
 pub mod grants;
+pub mod limits;
 pub mod persist;
 pub mod requests;
 pub mod rootconfig;
@@ -43,6 +45,8 @@ pub struct HostConfig {
     pub replay_capacity: usize,
     /// Frames queued for one connection before it counts as not reading.
     pub outbound_capacity: usize,
+    /// What one connection may ask of the host.
+    pub limits: limits::Limits,
     /// How long a client's tool may wait for its client (handed to backends).
     pub client_tool_timeout_ms: u64,
     /// How long a client whose connections all closed keeps its place and its calls.
@@ -102,6 +106,7 @@ impl Default for HostConfig {
         Self {
             replay_capacity: 4096,
             outbound_capacity: 16_384,
+            limits: limits::Limits::default(),
             client_tool_timeout_ms: 600_000,
             client_disconnect_grace_ms: 30_000,
             default_directory: None,

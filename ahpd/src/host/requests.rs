@@ -19,10 +19,11 @@ use serde_json::Value;
 
 use super::core::{channel_kind, seq_i64, ChannelKind, ConnId, Frame};
 use super::errors::{parse_params, AhpError};
+use super::limits::{nested_deeper_than, over_limit, CreationWindow, InFlight, Limits};
 use super::{Core, Host};
 use crate::users::Principal;
 
-/// What one connection has said about itself.
+/// What one connection has said about itself, and what it has used of its limits.
 pub struct ConnState {
     /// The host's id for it.
     pub id: ConnId,
@@ -30,8 +31,12 @@ pub struct ConnState {
     pub initialized: bool,
     /// Its `clientId`.
     pub client_id: Option<String>,
-    /// The largest frame it may send.
-    pub max_frame_bytes: usize,
+    /// What it may ask of the host.
+    pub limits: Limits,
+    /// Its requests waiting for an answer.
+    pub in_flight: InFlight,
+    /// When it created its recent sessions.
+    pub created: CreationWindow,
     /// Set when the connection must close after what is queued (a refused handshake).
     pub close_after_flush: bool,
     /// Who is behind it.
@@ -54,12 +59,14 @@ pub struct StorePage {
 
 impl ConnState {
     /// A new connection's state.
-    pub fn new(id: ConnId, max_frame_bytes: usize) -> Self {
+    pub fn new(id: ConnId, limits: Limits) -> Self {
         Self {
             id,
             initialized: false,
             client_id: None,
-            max_frame_bytes,
+            limits,
+            in_flight: InFlight::default(),
+            created: CreationWindow::default(),
             close_after_flush: false,
             principal: crate::users::Principal::Root,
         }
@@ -79,7 +86,33 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, AhpError> {
     serde_json::to_value(value).map_err(|e| AhpError::internal(format!("could not encode the answer: {e}")))
 }
 
-/// Strips the ids a frame over the limit would be answered under, without trusting the rest.
+/// Refuses a message over the size or nesting limit before anything is decoded from it.
+fn check_shape(text: &str, limits: &Limits) -> Result<(), AhpError> {
+    if text.len() > limits.max_frame_bytes {
+        return Err(over_limit(
+            "maxFrameBytes",
+            limits.max_frame_bytes,
+            format!(
+                "A message of {} bytes is over this host's limit of {} bytes (maxFrameBytes); it was not read",
+                text.len(),
+                limits.max_frame_bytes
+            ),
+        ));
+    }
+    if nested_deeper_than(text, limits.max_json_depth) {
+        return Err(over_limit(
+            "maxJsonDepth",
+            limits.max_json_depth,
+            format!(
+                "A message nested deeper than this host's limit of {} levels (maxJsonDepth) was not read",
+                limits.max_json_depth
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Finds the id a refused frame is answered under, without trusting the rest.
 fn id_of_oversized(text: &str) -> Value {
     #[derive(serde::Deserialize)]
     struct IdOnly {
@@ -97,14 +130,8 @@ impl Host {
 
     /// Handles one text frame from a connection.
     pub fn handle_frame(&self, conn: &mut ConnState, text: &str) {
-        if text.len() > conn.max_frame_bytes {
-            let id = id_of_oversized(text);
-            let message = format!(
-                "A message of {} bytes is over this host's limit of {} bytes; it was not read",
-                text.len(),
-                conn.max_frame_bytes
-            );
-            self.send_to(conn.id, response(&id, Err(AhpError::invalid_request(message))));
+        if let Err(error) = check_shape(text, &conn.limits) {
+            self.send_to(conn.id, response(&id_of_oversized(text), Err(error)));
             return;
         }
         let value: Value = match serde_json::from_str(text) {
@@ -183,6 +210,19 @@ impl Host {
         }
         if method == "ping" {
             self.send_to(conn.id, response(&id, Ok(Value::Null)));
+            return;
+        }
+        let waiting = conn.in_flight.count();
+        if waiting >= conn.limits.max_pending_requests {
+            let error = over_limit(
+                "maxPendingRequestsPerConnection",
+                conn.limits.max_pending_requests,
+                format!(
+                    "This connection has {waiting} requests waiting for their answers, this host's limit \
+                     (maxPendingRequestsPerConnection); send {method} again once one is answered"
+                ),
+            );
+            self.send_to(conn.id, response(&id, Err(error)));
             return;
         }
         if method != "initialize" && method != "reconnect" && !conn.initialized {
@@ -309,7 +349,13 @@ impl Host {
             return Err(AhpError::invalid_params("Invalid initialize params: clientId must not be empty"));
         }
         let version = negotiate(&params.protocol_versions)?;
+        if let Some(uris) = &params.initial_subscriptions {
+            check_subscription_count(&conn.limits, "initialize", uris)?;
+        }
         let mut core = self.lock();
+        for uri in params.initial_subscriptions.iter().flatten() {
+            core.may_watch(&conn.principal, uri)?;
+        }
         self.adopt_client(&mut core, conn, &params.client_id);
         let mut snapshots = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
@@ -378,7 +424,14 @@ impl Host {
             let e = AhpError::invalid_params("Invalid reconnect params: clientId must not be empty");
             return self.send_to(conn.id, response(&id, Err(e)));
         }
+        if let Err(e) = check_subscription_count(&conn.limits, "reconnect", &params.subscriptions) {
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
         let mut core = self.lock();
+        if let Some(e) = params.subscriptions.iter().find_map(|uri| core.may_watch(&conn.principal, uri).err()) {
+            drop(core);
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
         let known = core.known_clients.contains(&params.client_id);
         self.adopt_client(&mut core, conn, &params.client_id);
         let (live, missing): (Vec<String>, Vec<String>) =
@@ -435,17 +488,20 @@ impl Host {
         if !known && matches!(kind, ChannelKind::Session | ChannelKind::Chat) && self.has_catalogue() {
             // Perhaps a session an agent keeps and this host never held: read it back first.
             let (host, conn_id, client_id) = (self.clone(), conn.id, conn.client_id.clone());
-            let view = params.view.and_then(|v| v.turns);
+            let (view, max) = (params.view.and_then(|v| v.turns), conn.limits.max_subscriptions);
             self.spawn("open an agent's own session", async move {
                 host.import_foreign(&uri).await;
-                host.finish_subscribe(conn_id, client_id.as_deref(), id, &uri, kind, view);
+                host.finish_subscribe(conn_id, client_id.as_deref(), id, &uri, kind, view, max);
             });
             return;
         }
-        self.finish_subscribe(conn.id, conn.client_id.as_deref(), id, &uri, kind, params.view.and_then(|v| v.turns));
+        let (view, max) = (params.view.and_then(|v| v.turns), conn.limits.max_subscriptions);
+        self.finish_subscribe(conn.id, conn.client_id.as_deref(), id, &uri, kind, view, max);
     }
 
-    /// Answers a subscribe with the channel's snapshot (trimmed to `view_turns` turns).
+    /// Answers a subscribe with the channel's snapshot (trimmed to `view_turns` turns), unless the
+    /// connection already watches `max_subscriptions` others.
+    #[allow(clippy::too_many_arguments)]
     fn finish_subscribe(
         &self,
         conn_id: ConnId,
@@ -454,6 +510,7 @@ impl Host {
         uri: &str,
         kind: ChannelKind,
         view_turns: Option<i64>,
+        max_subscriptions: usize,
     ) {
         let uri = uri.to_owned();
         let mut core = self.lock();
@@ -463,6 +520,10 @@ impl Host {
             let e = AhpError::not_found(format!("There is no channel {uri}"));
             return self.send_to(conn_id, response(&id, Err(e)));
         };
+        if let Err(e) = check_room_for(&core, conn_id, max_subscriptions, &uri) {
+            drop(core);
+            return self.send_to(conn_id, response(&id, Err(e)));
+        }
         if kind == ChannelKind::Chat {
             if let Some(n) = view_turns {
                 limit_turns(&mut snapshot, n);
@@ -611,7 +672,10 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
         };
-        let provider = match self.lock().pick_provider(params.provider.as_deref()) {
+        // Bound first: a guard in the match's scrutinee would live through the arms, and the
+        // error arm's send takes the same lock (a deadlock the fuzzer found).
+        let picked = self.lock().pick_provider(params.provider.as_deref());
+        let provider = match picked {
             Ok(p) => p,
             Err(e) => return self.send_to(conn.id, response(&id, Err(e))),
         };
@@ -623,9 +687,12 @@ impl Host {
         if answers != Some(true) {
             return self.send_to(conn.id, response(&id, Ok(serde_json::json!({ "items": [] }))));
         }
-        let (host, conn_id) = (self.clone(), conn.id);
+        let (host, conn_id, waiting) = (self.clone(), conn.id, conn.in_flight.begin());
         self.spawn("session config completions", async move {
             let result = host.ask_completions(&provider, params).await;
+            // Counted off before the answer goes, so a client that sends again on reading it is
+            // never refused for the request it was just answered.
+            drop(waiting);
             host.send_to(conn_id, response(&id, result));
         });
     }
@@ -725,6 +792,41 @@ impl Host {
             tracing::debug!(conn = conn.id, request, "an answer to no request this host is waiting on; ignored");
         }
     }
+}
+
+/// Refuses a handshake that names more channels than one connection may watch.
+fn check_subscription_count(limits: &Limits, method: &str, uris: &[String]) -> Result<(), AhpError> {
+    let distinct: HashSet<&str> = uris.iter().map(String::as_str).collect();
+    if distinct.len() <= limits.max_subscriptions {
+        return Ok(());
+    }
+    Err(over_limit(
+        "maxSubscriptionsPerConnection",
+        limits.max_subscriptions,
+        format!(
+            "{method} names {} channels, over this host's limit of {} subscriptions per connection \
+             (maxSubscriptionsPerConnection)",
+            distinct.len(),
+            limits.max_subscriptions
+        ),
+    ))
+}
+
+/// Refuses a new subscription that would take the connection past its limit; one it holds already
+/// is fine (subscribing again only refreshes the snapshot).
+fn check_room_for(core: &Core, conn: ConnId, max: usize, uri: &str) -> Result<(), AhpError> {
+    let held = core.ch.conn(conn).map(|c| c.subs.len()).unwrap_or(0);
+    if core.ch.is_subscribed(conn, uri) || held < max {
+        return Ok(());
+    }
+    Err(over_limit(
+        "maxSubscriptionsPerConnection",
+        max,
+        format!(
+            "This connection watches {held} channels, this host's limit (maxSubscriptionsPerConnection); \
+             unsubscribe from one before subscribing to {uri}"
+        ),
+    ))
 }
 
 /// Turns sent per page of `fetchTurns`.

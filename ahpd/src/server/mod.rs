@@ -30,9 +30,8 @@ pub struct DoorPolicy {
     pub allowed_hosts: Vec<String>,
     /// Origins (exact, e.g. `https://example.com`) a browser page may connect from.
     pub allowed_origins: Vec<String>,
-    /// Frames over this many bytes are answered with an error and not read.
-    pub max_frame_bytes: usize,
-    /// Frames over this many bytes close the connection (the WebSocket's own limit).
+    /// Frames over this many bytes close the connection (the WebSocket's own limit); frames over
+    /// `maxFrameBytes` but under this are answered with an error and not read.
     pub hard_frame_bytes: usize,
 }
 
@@ -154,7 +153,7 @@ async fn upgrade(
     let (host, door) = (app.host.clone(), app.door.clone());
     ws.max_message_size(door.hard_frame_bytes)
         .max_frame_size(door.hard_frame_bytes)
-        .on_upgrade(move |socket| ws::serve(host, socket, door.max_frame_bytes, principal))
+        .on_upgrade(move |socket| ws::serve(host, socket, principal))
 }
 
 /// Who a connection is: with no users directory, whoever passes the token check is root; with
@@ -271,7 +270,6 @@ mod tests {
             bound: "127.0.0.1".parse().expect("ip"),
             allowed_hosts: vec!["devbox".into()],
             allowed_origins: vec!["https://ok.example".into()],
-            max_frame_bytes: 1024,
             hard_frame_bytes: 4096,
         }
     }

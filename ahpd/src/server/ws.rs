@@ -8,29 +8,32 @@ use crate::host::requests::ConnState;
 use crate::host::Host;
 
 /// Serves one upgraded socket until either side closes it or the daemon stops.
-pub async fn serve(host: Host, socket: WebSocket, max_frame_bytes: usize, principal: crate::users::Principal) {
+pub async fn serve(host: Host, socket: WebSocket, principal: crate::users::Principal) {
     let (tx, mut rx) = mpsc::channel(host.config().outbound_capacity);
     let kick = host.cancel_token().child_token();
     let id = host.connect(tx, kick.clone(), principal.clone());
-    let mut conn = ConnState::new(id, max_frame_bytes);
+    let mut conn = ConnState::new(id, host.config().limits.clone());
     conn.principal = principal;
     let (mut sink, mut stream) = socket.split();
     let writer_kick = kick.clone();
     let writer = tokio::spawn(async move {
         loop {
-            tokio::select! {
+            let frame = tokio::select! {
                 frame = rx.recv() => match frame {
-                    Some(frame) => {
-                        if sink.send(Message::Text(frame)).await.is_err() {
-                            break;
-                        }
-                    }
+                    Some(frame) => frame,
                     None => break,
                 },
                 _ = writer_kick.cancelled() => break,
+            };
+            // A client that stopped reading blocks the send once its socket is full: the kick
+            // must end that wait too, or the connection would stay open for ever.
+            tokio::select! {
+                sent = sink.send(Message::Text(frame)) => if sent.is_err() { break },
+                _ = writer_kick.cancelled() => break,
             }
         }
-        let _ = sink.close().await;
+        // The close frame cannot reach a client that does not read; dropping the socket ends it.
+        let _ = tokio::time::timeout(CLOSE_WAIT, sink.close()).await;
     });
     loop {
         let message = tokio::select! {
@@ -56,7 +59,10 @@ pub async fn serve(host: Host, socket: WebSocket, max_frame_bytes: usize, princi
     }
     // Dropping the connection's queue lets the writer send what is left, then close.
     host.disconnect(id);
-    if tokio::time::timeout(std::time::Duration::from_secs(2), writer).await.is_err() {
+    if tokio::time::timeout(CLOSE_WAIT, writer).await.is_err() {
         kick.cancel();
     }
 }
+
+/// How long a closing connection may take to send what is queued and its close frame.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
