@@ -3,7 +3,8 @@
 //! reads and is refused every write in the host's words; a member writes and deletes only their
 //! own sessions; nobody signed in is asked to sign in, hears of no session and cannot watch one by
 //! naming it in the handshake; a removed person is refused at once; a tool call acts as the
-//! person whose turn it is, so one in a turn a guest sent cannot write.
+//! person whose turn it is, so one in a turn a guest sent cannot write; a client id is the person's
+//! who first claimed it.
 
 use ahp_types::actions::{RootConfigChangedAction, SessionIsReadChangedAction, SessionTitleChangedAction, StateAction};
 use ahp_types::state::PendingMessageKind;
@@ -423,5 +424,33 @@ async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()>
     let listed = root.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "nothing was made: {listed}");
     ana.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_id_is_its_persons_and_nobody_else_takes_it_over() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let tokens = people(&home, &[("ana", "member"), ("bob", "member")]).await?;
+    let daemon = daemon_for(&home).await?;
+    let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    let (_session, chat) = ana.create_session("echo", None).await?;
+
+    // Bob, and nobody signed in, are refused Ana's client id, on initialize and on reconnect.
+    let sentence = "Client id ana-editor belongs to ana; connect under a client id of your own";
+    for url in [url_with(&daemon, token_of(&tokens, "bob")), daemon.url.clone()] {
+        let mut ws = RawSocket::connect(&url).await?;
+        let answer = ws.call(1, "initialize", initialize("ana-editor", &[])).await?;
+        assert_eq!(answer["error"]["code"], -32009, "{answer}");
+        assert_eq!(answer["error"]["message"], sentence, "{answer}");
+        let reconnect = json!({ "channel": ROOT_RESOURCE_URI, "clientId": "ana-editor", "lastSeenServerSeq": 0, "subscriptions": [] });
+        let answer = ws.call(2, "reconnect", reconnect).await?;
+        assert_eq!(answer["error"]["message"], sentence, "{answer}");
+    }
+    // Ana's connection was never dropped: her turns go on.
+    assert_eq!(ana.turn(&chat, "still mine").await?.state, ahp_types::state::TurnState::Complete);
+
+    // Ana herself takes it back from a second connection (the first goes, as a half-open one would).
+    let again = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
+    again.request("ping", json!({})).await?;
     Ok(())
 }

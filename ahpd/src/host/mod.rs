@@ -200,6 +200,9 @@ pub struct Core {
     pub agents: Vec<AgentEntry>,
     /// Client ids seen by this process (reconnect replays only for these).
     pub known_clients: HashSet<String>,
+    /// Under a users directory, the person each client id was first claimed by: nobody else may
+    /// take it over (and with it the tool calls owed to it).
+    pub client_owners: HashMap<String, String>,
     /// The session store.
     pub store: crate::store::Store,
     /// Chats whose running turn changed since it was last checkpointed.
@@ -273,6 +276,7 @@ impl Host {
             chats: HashMap::new(),
             agents,
             known_clients: HashSet::new(),
+            client_owners: HashMap::new(),
             store,
             running_dirty: HashSet::new(),
             settings: config.settings.clone(),

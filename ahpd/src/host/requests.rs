@@ -316,7 +316,23 @@ impl Host {
                 Some(Err(())) => return Err(AhpError::auth_required(super::grants::USERS_RESOURCE)),
             }
         };
-        self.lock().ch.set_principal(conn.id, principal.clone());
+        let mut core = self.lock();
+        if let (Some(client_id), Principal::Person(who)) = (&conn.client_id, &principal) {
+            // The client id this connection holds becomes the person's, unless it is another's.
+            match core.client_owners.get(client_id) {
+                Some(owner) if owner != who => {
+                    return Err(AhpError::permission_denied(format!(
+                        "Client id {client_id} belongs to {owner}; connect under a client id of your own"
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    core.client_owners.insert(client_id.clone(), who.clone());
+                }
+            }
+        }
+        core.ch.set_principal(conn.id, principal.clone());
+        drop(core);
         conn.principal = principal;
         Ok(serde_json::json!({}))
     }
@@ -356,7 +372,7 @@ impl Host {
         for uri in params.initial_subscriptions.iter().flatten() {
             core.may_watch(&conn.principal, uri)?;
         }
-        self.adopt_client(&mut core, conn, &params.client_id);
+        self.adopt_client(&mut core, conn, &params.client_id)?;
         let mut snapshots = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
             self.ensure_loaded(&mut core, &uri);
@@ -393,8 +409,25 @@ impl Host {
     }
 
     /// Binds a client id to this connection; an older connection holding it is half-open and
-    /// goes.
-    fn adopt_client(&self, core: &mut Core, conn: &mut ConnState, client_id: &str) {
+    /// goes. Under a users directory a client id is the person's who first claimed it: another
+    /// person (or nobody signed in) is refused it.
+    fn adopt_client(&self, core: &mut Core, conn: &mut ConnState, client_id: &str) -> Result<(), AhpError> {
+        use crate::users::Principal;
+        if core.users.is_some() {
+            match (core.client_owners.get(client_id), &conn.principal) {
+                (_, Principal::Root) => {}
+                (Some(owner), Principal::Person(who)) if owner == who => {}
+                (Some(owner), _) => {
+                    return Err(AhpError::permission_denied(format!(
+                        "Client id {client_id} belongs to {owner}; connect under a client id of your own"
+                    )));
+                }
+                (None, Principal::Person(who)) => {
+                    core.client_owners.insert(client_id.to_owned(), who.clone());
+                }
+                (None, Principal::Nobody) => {}
+            }
+        }
         for other in core.ch.conns_of_client(client_id, conn.id) {
             core.ch.kick(other, "another connection took over its client id");
         }
@@ -403,6 +436,7 @@ impl Host {
         }
         core.known_clients.insert(client_id.to_owned());
         conn.client_id = Some(client_id.to_owned());
+        Ok(())
     }
 
     fn reconnect(&self, conn: &mut ConnState, id: Value, params: Value) {
@@ -433,7 +467,10 @@ impl Host {
             return self.send_to(conn.id, response(&id, Err(e)));
         }
         let known = core.known_clients.contains(&params.client_id);
-        self.adopt_client(&mut core, conn, &params.client_id);
+        if let Err(e) = self.adopt_client(&mut core, conn, &params.client_id) {
+            drop(core);
+            return self.send_to(conn.id, response(&id, Err(e)));
+        }
         let (live, missing): (Vec<String>, Vec<String>) =
             params.subscriptions.iter().cloned().partition(|uri| self.ensure_loaded(&mut core, uri));
         let last_seen = u64::try_from(params.last_seen_server_seq).unwrap_or(0);
