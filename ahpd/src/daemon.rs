@@ -267,6 +267,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     host.recover_interrupted();
     host.run_checkpoints();
+    host.watch_users();
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     if plan.stdio {

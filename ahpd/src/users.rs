@@ -189,11 +189,12 @@ impl Users {
     }
 
     /// Reads the file again when it changed since it was read (`ahpd user rm` takes effect at a
-    /// connection's next door). A file that no longer reads is nobody: it fails closed.
-    pub fn reload_if_changed(&mut self) {
+    /// connection's next door). A file that no longer reads is nobody: it fails closed. Answers
+    /// whether it changed.
+    pub fn reload_if_changed(&mut self) -> bool {
         let now = stamp(&self.path);
         if now == self.modified {
-            return;
+            return false;
         }
         match Self::load(&self.path) {
             Ok(fresh) => *self = fresh,
@@ -203,6 +204,7 @@ impl Users {
                 self.modified = now;
             }
         }
+        true
     }
 
     /// Writes the directory back (atomically, readable by its owner alone).

@@ -185,9 +185,7 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
-        if let Some(users) = core.users.as_mut() {
-            users.reload_if_changed();
-        }
+        core.refresh_users();
         let grant = super::grants::action_grant(&action);
         if !core.allows(&conn.principal, grant) {
             let reason = super::grants::refusal(&conn.principal, grant);

@@ -221,6 +221,11 @@ impl Channels {
         Some(entry)
     }
 
+    /// Every open connection.
+    pub fn conn_ids(&self) -> Vec<ConnId> {
+        self.conns.keys().copied().collect()
+    }
+
     /// A connection's entry.
     pub fn conn(&self, id: ConnId) -> Option<&ConnEntry> {
         self.conns.get(&id)

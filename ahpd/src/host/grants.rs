@@ -44,6 +44,23 @@ impl Core {
         self.users.as_ref().is_none_or(|users| users.allows(principal, grant))
     }
 
+    /// Reads the users directory again when it changed; a connection whose person may no longer
+    /// read sessions (removed, or demoted below it) is cut off at once, so nothing it subscribed
+    /// to keeps streaming to it.
+    pub fn refresh_users(&mut self) {
+        let Some(users) = self.users.as_mut() else { return };
+        if !users.reload_if_changed() {
+            return;
+        }
+        for id in self.ch.conn_ids() {
+            let Some(Principal::Person(person)) = self.ch.conn(id).map(|c| c.principal.clone()) else { continue };
+            if !self.allows(&Principal::Person(person.clone()), "session:read") {
+                tracing::info!(conn = id, person, "the person may no longer read sessions; cut off");
+                self.ch.kick(id, "its person's access was withdrawn");
+            }
+        }
+    }
+
     /// `Ok` when the principal may do what `grant` names; else the host's refusal, as a
     /// `PermissionDenied` error.
     pub fn require(&self, principal: &Principal, grant: &str) -> Result<(), AhpError> {
@@ -78,8 +95,10 @@ impl Core {
     pub fn may_watch(&mut self, principal: &Principal, uri: &str) -> Result<(), AhpError> {
         let params = serde_json::json!({ "channel": uri });
         let Some(grant) = request_grant("subscribe", &params) else { return Ok(()) };
-        let Some(users) = self.users.as_mut() else { return Ok(()) };
-        users.reload_if_changed();
+        if self.users.is_none() {
+            return Ok(());
+        }
+        self.refresh_users();
         if *principal == Principal::Nobody {
             return Err(AhpError::auth_required(USERS_RESOURCE));
         }

@@ -531,8 +531,9 @@ impl Host {
     pub fn person_of_token(&self, offered: Option<&str>) -> Option<Result<crate::users::Principal, ()>> {
         use crate::users::Principal;
         let mut core = self.lock();
+        core.users.as_ref()?;
+        core.refresh_users();
         let users = core.users.as_mut()?;
-        users.reload_if_changed();
         let Some(token) = offered else { return Some(Ok(Principal::Nobody)) };
         if self
             .config()

@@ -383,6 +383,23 @@ impl Host {
         }
     }
 
+    /// Under a users directory, looks at the users file every second, so a person removed or
+    /// demoted is cut off even while nothing they do reaches the host.
+    pub fn watch_users(&self) {
+        if self.lock().users.is_none() {
+            return;
+        }
+        let host = self.clone();
+        self.spawn("users file watch", async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                host.lock().refresh_users();
+            }
+        });
+    }
+
     /// Checkpoints running turns every half second until the daemon stops.
     pub fn run_checkpoints(&self) {
         let host = self.clone();

@@ -281,9 +281,11 @@ impl Host {
     fn check_grant(&self, conn: &ConnState, method: &str, params: &Value) -> Result<(), AhpError> {
         let Some(grant) = super::grants::request_grant(method, params) else { return Ok(()) };
         let mut core = self.lock();
-        let Some(users) = core.users.as_mut() else { return Ok(()) };
+        if core.users.is_none() {
+            return Ok(());
+        }
         // A person removed, or given a new role, is so from their next command on.
-        users.reload_if_changed();
+        core.refresh_users();
         if conn.principal == Principal::Nobody {
             return Err(AhpError::auth_required(super::grants::USERS_RESOURCE));
         }

@@ -268,10 +268,8 @@ pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
     let Some(info) = find(name) else {
         return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
     };
-    if let Some(users) = host.lock().users.as_mut() {
-        // A person removed or given another role is so from their turn's next call on.
-        users.reload_if_changed();
-    }
+    // A person removed or given another role is so from their turn's next call on.
+    host.lock().refresh_users();
     let deadline = deadline_of(host, info);
     let run = dispatch(host, info, call);
     let result = match tokio::time::timeout(deadline, run).await {
