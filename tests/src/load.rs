@@ -168,7 +168,7 @@ pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for task in tasks {
-        task.await.context("a load client panicked")??;
+        task.await.context("a load client panicked")?.map_err(|e| e.context(warnings_of(&daemon)))?;
     }
     let state_after = settled_state(&daemon.url, &chats, Some(&counters)).await?;
     let rss_after = settled_rss(daemon.pid()).await?;
@@ -187,6 +187,14 @@ pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
         state_before_bytes: state_before,
         state_after_bytes: state_after,
     })
+}
+
+/// The daemon's warnings and errors so far (its last 20), to say beside a client's failure.
+fn warnings_of(daemon: &Daemon) -> String {
+    let log = daemon.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    let tail = &lines[lines.len().saturating_sub(20)..];
+    format!("the daemon's warnings: {}", if tail.is_empty() { "none".to_owned() } else { tail.join("\n") })
 }
 
 /// Creates the sessions and runs one turn on each (so "before" has every structure warm).

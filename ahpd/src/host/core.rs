@@ -333,6 +333,11 @@ impl Channels {
         let Some(conn) = self.conns.get(&id) else {
             return;
         };
+        if conn.kick.is_cancelled() {
+            // Being dropped: a frame sent after one that was lost would leave a hole in what the
+            // client folds, where a reconnect's replay fills it.
+            return;
+        }
         match conn.tx.try_send(frame) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
