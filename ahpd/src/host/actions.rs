@@ -261,12 +261,7 @@ impl Host {
             Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
             Then::ClientCompleted(id, result) => self.client_completed(core, channel, &id, &result),
             Then::Config(changes) => {
-                let chats: Vec<String> = core
-                    .ch
-                    .sessions
-                    .get(channel)
-                    .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-                    .unwrap_or_default();
+                let chats: Vec<String> = core.chats_of(channel);
                 for chat in chats {
                     if let Some(meta) = core.chats.get(&chat) {
                         for (key, value) in &changes {

@@ -155,6 +155,11 @@ pub fn path_of(uri: &str) -> Option<std::path::PathBuf> {
 }
 
 impl Core {
+    /// The chats of a session, in its catalogue's order (none for a session that is not loaded).
+    pub fn chats_of(&self, session: &str) -> Vec<String> {
+        self.ch.sessions.get(session).map(|s| s.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default()
+    }
+
     /// The provider a request names, or the first backend that is up.
     pub fn pick_provider(&self, asked: Option<&str>) -> Result<String, AhpError> {
         let offered: Vec<&str> =
@@ -692,12 +697,7 @@ impl Host {
         if !self.ensure_loaded(&mut core, &uri) {
             return Err(AhpError::session_not_found(&uri));
         }
-        let chats: Vec<String> = core
-            .ch
-            .sessions
-            .get(&uri)
-            .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-            .unwrap_or_default();
+        let chats: Vec<String> = core.chats_of(&uri);
         for chat in chats {
             remove_chat_state(&mut core, &chat);
         }

@@ -329,12 +329,7 @@ impl Host {
     /// handed the whole set, and its endpoint's listeners are told.
     pub(super) fn tools_changed(&self, core: &mut Core, session: &str) {
         let specs = core.tool_specs(session);
-        let chats: Vec<String> = core
-            .ch
-            .sessions
-            .get(session)
-            .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-            .unwrap_or_default();
+        let chats: Vec<String> = core.chats_of(session);
         for chat in chats {
             if let Some(meta) = core.chats.get(&chat) {
                 let _ = meta.driver.send(Op::SetTools(specs.clone()));
@@ -349,12 +344,7 @@ impl Host {
     pub(super) fn release_client(&self, core: &mut Core, session: &str, client_id: &str) {
         let active =
             core.ch.sessions.get(session).is_some_and(|s| s.active_clients.iter().any(|c| c.client_id == client_id));
-        let chats: Vec<String> = core
-            .ch
-            .sessions
-            .get(session)
-            .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-            .unwrap_or_default();
+        let chats: Vec<String> = core.chats_of(session);
         for chat in &chats {
             let owed: Vec<(String, String)> = core
                 .chats

@@ -138,12 +138,7 @@ impl Host {
             return;
         }
         tracing::info!(session, client, "the client's rules changed; the session's chats restart between turns");
-        let chats: Vec<String> = core
-            .ch
-            .sessions
-            .get(session)
-            .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-            .unwrap_or_default();
+        let chats: Vec<String> = core.chats_of(session);
         for chat in chats {
             let Some(meta) = core.chats.get(&chat) else { continue };
             if meta.live.is_none() {

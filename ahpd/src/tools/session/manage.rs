@@ -237,12 +237,7 @@ fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: Worksp
     core.ch.commit(&session, action, None, None);
     core.persist_session(&session);
     core.sync_summary(&session);
-    let chats: Vec<String> = core
-        .ch
-        .sessions
-        .get(&session)
-        .map(|s| s.chats.iter().map(|c| c.resource.clone()).collect())
-        .unwrap_or_default();
+    let chats: Vec<String> = core.chats_of(&session);
     for other in chats {
         let busy = other != chat && core.ch.chats.get(&other).is_some_and(|c| c.active_turn.is_some());
         if busy {
