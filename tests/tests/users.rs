@@ -28,12 +28,17 @@ async fn people(home: &Home, who: &[(&str, &str)]) -> anyhow::Result<Vec<(String
     Ok(tokens)
 }
 
-async fn daemon_for(home: &Home) -> anyhow::Result<Daemon> {
-    let options = DaemonOptions {
+/// A daemon under `users.json` with the root token, offering `agents`.
+fn users_options(agents: Value) -> DaemonOptions {
+    DaemonOptions {
         args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
-        config: Some(json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
+        config: Some(json!({ "agents": agents })),
         ..DaemonOptions::default()
-    };
+    }
+}
+
+async fn daemon_for(home: &Home) -> anyhow::Result<Daemon> {
+    let options = users_options(json!({ "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
     Daemon::start_in(home.path(), options).await
 }
 
@@ -237,13 +242,9 @@ async fn the_user_verbs_list_refuse_and_replace_tokens() -> anyhow::Result<()> {
 async fn a_tool_call_acts_as_the_person_whose_turn_runs_and_as_nobody_without_one() -> anyhow::Result<()> {
     let home = Home::new()?;
     let tokens = people(&home, &[("ana", "member")]).await?;
-    let options = DaemonOptions {
-        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
-        config: Some(json!({ "agents": {
+    let options = users_options(json!({
             "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
-        ..DaemonOptions::default()
-    };
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
     let (_, chat) = ana.create_session("notes", None).await?;
@@ -289,11 +290,10 @@ async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<(
     let home = Home::new()?;
     let tokens = people(&home, &[("ana", "member")]).await?;
     let options = DaemonOptions {
-        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
-        config: Some(json!({ "agents": {
-            "notes": { "kind": "notes" },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
         env: vec![("AHPD_TEST_CLOCK".into(), "manual".into())],
+        ..users_options(json!({
+            "notes": { "kind": "notes" },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }))
     };
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
@@ -380,13 +380,9 @@ async fn nobody_signed_in_learns_of_no_session_and_cannot_watch_one_by_name() ->
 async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()> {
     let home = Home::new()?;
     let tokens = people(&home, &[("ana", "member")]).await?;
-    let options = DaemonOptions {
-        args: vec!["--users".into(), "users.json".into(), "--connection-token".into(), ROOT_TOKEN.into()],
-        config: Some(json!({ "agents": {
+    let options = users_options(json!({
             "notes": { "kind": "notes" },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })),
-        ..DaemonOptions::default()
-    };
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
     let (_, chat) = ana.create_session("notes", None).await?;
