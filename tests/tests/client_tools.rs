@@ -49,6 +49,16 @@ async fn activate(client: &TestClient, session: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A daemon (client tool calls bounded by `timeout_ms`) with a notes session whose `openFile`
+/// client `c1` provides: the daemon, `c1`, the session and its chat.
+async fn c1_provides(timeout_ms: u64) -> anyhow::Result<(Daemon, TestClient, String, String)> {
+    let daemon = Daemon::start_with(daemon_options(timeout_ms)).await?;
+    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
+    let (session, chat) = editor.create_session("notes", None).await?;
+    activate(&editor, &session).await?;
+    Ok((daemon, editor, session, chat))
+}
+
 /// Waits until the session reports a call waiting for `client`; answers (turn id, tool call id).
 async fn waiting_for(observer: &mut TestClient, session: &str, client: &str) -> anyhow::Result<(String, String)> {
     let (s, c) = (session.to_owned(), client.to_owned());
@@ -100,10 +110,7 @@ async fn advance(client: &TestClient, ms: u64) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn the_owner_completes_its_tool_and_the_turn_finishes_with_the_result() -> anyhow::Result<()> {
-    let daemon = Daemon::start_with(daemon_options(600_000)).await?;
-    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
-    let (session, chat) = editor.create_session("notes", None).await?;
-    activate(&editor, &session).await?;
+    let (daemon, mut editor, session, chat) = c1_provides(600_000).await?;
     let mut other = TestClient::connect(&daemon.url, "c2").await?;
     other.subscribe(&session).await?;
     other.subscribe(&chat).await?;
@@ -154,10 +161,7 @@ async fn the_owner_completes_its_tool_and_the_turn_finishes_with_the_result() ->
 
 #[tokio::test]
 async fn an_unanswered_call_fails_after_the_timeout_and_the_turn_goes_on() -> anyhow::Result<()> {
-    let daemon = Daemon::start_with(daemon_options(60_000)).await?;
-    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
-    let (session, chat) = editor.create_session("notes", None).await?;
-    activate(&editor, &session).await?;
+    let (_daemon, mut editor, session, chat) = c1_provides(60_000).await?;
     let turn_id = editor.send(&chat, r#"call c1__openFile {"path": "b.txt"}"#).await?;
     waiting_for(&mut editor, &session, "c1").await?;
     advance(&editor, 61_000).await?;
@@ -175,10 +179,7 @@ async fn an_unanswered_call_fails_after_the_timeout_and_the_turn_goes_on() -> an
 
 #[tokio::test]
 async fn with_no_timeout_a_call_waits_for_ever() -> anyhow::Result<()> {
-    let daemon = Daemon::start_with(daemon_options(0)).await?;
-    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
-    let (session, chat) = editor.create_session("notes", None).await?;
-    activate(&editor, &session).await?;
+    let (_daemon, mut editor, session, chat) = c1_provides(0).await?;
     let turn_id = editor.send(&chat, r#"call c1__openFile {}"#).await?;
     let (_, call_id) = waiting_for(&mut editor, &session, "c1").await?;
     advance(&editor, 10 * 3_600_000).await?;
@@ -263,10 +264,7 @@ async fn a_client_that_stays_away_has_its_calls_failed_in_vscodes_words() -> any
 
 #[tokio::test]
 async fn a_clients_tool_called_through_the_sessions_mcp_endpoint() -> anyhow::Result<()> {
-    let daemon = Daemon::start_with(daemon_options(600_000)).await?;
-    let mut editor = TestClient::connect(&daemon.url, "c1").await?;
-    let (session, chat) = editor.create_session("notes", None).await?;
-    activate(&editor, &session).await?;
+    let (_daemon, mut editor, session, chat) = c1_provides(600_000).await?;
     let said = turn_text(&editor.turn(&chat, "endpoint").await?);
     let words: Vec<&str> = said.split_whitespace().collect();
     let (url, token) = (words[1].to_owned(), words[2].to_owned());
