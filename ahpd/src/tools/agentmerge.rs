@@ -51,7 +51,7 @@ pub struct AgentMerge {
 
 /// The four tools.
 pub fn tools() -> Vec<ToolInfo> {
-    let mut set = ToolInfo::new(
+    let set = ToolInfo::new(
         Group::AgentMerge,
         SET,
         "Enable, disable, or configure Agent Merge for the current chat's folder when the user asks to start, stop, or configure Agent Merge, keep a pull request green, or merge it when ready; other folders are unchanged. Not for one-off pull request inspection or repair. This does not change the global Agent Merge setting or GitHub auto-merge. Enablement and supplied options persist for this folder. Only change options the user requests. Enabling monitoring alone does not enable automatic merging: for an explicit \"merge when green\" request, set mergePullRequest to \"always\", or \"ifUnchanged\" if the user wants to review agent-made changes first. Use the returned effective configuration when explaining what will happen. Initial enablement captures the current Git branch and returns target.branchName; autonomous work starts after the current turn ends. Calling again updates the configuration even when already enabled without changing the target; omitted options stay unchanged. The current tool-approval policy applies.",
@@ -69,9 +69,9 @@ pub fn tools() -> Vec<ToolInfo> {
     )
     .titled("Configure Agent Merge")
     .writes()
-    .deferred();
-    set.definition.annotations.get_or_insert_with(super::empty_annotations).read_only_hint = Some(false);
-    let mut reply = ToolInfo::new(
+    .deferred()
+    .not_read_only();
+    let reply = ToolInfo::new(
         Group::AgentMerge,
         REPLY,
         "Reply to an unresolved review thread authorized for the active Agent Merge turn and optionally resolve it.",
@@ -87,9 +87,9 @@ pub fn tools() -> Vec<ToolInfo> {
     )
     .titled("Reply to Agent Merge Review Thread")
     .writes()
-    .deferred();
-    reply.definition.annotations.get_or_insert_with(super::empty_annotations).read_only_hint = Some(false);
-    let mut rerun = ToolInfo::new(
+    .deferred()
+    .not_read_only();
+    let rerun = ToolInfo::new(
         Group::AgentMerge,
         RERUN,
         "Rerun a GitHub Actions workflow associated with a failed required check in the active Agent Merge turn. If its current attempt is still running, Agent Merge defers the rerun until it finishes, provided CI repair remains enabled and the pull request head is unchanged. Continue other actionable work; do not poll or repeat a deferred request.",
@@ -104,8 +104,8 @@ pub fn tools() -> Vec<ToolInfo> {
     )
     .titled("Rerun Agent Merge Workflow")
     .writes()
-    .deferred();
-    rerun.definition.annotations.get_or_insert_with(super::empty_annotations).read_only_hint = Some(false);
+    .deferred()
+    .not_read_only();
     vec![
         set,
         ToolInfo::new(

@@ -160,6 +160,12 @@ impl ToolInfo {
         self
     }
 
+    /// Says `readOnlyHint: false` in its annotations, as the reference's definition does.
+    pub fn not_read_only(mut self) -> Self {
+        self.definition.annotations.get_or_insert_with(empty_annotations).read_only_hint = Some(false);
+        self
+    }
+
     /// Lists it on `/mcp` for a caller with no session, behind `grant`.
     pub fn sessionless(mut self, grant: &'static str) -> Self {
         self.sessionless = true;
