@@ -120,6 +120,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "maxPendingRequestsPerConnection", default: || Value::from(64), applies: Applies::Restart, about: "Requests of one connection that may wait for their answers at once; one more is refused.", check: count, secret: false },
     KeySpec { name: "maxSessionsPerMinute", default: || Value::from(60), applies: Applies::Restart, about: "Sessions one connection may create in any minute; createSession past it is refused with when it frees.", check: count, secret: false },
     KeySpec { name: "outboundQueueFrames", default: || Value::from(16_384), applies: Applies::Restart, about: "Messages queued for one connection that is not reading; past it the connection is dropped (it can reconnect and resume).", check: queue, secret: false },
+    KeySpec { name: "sessionIdleUnloadMs", default: || Value::from(600_000), applies: Applies::Restart, about: "How long a session nobody watches and nothing runs in stays in memory; then it is unloaded (its backend sessions closed) and loads again from the store on its next use. 0 keeps every session loaded.", check: millis, secret: false },
     KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];

@@ -246,6 +246,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         limits,
         client_tool_timeout_ms: config.u64("clientToolTimeoutMs"),
         client_disconnect_grace_ms: config.u64("clientToolCallDisconnectTimeoutMs"),
+        idle_unload: Some(config.u64("sessionIdleUnloadMs")).filter(|ms| *ms > 0).map(Duration::from_millis),
         default_directory: std::env::current_dir().ok(),
         settings: live_settings(config),
         config_file: Some(args_config_file(&plan)),
@@ -267,6 +268,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     host.recover_interrupted();
     host.run_checkpoints();
+    host.run_unloads();
     host.watch_users();
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod fsutil;
 pub mod host;
 pub mod mcp;
+pub mod memory;
 pub mod paths;
 pub mod server;
 pub mod store;

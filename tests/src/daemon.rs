@@ -143,6 +143,21 @@ impl Daemon {
         self.child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0)
     }
 
+    /// `ahpd status --json`, asked of it through its control socket.
+    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
+        let run = run_ahpd(&self.home, &["status", "--json"]).await?;
+        if run.code != 0 {
+            bail!("ahpd status exited {}: {}", run.code, run.stderr);
+        }
+        serde_json::from_str(&run.stdout).with_context(|| format!("ahpd status --json said {}", run.stdout))
+    }
+
+    /// How many sessions it holds in memory now (from `ahpd status`).
+    pub async fn loaded_sessions(&self) -> anyhow::Result<u64> {
+        let status = self.status().await?;
+        status["loadedSessions"].as_u64().ok_or_else(|| anyhow!("no loadedSessions in {status}"))
+    }
+
     /// Its stderr so far.
     pub fn log(&self) -> String {
         self.stderr.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
@@ -176,6 +191,33 @@ impl Daemon {
         self.child.wait().await?;
         Ok(())
     }
+}
+
+/// Runs `ahpd <args>` with its folders under `home` and waits for it (a generous bound as a
+/// safety net).
+pub async fn run_ahpd(home: &Path, args: &[&str]) -> anyhow::Result<VerbRun> {
+    let mut command = Command::new(ahpd_bin());
+    command
+        .args(args)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("HOME", home)
+        .env_remove("AHPD_CONFIG")
+        .env_remove("AHPD_DETACHED")
+        .current_dir(home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .with_context(|| format!("ahpd {args:?} did not finish"))?
+        .with_context(|| format!("running ahpd {args:?}"))?;
+    Ok(VerbRun {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
 }
 
 /// Every process whose parent is `pid` (from /proc).
@@ -260,28 +302,7 @@ impl Home {
 
     /// Runs `ahpd <args>` here and waits for it (a generous bound as a safety net).
     pub async fn ahpd(&self, args: &[&str]) -> anyhow::Result<VerbRun> {
-        let mut command = Command::new(ahpd_bin());
-        command
-            .args(args)
-            .env("XDG_CONFIG_HOME", self.path().join("config"))
-            .env("XDG_DATA_HOME", self.path().join("data"))
-            .env("HOME", self.path())
-            .env_remove("AHPD_CONFIG")
-            .env_remove("AHPD_DETACHED")
-            .current_dir(self.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-            .await
-            .with_context(|| format!("ahpd {args:?} did not finish"))?
-            .with_context(|| format!("running ahpd {args:?}"))?;
-        Ok(VerbRun {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        })
+        run_ahpd(self.path(), args).await
     }
 
     /// Runs `ahpd <args>` and insists on exit code `code`.

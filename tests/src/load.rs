@@ -33,11 +33,22 @@ pub struct LoadPlan {
     pub words: usize,
     /// The seed for every random choice.
     pub seed: u64,
+    /// `sessionIdleUnloadMs` for the daemon: sessions nobody watches leave memory after this
+    /// (0: they stay). Short, so the run can watch the history leave memory once the load ends.
+    pub idle_unload_ms: u64,
 }
 
 impl Default for LoadPlan {
     fn default() -> Self {
-        Self { clients: 20, sessions: 50, duration: Duration::from_secs(300), pace_ms: 10, words: 20, seed: 1 }
+        Self {
+            clients: 20,
+            sessions: 50,
+            duration: Duration::from_secs(300),
+            pace_ms: 10,
+            words: 20,
+            seed: 1,
+            idle_unload_ms: 2000,
+        }
     }
 }
 
@@ -58,12 +69,17 @@ pub struct LoadReport {
     pub actions: usize,
     /// Folded states that were compared with a snapshot and equal it.
     pub checks: usize,
-    /// The daemon's VmRSS, in KiB: before the load, the most seen during it, after it.
+    /// The daemon's VmRSS, in KiB: before the load, the most seen during it, after it (before and
+    /// after: once the idle sessions have left memory, when they do).
     pub rss_before_kib: u64,
     /// See `rss_before_kib`.
     pub rss_peak_kib: u64,
     /// See `rss_before_kib`.
     pub rss_after_kib: u64,
+    /// Its VmRSS right after the load, while every chat's history was loaded for the last check.
+    pub rss_loaded_after_kib: u64,
+    /// Sessions still in memory when `rss_after_kib` was read.
+    pub loaded_after: u64,
     /// The chats' snapshots, in bytes of JSON, before and after: the history the load added.
     pub state_before_bytes: usize,
     /// See `state_before_bytes`.
@@ -72,11 +88,12 @@ pub struct LoadReport {
 
 impl LoadReport {
     /// The memory verdict: after the load the daemon holds no more than it did before, plus the
-    /// history the load added (counted three times over, for the structures around the JSON),
-    /// plus a margin of 16 MiB or a quarter of where it started, whichever is larger, for what
-    /// the allocator keeps.
+    /// history the load added when sessions are still loaded (counted three times over, for the
+    /// structures around the JSON), plus a margin of 16 MiB or a quarter of where it started,
+    /// whichever is larger, for what the allocator keeps.
     pub fn memory_returned(&self) -> bool {
-        let history_kib = (self.state_after_bytes.saturating_sub(self.state_before_bytes) as u64 * 3) / 1024;
+        let added = self.state_after_bytes.saturating_sub(self.state_before_bytes) as u64;
+        let history_kib = if self.loaded_after > 0 { added * 3 / 1024 } else { 0 };
         let margin_kib = (16 * 1024).max(self.rss_before_kib / 4);
         self.rss_after_kib <= self.rss_before_kib + history_kib + margin_kib
     }
@@ -85,13 +102,14 @@ impl LoadReport {
     pub fn lines(&self, plan: &LoadPlan) -> Vec<String> {
         vec![
             format!(
-                "load: {} clients on {} sessions for {} s (echo pace {} ms, {} words a turn, seed {})",
+                "load: {} clients on {} sessions for {} s (echo pace {} ms, {} words a turn, seed {}, idle sessions unloaded after {} ms)",
                 plan.clients,
                 plan.sessions,
                 plan.duration.as_secs(),
                 plan.pace_ms,
                 plan.words,
-                plan.seed
+                plan.seed,
+                plan.idle_unload_ms
             ),
             format!(
                 "connections: {} ({} resumed by replay, {} by snapshots, {} dropped without a goodbye)",
@@ -100,10 +118,12 @@ impl LoadReport {
             format!("turns started: {}; actions received: {}", self.turns, self.actions),
             format!("folded states equal to their snapshots: {} checks, none differed", self.checks),
             format!(
-                "daemon VmRSS: {:.1} MiB before, {:.1} MiB at most during, {:.1} MiB after",
+                "daemon VmRSS: {:.1} MiB before, {:.1} MiB at most during, {:.1} MiB right after (every chat loaded), {:.1} MiB after ({} sessions left in memory)",
                 self.rss_before_kib as f64 / 1024.0,
                 self.rss_peak_kib as f64 / 1024.0,
-                self.rss_after_kib as f64 / 1024.0
+                self.rss_loaded_after_kib as f64 / 1024.0,
+                self.rss_after_kib as f64 / 1024.0,
+                self.loaded_after
             ),
             format!(
                 "chat history held (snapshot JSON): {:.1} MiB before, {:.1} MiB after",
@@ -147,11 +167,13 @@ pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
         "agents": { "echo": { "kind": "echo", "options": { "paceMs": plan.pace_ms } } },
         "maxSessionsPerMinute": plan.sessions.max(60),
         "clientToolCallDisconnectTimeoutMs": 0,
+        "sessionIdleUnloadMs": plan.idle_unload_ms,
     });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let chats = setup(&daemon.url, plan).await?;
     let text: String = (0..plan.words).map(|i| format!("w{i} ")).collect::<String>().trim_end().to_owned();
     let state_before = settled_state(&daemon.url, &chats, None).await?;
+    until_unloaded(&daemon, plan).await?;
     let rss_before = settled_rss(daemon.pid()).await?;
 
     let counters = Arc::new(Counters::default());
@@ -171,6 +193,8 @@ pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
         task.await.context("a load client panicked")?.map_err(|e| e.context(warnings_of(&daemon)))?;
     }
     let state_after = settled_state(&daemon.url, &chats, Some(&counters)).await?;
+    let rss_loaded_after = vm_rss_kib(daemon.pid())?;
+    let loaded_after = until_unloaded(&daemon, plan).await?;
     let rss_after = settled_rss(daemon.pid()).await?;
     let c = &counters;
     Ok(LoadReport {
@@ -182,8 +206,10 @@ pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
         actions: c.actions.load(Ordering::Relaxed),
         checks: c.checks.load(Ordering::Relaxed),
         rss_before_kib: rss_before,
-        rss_peak_kib: peak.max(rss_after),
+        rss_peak_kib: peak.max(rss_after).max(rss_loaded_after),
         rss_after_kib: rss_after,
+        rss_loaded_after_kib: rss_loaded_after,
+        loaded_after,
         state_before_bytes: state_before,
         state_after_bytes: state_after,
     })
@@ -232,6 +258,21 @@ async fn settled_state(url: &str, chats: &[String], counters: Option<&Counters>)
     }
     watcher.client.shutdown().await;
     Ok(bytes)
+}
+
+/// Waits (a minute at most) until the daemon has unloaded every session, when it unloads idle
+/// ones; answers how many it still holds.
+async fn until_unloaded(daemon: &Daemon, plan: &LoadPlan) -> anyhow::Result<u64> {
+    let mut loaded = daemon.loaded_sessions().await?;
+    if plan.idle_unload_ms == 0 {
+        return Ok(loaded);
+    }
+    let deadline = Instant::now() + Duration::from_millis(plan.idle_unload_ms * 3) + Duration::from_secs(60);
+    while loaded > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        loaded = daemon.loaded_sessions().await?;
+    }
+    Ok(loaded)
 }
 
 /// The daemon's VmRSS once it stopped moving (three readings 300 ms apart within 1 MiB).

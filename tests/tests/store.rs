@@ -1,6 +1,7 @@
 //! Sessions that last: `kill -9` of the daemon at random moments of streaming turns, twenty times
 //! over one store, loses no completed turn; the interrupted turn is ended as failed; the next
-//! message in that chat works; sessions list and open again after each start.
+//! message in that chat works; sessions list and open again after each start. A session nobody uses
+//! leaves memory and comes back whole.
 
 use std::collections::HashMap;
 
@@ -160,5 +161,80 @@ async fn a_session_resumes_after_a_clean_stop_and_start() -> anyhow::Result<()> 
     assert_eq!(turn_text(&next), "AND MORE", "the next message resumes it, in its voice");
     b.check_against_snapshot(&chat).await?;
     b.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// A daemon on the manual clock that unloads sessions idle for a minute.
+fn unloading() -> DaemonOptions {
+    let mut options = DaemonOptions::with_config(json!({
+        "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } }, "notes": { "kind": "notes" } },
+        "sessionIdleUnloadMs": 60_000,
+    }));
+    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+    options
+}
+
+/// Moves the daemon's clock a minute at a time until it holds `want` sessions in memory.
+async fn until_loaded(daemon: &Daemon, clock: &TestClient, want: u64) -> anyhow::Result<()> {
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let loaded = daemon.loaded_sessions().await?;
+        if loaded <= want {
+            anyhow::ensure!(loaded == want, "{loaded} sessions loaded, expected {want}");
+            return Ok(());
+        }
+        seen.push(loaded);
+        clock.request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 60_000 })).await?;
+    }
+    anyhow::bail!("never down to {want} loaded sessions: {seen:?}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_leaves_memory_and_comes_back_whole() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(unloading()).await?;
+    let clock = TestClient::connect(&daemon.url, "clock").await?;
+    // Idle and unwatched once its maker leaves: goes.
+    let mut maker = TestClient::connect(&daemon.url, "maker").await?;
+    let (_idle, idle_chat) = maker.create_session("echo", None).await?;
+    let first = maker.turn(&idle_chat, "before the unload").await?;
+    // A turn waiting on a question nobody answers: stays.
+    let (_busy, busy_chat) = maker.create_session("notes", None).await?;
+    maker.send(&busy_chat, "ask Are you there?").await?;
+    maker.until_questions(&busy_chat, 1).await?;
+    let seen_by_maker = maker.envelopes.iter().map(|e| e.server_seq).max().unwrap_or(0);
+    maker.client.shutdown().await;
+    // Watched all along: stays.
+    let mut watcher = TestClient::connect(&daemon.url, "watcher").await?;
+    let (_watched, watched_chat) = watcher.create_session("echo", None).await?;
+    assert_eq!(daemon.loaded_sessions().await?, 3);
+
+    until_loaded(&daemon, &clock, 2).await?;
+    let status = daemon.status().await?;
+    let running = status["runningTurns"].as_array().map(Vec::len);
+    assert_eq!(running, Some(1), "the question's turn still runs: {status}");
+
+    // Opened again: the turn from before, then a new one that works.
+    let mut back = TestClient::connect(&daemon.url, "back").await?;
+    back.subscribe(&idle_chat).await?;
+    let state = back.mirror.chat(&idle_chat).expect("the chat loads again").clone();
+    assert_eq!(state.turns.len(), 1);
+    assert_eq!(state.turns[0].id, first.id);
+    assert_eq!(turn_text(&state.turns[0]), turn_text(&first));
+    let next = back.turn(&idle_chat, "after the unload").await?;
+    assert_eq!(next.state, TurnState::Complete);
+    back.check_against_snapshot(&idle_chat).await?;
+    watcher.turn(&watched_chat, "still here").await?;
+    watcher.check_against_snapshot(&watched_chat).await?;
+
+    // A client that last saw the chat before it was unloaded resumes from snapshots, not a replay
+    // over a state that was rebuilt since.
+    let returning = TestClient::connect_raw(&daemon.url, "maker").await?;
+    let answer =
+        returning.client.reconnect("maker".into(), i64::try_from(seen_by_maker)?, vec![idle_chat.clone()]).await?;
+    let ahp_types::commands::ReconnectResult::Snapshot(snapshots) = answer else {
+        anyhow::bail!("a replay across an unload: {answer:?}");
+    };
+    let chat = serde_json::to_value(&snapshots.snapshots[0].state)?;
+    assert_eq!(chat["turns"].as_array().map(Vec::len), Some(2), "{chat}");
     Ok(())
 }

@@ -657,7 +657,7 @@ impl Host {
         };
         let state = empty_chat(chat, now);
         core.ch.chats.insert(chat.to_owned(), state.clone());
-        let driver = spawn_driver(self.clone(), chat.to_owned(), provider);
+        let driver = spawn_driver(self.clone(), chat.to_owned(), provider, None);
         let position = core.ch.sessions.get(session).map(|s| s.chats.len()).unwrap_or(0);
         core.chats.insert(
             chat.to_owned(),

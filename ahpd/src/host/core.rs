@@ -108,6 +108,10 @@ pub struct Channels {
     /// Annotations channel states by URI.
     pub annotations: HashMap<String, AnnotationsState>,
     subscribers: HashMap<String, HashSet<ConnId>>,
+    /// The sequence number at which each channel loaded from the store was loaded: a client whose
+    /// last number is not past it saw the channel before it was unloaded (or never), so a replay
+    /// would not rebuild what the host holds now.
+    loaded_at: HashMap<String, u64>,
     conns: HashMap<ConnId, ConnEntry>,
     next_conn: ConnId,
     next_request: u64,
@@ -162,6 +166,7 @@ impl Channels {
             chats: HashMap::new(),
             annotations: HashMap::new(),
             subscribers: HashMap::new(),
+            loaded_at: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 1,
             next_request: 1,
@@ -316,8 +321,19 @@ impl Channels {
         self.subscribers.get(channel).map(|s| s.iter().copied().collect()).unwrap_or_default()
     }
 
+    /// Notes that `channel` was just loaded from the store.
+    pub fn mark_loaded(&mut self, channel: &str) {
+        self.loaded_at.insert(channel.to_owned(), self.seq);
+    }
+
+    /// True when some connection watches `channel`.
+    pub fn is_watched(&self, channel: &str) -> bool {
+        self.subscribers.get(channel).is_some_and(|s| !s.is_empty())
+    }
+
     /// Unsubscribes everybody from a channel that is going away.
     pub fn drop_channel(&mut self, channel: &str) {
+        self.loaded_at.remove(channel);
         if let Some(set) = self.subscribers.remove(channel) {
             for id in set {
                 if let Some(conn) = self.conns.get_mut(&id) {
@@ -441,9 +457,13 @@ impl Channels {
     }
 
     /// Every retained envelope after `after` on the given channels, oldest first, or `None` when
-    /// the ring no longer holds all of them.
+    /// the ring no longer holds all of them, or when one of the channels was loaded from the store
+    /// since (the state it was loaded as is not the one those envelopes built on).
     pub fn replay_since(&self, after: u64, channels: &HashSet<String>) -> Option<Vec<Arc<str>>> {
         if after > self.seq {
+            return None;
+        }
+        if channels.iter().any(|c| self.loaded_at.get(c).is_some_and(|at| *at >= after)) {
             return None;
         }
         if after < self.seq {

@@ -15,6 +15,7 @@ use protocol::{
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::supervisor::WorkerHandle;
 
@@ -52,13 +53,27 @@ pub enum Op {
     Restart,
     /// The chat is going away.
     Close,
+    /// The chat's session is unloaded from memory: close the backend's session, then cancel the
+    /// token, which the chat's next driver waits on (so its start follows this close).
+    Unload(CancellationToken),
 }
 
-/// Starts a chat's driver; operations sent to the answer run in order.
-pub fn spawn_driver(host: Host, chat: String, provider: String) -> mpsc::UnboundedSender<Op> {
+/// Starts a chat's driver; operations sent to the answer run in order, once `after` (the last
+/// driver of this chat, unloading) is cancelled.
+pub fn spawn_driver(
+    host: Host,
+    chat: String,
+    provider: String,
+    after: Option<CancellationToken>,
+) -> mpsc::UnboundedSender<Op> {
     let (tx, rx) = mpsc::unbounded_channel();
     let driver = Driver { host: host.clone(), chat, provider, live: None };
-    host.spawn("chat driver", driver.run(rx));
+    host.spawn("chat driver", async move {
+        if let Some(previous) = after {
+            previous.cancelled().await;
+        }
+        driver.run(rx).await;
+    });
     tx
 }
 
@@ -74,6 +89,11 @@ impl Driver {
         while let Some(op) = rx.recv().await {
             if let Op::Close = op {
                 self.close().await;
+                return;
+            }
+            if let Op::Unload(done) = op {
+                self.close().await;
+                done.cancel();
                 return;
             }
             if let Op::Restart = op {
@@ -195,7 +215,7 @@ impl Driver {
             Op::SetTools(tools) => {
                 self.request(worker, parent::SET_TOOLS, protocol::SetToolsParams { chat, tools }).await;
             }
-            Op::Close | Op::Restart => {}
+            Op::Close | Op::Restart | Op::Unload(_) => {}
         }
     }
 
@@ -278,6 +298,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::SetTools(_) => "the tools",
         Op::Restart => "a restart",
         Op::Close => "the close",
+        Op::Unload(_) => "the unload",
     }
 }
 

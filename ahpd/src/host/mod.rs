@@ -22,6 +22,7 @@ pub mod rootconfig;
 pub mod rules;
 pub mod status;
 pub mod turns;
+pub mod unload;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ pub struct HostConfig {
     pub config_file: Option<PathBuf>,
     /// The daemon's keys as root config (absent: the root state carries no config).
     pub root_config: Option<ahp_types::state::RootConfigState>,
+    /// How long a session nobody uses stays in memory (absent: for ever).
+    pub idle_unload: Option<Duration>,
     /// The users directory, when one is configured.
     pub users: Option<crate::users::Users>,
     /// The deployment's own connection token (root), when it has one.
@@ -115,6 +118,7 @@ impl Default for HostConfig {
             clock: crate::clock::Clock::system(),
             config_file: None,
             root_config: None,
+            idle_unload: None,
             users: None,
             root_token: None,
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -229,6 +233,9 @@ pub struct Core {
     pub tools: crate::tools::ToolState,
     /// The host's clock (manual in tests), for what the tools count over time.
     pub clock: crate::clock::Clock,
+    /// Chats of unloaded sessions whose drivers are still closing their backend sessions: a chat
+    /// loaded again starts only once its last driver is done.
+    pub retiring: HashMap<String, tokio_util::sync::CancellationToken>,
 }
 
 /// The host; cheap to clone.
@@ -290,6 +297,7 @@ impl Host {
             wakeup_timer: Arc::default(),
             tools: crate::tools::ToolState::default(),
             clock: config.clock.clone(),
+            retiring: HashMap::new(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }

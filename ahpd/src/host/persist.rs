@@ -274,8 +274,10 @@ impl Host {
             });
             let titled = !state.turns.is_empty() || !chat_record.title.is_empty();
             core.ch.chats.insert(chat_record.uri.clone(), state);
+            core.ch.mark_loaded(&chat_record.uri);
             let provider = chat_record.harness.as_ref().map_or(&record.provider, |h| &h.provider).clone();
-            let driver = spawn_driver(self.clone(), chat_record.uri.clone(), provider);
+            let after = core.retiring.remove(&chat_record.uri);
+            let driver = spawn_driver(self.clone(), chat_record.uri.clone(), provider, after);
             core.chats.insert(
                 chat_record.uri.clone(),
                 ChatMeta {
@@ -302,6 +304,7 @@ impl Host {
             .and_then(|a| serde_json::from_value::<AnnotationsState>(a).ok())
             .unwrap_or(AnnotationsState { annotations: Vec::new() });
         core.ch.annotations.insert(annotations_uri.clone(), annotations_state);
+        core.ch.mark_loaded(&annotations_uri);
         let state = SessionState {
             provider: record.provider.clone(),
             title: record.title.clone(),
@@ -324,6 +327,7 @@ impl Host {
             meta: record.meta.clone(),
         };
         core.ch.sessions.insert(uri.clone(), state);
+        core.ch.mark_loaded(&uri);
         let server_tools = core.server_tools(&uri);
         if let Some(state) = core.ch.sessions.get_mut(&uri) {
             state.server_tools = Some(server_tools);

@@ -12,6 +12,9 @@ use super::Host;
 pub struct HostStatus {
     /// Sessions in the store (loaded or not).
     pub sessions: i64,
+    /// Of those, the ones in memory now (used lately, or watched, or running).
+    #[serde(default)]
+    pub loaded_sessions: usize,
     /// The configured agents, in the config's order.
     pub agents: Vec<AgentStatus>,
     /// Turns running now, by chat.
@@ -71,6 +74,6 @@ impl Host {
             })
             .collect();
         running_turns.sort_by(|a, b| a.chat.cmp(&b.chat));
-        HostStatus { sessions, agents, running_turns }
+        HostStatus { sessions, loaded_sessions: core.loaded_sessions(), agents, running_turns }
     }
 }

@@ -48,7 +48,12 @@ pub fn describe(status: &Status) -> Vec<String> {
         Some(log) if status.detached => format!("started by ahpd start; log: {}", log.display()),
         _ => format!("runs in the foreground, started in {}", status.cwd.display()),
     });
-    lines.push(format!("sessions: {} (in {})", status.host.sessions, status.store.display()));
+    lines.push(format!(
+        "sessions: {}, {} loaded in memory (in {})",
+        status.host.sessions,
+        status.host.loaded_sessions,
+        status.store.display()
+    ));
     let agents: Vec<String> = status
         .host
         .agents

@@ -2,7 +2,8 @@
 //! disconnecting at random, on loopback only. Prints what it counted and the daemon's memory before,
 //! during and after; exits non-zero when a folded state differed from its snapshot or the memory did
 //! not return near its level before the load.
-//! Options: --seconds N --clients N --sessions N --pace-ms N --words N --seed N.
+//! Options: --seconds N --clients N --sessions N --pace-ms N --words N --seed N --idle-unload-ms N
+//! (sessions nobody watches leave memory after this; 0 keeps them).
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ fn plan() -> LoadPlan {
         pace_ms: arg("--pace-ms").unwrap_or(d.pace_ms),
         words: size("--words", d.words),
         seed: arg("--seed").unwrap_or(d.seed),
+        idle_unload_ms: arg("--idle-unload-ms").unwrap_or(d.idle_unload_ms),
     }
 }
 

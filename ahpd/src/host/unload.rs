@@ -1,0 +1,143 @@
+//! Unloading sessions nobody uses: a session no connection watches and nothing runs in leaves
+//! memory once it has been idle for `sessionIdleUnloadMs` (its chats' backend sessions are closed
+//! too). The store holds all of it, so its next use loads it back, as after a restart.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ahp_types::state::SessionLifecycle;
+use tokio_util::sync::CancellationToken;
+
+use super::driver::Op;
+use super::{Core, Host};
+use crate::clock::Millis;
+
+/// How often the sweep runs at most and at least, whatever the idle time.
+const SWEEP_BOUNDS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(30));
+
+impl Core {
+    /// What keeps `session` in memory now (a word for the log), or `None` when it may go.
+    pub fn kept_loaded_by(&self, session: &str) -> Option<&'static str> {
+        let state = self.ch.sessions.get(session)?;
+        if state.lifecycle == SessionLifecycle::Creating {
+            return Some("its creation");
+        }
+        if !state.active_clients.is_empty() {
+            return Some("an active client");
+        }
+        let annotations = self.sessions.get(session).map(|m| m.annotations.as_str()).unwrap_or_default();
+        if self.ch.is_watched(session) || self.ch.is_watched(annotations) {
+            return Some("a subscriber");
+        }
+        if self.grace.keys().any(|(s, _)| s == session) {
+            return Some("a client's grace period");
+        }
+        self.chats_of(session).iter().find_map(|chat| self.chat_kept_by(chat))
+    }
+
+    fn chat_kept_by(&self, chat: &str) -> Option<&'static str> {
+        if self.ch.is_watched(chat) {
+            return Some("a subscriber");
+        }
+        let state = self.ch.chats.get(chat)?;
+        if state.active_turn.is_some() || self.running_dirty.contains(chat) {
+            return Some("a running turn");
+        }
+        if state.steering_message.is_some() || state.queued_messages.as_ref().is_some_and(|q| !q.is_empty()) {
+            return Some("a message waiting for its turn");
+        }
+        let meta = self.chats.get(chat)?;
+        if !meta.client_calls.is_empty() || meta.steering_offered.is_some() {
+            return Some("a call in flight");
+        }
+        // A first start still on its way: forgetting it would lose that the backend has the
+        // conversation now.
+        if meta.live.is_some() && !meta.started_in_backend {
+            return Some("its backend starting");
+        }
+        if self.tools.workspace_requests.contains_key(chat) || self.tools.pending_restarts.contains(chat) {
+            return Some("a change waiting for its turn");
+        }
+        None
+    }
+
+    /// Sessions in memory now.
+    pub fn loaded_sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Drops an idle session's channels and the host's records of it from memory, and has each
+    /// chat's driver close its backend session. Nothing is written: the store has it all already.
+    fn unload(&mut self, session: &str) {
+        for chat in self.chats_of(session) {
+            if let Some(meta) = self.chats.remove(&chat) {
+                let closed = CancellationToken::new();
+                if meta.driver.send(Op::Unload(closed.clone())).is_ok() {
+                    self.retiring.insert(chat.clone(), closed);
+                }
+            }
+            self.ch.chats.remove(&chat);
+            self.ch.drop_channel(&chat);
+        }
+        if let Some(meta) = self.sessions.remove(session) {
+            self.ch.annotations.remove(&meta.annotations);
+            self.ch.drop_channel(&meta.annotations);
+        }
+        self.ch.sessions.remove(session);
+        self.ch.drop_channel(session);
+        self.endpoints.close(session);
+        if self.client_rules.get(session).is_some_and(std::collections::BTreeMap::is_empty) {
+            self.client_rules.remove(session);
+        }
+    }
+
+    /// One sweep: each session idle now is noted with the time it was first seen idle; one idle
+    /// for `after` is unloaded. Answers how many went.
+    fn unload_idle(&mut self, idle_since: &mut HashMap<String, Millis>, after: Duration) -> usize {
+        let now = self.clock.now();
+        let after_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        idle_since.retain(|session, _| self.sessions.contains_key(session));
+        let loaded: Vec<String> = self.sessions.keys().cloned().collect();
+        let mut unloaded = 0;
+        for session in loaded {
+            if self.kept_loaded_by(&session).is_some() {
+                idle_since.remove(&session);
+                continue;
+            }
+            let since = *idle_since.entry(session.clone()).or_insert(now);
+            if now.saturating_sub(since) >= after_ms {
+                self.unload(&session);
+                idle_since.remove(&session);
+                unloaded += 1;
+            }
+        }
+        self.retiring.retain(|_, closed| !closed.is_cancelled());
+        unloaded
+    }
+}
+
+impl Host {
+    /// Sweeps for idle sessions every half of `sessionIdleUnloadMs` (within 100 ms and 30 s) on
+    /// the host's clock, until the daemon stops; does nothing when sessions stay loaded for ever.
+    pub fn run_unloads(&self) {
+        let Some(after) = self.config().idle_unload else { return };
+        let period = (after / 2).clamp(SWEEP_BOUNDS.0, SWEEP_BOUNDS.1);
+        let host = self.clone();
+        self.spawn("idle session unloads", async move {
+            let clock = host.lock().clock.clone();
+            let mut idle_since = HashMap::new();
+            loop {
+                clock.sleep(period).await;
+                let (unloaded, left) = {
+                    let mut core = host.lock();
+                    (core.unload_idle(&mut idle_since, after), core.loaded_sessions())
+                };
+                if unloaded > 0 {
+                    // What the sessions held is free now, but the allocator keeps it unless asked.
+                    let returned = crate::memory::release_free_pages();
+                    tracing::debug!(unloaded, left, returned, "idle sessions unloaded from memory");
+                }
+            }
+        });
+    }
+}
