@@ -6,8 +6,7 @@
 //! and sent to every connection subscribed to its channel, in that order, so a snapshot taken under
 //! the same lock contains exactly the actions up to its `fromSeq`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 
 use ahp::reducers::{
     apply_action_to_annotations, apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome,
@@ -16,7 +15,6 @@ use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::state::{AnnotationsState, ChatState, RootState, SessionState, Snapshot, SnapshotState};
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -75,14 +73,6 @@ pub struct ConnEntry {
 /// What a client answered a request this host sent it: its `result`, or its `error` object.
 pub type ClientAnswer = Result<serde_json::Value, serde_json::Value>;
 
-/// An action as it was sent, kept for reconnecting clients.
-struct Retained {
-    seq: u64,
-    channel: Arc<str>,
-    /// The envelope (`params` of the `action` notification) as JSON.
-    envelope: Arc<str>,
-}
-
 /// What a commit did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Committed {
@@ -97,8 +87,7 @@ pub enum Committed {
 /// The channel states and everything that moves them.
 pub struct Channels {
     seq: u64,
-    ring: VecDeque<Retained>,
-    ring_capacity: usize,
+    ring: super::ring::ReplayRing,
     /// The root channel's state.
     pub root: RootState,
     /// Session channel states by URI.
@@ -159,8 +148,7 @@ impl Channels {
     pub fn new(root: RootState, ring_capacity: usize) -> Self {
         Self {
             seq: 0,
-            ring: VecDeque::with_capacity(ring_capacity.min(65_536)),
-            ring_capacity: ring_capacity.max(1),
+            ring: super::ring::ReplayRing::new(ring_capacity),
             root,
             sessions: HashMap::new(),
             chats: HashMap::new(),
@@ -397,7 +385,7 @@ impl Channels {
         let seq = self.next_seq();
         let envelope = encode_envelope(channel, &action, seq, origin.as_ref(), None);
         let frame = action_frame(&envelope);
-        self.retain(seq, channel, envelope);
+        self.retain(seq, channel, &envelope);
         self.broadcast(channel, &frame);
         if let Some(id) = extra {
             if !self.is_subscribed(id, channel) {
@@ -429,11 +417,8 @@ impl Channels {
         self.seq
     }
 
-    fn retain(&mut self, seq: u64, channel: &str, envelope: String) {
-        if self.ring.len() == self.ring_capacity {
-            self.ring.pop_front();
-        }
-        self.ring.push_back(Retained { seq, channel: Arc::from(channel), envelope: Arc::from(envelope) });
+    fn retain(&mut self, seq: u64, channel: &str, envelope: &str) {
+        self.ring.push(seq, channel, envelope);
     }
 
     fn reduce(&mut self, channel: &str, action: &StateAction) -> Option<ReduceOutcome> {
@@ -456,10 +441,11 @@ impl Channels {
         Some(Snapshot { resource: uri.to_owned(), state, from_seq: seq_i64(self.seq) })
     }
 
-    /// Every retained envelope after `after` on the given channels, oldest first, or `None` when
-    /// the ring no longer holds all of them, or when one of the channels was loaded from the store
-    /// since (the state it was loaded as is not the one those envelopes built on).
-    pub fn replay_since(&self, after: u64, channels: &HashSet<String>) -> Option<Vec<Arc<str>>> {
+    /// Every retained envelope after `after` on the given channels, oldest first, as one JSON
+    /// array, or `None` when the ring no longer holds all of them, or when one of the channels was
+    /// loaded from the store since (the state it was loaded as is not the one those envelopes built
+    /// on).
+    pub fn replay_since(&self, after: u64, channels: &HashSet<String>) -> Option<String> {
         if after > self.seq {
             return None;
         }
@@ -467,18 +453,12 @@ impl Channels {
             return None;
         }
         if after < self.seq {
-            let oldest = self.ring.front().map(|r| r.seq)?;
+            let oldest = self.ring.oldest_seq()?;
             if oldest > after + 1 {
                 return None;
             }
         }
-        Some(
-            self.ring
-                .iter()
-                .filter(|r| r.seq > after && channels.contains(r.channel.as_ref()))
-                .map(|r| r.envelope.clone())
-                .collect(),
-        )
+        Some(self.ring.json_after(after, channels))
     }
 }
 
@@ -507,12 +487,6 @@ pub fn action_type(action: &StateAction) -> String {
         Ok(v) => v.get("type").and_then(|t| t.as_str()).unwrap_or("unknown").to_owned(),
         Err(_) => "unknown".to_owned(),
     }
-}
-
-/// Joins raw JSON envelopes into one array value without re-parsing them.
-pub fn raw_array(items: &[Arc<str>]) -> Box<RawValue> {
-    let joined = format!("[{}]", items.iter().map(|s| s.as_ref()).collect::<Vec<_>>().join(","));
-    RawValue::from_string(joined).unwrap_or_else(|_| RawValue::from_string("[]".into()).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod grants;
 pub mod limits;
 pub mod persist;
 pub mod requests;
+pub mod ring;
 pub mod rootconfig;
 pub mod rules;
 pub mod status;

@@ -491,8 +491,7 @@ impl Host {
                     actions: &'a RawValue,
                     missing: &'a [String],
                 }
-                let joined = format!("[{}]", envelopes.iter().map(|s| s.as_ref()).collect::<Vec<_>>().join(","));
-                match RawValue::from_string(joined) {
+                match RawValue::from_string(envelopes) {
                     Ok(actions) => {
                         encode_result(&id, &Replay { r#type: "replay", actions: &actions, missing: &missing })
                     }
