@@ -40,9 +40,47 @@ fn file_uri(path: &str) -> String {
 
 /// Every session under `projects`, newest first.
 pub fn list(projects: &Path) -> Vec<Listed> {
-    let mut rows: Vec<Listed> = session_files(projects).iter().filter_map(|f| summarize(f)).collect();
-    rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
-    rows
+    Summaries::default().list(projects)
+}
+
+/// What a transcript file looked like when it was last read: listing again reads only the files
+/// that changed since (a person with thousands of conversations lists them in a stat each).
+#[derive(Debug, Clone, PartialEq)]
+struct Stamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+/// The rows of the files listed before, by file, with the stamp each was read at.
+#[derive(Default)]
+pub struct Summaries {
+    rows: HashMap<PathBuf, (Stamp, Option<Listed>)>,
+    /// Files read (not taken from what was read before), for tests.
+    reads: usize,
+}
+
+impl Summaries {
+    /// Every session under `projects`, newest first, reading again only the files that changed.
+    pub fn list(&mut self, projects: &Path) -> Vec<Listed> {
+        let files = session_files(projects);
+        let mut kept = HashMap::with_capacity(files.len());
+        for file in files {
+            let Ok(meta) = std::fs::metadata(&file) else { continue };
+            let stamp = Stamp { modified: meta.modified().ok(), len: meta.len() };
+            let row = match self.rows.remove(&file) {
+                Some((known, row)) if known == stamp => row,
+                _ => {
+                    self.reads += 1;
+                    summarize(&file)
+                }
+            };
+            kept.insert(file, (stamp, row));
+        }
+        self.rows = kept;
+        let mut rows: Vec<Listed> = self.rows.values().filter_map(|(_, row)| row.clone()).collect();
+        rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at).then_with(|| a.id.cmp(&b.id)));
+        rows
+    }
 }
 
 fn session_files(projects: &Path) -> Vec<PathBuf> {
@@ -431,6 +469,30 @@ mod tests {
         assert!(find(&root, "../etc", &At::default()).is_none());
         assert_eq!(transcript(&root, "11111111-2222-3333-4444-555555555555", &At::default()).map(|t| t.len()), Some(2));
         assert!(transcript(&root, "33333333-2222-3333-4444-555555555555", &At::default()).is_none());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn listing_again_reads_only_the_files_that_changed() {
+        let root = std::env::temp_dir().join(format!("ahpd-claude-summaries-{}", std::process::id()));
+        let dir = root.join(encode_dir("/w"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let lines: Vec<String> = entries().iter().map(Value::to_string).collect();
+        let (a, b) = (dir.join("aaaaaaaa-1.jsonl"), dir.join("bbbbbbbb-1.jsonl"));
+        std::fs::write(&a, lines.join("\n")).expect("write");
+        std::fs::write(&b, lines.join("\n")).expect("write");
+        let mut summaries = Summaries::default();
+        assert_eq!(summaries.list(&root).len(), 2);
+        assert_eq!(summaries.reads, 2);
+        assert_eq!(summaries.list(&root).len(), 2);
+        assert_eq!(summaries.reads, 2, "nothing changed, nothing read");
+        let titled = json!({"type": "custom-title", "customTitle": "renamed"});
+        std::fs::write(&a, format!("{}\n{titled}", lines.join("\n"))).expect("write");
+        let rows = summaries.list(&root);
+        assert_eq!(summaries.reads, 3, "the changed file alone is read again");
+        assert!(rows.iter().any(|r| r.id == "aaaaaaaa-1" && r.title == "renamed"), "{rows:?}");
+        std::fs::remove_file(&b).expect("rm");
+        assert_eq!(summaries.list(&root).len(), 1, "a deleted file leaves the list");
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -73,12 +73,18 @@ pub fn factory() -> AgentFactory {
 pub struct Claude {
     options: ClaudeOptions,
     data_dir: Option<PathBuf>,
+    /// The conversations listed before, so listing again reads only the transcripts that changed.
+    summaries: Arc<std::sync::Mutex<catalogue::Summaries>>,
 }
 
 impl Claude {
     /// Builds the agent from the handshake's options.
     pub fn from_init(init: &InitializeParams) -> Self {
-        Self { options: ClaudeOptions::from_json(&init.options), data_dir: init.data_dir.as_ref().map(PathBuf::from) }
+        Self {
+            options: ClaudeOptions::from_json(&init.options),
+            data_dir: init.data_dir.as_ref().map(PathBuf::from),
+            summaries: Arc::default(),
+        }
     }
 
     fn projects(&self) -> Option<PathBuf> {
@@ -215,7 +221,9 @@ impl Agent for Claude {
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
         let Some(projects) = self.projects() else { return Ok(Vec::new()) };
-        Ok(tokio::task::spawn_blocking(move || catalogue::list(&projects)).await.unwrap_or_default())
+        let summaries = self.summaries.clone();
+        let listing = move || summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).list(&projects);
+        Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
     }
 
     async fn find(&self, id: &str, at: &At) -> Result<Option<Listed>, AgentError> {

@@ -1,6 +1,7 @@
 //! A client that stops reading is cut off rather than buffered without bound; the clients beside
 //! it on the same chat keep streaming; and the cut client reconnects and resumes, its folded state
-//! equal to the host's snapshot.
+//! equal to the host's snapshot. Nothing follows the first frame it lost: what it got before the cut
+//! is the start of what the chat said, with no hole.
 
 use ahp_types::actions::ActionEnvelope;
 use ahp_types::commands::ReconnectResult;
@@ -25,14 +26,15 @@ fn config() -> Value {
     })
 }
 
-/// Folds one raw message into the mirror when it is an action; answers its sequence number.
-fn fold_raw(mirror: &mut Mirror, message: &Value) -> anyhow::Result<Option<u64>> {
+/// Folds one raw message into the mirror when it is an action; answers its channel and sequence
+/// number.
+fn fold_raw(mirror: &mut Mirror, message: &Value) -> anyhow::Result<Option<(String, u64)>> {
     if message["method"] != "action" {
         return Ok(None);
     }
     let env: ActionEnvelope = serde_json::from_value(message["params"].clone())?;
     mirror.fold(&env);
-    Ok(Some(env.server_seq))
+    Ok(Some((env.channel, env.server_seq)))
 }
 
 #[tokio::test]
@@ -50,6 +52,7 @@ async fn a_client_that_stops_reading_is_cut_off_others_stream_on_and_it_resumes(
     anyhow::ensure!(init["result"]["protocolVersion"] == "1.0.0", "{init}");
     let sub = slow.call(2, "subscribe", json!({ "channel": chat })).await?;
     let snapshot: Snapshot = serde_json::from_value(sub["result"]["snapshot"].clone())?;
+    let subscribed_at = u64::try_from(snapshot.from_seq)?;
     let mut slow_mirror = Mirror::default();
     slow_mirror.seed(snapshot);
 
@@ -71,15 +74,25 @@ async fn a_client_that_stops_reading_is_cut_off_others_stream_on_and_it_resumes(
 
     // The slow client reads what reached it before the cut, then finds the connection closed.
     let mut last_seen = 0;
-    let mut received = 0usize;
+    let mut on_chat = Vec::new();
     while let Some(message) = slow.next_or_end().await? {
-        if let Some(seq) = fold_raw(&mut slow_mirror, &message)? {
+        if let Some((channel, seq)) = fold_raw(&mut slow_mirror, &message)? {
             last_seen = seq;
-            received += 1;
+            if channel == chat {
+                on_chat.push(seq);
+            }
         }
     }
-    let streamed = fast.envelopes.iter().filter(|e| e.channel == chat).count();
-    assert!(received < streamed, "cut off: it got {received} of the {streamed} actions on the chat");
+    let streamed: Vec<u64> = fast
+        .envelopes
+        .iter()
+        .filter(|e| e.channel == chat && e.server_seq > subscribed_at)
+        .map(|e| e.server_seq)
+        .collect();
+    let received = on_chat.len();
+    assert!(received < streamed.len(), "cut off: it got {received} of the {} actions on the chat", streamed.len());
+    // Nothing followed the first frame it lost: what it got is the start of what the chat said.
+    assert_eq!(on_chat, streamed[..received], "the slow reader's actions have no hole");
 
     // It reconnects under its client id and resumes from what it saw.
     let mut back = TestClient::connect_raw(&daemon.url, "slow").await?;
