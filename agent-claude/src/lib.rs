@@ -172,6 +172,8 @@ impl Agent for Claude {
                 directories: false,
                 inherited_chat_config: true,
                 steering: true,
+                // `--resume` reads the conversation back from Claude's own record.
+                resume: true,
                 completions: Vec::new(),
                 transcript_turn_ids: Some("recorded".into()),
             },

@@ -91,7 +91,13 @@ impl Agent for PiAgent {
             display_name: "pi".into(),
             description: Some("pi, a small coding agent, driven over its RPC mode".into()),
             capabilities: None,
-            features: AgentFeatures { transcript: true, probe: true, steering: true, ..Default::default() },
+            features: AgentFeatures {
+                transcript: true,
+                probe: true,
+                steering: true,
+                resume: true,
+                ..Default::default()
+            },
         }
     }
 

@@ -79,7 +79,7 @@ impl Agent for Echo {
             display_name: "Echo".into(),
             description: Some("Says your words back; no model, no subprocess".into()),
             capabilities: Some(crate::agent::multiple_chats()),
-            features: AgentFeatures { steering: true, ..AgentFeatures::default() },
+            features: AgentFeatures { steering: true, resume: true, ..AgentFeatures::default() },
         }
     }
 

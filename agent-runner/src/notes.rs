@@ -100,7 +100,12 @@ impl Agent for Notes {
             display_name: "Notes".into(),
             description: Some("Keeps notes; asks before it writes one".into()),
             capabilities: Some(crate::agent::multiple_chats()),
-            features: AgentFeatures { steering: true, inherited_chat_config: true, ..AgentFeatures::default() },
+            features: AgentFeatures {
+                steering: true,
+                inherited_chat_config: true,
+                resume: true,
+                ..AgentFeatures::default()
+            },
         }
     }
 

@@ -58,6 +58,9 @@ pub struct AgentFeatures {
     pub inherited_chat_config: bool,
     /// Takes steering messages (`session/steer`).
     pub steering: bool,
+    /// A conversation closed (`session/close`) and started again with `resume` keeps what was
+    /// said: the parent may close an idle chat's backend session to free memory.
+    pub resume: bool,
     /// The keys of its own schema it answers `agent/completions` for.
     pub completions: Vec<String>,
     /// `"recorded"` to have transcript ids projected back to caller turn ids.

@@ -167,7 +167,13 @@ async fn a_session_resumes_after_a_clean_stop_and_start() -> anyhow::Result<()> 
 /// A daemon on the manual clock that unloads sessions idle for a minute.
 fn unloading() -> DaemonOptions {
     let mut options = DaemonOptions::with_config(json!({
-        "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } }, "notes": { "kind": "notes" } },
+        "agents": {
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } },
+            "notes": { "kind": "notes" },
+            // A worker that does not say it can resume a conversation it closed.
+            "py": { "kind": "command", "command": "python3",
+                    "args": [std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workers").join("echo.py")] },
+        },
         "sessionIdleUnloadMs": 60_000,
     }));
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
@@ -201,14 +207,17 @@ async fn an_idle_session_leaves_memory_and_comes_back_whole() -> anyhow::Result<
     let (_busy, busy_chat) = maker.create_session("notes", None).await?;
     maker.send(&busy_chat, "ask Are you there?").await?;
     maker.until_questions(&busy_chat, 1).await?;
+    // Idle, but its backend could not take the conversation up again: stays.
+    let (_kept, kept_chat) = maker.create_session("py", None).await?;
+    maker.turn(&kept_chat, "remember me").await?;
     let seen_by_maker = maker.envelopes.iter().map(|e| e.server_seq).max().unwrap_or(0);
     maker.client.shutdown().await;
     // Watched all along: stays.
     let mut watcher = TestClient::connect(&daemon.url, "watcher").await?;
     let (_watched, watched_chat) = watcher.create_session("echo", None).await?;
-    assert_eq!(daemon.loaded_sessions().await?, 3);
+    assert_eq!(daemon.loaded_sessions().await?, 4);
 
-    until_loaded(&daemon, &clock, 2).await?;
+    until_loaded(&daemon, &clock, 3).await?;
     let status = daemon.status().await?;
     let running = status["runningTurns"].as_array().map(Vec::len);
     assert_eq!(running, Some(1), "the question's turn still runs: {status}");
