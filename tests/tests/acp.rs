@@ -14,6 +14,7 @@ use ahp_types::actions::{ChatTurnCancelledAction, SessionConfigChangedAction, St
 use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
 use serde_json::{json, Value};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
+use tests::plugins::{publish_plugins, team_plugin};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
@@ -424,5 +425,38 @@ async fn claude_code_acp_reads_writes_and_runs_through_the_worker() -> anyhow::R
 
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_rule_added_later_reaches_the_resumed_acp_conversation_once() -> anyhow::Result<()> {
+    let state = tempfile::Builder::new().prefix("ahpd-acp-state-").tempdir()?;
+    let fake = repo().join("agent-acp/tests/fixtures/fake_acp_agent.py").display().to_string();
+    let args = json!([fake, "--state-dir", state.path().display().to_string()]);
+    let config =
+        json!({ "agents": { "scripted": { "kind": "acp", "options": { "command": "python3", "args": args } } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut c1 = TestClient::connect(&daemon.url, "c1").await?;
+    c1.client.set_resource_request_handlers(team_plugin());
+    let (session, chat) = c1.create_session("scripted", None).await?;
+    let before = turn_text(&c1.turn(&chat, "prompt").await?);
+    assert!(!before.contains("RULE-ALWAYS"), "{before}");
+
+    // The client's plugin is copied; its rule changes the instructions, so the chat's conversation
+    // is closed and loaded again (session/load) before the next turn. The history the agent
+    // replays never heard the rule: it opens the next prompt, once.
+    let plugin = json!([{ "type": "plugin", "id": "team", "uri": "virtual://c1/team", "name": "Team rules" }]);
+    publish_plugins(&c1, &session, plugin).await?;
+    let s = session.clone();
+    c1.until("the plugin copied", move |m| {
+        m.session(&s).and_then(|x| x.customizations.as_ref()).is_some_and(|list| !list.is_empty())
+    })
+    .await?;
+    let said = turn_text(&c1.turn(&chat, "prompt").await?);
+    assert!(said.contains("RULE-ALWAYS"), "the rule opens the prompt after the load: {said}");
+    assert_eq!(turn_text(&c1.turn(&chat, "history").await?), "2 prompts before this", "the conversation went on");
+    let again = turn_text(&c1.turn(&chat, "prompt").await?);
+    assert!(!again.contains("RULE-ALWAYS"), "said once: {again}");
+    c1.check_against_snapshot(&chat).await?;
     Ok(())
 }

@@ -8,14 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use ahp::ResourceRequestHandlers;
 use ahp_types::actions::{
     ChatToolCallCompleteAction, ChatTurnCancelledAction, ChatTurnStartedAction, SessionActiveClientSetAction,
     StateAction,
 };
-use ahp_types::commands::{ContentEncoding, DirectoryEntry, ResourceListResult, ResourceReadResult};
 use ahp_types::common::StringOrMarkdown;
-use ahp_types::messages::JsonRpcError;
 use ahp_types::state::{
     ModelSelection, ResponsePart, SessionActiveClient, SessionInputRequest, SnapshotState, ToolCallContributor,
     ToolCallResult, ToolCallState, ToolDefinition, ToolResultContent, ToolResultTextContent, TurnState,
@@ -24,6 +21,7 @@ use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
 use tests::mocks::anthropic::{MockAnthropic, RecordedRequest, HELLO, THINKING};
+use tests::plugins::{publish_plugins, team_plugin, ALWAYS_RULE};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
@@ -353,38 +351,6 @@ async fn the_model_calls_a_clients_tool_and_gets_what_the_client_answered() -> a
     Ok(())
 }
 
-/// A client's plugin `virtual://c1/team`, as the client answers `resourceList` and `resourceRead`
-/// for it: one rule that always applies, one scoped to files, one too long to apply.
-fn team_plugin() -> ResourceRequestHandlers {
-    fn not_found(uri: &str) -> JsonRpcError {
-        JsonRpcError { code: -32008, message: format!("There is nothing at {uri}"), data: None }
-    }
-    ResourceRequestHandlers::new()
-        .on_resource_list(|params| async move {
-            let entries: &[(&str, &str)] = match params.uri.as_str() {
-                "virtual://c1/team" => &[("rules", "directory"), ("README.md", "file")],
-                "virtual://c1/team/rules" => {
-                    &[("always.mdc", "file"), ("scoped.mdc", "file"), ("long.instructions.md", "file")]
-                }
-                _ => return Err(not_found(&params.uri)),
-            };
-            let entries = entries.iter().map(|(n, t)| DirectoryEntry { name: (*n).into(), r#type: (*t).into() });
-            Ok(ResourceListResult { entries: entries.collect() })
-        })
-        .on_resource_read(|params| async move {
-            let data = match params.uri.rsplit('/').next() {
-                Some("always.mdc") => {
-                    "---\ndescription: house style\nalwaysApply: true\n---\n\nAnswer like a pirate (RULE-ALWAYS).\n"
-                        .to_owned()
-                }
-                Some("scoped.mdc") => "---\nglobs: '*.rs'\nalwaysApply: false\n---\nRULE-SCOPED\n".to_owned(),
-                Some("long.instructions.md") => format!("---\nalwaysApply: true\n---\nRULE-LONG {}", "x".repeat(5000)),
-                _ => return Err(not_found(&params.uri)),
-            };
-            Ok(ResourceReadResult { data, encoding: ContentEncoding::Utf8, content_type: None })
-        })
-}
-
 /// The text blocks of the last user message of `request`, joined.
 fn last_user_text(request: &RecordedRequest) -> String {
     let messages = request.messages();
@@ -395,16 +361,6 @@ fn last_user_text(request: &RecordedRequest) -> String {
             blocks.as_array().into_iter().flatten().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n")
         }
     }
-}
-
-async fn publish_plugins(client: &TestClient, session: &str, plugins: Value) -> anyhow::Result<()> {
-    let active: SessionActiveClient = serde_json::from_value(json!({
-        "clientId": client.client_id, "tools": [], "customizations": plugins
-    }))?;
-    client
-        .dispatch(session, StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active }))
-        .await?;
-    Ok(())
 }
 
 #[tokio::test]
@@ -450,9 +406,7 @@ async fn a_clients_always_applied_rules_join_claudes_system_prompt_after_the_too
     assert_eq!(c1.turn(&chat, "and now?").await?.state, TurnState::Complete);
     let request = mock.turn_requests().get(asked).cloned().expect("the model was asked");
     let said = last_user_text(&request);
-    let Some(rule) = said.find("Answer like a pirate (RULE-ALWAYS).") else {
-        anyhow::bail!("the rule was said: {said}")
-    };
+    let Some(rule) = said.find(ALWAYS_RULE) else { anyhow::bail!("the rule was said: {said}") };
     assert!(said.find(ARTIFACT_INSTRUCTION).is_some_and(|tools| tools < rule), "{said}");
     assert!(said.find("and now?").is_some_and(|prompt| rule < prompt), "{said}");
     for absent in ["RULE-SCOPED", "RULE-LONG", "house style"] {
@@ -476,7 +430,7 @@ async fn a_clients_always_applied_rules_join_claudes_system_prompt_after_the_too
     let asked = mock.turn_requests().len();
     assert_eq!(c1.turn(&second_chat, "fresh").await?.state, TurnState::Complete);
     let system = mock.turn_requests().get(asked).map(|r| r.system_text()).unwrap_or_default();
-    let rule = system.find("Answer like a pirate (RULE-ALWAYS).").expect("the rule joined the system prompt");
+    let rule = system.find(ALWAYS_RULE).expect("the rule joined the system prompt");
     assert!(system.find(ARTIFACT_INSTRUCTION).is_some_and(|tools| tools < rule), "{system}");
 
     // The client takes its plugin back: the copy goes, and the rule is not said again.
