@@ -697,17 +697,7 @@ impl Host {
         if !self.ensure_loaded(&mut core, &uri) {
             return Err(AhpError::session_not_found(&uri));
         }
-        let chats: Vec<String> = core.chats_of(&uri);
-        for chat in chats {
-            remove_chat_state(&mut core, &chat);
-        }
-        if let Some(meta) = core.sessions.remove(&uri) {
-            core.ch.annotations.remove(&meta.annotations);
-            core.ch.drop_channel(&meta.annotations);
-        }
-        core.ch.sessions.remove(&uri);
-        core.ch.drop_channel(&uri);
-        core.endpoints.close(&uri);
+        core.remove_session_state(&uri, Farewell::Close);
         if let Err(e) = core.store.delete_session(&uri) {
             tracing::error!("{e}");
         }
@@ -789,7 +779,7 @@ impl Host {
                 "The default chat goes with its session: dispose the session instead",
             ));
         }
-        remove_chat_state(&mut core, &chat);
+        core.remove_chat_state(&chat, Farewell::Close);
         if let Err(e) = core.store.delete_chat(&chat) {
             tracing::error!("{e}");
         }
@@ -799,12 +789,51 @@ impl Host {
     }
 }
 
-fn remove_chat_state(core: &mut Core, chat: &str) {
-    if let Some(meta) = core.chats.remove(chat) {
-        let _ = meta.driver.send(Op::Close);
+/// How a chat's driver ends when the chat leaves memory.
+#[derive(Clone, Copy)]
+pub(super) enum Farewell {
+    /// The chat is gone for good: its backend session is closed.
+    Close,
+    /// The chat is unloaded: its backend session is closed, and the chat's next driver waits for
+    /// that close before it starts the conversation again.
+    Unload,
+}
+
+impl Core {
+    /// Takes a chat's channel and records out of memory and ends its driver.
+    pub(super) fn remove_chat_state(&mut self, chat: &str, farewell: Farewell) {
+        if let Some(meta) = self.chats.remove(chat) {
+            match farewell {
+                Farewell::Close => {
+                    let _ = meta.driver.send(Op::Close);
+                }
+                Farewell::Unload => {
+                    let closed = tokio_util::sync::CancellationToken::new();
+                    if meta.driver.send(Op::Unload(closed.clone())).is_ok() {
+                        self.retiring.insert(chat.to_owned(), closed);
+                    }
+                }
+            }
+        }
+        self.ch.chats.remove(chat);
+        self.ch.drop_channel(chat);
     }
-    core.ch.chats.remove(chat);
-    core.ch.drop_channel(chat);
+
+    /// Takes a session's channels (its chats' and annotations' too) and the host's records of it
+    /// out of memory, ending each chat's driver, and closes its tools endpoint.
+    pub(super) fn remove_session_state(&mut self, session: &str, farewell: Farewell) {
+        for chat in self.chats_of(session) {
+            self.remove_chat_state(&chat, farewell);
+        }
+        if let Some(meta) = self.sessions.remove(session) {
+            self.ch.annotations.remove(&meta.annotations);
+            self.ch.drop_channel(&meta.annotations);
+        }
+        self.ch.sessions.remove(session);
+        self.ch.drop_channel(session);
+        self.endpoints.close(session);
+        self.client_rules.remove(session);
+    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ahp_types::state::SessionLifecycle;
-use tokio_util::sync::CancellationToken;
-
-use super::driver::Op;
+use super::catalog::Farewell;
 use super::{Core, Host};
 use crate::clock::Millis;
+use ahp_types::state::SessionLifecycle;
 
 /// How often the sweep runs at most and at least, whatever the idle time.
 const SWEEP_BOUNDS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(30));
@@ -77,31 +75,6 @@ impl Core {
         self.sessions.len()
     }
 
-    /// Drops an idle session's channels and the host's records of it from memory, and has each
-    /// chat's driver close its backend session. Nothing is written: the store has it all already.
-    fn unload(&mut self, session: &str) {
-        for chat in self.chats_of(session) {
-            if let Some(meta) = self.chats.remove(&chat) {
-                let closed = CancellationToken::new();
-                if meta.driver.send(Op::Unload(closed.clone())).is_ok() {
-                    self.retiring.insert(chat.clone(), closed);
-                }
-            }
-            self.ch.chats.remove(&chat);
-            self.ch.drop_channel(&chat);
-        }
-        if let Some(meta) = self.sessions.remove(session) {
-            self.ch.annotations.remove(&meta.annotations);
-            self.ch.drop_channel(&meta.annotations);
-        }
-        self.ch.sessions.remove(session);
-        self.ch.drop_channel(session);
-        self.endpoints.close(session);
-        if self.client_rules.get(session).is_some_and(std::collections::BTreeMap::is_empty) {
-            self.client_rules.remove(session);
-        }
-    }
-
     /// One sweep: each session idle now is noted with the time it was first seen idle; one idle
     /// for `after` is unloaded. Answers how many went.
     fn unload_idle(&mut self, idle_since: &mut HashMap<String, Millis>, after: Duration) -> usize {
@@ -117,7 +90,8 @@ impl Core {
             }
             let since = *idle_since.entry(session.clone()).or_insert(now);
             if now.saturating_sub(since) >= after_ms {
-                self.unload(&session);
+                // Nothing is written: the store has it all already.
+                self.remove_session_state(&session, Farewell::Unload);
                 idle_since.remove(&session);
                 unloaded += 1;
             }
