@@ -158,6 +158,24 @@ impl Daemon {
         status["loadedSessions"].as_u64().ok_or_else(|| anyhow!("no loadedSessions in {status}"))
     }
 
+    /// Moves its manual clock `step_ms` at a time (through `clock`, a connection to it) until it
+    /// holds `want` sessions in memory; more than `want` left after a hundred steps, or fewer than
+    /// `want` at any reading, is an error.
+    pub async fn advance_until_loaded(&self, clock: &crate::TestClient, step_ms: u64, want: u64) -> anyhow::Result<()> {
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            let loaded = self.loaded_sessions().await?;
+            if loaded <= want {
+                anyhow::ensure!(loaded == want, "{loaded} sessions loaded, expected {want}");
+                return Ok(());
+            }
+            seen.push(loaded);
+            let params = serde_json::json!({ "channel": "ahp-root://", "ms": step_ms });
+            clock.request("ahpd/test/advanceClock", params).await.map_err(|e| anyhow!("advanceClock: {e}"))?;
+        }
+        bail!("never down to {want} loaded sessions: {seen:?}")
+    }
+
     /// Its stderr so far.
     pub fn log(&self) -> String {
         self.stderr.lock().unwrap_or_else(|p| p.into_inner()).join("\n")

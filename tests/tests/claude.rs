@@ -20,6 +20,7 @@ use ahp_types::state::{
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
+use tests::daemon::children_of;
 use tests::mocks::anthropic::{MockAnthropic, RecordedRequest, HELLO, THINKING};
 use tests::plugins::{publish_plugins, team_plugin, ALWAYS_RULE};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
@@ -233,6 +234,54 @@ async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() ->
     let seen = request.transcript_text();
     assert!(seen.contains("remember the word PINEAPPLE"), "the earlier prompt was sent again: {seen}");
     assert!(seen.contains(&format!("{HELLO}remember the word PINEAPPLE")), "and the earlier answer: {seen}");
+    Ok(())
+}
+
+/// The `ahpd worker claude` process under `daemon`.
+fn claude_worker(daemon: &Daemon) -> Option<i32> {
+    children_of(daemon.pid()).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
+    })
+}
+
+#[tokio::test]
+async fn an_idle_session_leaves_memory_its_claude_process_ends_and_the_next_message_resumes() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let mut options = claude_options(&mock);
+    if let Some(config) = options.config.as_mut() {
+        config["sessionIdleUnloadMs"] = json!(60_000);
+    }
+    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+    let daemon = Daemon::start_with(options).await?;
+    let clock = TestClient::connect(&daemon.url, "clock").await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&chat, "remember the word PINEAPPLE").await?.state, TurnState::Complete);
+    let worker = claude_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
+    assert!(!children_of(worker).is_empty(), "the chat's claude process runs between turns");
+    a.client.shutdown().await;
+
+    // Nobody watches it and nothing runs: it leaves memory, and the chat's CLI process ends.
+    daemon.advance_until_loaded(&clock, 60_000, 0).await?;
+    let mut left = children_of(worker);
+    for _ in 0..200 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        left = children_of(worker);
+    }
+    assert!(left.is_empty(), "the claude process of an unloaded chat ended: {left:?}");
+
+    // Opened again, it holds its turn; the next message resumes Claude's conversation.
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "the turn came back from the store");
+    let turn = b.turn(&chat, "what was the word?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let seen = mock.turn_requests().last().map(|r| r.transcript_text()).unwrap_or_default();
+    assert!(seen.contains("remember the word PINEAPPLE"), "the earlier prompt was sent again: {seen}");
+    b.check_against_snapshot(&chat).await?;
     Ok(())
 }
 

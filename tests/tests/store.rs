@@ -180,21 +180,6 @@ fn unloading() -> DaemonOptions {
     options
 }
 
-/// Moves the daemon's clock a minute at a time until it holds `want` sessions in memory.
-async fn until_loaded(daemon: &Daemon, clock: &TestClient, want: u64) -> anyhow::Result<()> {
-    let mut seen = Vec::new();
-    for _ in 0..100 {
-        let loaded = daemon.loaded_sessions().await?;
-        if loaded <= want {
-            anyhow::ensure!(loaded == want, "{loaded} sessions loaded, expected {want}");
-            return Ok(());
-        }
-        seen.push(loaded);
-        clock.request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 60_000 })).await?;
-    }
-    anyhow::bail!("never down to {want} loaded sessions: {seen:?}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_leaves_memory_and_comes_back_whole() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(unloading()).await?;
@@ -217,7 +202,7 @@ async fn an_idle_session_leaves_memory_and_comes_back_whole() -> anyhow::Result<
     let (_watched, watched_chat) = watcher.create_session("echo", None).await?;
     assert_eq!(daemon.loaded_sessions().await?, 4);
 
-    until_loaded(&daemon, &clock, 3).await?;
+    daemon.advance_until_loaded(&clock, 60_000, 3).await?;
     let status = daemon.status().await?;
     let running = status["runningTurns"].as_array().map(Vec::len);
     assert_eq!(running, Some(1), "the question's turn still runs: {status}");
