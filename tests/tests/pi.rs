@@ -238,6 +238,35 @@ async fn pi_resumes_its_conversation_after_ahpd_restarts() -> anyhow::Result<()>
     Ok(())
 }
 
+#[tokio::test]
+async fn pi_resumes_its_conversation_after_its_session_left_memory() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut options = daemon_options(world.agent_dir.path());
+    if let Some(config) = options.config.as_mut() {
+        config["sessionIdleUnloadMs"] = json!(60_000);
+    }
+    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+    let daemon = Daemon::start_with(options).await?;
+    let clock = TestClient::connect(&daemon.url, "clock").await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    assert_eq!(a.turn(&chat, "remember the word zebra").await?.state, TurnState::Complete);
+    a.client.shutdown().await;
+
+    // Nobody watches it, nothing runs: it leaves memory and pi's session for it is closed.
+    daemon.advance_until_loaded(&clock, 60_000, 0).await?;
+
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "the turn came back from the store");
+    let turn = b.turn(&chat, "what was the word").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
+    b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
 /// The opening of the instruction the artifact tools carry (offered to every session): words of
 /// the session's instructions that no tool description holds.
 const ARTIFACT_INSTRUCTION: &str = "Record notable artifacts and references with `add_artifact_or_reference`";
