@@ -43,6 +43,14 @@ impl DaemonOptions {
     pub fn with_config(config: serde_json::Value) -> Self {
         Self { config: Some(config), ..Self::default() }
     }
+
+    /// These options on the manual clock, unloading sessions idle for `ms` of it.
+    pub fn unloading_idle_after(mut self, ms: u64) -> Self {
+        let config = self.config.get_or_insert_with(|| serde_json::json!({}));
+        config["sessionIdleUnloadMs"] = serde_json::json!(ms);
+        self.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+        self
+    }
 }
 
 /// A running daemon.

@@ -247,12 +247,7 @@ fn claude_worker(daemon: &Daemon) -> Option<i32> {
 #[tokio::test]
 async fn an_idle_session_leaves_memory_its_claude_process_ends_and_the_next_message_resumes() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
-    let mut options = claude_options(&mock);
-    if let Some(config) = options.config.as_mut() {
-        config["sessionIdleUnloadMs"] = json!(60_000);
-    }
-    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
-    let daemon = Daemon::start_with(options).await?;
+    let daemon = Daemon::start_with(claude_options(&mock).unloading_idle_after(60_000)).await?;
     let clock = TestClient::connect(&daemon.url, "clock").await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_session, chat) = a.create_session("claude", None).await?;

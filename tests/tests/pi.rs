@@ -241,12 +241,7 @@ async fn pi_resumes_its_conversation_after_ahpd_restarts() -> anyhow::Result<()>
 #[tokio::test]
 async fn pi_resumes_its_conversation_after_its_session_left_memory() -> anyhow::Result<()> {
     let world = World::start().await?;
-    let mut options = daemon_options(world.agent_dir.path());
-    if let Some(config) = options.config.as_mut() {
-        config["sessionIdleUnloadMs"] = json!(60_000);
-    }
-    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
-    let daemon = Daemon::start_with(options).await?;
+    let daemon = Daemon::start_with(daemon_options(world.agent_dir.path()).unloading_idle_after(60_000)).await?;
     let clock = TestClient::connect(&daemon.url, "clock").await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_session, chat) = a.create_session("pi", None).await?;

@@ -166,7 +166,7 @@ async fn a_session_resumes_after_a_clean_stop_and_start() -> anyhow::Result<()> 
 
 /// A daemon on the manual clock that unloads sessions idle for a minute.
 fn unloading() -> DaemonOptions {
-    let mut options = DaemonOptions::with_config(json!({
+    DaemonOptions::with_config(json!({
         "agents": {
             "echo": { "kind": "echo", "options": { "paceMs": 0 } },
             "notes": { "kind": "notes" },
@@ -174,10 +174,8 @@ fn unloading() -> DaemonOptions {
             "py": { "kind": "command", "command": "python3",
                     "args": [std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workers").join("echo.py")] },
         },
-        "sessionIdleUnloadMs": 60_000,
-    }));
-    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
-    options
+    }))
+    .unloading_idle_after(60_000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
