@@ -73,6 +73,17 @@ async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
     }
 }
 
+/// The first tool call of `turn`, as JSON (null when it made none).
+fn first_tool_call(turn: &ahp_types::state::Turn) -> serde_json::Value {
+    turn.response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn a_guest_reads_everything_and_every_write_is_refused_in_the_hosts_words() -> anyhow::Result<()> {
     let home = Home::new()?;
@@ -307,14 +318,7 @@ async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<(
     let c = chat.clone();
     ana.until("the wake's turn to end", move |m| m.chat(&c).is_some_and(|x| x.turns.len() == 2)).await?;
     let woken = ana.mirror.chat(&chat).and_then(|x| x.turns.last().cloned()).expect("the wake's turn");
-    let result = woken
-        .response_parts
-        .iter()
-        .find_map(|p| match p {
-            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let result = first_tool_call(&woken);
     assert_eq!(result["success"], true, "the wake's call is ana's, so it may write: {result}");
     Ok(())
 }
@@ -412,14 +416,7 @@ async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()>
     })
     .await?;
     let turn = ana.mirror.chat(&chat).and_then(|s| s.turns.last().cloned()).expect("the guest's turn");
-    let call = turn
-        .response_parts
-        .iter()
-        .find_map(|p| match p {
-            ahp_types::state::ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let call = first_tool_call(&turn);
     assert_eq!(call["success"], false, "{call}");
     assert!(call.to_string().contains("ana may not session:write here"), "{call}");
     let listed = root.request("listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await?;
