@@ -461,6 +461,10 @@ async fn schema_again(provider: &str, peer: &Peer) -> Option<SchemaResult> {
     }
 }
 
+/// How long, after a worker exited, its stderr may take to reach its end before the exit is
+/// reported with what was read of it.
+const STDERR_AFTER_EXIT: Duration = Duration::from_millis(500);
+
 enum RunEnd {
     Stopped,
     Died(String),
@@ -475,14 +479,19 @@ enum Exit {
 impl Exit {
     async fn wait(&mut self, within: Duration) -> String {
         match self {
-            Exit::Process(p) => match tokio::time::timeout(within, p.wait()).await {
-                Ok(status) => describe_exit(status.ok()),
-                Err(_) => {
-                    // Its output closed but it lingers: it is broken, not running.
-                    let status = p.stop(Duration::from_millis(500)).await;
-                    describe_exit(status)
-                }
-            },
+            Exit::Process(p) => {
+                let said = match tokio::time::timeout(within, p.wait()).await {
+                    Ok(status) => describe_exit(status.ok()),
+                    Err(_) => {
+                        // Its output closed but it lingers: it is broken, not running.
+                        let status = p.stop(Duration::from_millis(500)).await;
+                        describe_exit(status)
+                    }
+                };
+                // Its last words (read by `last_words`) may still be on their way.
+                p.stderr_read(STDERR_AFTER_EXIT).await;
+                said
+            }
             Exit::Task(task) => {
                 let _ = tokio::time::timeout(within, task).await;
                 "ended".to_owned()
@@ -494,7 +503,9 @@ impl Exit {
         match self {
             Exit::Process(p) => {
                 p.signal_group(nix::sys::signal::Signal::SIGKILL);
-                describe_exit(p.wait().await.ok())
+                let said = describe_exit(p.wait().await.ok());
+                p.stderr_read(STDERR_AFTER_EXIT).await;
+                said
             }
             Exit::Task(task) => {
                 task.abort();

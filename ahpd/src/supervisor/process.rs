@@ -50,6 +50,8 @@ pub struct WorkerProcess {
     pub pgid: Option<i32>,
     /// Its stderr tail.
     pub tail: StderrTail,
+    /// Cancelled once its stderr reached its end (everything it wrote is in the tail).
+    stderr_closed: tokio_util::sync::CancellationToken,
 }
 
 /// Spawns `program args` in a new process group with piped stdio; stderr lines go to the log
@@ -74,25 +76,37 @@ pub fn spawn(
     let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the worker has no stdin"))?;
     let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("the worker has no stdout"))?;
     let tail = StderrTail::default();
+    let stderr_closed = tokio_util::sync::CancellationToken::new();
     if let Some(stderr) = child.stderr.take() {
         let tail = tail.clone();
         let provider = provider.to_owned();
+        let closed = stderr_closed.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "ahpd::worker", "{provider}: {line}");
                 tail.push(line);
             }
+            closed.cancel();
         });
+    } else {
+        stderr_closed.cancel();
     }
     let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-    Ok((WorkerProcess { child, pgid, tail }, stdin, stdout))
+    Ok((WorkerProcess { child, pgid, tail, stderr_closed }, stdin, stdout))
 }
 
 impl WorkerProcess {
     /// Waits for the process to exit.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         self.child.wait().await
+    }
+
+    /// Waits, at most `within`, until everything the process wrote to stderr is in the tail (a
+    /// process that just exited may have said why a moment before; something it started may
+    /// still hold stderr open, hence the bound).
+    pub async fn stderr_read(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.stderr_closed.cancelled()).await;
     }
 
     /// Sends a signal to the whole group; a group that is gone already is fine.
