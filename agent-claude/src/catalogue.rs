@@ -38,11 +38,6 @@ fn file_uri(path: &str) -> String {
     format!("file://{path}")
 }
 
-/// Every session under `projects`, newest first.
-pub fn list(projects: &Path) -> Vec<Listed> {
-    Summaries::default().list(projects)
-}
-
 /// What a transcript file looked like when it was last read: listing again reads only the files
 /// that changed since (a person with thousands of conversations lists them in a stat each).
 #[derive(Debug, Clone, PartialEq)]
@@ -448,16 +443,23 @@ mod tests {
         assert!(matches!(call.tool_call, ToolCallState::Cancelled(_)));
     }
 
+    /// A fresh projects folder for test `name`, and in it the folder Claude keeps `working_directory`'s
+    /// sessions in.
+    fn projects_with_folder(name: &str, working_directory: &str) -> (PathBuf, PathBuf) {
+        let root = std::env::temp_dir().join(format!("ahpd-claude-{name}-{}", std::process::id()));
+        let dir = root.join(encode_dir(working_directory));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        (root, dir)
+    }
+
     #[test]
     fn lists_and_finds_sessions_by_folder_and_id() {
-        let root = std::env::temp_dir().join(format!("ahpd-claude-catalogue-{}", std::process::id()));
-        let dir = root.join(encode_dir("/w"));
-        std::fs::create_dir_all(&dir).expect("mkdir");
+        let (root, dir) = projects_with_folder("catalogue", "/w");
         let lines: Vec<String> = entries().iter().map(Value::to_string).collect();
         std::fs::write(dir.join("11111111-2222-3333-4444-555555555555.jsonl"), lines.join("\n")).expect("write");
         std::fs::write(dir.join("22222222-2222-3333-4444-555555555555.jsonl"), "{\"type\":\"queue-operation\"}\n")
             .expect("write");
-        let rows = list(&root);
+        let rows = Summaries::default().list(&root);
         assert_eq!(rows.len(), 1, "a file without a prompt is not a session: {rows:?}");
         assert_eq!(rows[0].title, "run it");
         assert_eq!(rows[0].working_directories, vec!["file:///w".to_owned()]);
@@ -474,9 +476,7 @@ mod tests {
 
     #[test]
     fn listing_again_reads_only_the_files_that_changed() {
-        let root = std::env::temp_dir().join(format!("ahpd-claude-summaries-{}", std::process::id()));
-        let dir = root.join(encode_dir("/w"));
-        std::fs::create_dir_all(&dir).expect("mkdir");
+        let (root, dir) = projects_with_folder("summaries", "/w");
         let lines: Vec<String> = entries().iter().map(Value::to_string).collect();
         let (a, b) = (dir.join("aaaaaaaa-1.jsonl"), dir.join("bbbbbbbb-1.jsonl"));
         std::fs::write(&a, lines.join("\n")).expect("write");

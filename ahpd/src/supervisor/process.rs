@@ -159,3 +159,21 @@ pub fn describe_exit(status: Option<ExitStatus>) -> String {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn what_a_process_says_on_stderr_until_its_end_is_in_the_tail_once_read() {
+        // The shell exits at once; something it started says the last words a moment later,
+        // holding stderr open until then.
+        let args = ["-c".to_owned(), "(sleep 0.2; echo boom >&2) & exit 3".to_owned()];
+        let (mut process, _stdin, _stdout) =
+            spawn("test", std::path::Path::new("/bin/sh"), &args, &[]).expect("spawn sh");
+        let status = process.wait().await.expect("exit");
+        assert_eq!(status.code(), Some(3));
+        process.stderr_read(Duration::from_secs(10)).await;
+        assert_eq!(process.tail.last(8), "boom");
+    }
+}
