@@ -83,16 +83,20 @@ fn agents(v: &Value) -> Result<(), &'static str> {
         return Err("an object of agent entries");
     };
     for entry in map.values() {
-        let kind = entry.get("kind").and_then(Value::as_str);
-        if !matches!(kind, Some("echo" | "notes" | "claude" | "acp" | "pi" | "command")) {
-            return Err("an object of agent entries, each with a kind of echo, notes, claude, acp, pi or command");
+        let kind = entry.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if !crate::backends::entry_kinds().contains(&kind) {
+            return Err(AGENT_KINDS_EXPECTED);
         }
-        if kind == Some("command") && entry.get("command").and_then(Value::as_str).is_none() {
+        if kind == crate::backends::COMMAND_KIND && entry.get("command").and_then(Value::as_str).is_none() {
             return Err("an object of agent entries; a command entry needs a command");
         }
     }
     Ok(())
 }
+
+/// What a bad `kind` is told; a test checks it names every kind of the backend table.
+const AGENT_KINDS_EXPECTED: &str =
+    "an object of agent entries, each with a kind of echo, notes, claude, pi, acp or command";
 
 /// Every key, in the order `docs/config.md` lists them.
 pub const KEYS: &[KeySpec] = &[
@@ -387,6 +391,17 @@ mod tests {
         let servers = config.get("mcpServers");
         assert!(servers.get("ok").is_some());
         assert!(servers.get("bad").is_none());
+    }
+
+    #[test]
+    fn a_bad_agent_kind_is_told_every_kind_of_the_backend_table() {
+        for kind in crate::backends::entry_kinds() {
+            assert!(AGENT_KINDS_EXPECTED.contains(kind), "{kind} is missing from {AGENT_KINDS_EXPECTED:?}");
+        }
+        let dir = temp();
+        let file = write(&dir, "c.json", r#"{"agents": {"x": {"kind": "nothing"}}}"#);
+        let err = Config::load(&dir, Some(&file)).expect_err("refused");
+        assert!(err.to_string().ends_with(AGENT_KINDS_EXPECTED), "{err}");
     }
 
     #[test]

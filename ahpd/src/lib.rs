@@ -2,10 +2,12 @@
 //! Protocol. It is the parent and holds all state; every backend runs out of process as a worker
 //! (`docs/workers.md`). See `docs/architecture.md` for the code map.
 //!
-//! **Invariant:** no backend-specific code lives here; a backend is a worker reached through the
-//! worker protocol, even when the worker is this same binary re-executed (`ahpd worker <kind>`).
+//! **Invariant:** no backend-specific code lives here beyond the table of kinds (`backends.rs`); a
+//! backend is a worker reached through the worker protocol, even when the worker is this same
+//! binary re-executed (`ahpd worker <kind>`).
 
 pub mod agents;
+pub mod backends;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -15,11 +15,36 @@ fn every_config_key_is_documented() {
     }
 }
 
+/// The workspace's crates: the backends' (from the backend table), and the rest.
+fn crates() -> Vec<&'static str> {
+    let mut crates = vec!["protocol"];
+    for backend in ahpd::backends::BACKENDS {
+        if !crates.contains(&backend.crate_dir) {
+            crates.push(backend.crate_dir);
+        }
+    }
+    crates.extend(["ahpd", "tests"]);
+    crates
+}
+
 #[test]
 fn every_crate_has_a_section_in_the_code_map() {
     let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).expect("docs/architecture.md");
-    for krate in ["protocol", "agent-runner", "agent-claude", "agent-acp", "agent-pi", "ahpd", "tests"] {
+    for krate in crates() {
         assert!(doc.contains(&format!("### `{krate}`")), "docs/architecture.md has no section for {krate}");
+    }
+}
+
+#[test]
+fn every_backend_kind_is_documented() {
+    let config = std::fs::read_to_string(repo().join("docs/config.md")).expect("docs/config.md");
+    let kinds = config.lines().find(|l| l.starts_with("| `kind` |")).expect("docs/config.md lists the kinds");
+    let workers = std::fs::read_to_string(repo().join("docs/workers.md")).expect("docs/workers.md");
+    for kind in ahpd::backends::entry_kinds() {
+        assert!(kinds.contains(&format!("`{kind}`")), "docs/config.md's kind row does not name {kind}");
+    }
+    for backend in ahpd::backends::BACKENDS {
+        assert!(workers.contains(&format!("`{}`", backend.kind)), "docs/workers.md does not name {}", backend.kind);
     }
 }
 
@@ -39,7 +64,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn every_rust_file_says_what_it_is_for() {
     let mut files = Vec::new();
-    for krate in ["protocol", "agent-runner", "agent-claude", "agent-acp", "agent-pi", "ahpd", "tests", "fuzz"] {
+    for krate in crates().into_iter().chain(["fuzz"]) {
         rust_files(&repo().join(krate), &mut files);
     }
     assert!(files.len() > 20);
