@@ -158,13 +158,16 @@ pub struct DaemonArgs {
     /// Read only this config file.
     #[arg(long, value_name = "PATH")]
     pub config_file: Option<PathBuf>,
-    /// The token clients must present (as ?tkn= or Authorization: Bearer).
+    /// The token clients must present (as ?tkn= or Authorization: Bearer). Every account on the
+    /// machine can read it in `ps`: prefer --connection-token-file. With no token option, a token
+    /// is made once and kept in connection-token in the data folder.
     #[arg(long, value_name = "SECRET", conflicts_with_all = ["connection_token_file", "without_connection_token"])]
     pub connection_token: Option<String>,
     /// A file holding the token; created with a random one if it does not exist.
     #[arg(long, value_name = "PATH", conflicts_with = "without_connection_token")]
     pub connection_token_file: Option<PathBuf>,
-    /// Accept connections without a token, even on a non-loopback address.
+    /// Accept connections without a token: every account on this machine (and, on a non-loopback
+    /// address, anyone who reaches it) may then drive your agents.
     #[arg(long)]
     pub without_connection_token: bool,
     /// Serve exactly one connection over this process's stdin/stdout (one JSON message per line),

@@ -2,7 +2,7 @@
 //! orderly stop on SIGTERM/SIGINT that leaves no process behind.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,31 +25,6 @@ use crate::supervisor::Supervisor;
 
 /// Exit code for bad usage or a configuration that cannot start.
 pub const EXIT_USAGE: u8 = 2;
-
-/// Where the token came from, for the announcement (never the token itself).
-#[derive(Debug, Clone)]
-pub enum TokenSource {
-    /// No token; any local connection is accepted.
-    None { loopback: bool },
-    /// `--connection-token` or `connectionToken`.
-    Given,
-    /// Read from a file.
-    Read(PathBuf),
-    /// Written to a file that did not exist.
-    Written(PathBuf),
-}
-
-impl std::fmt::Display for TokenSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TokenSource::None { loopback: true } => f.write_str("no token: loopback only"),
-            TokenSource::None { loopback: false } => f.write_str("no token: any connection is accepted"),
-            TokenSource::Given => f.write_str("token: from the command line or config"),
-            TokenSource::Read(p) => write!(f, "token: read from {}", p.display()),
-            TokenSource::Written(p) => write!(f, "token: written to {}", p.display()),
-        }
-    }
-}
 
 /// Applies the daemon's flags over the files.
 pub fn apply_flags(config: &mut Config, args: &DaemonArgs) -> Result<(), ConfigError> {
@@ -89,50 +64,6 @@ pub fn apply_flags(config: &mut Config, args: &DaemonArgs) -> Result<(), ConfigE
     Ok(())
 }
 
-fn is_loopback(host: &str) -> bool {
-    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Works out the token from the config, refusing the combinations that make no sense.
-pub fn resolve_token(config: &Config, base: &Path) -> Result<(Option<String>, TokenSource), String> {
-    let host = config.string("host").unwrap_or_else(|| "127.0.0.1".into());
-    let without = config.bool("withoutConnectionToken");
-    let given = config.string("connectionToken");
-    let file = config.string("connectionTokenFile").map(|f| base.join(f));
-    match (given, file, without) {
-        (Some(_), _, true) | (_, Some(_), true) => Err("--without-connection-token contradicts the token you also passed.".into()),
-        (Some(_), Some(_), _) => Err("Pass --connection-token or --connection-token-file, not both.".into()),
-        (Some(token), None, false) => Ok((Some(token), TokenSource::Given)),
-        (None, Some(file), false) => read_or_write_token(&file),
-        (None, None, true) => Ok((None, TokenSource::None { loopback: false })),
-        (None, None, false) if is_loopback(&host) => Ok((None, TokenSource::None { loopback: true })),
-        // People present their own tokens; nobody signed in may do nothing but sign in.
-        (None, None, false) if config.string("users").is_some() => Ok((None, TokenSource::None { loopback: false })),
-        (None, None, false) => Err(format!(
-            "Binding {host} exposes this host beyond this machine.\nPass --connection-token, --connection-token-file, or --without-connection-token."
-        )),
-    }
-}
-
-fn read_or_write_token(file: &Path) -> Result<(Option<String>, TokenSource), String> {
-    match std::fs::read_to_string(file) {
-        Ok(text) => {
-            let token = text.trim().to_owned();
-            if token.is_empty() {
-                return Err(format!("{} is empty.", file.display()));
-            }
-            Ok((Some(token), TokenSource::Read(file.to_owned())))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let token = uuid::Uuid::new_v4().simple().to_string();
-            crate::fsutil::write_private(file, token.as_bytes())
-                .map_err(|e| format!("could not write {}: {e}", file.display()))?;
-            Ok((Some(token), TokenSource::Written(file.to_owned())))
-        }
-        Err(e) => Err(format!("could not read {}: {e}", file.display())),
-    }
-}
-
 /// Everything the daemon needs, worked out before anything starts.
 pub struct Plan {
     /// Its folders.
@@ -142,7 +73,7 @@ pub struct Plan {
     /// The token, if any.
     pub token: Option<String>,
     /// Where it came from.
-    pub token_source: TokenSource,
+    pub token_source: crate::token::Source,
     /// Serve stdio rather than a port.
     pub stdio: bool,
     /// `--config-file`, when given.
@@ -157,8 +88,13 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
     let mut config = Config::load(&paths.config_dir, args.config_file.as_deref()).map_err(|e| e.to_string())?;
     apply_flags(&mut config, args).map_err(|e| e.to_string())?;
     let base = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let (token, token_source) =
-        if args.stdio { (None, TokenSource::None { loopback: true }) } else { resolve_token(&config, &base)? };
+    let (token, token_source) = if args.stdio {
+        (None, crate::token::Source::Stdio)
+    } else {
+        let resolved = crate::token::resolve(&config, &base, &paths)?;
+        config.warnings.extend(resolved.warnings);
+        (resolved.token, resolved.source)
+    };
     let users = match config.string("users") {
         None => None,
         Some(file) => {
@@ -259,7 +195,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
     let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
-    let facts = Arc::new(Facts::new(&plan.paths, config));
+    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token_source.file()));
     if let Some(listener) = control {
         control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
     }

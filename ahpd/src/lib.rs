@@ -21,6 +21,7 @@ pub mod paths;
 pub mod server;
 pub mod store;
 pub mod supervisor;
+pub mod token;
 pub mod tools;
 pub mod users;
 pub mod verbs;

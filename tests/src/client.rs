@@ -126,7 +126,9 @@ fn config() -> ClientConfig {
 impl TestClient {
     /// Connects without a handshake.
     pub async fn connect_raw(url: &str, client_id: &str) -> anyhow::Result<Self> {
-        let transport = ahp_ws::WebSocketTransport::connect(url).await.map_err(|e| anyhow!("connect {url}: {e}"))?;
+        let transport = ahp_ws::WebSocketTransport::connect(&crate::daemon::with_token(url))
+            .await
+            .map_err(|e| anyhow!("connect {url}: {e}"))?;
         let client = Client::connect(transport, config()).await.map_err(|e| anyhow!("client: {e}"))?;
         let events = client.events();
         Ok(Self {

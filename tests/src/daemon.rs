@@ -1,9 +1,15 @@
 //! Runs the real `ahpd` binary as a child process in its own folders, reads its announcement, and
 //! stops or kills it.
+//!
+//! A daemon started with no token choice makes its own connection token (kept in its data folder):
+//! the harness reads it and the test clients ([`with_token`]) present it to that daemon unless the
+//! URL names a token of its own. A test that chooses a token, or asks for none, presents what it
+//! chose.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -27,6 +33,52 @@ pub fn ahpd_bin() -> PathBuf {
     bin
 }
 
+/// The tokens of the daemons the harness started with a token of their own making, by
+/// `host:port`.
+static TOKENS: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// `ws://host:port/...` → `host:port`.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?']).next().unwrap_or(rest)
+}
+
+fn remember_token(url: &str, token: &str) {
+    TOKENS.lock().unwrap_or_else(|p| p.into_inner()).insert(authority(url).to_owned(), token.to_owned());
+}
+
+/// `url` with the connection token of the daemon there, when the harness started it with a token of
+/// its own making and the URL names no token.
+pub fn with_token(url: &str) -> String {
+    if url.contains("tkn=") || url.contains("token=") {
+        return url.to_owned();
+    }
+    let Some(token) = TOKENS.lock().unwrap_or_else(|p| p.into_inner()).get(authority(url)).cloned() else {
+        return url.to_owned();
+    };
+    let host = authority(url);
+    let path = url.find(host).map_or("", |at| &url[at + host.len()..]);
+    if url.contains('?') {
+        format!("{url}&tkn={token}")
+    } else if path.is_empty() {
+        format!("{url}/?tkn={token}")
+    } else {
+        format!("{url}?tkn={token}")
+    }
+}
+
+/// The token the daemon whose folders are under `home` keeps (the file its record names, else
+/// the one it makes in its data folder).
+pub fn kept_token(home: &Path) -> Option<String> {
+    let data = home.join("data").join("ahpd");
+    let record: Option<serde_json::Value> =
+        std::fs::read(data.join("daemon.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let file = record
+        .and_then(|r| r["tokenFile"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| data.join("connection-token"));
+    std::fs::read_to_string(file).ok().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
 /// How to start a daemon.
 #[derive(Clone, Default)]
 pub struct DaemonOptions {
@@ -42,6 +94,14 @@ impl DaemonOptions {
     /// A daemon with this config.
     pub fn with_config(config: serde_json::Value) -> Self {
         Self { config: Some(config), ..Self::default() }
+    }
+
+    /// The test chose the daemon's token (or none): the harness presents nothing for it.
+    fn chooses_a_token(&self) -> bool {
+        let flags = ["--connection-token", "--connection-token-file", "--without-connection-token"];
+        let keys = ["connectionToken", "connectionTokenFile", "withoutConnectionToken"];
+        self.args.iter().any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))))
+            || self.config.as_ref().is_some_and(|c| keys.iter().any(|k| c.get(k).is_some()))
     }
 
     /// These options on the manual clock, unloading sessions idle for `ms` of it.
@@ -60,6 +120,8 @@ pub struct Daemon {
     pub url: String,
     /// The folder its XDG config and data folders live in.
     pub home: PathBuf,
+    /// The connection token it made (none when the test chose its token, or none).
+    pub token: Option<String>,
     _dir: Option<tempfile::TempDir>,
     /// Everything it wrote to stdout after the first line.
     pub stdout: Arc<Mutex<Vec<String>>>,
@@ -143,7 +205,11 @@ impl Daemon {
                 }
             });
         }
-        Ok(Self { child, url, home: home.to_owned(), _dir: None, stdout: out_lines, stderr: err_lines })
+        let token = if options.chooses_a_token() { None } else { kept_token(home) };
+        if let Some(token) = &token {
+            remember_token(&url, token);
+        }
+        Ok(Self { child, url, home: home.to_owned(), token, _dir: None, stdout: out_lines, stderr: err_lines })
     }
 
     /// Its pid.
@@ -239,11 +305,18 @@ pub async fn run_ahpd(home: &Path, args: &[&str]) -> anyhow::Result<VerbRun> {
         .await
         .with_context(|| format!("ahpd {args:?} did not finish"))?
         .with_context(|| format!("running ahpd {args:?}"))?;
-    Ok(VerbRun {
+    let run = VerbRun {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    })
+    };
+    // A daemon `start` or `restart` announced: its clients present the token it keeps.
+    for line in run.stdout.lines().filter_map(|l| l.strip_prefix("ahpd on ")) {
+        if let (Some(url), Some(token)) = (line.split_whitespace().next(), kept_token(home)) {
+            remember_token(url, &token);
+        }
+    }
+    Ok(run)
 }
 
 /// Every process whose parent is `pid` (from /proc).

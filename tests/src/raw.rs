@@ -16,6 +16,13 @@ pub struct RawSocket {
 
 /// Opens a WebSocket to `url` with extra headers; on an HTTP refusal answers its status.
 pub async fn upgrade(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u16> {
+    let authorized = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"));
+    let url = if authorized { url.to_owned() } else { crate::daemon::with_token(url) };
+    upgrade_as_given(&url, headers).await
+}
+
+/// Opens a WebSocket to `url` with exactly these headers (no token the harness knows is added).
+pub async fn upgrade_as_given(url: &str, headers: &[(&str, &str)]) -> Result<RawSocket, u16> {
     let mut request = url.into_client_request().map_err(|_| 0u16)?;
     for (k, v) in headers {
         let name = tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(k.as_bytes()).map_err(|_| 0u16)?;
@@ -39,7 +46,7 @@ impl RawSocket {
         let socket = tokio::net::TcpSocket::new_v4()?;
         socket.set_recv_buffer_size(receive_buffer)?;
         let stream = socket.connect(addr.parse()?).await?;
-        let request = url.into_client_request()?;
+        let request = crate::daemon::with_token(url).into_client_request()?;
         let (ws, _) =
             tokio_tungstenite::client_async(request, tokio_tungstenite::MaybeTlsStream::Plain(stream)).await?;
         Ok(RawSocket { ws })

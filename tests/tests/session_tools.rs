@@ -508,7 +508,9 @@ async fn the_sessionless_door_answers_root_with_the_eleven_and_refuses_what_need
 #[tokio::test]
 async fn with_no_token_the_sessionless_door_answers_this_machine_and_says_when_its_list_changes() -> anyhow::Result<()>
 {
-    let daemon = Daemon::start_with(options()).await?;
+    let mut options = options();
+    options.args.push("--without-connection-token".into());
+    let daemon = Daemon::start_with(options).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let mcp = format!("{}/mcp", daemon.url.replace("ws://", "http://"));
     let listed = list_tools(&mcp, "").await?;

@@ -26,6 +26,9 @@ pub struct Record {
     pub version: String,
     /// Its control socket.
     pub socket: PathBuf,
+    /// The file its connection token is kept in (never the token), when it keeps one in a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// A record that could not be read.
@@ -109,6 +112,7 @@ mod tests {
             detached: true,
             version: "0.1.0".into(),
             socket: PathBuf::from("/tmp/ahpd.sock"),
+            token_file: None,
         }
     }
 

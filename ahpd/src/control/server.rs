@@ -41,12 +41,14 @@ pub struct Facts {
     detached: bool,
     config_files: Vec<PathBuf>,
     config: serde_json::Map<String, serde_json::Value>,
+    token_file: Option<PathBuf>,
     url: OnceLock<String>,
 }
 
 impl Facts {
-    /// This process's facts, with the configuration it runs with.
-    pub fn new(paths: &Paths, config: &Config) -> Self {
+    /// This process's facts, with the configuration it runs with and the file its token is
+    /// kept in.
+    pub fn new(paths: &Paths, config: &Config, token_file: Option<&std::path::Path>) -> Self {
         Self {
             paths: paths.clone(),
             started: Instant::now(),
@@ -56,6 +58,7 @@ impl Facts {
             detached: std::env::var(DETACHED_ENV).is_ok_and(|v| v == "1"),
             config_files: config.files.clone(),
             config: config.shown().into_iter().map(|(k, v, _)| (k, v)).collect(),
+            token_file: token_file.map(std::path::Path::to_owned),
             url: OnceLock::new(),
         }
     }
@@ -80,6 +83,7 @@ impl Facts {
             detached: self.detached,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             socket: self.paths.socket(),
+            token_file: self.token_file.clone(),
         }
     }
 
