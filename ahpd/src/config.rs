@@ -313,6 +313,39 @@ impl Config {
     }
 }
 
+/// A command line with the value of every credential's flag (`--connection-token`) shown as
+/// `<set>`, for the record and `ahpd status`.
+pub fn redact_argv(argv: &[String]) -> Vec<String> {
+    let flags: Vec<String> = KEYS.iter().filter(|k| k.secret).map(|k| flag_of(k.name)).collect();
+    let mut shown = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for arg in argv {
+        if std::mem::take(&mut hide_next) {
+            shown.push("<set>".to_owned());
+        } else if flags.contains(arg) {
+            hide_next = true;
+            shown.push(arg.clone());
+        } else if let Some(flag) = flags.iter().find(|f| arg.starts_with(&format!("{f}="))) {
+            shown.push(format!("{flag}=<set>"));
+        } else {
+            shown.push(arg.clone());
+        }
+    }
+    shown
+}
+
+/// The flag that sets a key: `connectionToken` → `--connection-token`.
+fn flag_of(key: &str) -> String {
+    let mut flag = String::from("--");
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            flag.push('-');
+        }
+        flag.push(c.to_ascii_lowercase());
+    }
+    flag
+}
+
 /// Hides credentials: a secret key's value, and every value under `env` or `headers`.
 fn redact(spec: &KeySpec, value: Value) -> Value {
     if spec.secret && !value.is_null() {
@@ -402,6 +435,18 @@ mod tests {
         let file = write(&dir, "c.json", r#"{"agents": {"x": {"kind": "nothing"}}}"#);
         let err = Config::load(&dir, Some(&file)).expect_err("refused");
         assert!(err.to_string().ends_with(AGENT_KINDS_EXPECTED), "{err}");
+    }
+
+    #[test]
+    fn a_credential_on_the_command_line_is_shown_as_set() {
+        let argv: Vec<String> =
+            ["--port", "0", "--connection-token", "s3cret", "--connection-token=again", "--connection-token-file", "f"]
+                .map(str::to_owned)
+                .into();
+        assert_eq!(
+            redact_argv(&argv),
+            ["--port", "0", "--connection-token", "<set>", "--connection-token=<set>", "--connection-token-file", "f"]
+        );
     }
 
     #[test]

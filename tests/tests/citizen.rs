@@ -56,3 +56,35 @@ async fn without_a_token_the_daemon_says_the_risk() -> anyhow::Result<()> {
     assert_eq!(run.code, 0, "{run:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_token_on_the_command_line_is_in_no_record_status_config_or_log() -> anyhow::Result<()> {
+    const SECRET: &str = "s3cret-on-the-line";
+    let home = tests::Home::new()?;
+    home.write_config(&serde_json::json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    let started = home.expect(0, &["start", "--port", "0", "--connection-token", SECRET]).await?;
+    assert!(started.stderr.contains("--connection-token-file"), "a warning suggests a file: {}", started.stderr);
+    let url = started.stdout.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or_default().to_owned();
+    let mut client = TestClient::connect(&format!("{url}/?tkn={SECRET}"), "a").await?;
+    let (_session, chat) = client.create_session("echo", None).await?;
+    client.turn(&chat, "hello").await?;
+
+    let record = std::fs::read_to_string(home.data_dir().join("daemon.json"))?;
+    assert!(!record.contains(SECRET), "{record}");
+    assert!(record.contains("<set>"), "the record says a token was given: {record}");
+    let status = home.expect(0, &["status", "--json"]).await?.stdout;
+    assert!(!status.contains(SECRET), "{status}");
+    let text = home.expect(0, &["status"]).await?.stdout;
+    assert!(!text.contains(SECRET), "{text}");
+    let config = home.expect(0, &["config", "--connection-token", SECRET]).await?;
+    assert!(!config.stdout.contains(SECRET) && !config.stderr.contains(SECRET), "{config:?}");
+    let config = home.expect(0, &["config", "--json", "--connection-token", SECRET]).await?;
+    assert!(!config.stdout.contains(SECRET), "{}", config.stdout);
+    let log = home.log();
+    assert!(log.contains("--connection-token-file"), "the daemon warns in its log too:\n{log}");
+    assert!(!log.contains(SECRET), "{log}");
+    drop(client);
+    home.expect(0, &["stop"]).await?;
+    assert!(!home.log().contains(SECRET));
+    Ok(())
+}

@@ -83,7 +83,7 @@ pub struct Status {
     pub version: String,
     /// Started by `ahpd start` (so `ahpd restart` can start it again).
     pub detached: bool,
-    /// The arguments it was started with (after the program name).
+    /// The arguments it was started with (after the program name), a credential as `<set>`.
     pub argv: Vec<String>,
     /// The folder it was started in.
     pub cwd: PathBuf,

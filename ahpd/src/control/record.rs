@@ -16,7 +16,7 @@ pub struct Record {
     pub url: String,
     /// When it started (RFC 3339).
     pub started_at: String,
-    /// Its arguments after the program name: the line `ahpd restart` starts a successor with.
+    /// Its arguments after the program name, a credential's value shown as `<set>`.
     pub argv: Vec<String>,
     /// The folder it was started in.
     pub cwd: PathBuf,

@@ -78,7 +78,7 @@ impl Facts {
             pid: std::process::id(),
             url: self.url(),
             started_at: self.started_at.clone(),
-            argv: self.argv.clone(),
+            argv: crate::config::redact_argv(&self.argv),
             cwd: self.cwd.clone(),
             detached: self.detached,
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -95,7 +95,7 @@ impl Facts {
             uptime_seconds: self.started.elapsed().as_secs(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             detached: self.detached,
-            argv: self.argv.clone(),
+            argv: crate::config::redact_argv(&self.argv),
             cwd: self.cwd.clone(),
             store: self.paths.store(),
             log: self.detached.then(|| self.paths.log()),
@@ -105,6 +105,8 @@ impl Facts {
         }
     }
 
+    /// The line a successor starts with: the real arguments (a token given on the command line
+    /// included), answered only on the owner's control socket and never written down.
     fn line(&self) -> Line {
         Line {
             pid: std::process::id(),
