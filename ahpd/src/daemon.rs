@@ -136,6 +136,13 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
         // `ahpd restart` asks whether this binary can start with this line and today's config.
         return ExitCode::SUCCESS;
     }
+    match crate::fsutil::make_private(&plan.paths.data_dir) {
+        Ok(tightened) => tightened.iter().for_each(|line| tracing::info!("{line}")),
+        Err(e) => {
+            eprintln!("ahpd: could not make {} private: {e}", plan.paths.data_dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -159,7 +166,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let config = &plan.config;
-    std::fs::create_dir_all(&plan.paths.data_dir)
+    crate::fsutil::create_private_dir(&plan.paths.data_dir)
         .with_context(|| format!("could not create {}", plan.paths.data_dir.display()))?;
     // Claimed before the store is opened: one daemon per data folder.
     let control = if plan.stdio { None } else { Some(control::server::claim(&plan.paths).await?) };
@@ -192,6 +199,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         root_token: plan.token.clone(),
         ..HostConfig::default()
     };
+    // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
+    crate::fsutil::create_private_file(&plan.paths.store()).context("could not create the session store")?;
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
     let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);

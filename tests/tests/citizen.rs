@@ -88,3 +88,49 @@ async fn a_token_on_the_command_line_is_in_no_record_status_config_or_log() -> a
     assert!(!home.log().contains(SECRET));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_fresh_start_keeps_every_file_private() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    home.write_config(&serde_json::json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    let started = home.expect(0, &["start", "--port", "0"]).await?;
+    let url = started.stdout.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or_default().to_owned();
+    let mut client = TestClient::connect(&url, "a").await?;
+    let (_session, chat) = client.create_session("echo", None).await?;
+    client.turn(&chat, "something to keep").await?;
+
+    let data = home.data_dir();
+    assert_eq!(mode(&data), 0o700, "the data folder");
+    for name in [
+        "sessions.db",
+        "sessions.db-wal",
+        "sessions.db-shm",
+        "daemon.json",
+        "ahpd.sock",
+        "daemon.log",
+        "connection-token",
+    ] {
+        assert!(data.join(name).exists(), "{name} exists");
+        assert_eq!(mode(&data.join(name)), 0o600, "{name}");
+    }
+    drop(client);
+    home.expect(0, &["stop"]).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_looser_data_folder_is_tightened_at_start_and_says_so() -> anyhow::Result<()> {
+    let home = tempfile::Builder::new().prefix("ahpd-citizen-").tempdir()?;
+    let data = home.path().join("data/ahpd");
+    std::fs::create_dir_all(&data)?;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::write(data.join("sessions.db"), b"")?;
+    std::fs::set_permissions(data.join("sessions.db"), std::fs::Permissions::from_mode(0o644))?;
+    let daemon = Daemon::start_in(home.path(), DaemonOptions::default()).await?;
+    let said = daemon.wait_for_log("tightened", tests::PATIENCE).await?;
+    assert!(said.contains("from 755 to 700"), "{said}");
+    daemon.wait_for_log("sessions.db", tests::PATIENCE).await?;
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("sessions.db")), 0o600);
+    Ok(())
+}

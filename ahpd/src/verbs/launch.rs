@@ -81,7 +81,7 @@ impl LaunchError {
 pub async fn launch(paths: &Paths, launch: &Launch) -> Result<Announced, LaunchError> {
     let log_path = paths.log();
     let shown = log_path.display().to_string();
-    std::fs::create_dir_all(&paths.data_dir).map_err(|e| LaunchError::Log(shown.clone(), e))?;
+    crate::fsutil::create_private_dir(&paths.data_dir).map_err(|e| LaunchError::Log(shown.clone(), e))?;
     rotate(&log_path);
     let log = std::fs::OpenOptions::new()
         .create(true)
