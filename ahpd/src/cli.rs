@@ -72,6 +72,17 @@ pub enum Verb {
         after_help = "Roles: admin (every grant), member (read and write sessions, terminals), guest (read sessions; the default).\nExit codes: 0 done, 1 no such person or one exists already, 2 bad usage or an unreadable file."
     )]
     User(UserArgs),
+    /// Show the end of the daemon's log (daemon.log in the data folder, kept by a daemon started
+    /// by `ahpd start` or run as a service, rotated by size while it runs).
+    #[command(after_help = "Exit codes: 0 shown, 1 no log yet.")]
+    Logs {
+        /// How many lines to show.
+        #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 40)]
+        lines: usize,
+        /// Keep printing what is written after them (across rotations) until interrupted.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
     /// Run a built-in backend as a worker on this process's stdin/stdout (the daemon starts its
     /// workers this way; see docs/workers.md).
     #[command(hide = true)]

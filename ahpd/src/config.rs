@@ -78,6 +78,12 @@ fn count(v: &Value) -> Result<(), &'static str> {
 fn queue(v: &Value) -> Result<(), &'static str> {
     within(v, 64, 1_000_000).then_some(()).ok_or("an integer between 64 and 1000000")
 }
+fn log_bytes(v: &Value) -> Result<(), &'static str> {
+    within(v, 1024, 1 << 30).then_some(()).ok_or("an integer between 1024 and 1073741824")
+}
+fn log_files(v: &Value) -> Result<(), &'static str> {
+    within(v, 1, 100).then_some(()).ok_or("an integer between 1 and 100")
+}
 fn agents(v: &Value) -> Result<(), &'static str> {
     let Some(map) = v.as_object() else {
         return Err("an object of agent entries");
@@ -126,6 +132,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "outboundQueueFrames", default: || Value::from(16_384), applies: Applies::Restart, about: "Messages queued for one connection that is not reading; past it the connection is dropped (it can reconnect and resume).", check: queue, secret: false },
     KeySpec { name: "sessionIdleUnloadMs", default: || Value::from(600_000), applies: Applies::Restart, about: "How long a session nobody watches and nothing runs in stays in memory; then it is unloaded (its backend sessions closed) and loads again from the store on its next use. 0 keeps every session loaded.", check: millis, secret: false },
     KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
+    KeySpec { name: "logMaxBytes", default: || Value::from(10 * 1024 * 1024), applies: Applies::Restart, about: "The size past which daemon.log is moved aside while the daemon runs (a daemon started by ahpd start or a service).", check: log_bytes, secret: false },
+    KeySpec { name: "logFiles", default: || Value::from(5), applies: Applies::Restart, about: "How many moved-aside logs (daemon.log.1, …) are kept.", check: log_files, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];
 
@@ -300,6 +308,14 @@ impl Config {
             .as_array()
             .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
             .unwrap_or_default()
+    }
+
+    /// A key's value as it may be shown (credentials as `<set>`).
+    pub fn shown_value(&self, name: &str) -> Value {
+        match key(name) {
+            Some(spec) => redact(spec, self.get(name)),
+            None => Value::Null,
+        }
     }
 
     /// Every key with its value (credentials as `<set>`) and source, for `ahpd config`.

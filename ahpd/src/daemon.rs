@@ -19,6 +19,7 @@ use crate::cli::DaemonArgs;
 use crate::config::{Config, ConfigError};
 use crate::control::{self, server::Facts};
 use crate::host::{Host, HostConfig};
+use crate::logging;
 use crate::paths::Paths;
 use crate::server::{self, DoorPolicy};
 use crate::supervisor::Supervisor;
@@ -80,6 +81,10 @@ pub struct Plan {
     pub config_file: Option<PathBuf>,
     /// The users directory, when one is configured (read and checked before anything starts).
     pub users: Option<crate::users::Users>,
+    /// The log filter (`AHPD_LOG`, else `RUST_LOG`, else `info`), checked.
+    pub log_filter: String,
+    /// The flags it was started with (a SIGHUP reads the files again under the same flags).
+    pub args: DaemonArgs,
 }
 
 /// Reads the configuration and flags; a problem is a sentence and exit code 2.
@@ -102,26 +107,22 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
             Some(users)
         }
     };
-    Ok(Plan { paths, config, token, token_source, stdio: args.stdio, config_file: args.config_file.clone(), users })
-}
-
-/// Sets up logging to stderr (`AHPD_LOG` filters, default info).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AHPD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // No colour codes in a detached daemon's log file.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(ansi)
-        .try_init();
+    let log_filter = logging::filter_from_env()?;
+    Ok(Plan {
+        paths,
+        config,
+        token,
+        token_source,
+        stdio: args.stdio,
+        config_file: args.config_file.clone(),
+        users,
+        log_filter,
+        args: args.clone(),
+    })
 }
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT.
 pub fn run_foreground(args: DaemonArgs) -> ExitCode {
-    init_logging();
     let plan = match plan(&args) {
         Ok(plan) => plan,
         Err(why) => {
@@ -129,19 +130,31 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    for warning in &plan.config.warnings {
-        tracing::warn!("{warning}");
-    }
     if std::env::var_os(crate::verbs::restart::CHECK_LINE_ENV).is_some() {
         // `ahpd restart` asks whether this binary can start with this line and today's config.
+        for warning in &plan.config.warnings {
+            eprintln!("warning: {warning}");
+        }
         return ExitCode::SUCCESS;
     }
-    match crate::fsutil::make_private(&plan.paths.data_dir) {
-        Ok(tightened) => tightened.iter().for_each(|line| tracing::info!("{line}")),
+    // Before the log, which may be a file in it.
+    let tightened = match crate::fsutil::make_private(&plan.paths.data_dir) {
+        Ok(tightened) => tightened,
         Err(e) => {
             eprintln!("ahpd: could not make {} private: {e}", plan.paths.data_dir.display());
             return ExitCode::FAILURE;
         }
+    };
+    let destination = logging::destination(&plan.paths.log());
+    if let Err(why) = logging::init(&plan.log_filter, &destination, logging::Rotation::from_config(&plan.config)) {
+        eprintln!("ahpd: {why}");
+        return ExitCode::FAILURE;
+    }
+    for warning in &plan.config.warnings {
+        tracing::warn!("{warning}");
+    }
+    for line in &tightened {
+        tracing::info!("{line}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -217,6 +230,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     host.watch_users();
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
+    tracker.spawn(reread_on_hangup(
+        host.clone(),
+        plan.paths.clone(),
+        plan.args.clone(),
+        config.clone(),
+        cancel.clone(),
+    )?);
     if plan.stdio {
         host.run_wakeups();
         eprintln!("ahpd over stdio");
@@ -241,6 +261,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         let url = format!("ws://{}", display_addr(&bind_host, local));
         // Written before the announcement, so whoever reads the announcement finds the record.
         record = Some(facts.listening(&url).context("could not write the daemon record")?);
+        tracing::info!("listening on {url}");
         println!("ahpd on {url}");
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
@@ -323,6 +344,73 @@ async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
         format!("{host}:{port}")
     };
     TcpListener::bind(&target).await.with_context(|| format!("could not listen on {target}"))
+}
+
+/// Installs the SIGHUP handler now; each SIGHUP reads the config files again (under the same
+/// flags) and applies the keys that apply live and changed, as a root config push would. A key
+/// that applies after a restart is logged and the root state says a restart is needed; a file that
+/// does not read leaves everything as it was.
+fn reread_on_hangup(
+    host: Host,
+    paths: Paths,
+    args: DaemonArgs,
+    mut current: Config,
+    cancel: CancellationToken,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("could not listen for SIGHUP")?;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {}
+                _ = cancel.cancelled() => return,
+            }
+            let mut next = match Config::load(&paths.config_dir, args.config_file.as_deref()) {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!("SIGHUP: the config was not read again, nothing changed: {e}");
+                    continue;
+                }
+            };
+            if let Err(e) = apply_flags(&mut next, &args) {
+                tracing::warn!("SIGHUP: nothing changed: {e}");
+                continue;
+            }
+            for warning in &next.warnings {
+                tracing::warn!("SIGHUP: {warning}");
+            }
+            let (live, shown) = changes(&current, &next);
+            if shown.is_empty() {
+                tracing::info!("SIGHUP: the config was read again; nothing changed");
+            }
+            host.config_reread(live, shown);
+            current = next;
+        }
+    })
+}
+
+/// What changed between two readings of the config: the live keys with their new values, and
+/// what the root state shows of them (and `restartNeeded` when a restart key changed).
+fn changes(before: &Config, after: &Config) -> (Vec<(String, Value)>, serde_json::Map<String, Value>) {
+    let mut live = Vec::new();
+    let mut shown = serde_json::Map::new();
+    for spec in crate::config::KEYS {
+        if before.get(spec.name) == after.get(spec.name) {
+            continue;
+        }
+        match spec.applies {
+            crate::config::Applies::Live => {
+                tracing::info!("SIGHUP: {} now applies as {}", spec.name, after.shown_value(spec.name));
+                live.push((spec.name.to_owned(), after.get(spec.name)));
+                shown.insert(spec.name.to_owned(), after.shown_value(spec.name));
+            }
+            crate::config::Applies::Restart => {
+                tracing::info!("SIGHUP: {} changed; it applies after ahpd restart", spec.name);
+                shown.insert(crate::host::rootconfig::RESTART_NEEDED.to_owned(), Value::Bool(true));
+            }
+        }
+    }
+    (live, shown)
 }
 
 /// Installs the stop-signal handlers now (before the announcement, so a SIGTERM that follows it

@@ -15,6 +15,7 @@ pub mod control;
 pub mod daemon;
 pub mod fsutil;
 pub mod host;
+pub mod logging;
 pub mod mcp;
 pub mod memory;
 pub mod paths;

@@ -5,11 +5,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
 
-use ahp_types::state::TurnState;
+use ahp_types::state::{SnapshotState, TurnState};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::{json, Value};
 use tests::daemon::{kept_token, run_ahpd};
 use tests::raw::upgrade_as_given;
-use tests::{Daemon, DaemonOptions, TestClient};
+use tests::{Daemon, DaemonOptions, Home, TestClient};
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0)
@@ -132,5 +135,147 @@ async fn a_looser_data_folder_is_tightened_at_start_and_says_so() -> anyhow::Res
     daemon.wait_for_log("sessions.db", tests::PATIENCE).await?;
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&data.join("sessions.db")), 0o600);
+    Ok(())
+}
+
+fn hang_up(pid: i32) -> anyhow::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGHUP)?;
+    Ok(())
+}
+
+/// Waits until `file` holds a line with `needle` (a safety-net bound, not a measurement).
+async fn until_in(file: &Path, needle: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + tests::PATIENCE;
+    while !std::fs::read_to_string(file).unwrap_or_default().contains(needle) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{} never said {needle:?}", file.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+fn root_values(client: &TestClient) -> serde_json::Map<String, Value> {
+    match client.mirror.states.get(ROOT_RESOURCE_URI) {
+        Some(SnapshotState::Root(r)) => r.config.as_ref().map(|c| c.values.clone()).unwrap_or_default(),
+        _ => Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn sighup_reads_the_config_again_and_applies_a_changed_live_key() -> anyhow::Result<()> {
+    let agents = json!({ "notes": { "kind": "notes" } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": agents }))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    assert_eq!(root_values(&a)["advancedTools"], false);
+
+    let file = daemon.home.join("config/ahpd/config.json");
+    let changed = json!({ "agents": agents, "advancedTools": true, "replayBufferSize": 2000 });
+    std::fs::write(&file, serde_json::to_vec_pretty(&changed)?)?;
+    hang_up(daemon.pid())?;
+    a.until("the changed key on the root state", |m| {
+        matches!(m.states.get(ROOT_RESOURCE_URI), Some(SnapshotState::Root(r)) if r.config.as_ref().is_some_and(|c| {
+            c.values.get("advancedTools") == Some(&json!(true)) && c.values.get("restartNeeded") == Some(&json!(true))
+        }))
+    })
+    .await?;
+    a.check_against_snapshot(ROOT_RESOURCE_URI).await?;
+    daemon.wait_for_log("SIGHUP: advancedTools now applies as true", tests::PATIENCE).await?;
+    daemon.wait_for_log("SIGHUP: replayBufferSize changed; it applies after ahpd restart", tests::PATIENCE).await?;
+
+    std::fs::write(&file, "{ not json")?;
+    hang_up(daemon.pid())?;
+    daemon.wait_for_log("SIGHUP: the config was not read again, nothing changed", tests::PATIENCE).await?;
+    assert_eq!(root_values(&a)["advancedTools"], true, "a file that does not read changes nothing");
+    Ok(())
+}
+
+/// The daemon `ahpd start` announced: (url, pid).
+fn announced(stdout: &str) -> (String, i32) {
+    let first = stdout.lines().next().unwrap_or_default();
+    let url = first.split_whitespace().nth(2).unwrap_or_default().to_owned();
+    let pid = first.split("(pid ").nth(1).and_then(|p| p.split(')').next()).and_then(|p| p.parse().ok());
+    (url, pid.unwrap_or(0))
+}
+
+#[tokio::test]
+async fn the_log_rotates_while_the_daemon_runs_keeps_so_many_files_and_ahpd_logs_follows_it() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let config = |n: usize| {
+        json!({ "agents": { "echo": { "kind": "echo" } }, "logMaxBytes": 1024, "logFiles": 2,
+                                    "sessionToolsProviders": [format!("p{n}")] })
+    };
+    home.write_config(&config(0))?;
+    let (_url, pid) = announced(&home.expect(0, &["start", "--port", "0"]).await?.stdout);
+    let log = home.data_dir().join("daemon.log");
+    // Each SIGHUP logs the provider it now names: a line that is the log's newest when it appears.
+    for n in 1..=40 {
+        home.write_config(&config(n))?;
+        hang_up(pid)?;
+        until_in(&log, &format!("[\"p{n}\"]")).await?;
+    }
+    let old = |n: usize| home.data_dir().join(format!("daemon.log.{n}"));
+    assert!(old(1).exists() && old(2).exists(), "two moved-aside logs are kept");
+    assert!(!old(3).exists(), "and no more");
+    for file in [log.clone(), old(1), old(2)] {
+        let size = std::fs::metadata(&file)?.len();
+        assert!(size < 2048, "{} is {size} bytes", file.display());
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+
+    let last = home.expect(0, &["logs", "-n", "3"]).await?.stdout;
+    let text = std::fs::read_to_string(&log)?;
+    let tail: Vec<&str> = text.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect();
+    assert_eq!(last.lines().collect::<Vec<_>>(), tail);
+
+    let mut follow = tokio::process::Command::new(tests::daemon::ahpd_bin())
+        .args(["logs", "-f", "-n", "0"])
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(follow.stdout.take().expect("stdout")));
+    // Enough lines to move the log aside under the follower at least once.
+    for n in 41..=60 {
+        home.write_config(&config(n))?;
+        hang_up(pid)?;
+        until_in(&log, &format!("[\"p{n}\"]")).await?;
+    }
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains("[\"p60\"]")) {
+        let line = tokio::time::timeout(tests::PATIENCE, lines.next_line()).await??;
+        seen.push(line.ok_or_else(|| anyhow::anyhow!("ahpd logs -f ended"))?);
+    }
+    for n in 41..=60 {
+        assert!(seen.iter().any(|l| l.contains(&format!("[\"p{n}\"]"))), "p{n} was followed across the rotation");
+    }
+    follow.kill().await?;
+    home.expect(0, &["stop"]).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_log_filter_comes_from_ahpd_log_or_rust_log_and_a_bad_one_stops_the_start() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    for (var, value) in [("AHPD_LOG", "ahpd=loud"), ("RUST_LOG", "=[")] {
+        let out = tokio::process::Command::new(tests::daemon::ahpd_bin())
+            .args(["start", "--port", "0"])
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env_remove("AHPD_LOG")
+            .env(var, value)
+            .output()
+            .await?;
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.starts_with(&format!("{var}={value} is not a log filter (")), "{said}");
+    }
+    assert!(home.record().is_none() && home.log().is_empty(), "nothing started");
+
+    let options = DaemonOptions {
+        env: vec![("AHPD_LOG".into(), String::new()), ("RUST_LOG".into(), "debug".into())],
+        ..Default::default()
+    };
+    let daemon = Daemon::start_with(options).await?;
+    daemon.wait_for_log("DEBUG", tests::PATIENCE).await?;
     Ok(())
 }

@@ -89,7 +89,10 @@ pub struct Status {
     pub cwd: PathBuf,
     /// Its session store.
     pub store: PathBuf,
-    /// Its log, when it is detached.
+    /// The service manager that runs it (`systemd`, `launchd`), when one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Its log file, when it writes one (detached, or run by a service manager).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<PathBuf>,
     /// The config files it read.

@@ -25,6 +25,10 @@ use crate::paths::Paths;
 /// Set to `1` by `ahpd start` in the environment of the daemon it starts.
 pub const DETACHED_ENV: &str = "AHPD_DETACHED";
 
+/// Set by the unit `ahpd service install` writes to the manager that runs the daemon (`systemd`,
+/// `launchd`): its log goes to the file, and `ahpd restart` asks that manager.
+pub const SERVICE_ENV: &str = "AHPD_SERVICE";
+
 /// The longest request line read.
 const MAX_REQUEST: usize = 64 * 1024;
 
@@ -39,6 +43,8 @@ pub struct Facts {
     argv: Vec<String>,
     cwd: PathBuf,
     detached: bool,
+    service: Option<String>,
+    log: Option<PathBuf>,
     config_files: Vec<PathBuf>,
     config: serde_json::Map<String, serde_json::Value>,
     token_file: Option<PathBuf>,
@@ -56,6 +62,11 @@ impl Facts {
             argv: std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect(),
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             detached: std::env::var(DETACHED_ENV).is_ok_and(|v| v == "1"),
+            service: std::env::var(SERVICE_ENV).ok().filter(|v| !v.is_empty()),
+            log: match crate::logging::destination(&paths.log()) {
+                crate::logging::Destination::File(path) => Some(path),
+                crate::logging::Destination::Stderr => None,
+            },
             config_files: config.files.clone(),
             config: config.shown().into_iter().map(|(k, v, _)| (k, v)).collect(),
             token_file: token_file.map(std::path::Path::to_owned),
@@ -98,7 +109,8 @@ impl Facts {
             argv: crate::config::redact_argv(&self.argv),
             cwd: self.cwd.clone(),
             store: self.paths.store(),
-            log: self.detached.then(|| self.paths.log()),
+            service: self.service.clone(),
+            log: self.log.clone(),
             config_files: self.config_files.clone(),
             host: host.status(),
             config: self.config.clone(),

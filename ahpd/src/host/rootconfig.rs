@@ -202,6 +202,23 @@ impl Host {
         );
     }
 
+    /// The config files were read again (SIGHUP): the keys that apply live and changed take effect
+    /// as a client's push of them would, and the root state shows `shown` (their values with
+    /// credentials as `<set>`, and `restartNeeded` when a key that applies after a restart changed).
+    pub fn config_reread(&self, live: Vec<(String, Value)>, shown: JsonObject) {
+        if shown.is_empty() {
+            return;
+        }
+        let mut core = self.lock();
+        core.ch.commit(
+            ROOT_RESOURCE_URI,
+            StateAction::RootConfigChanged(RootConfigChangedAction { config: shown, replace: None }),
+            None,
+            None,
+        );
+        self.root_config_pushed(&mut core, live, Vec::new());
+    }
+
     /// The live settings changed: every loaded session's offer is worked out again; a session
     /// whose host tools changed says `session/serverToolsChanged`, and its backends and endpoint
     /// are handed the new set.

@@ -1,19 +1,20 @@
 //! Starting a daemon detached (for `ahpd start` and a restart's successor): this program run again
 //! in its own session with stdin closed and its output appended to `daemon.log`, then a bounded
-//! wait for its announcement in that log.
+//! wait for its announcement there.
+//!
+//! The daemon rotates `daemon.log` itself while it runs (`crate::logging`), maybe before it has
+//! announced itself; its stdout stays the file it was started with, so the wait reads that file
+//! through the handle it shares, wherever the file has been moved to since.
 
 use std::ffi::OsString;
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::control::server::DETACHED_ENV;
 use crate::paths::Paths;
-
-/// A log larger than this is moved to `daemon.log.1` before a daemon starts.
-pub const LOG_ROTATE_BYTES: u64 = 5 * 1024 * 1024;
 
 /// How long a daemon may take to announce itself (its workers' first handshakes included).
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -82,17 +83,18 @@ pub async fn launch(paths: &Paths, launch: &Launch) -> Result<Announced, LaunchE
     let log_path = paths.log();
     let shown = log_path.display().to_string();
     crate::fsutil::create_private_dir(&paths.data_dir).map_err(|e| LaunchError::Log(shown.clone(), e))?;
-    rotate(&log_path);
     let log = std::fs::OpenOptions::new()
+        .read(true)
         .create(true)
         .append(true)
-        .mode(0o600)
+        .mode(crate::fsutil::FILE_MODE)
         .open(&log_path)
         .map_err(|e| LaunchError::Log(shown.clone(), e))?;
     let offset = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let out_log = log.try_clone().map_err(|e| LaunchError::Log(shown.clone(), e))?;
     let err_log = log.try_clone().map_err(|e| LaunchError::Log(shown.clone(), e))?;
     let mut command = Command::new(&launch.exe);
-    command.args(&launch.argv).stdin(Stdio::null()).stdout(log).stderr(err_log);
+    command.args(&launch.argv).stdin(Stdio::null()).stdout(out_log).stderr(err_log);
     if let Some(cwd) = &launch.cwd {
         command.current_dir(cwd);
     }
@@ -101,22 +103,10 @@ pub async fn launch(paths: &Paths, launch: &Launch) -> Result<Announced, LaunchE
     }
     command.env(DETACHED_ENV, "1").env_remove(super::restart::CHECK_LINE_ENV);
     let mut child = command.spawn().map_err(|e| LaunchError::Spawn(launch.exe.display().to_string(), e))?;
-    wait_for_announcement(&mut child, &log_path, offset).await
+    wait_for_announcement(&mut child, &log, offset).await
 }
 
-/// Moves a log past [`LOG_ROTATE_BYTES`] to `daemon.log.1` (replacing an older one).
-fn rotate(log: &Path) {
-    let big = std::fs::metadata(log).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES);
-    if big {
-        let mut old = log.as_os_str().to_owned();
-        old.push(".1");
-        if let Err(e) = std::fs::rename(log, &old) {
-            eprintln!("could not move {} aside: {e}", log.display());
-        }
-    }
-}
-
-async fn wait_for_announcement(child: &mut Child, log: &Path, offset: u64) -> Result<Announced, LaunchError> {
+async fn wait_for_announcement(child: &mut Child, log: &File, offset: u64) -> Result<Announced, LaunchError> {
     let pid = child.id();
     let deadline = tokio::time::Instant::now() + READY_WITHIN;
     loop {
@@ -146,12 +136,18 @@ async fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn read_from(log: &Path, offset: u64) -> String {
+/// What was written to `log` past `offset` (read at an offset: the handle's own position is shared
+/// with the daemon's stdout).
+fn read_from(log: &File, offset: u64) -> String {
     let mut text = Vec::new();
-    if let Ok(mut file) = std::fs::File::open(log) {
-        if file.seek(SeekFrom::Start(offset)).is_ok() {
-            let _ = file.read_to_end(&mut text);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = offset;
+    while let Ok(n) = log.read_at(&mut buf, at) {
+        if n == 0 {
+            break;
         }
+        text.extend_from_slice(&buf[..n]);
+        at += n as u64;
     }
     String::from_utf8_lossy(&text).into_owned()
 }
@@ -188,19 +184,6 @@ pub fn announcement(said: &str, pid: u32) -> Option<Announced> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_log_past_five_mib_is_moved_aside_and_a_small_one_is_kept() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log = dir.path().join("daemon.log");
-        std::fs::write(&log, b"small").expect("write");
-        rotate(&log);
-        assert!(log.exists());
-        std::fs::write(&log, vec![b'x'; usize::try_from(LOG_ROTATE_BYTES).expect("fits") + 1]).expect("write");
-        rotate(&log);
-        assert!(!log.exists());
-        assert!(dir.path().join("daemon.log.1").exists());
-    }
 
     #[test]
     fn the_announcement_is_found_between_log_lines() {

@@ -1,4 +1,4 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user`.
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|logs`.
 //! They find the running daemon through its record and control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod launch;
+pub mod logs;
 pub mod restart;
 pub mod start;
 pub mod status;
@@ -40,6 +41,9 @@ pub fn run(verb: Verb) -> ExitCode {
     if let Verb::User(args) = &verb {
         return user::run(args);
     }
+    if let Verb::Logs { lines, follow } = verb {
+        return logs::run(lines, follow);
+    }
     let paths = match Paths::platform() {
         Ok(paths) => paths,
         Err(e) => return fail(EXIT_USAGE, &e.to_string()),
@@ -54,7 +58,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Stop => stop::run(&paths).await,
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
-            Verb::Config(_) | Verb::User(_) | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
+            Verb::Config(_) | Verb::User(_) | Verb::Logs { .. } | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
         }
     })
 }

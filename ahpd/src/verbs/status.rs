@@ -44,8 +44,9 @@ pub fn describe(status: &Status) -> Vec<String> {
         uptime(status.uptime_seconds),
         status.started_at
     )];
-    lines.push(match &status.log {
-        Some(log) if status.detached => format!("started by ahpd start; log: {}", log.display()),
+    lines.push(match (&status.service, &status.log) {
+        (Some(manager), Some(log)) => format!("run by {manager} (ahpd service); log: {}", log.display()),
+        (None, Some(log)) if status.detached => format!("started by ahpd start; log: {}", log.display()),
         _ => format!("runs in the foreground, started in {}", status.cwd.display()),
     });
     lines.push(format!(
