@@ -227,26 +227,29 @@ async fn the_log_rotates_while_the_daemon_runs_keeps_so_many_files_and_ahpd_logs
     assert_eq!(last.lines().collect::<Vec<_>>(), tail);
 
     let mut follow = tokio::process::Command::new(tests::daemon::ahpd_bin())
-        .args(["logs", "-f", "-n", "0"])
+        .args(["logs", "-f", "-n", "1"])
         .env("XDG_CONFIG_HOME", home.path().join("config"))
         .env("XDG_DATA_HOME", home.path().join("data"))
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(follow.stdout.take().expect("stdout")));
-    // Enough lines to move the log aside under the follower at least once.
-    for n in 41..=60 {
+    // Its first line is the log's last: from then on it follows.
+    let first = tokio::time::timeout(tests::PATIENCE, lines.next_line()).await??.unwrap_or_default();
+    assert!(first.contains("[\"p40\"]"), "{first}");
+    // Enough lines to move the log aside under the follower; each one is followed.
+    for n in 41..=54 {
         home.write_config(&config(n))?;
         hang_up(pid)?;
-        until_in(&log, &format!("[\"p{n}\"]")).await?;
-    }
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("[\"p60\"]")) {
-        let line = tokio::time::timeout(tests::PATIENCE, lines.next_line()).await??;
-        seen.push(line.ok_or_else(|| anyhow::anyhow!("ahpd logs -f ended"))?);
-    }
-    for n in 41..=60 {
-        assert!(seen.iter().any(|l| l.contains(&format!("[\"p{n}\"]"))), "p{n} was followed across the rotation");
+        let needle = format!("[\"p{n}\"]");
+        loop {
+            let line = tokio::time::timeout(tests::PATIENCE, lines.next_line()).await??;
+            let line = line.ok_or_else(|| anyhow::anyhow!("ahpd logs -f ended before {needle}"))?;
+            assert!(!line.contains(&format!("[\"p{}\"]", n + 1)), "nothing out of order");
+            if line.contains(&needle) {
+                break;
+            }
+        }
     }
     follow.kill().await?;
     home.expect(0, &["stop"]).await?;
