@@ -254,6 +254,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             allowed_hosts: config.strings("allowedHosts"),
             allowed_origins: config.strings("allowedOrigins"),
             hard_frame_bytes: hard_frame_bytes(max_frame),
+            max_connections: usize::try_from(config.u64("maxConnections")).unwrap_or(usize::MAX),
         };
         host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
         // Wakeups that fell due while the daemon was down begin before anyone is told it is up.

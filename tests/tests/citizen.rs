@@ -282,3 +282,25 @@ async fn the_log_filter_comes_from_ahpd_log_or_rust_log_and_a_bad_one_stops_the_
     daemon.wait_for_log("DEBUG", tests::PATIENCE).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn the_connection_past_the_limit_is_refused_and_the_others_go_on() -> anyhow::Result<()> {
+    let config = json!({ "agents": { "echo": { "kind": "echo" } }, "maxConnections": 2 });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let b = TestClient::connect(&daemon.url, "b").await?;
+    assert_eq!(tests::raw::upgrade(&daemon.url, &[]).await.err(), Some(503), "the third is refused");
+    let (_s, chat) = a.create_session("echo", None).await?;
+    assert_eq!(a.turn(&chat, "still here").await?.state, TurnState::Complete);
+    b.request("ping", json!({})).await?;
+
+    // A connection that closes gives its place back.
+    drop(b);
+    let deadline = tokio::time::Instant::now() + tests::PATIENCE;
+    while tests::raw::upgrade(&daemon.url, &[]).await.is_err() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the place was never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(a.turn(&chat, "and still").await?.state, TurnState::Complete);
+    Ok(())
+}

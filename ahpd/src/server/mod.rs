@@ -33,12 +33,16 @@ pub struct DoorPolicy {
     /// Frames over this many bytes close the connection (the WebSocket's own limit); frames over
     /// `maxFrameBytes` but under this are answered with an error and not read.
     pub hard_frame_bytes: usize,
+    /// How many WebSocket connections may be open at once (`maxConnections`).
+    pub max_connections: usize,
 }
 
 #[derive(Clone)]
 struct AppState {
     host: Host,
     door: Arc<DoorPolicy>,
+    /// One permit per open connection, held until it closes.
+    connections: Arc<tokio::sync::Semaphore>,
 }
 
 /// The router for the daemon's one listener.
@@ -50,7 +54,8 @@ pub fn router(host: Host, door: DoorPolicy) -> Router {
             axum::routing::post(mcp::post_session).get(mcp::get_session).fallback(mcp::other_method),
         )
         .with_state(host.clone());
-    let state = AppState { host, door: Arc::new(door) };
+    let connections = Arc::new(tokio::sync::Semaphore::new(door.max_connections));
+    let state = AppState { host, door: Arc::new(door), connections };
     Router::new()
         .route("/", get(upgrade))
         .route("/mcp", axum::routing::post(sessionless_post).get(sessionless_get).fallback(mcp::other_method))
@@ -150,10 +155,21 @@ async fn upgrade(
                 .into_response()
         }
     };
+    // The connections already open are not touched: the one past the limit is refused.
+    let Ok(permit) = app.connections.clone().try_acquire_owned() else {
+        let why = format!(
+            "Refused: this daemon serves at most {} connections at once (maxConnections); close one, or raise the limit.\n",
+            app.door.max_connections
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+    };
     let (host, door) = (app.host.clone(), app.door.clone());
-    ws.max_message_size(door.hard_frame_bytes)
-        .max_frame_size(door.hard_frame_bytes)
-        .on_upgrade(move |socket| ws::serve(host, socket, principal))
+    ws.max_message_size(door.hard_frame_bytes).max_frame_size(door.hard_frame_bytes).on_upgrade(
+        move |socket| async move {
+            ws::serve(host, socket, principal).await;
+            drop(permit);
+        },
+    )
 }
 
 /// Who a connection is: with no users directory, whoever passes the token check is root; with
@@ -271,6 +287,7 @@ mod tests {
             allowed_hosts: vec!["devbox".into()],
             allowed_origins: vec!["https://ok.example".into()],
             hard_frame_bytes: 4096,
+            max_connections: 8,
         }
     }
 
