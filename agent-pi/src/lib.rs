@@ -2,8 +2,8 @@
 //!
 //! Each conversation is one pi child started in the session's folder, with a session file this
 //! worker chooses under its data folder (`sessions/<conversation id>.jsonl`) so it can be resumed and
-//! read back, and pi's agent folder (`PI_CODING_AGENT_DIR`) under the data folder too unless the
-//! `agentDir` option points elsewhere. A small extension the worker ships ([`options::BRIDGE_SOURCE`],
+//! read back. pi's agent folder (`PI_CODING_AGENT_DIR`: models, logins, settings) is the person's own
+//! unless the `agentDir` option points elsewhere. A small extension the worker ships ([`options::BRIDGE_SOURCE`],
 //! loaded with `-e`) carries the host's hidden per-turn instructions, asks the host before pi runs a
 //! tool when the session's `ask` setting says so, offers the host's and clients' tools to the model,
 //! and says which session entry a prompt became (the turn's recorded id).

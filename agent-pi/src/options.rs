@@ -6,7 +6,7 @@
 //! | `command` | the pi program | `$AHPD_PI_BIN`, else `pi` on `PATH` |
 //! | `args` | more arguments for every pi (`["--thinking", "low"]`) | none |
 //! | `env` | variables over the worker's own (provider keys) | none |
-//! | `agentDir` | pi's `PI_CODING_AGENT_DIR` (models.json, settings.json, auth.json) | `<dataDir>/agent` |
+//! | `agentDir` | pi's `PI_CODING_AGENT_DIR` (models.json, settings.json, auth.json) | the person's own: `PI_CODING_AGENT_DIR` from `env` or the worker's environment, else pi's default (`~/.pi/agent`) |
 //! | `model` | `provider/model` a conversation starts with when its start names none | pi's own default |
 //! | `readyTimeoutMs` | how long pi may take to answer its first `get_state` | 60000 |
 
@@ -29,8 +29,9 @@ pub struct PiOptions {
     pub args: Vec<String>,
     /// Variables over the worker's own.
     pub env: Vec<(String, String)>,
-    /// pi's agent folder.
-    pub agent_dir: PathBuf,
+    /// pi's agent folder, when the `agentDir` option names one; otherwise pi finds the person's
+    /// own (`PI_CODING_AGENT_DIR` as its environment says, else `~/.pi/agent`).
+    pub agent_dir: Option<PathBuf>,
     /// The model a conversation starts with when its start names none.
     pub model: Option<String>,
     /// How long pi may take to start.
@@ -61,7 +62,7 @@ impl PiOptions {
             .and_then(Value::as_object)
             .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
             .unwrap_or_default();
-        let agent_dir = string(options, "agentDir").map(PathBuf::from).unwrap_or_else(|| data_dir.join("agent"));
+        let agent_dir = string(options, "agentDir").map(PathBuf::from);
         let ready_timeout =
             Duration::from_millis(options.get("readyTimeoutMs").and_then(Value::as_u64).unwrap_or(60_000));
         Self { command, args, env, agent_dir, model: string(options, "model"), ready_timeout, data_dir }
@@ -95,22 +96,42 @@ impl PiOptions {
         }
         std::fs::write(&bridge, BRIDGE_SOURCE)?;
         std::fs::create_dir_all(self.sessions_dir())?;
-        std::fs::create_dir_all(&self.agent_dir)?;
+        if let Some(dir) = &self.agent_dir {
+            std::fs::create_dir_all(dir)?;
+        }
         Ok(())
     }
 
-    /// The environment every pi gets: its own agent folder, and no calls home.
+    /// The variables every pi gets over the worker's own environment. What the person set reaches
+    /// pi unchanged (the entry's `env`, which is the worker's environment, and the `env` option):
+    /// `PI_CODING_AGENT_DIR` is set only by the `agentDir` option, and the quiet defaults (no calls
+    /// home) only where nothing set them.
     pub fn pi_env(&self) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("PI_CODING_AGENT_DIR".to_owned(), path_string(&self.agent_dir)),
-            ("PI_OFFLINE".to_owned(), "1".to_owned()),
-            ("PI_TELEMETRY".to_owned(), "0".to_owned()),
-            ("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()),
-        ];
+        self.pi_env_over(|name| std::env::var_os(name).is_some())
+    }
+
+    fn pi_env_over(&self, worker_has: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+        let set = |name: &str| worker_has(name) || self.env.iter().any(|(k, _)| k == name);
+        let mut env: Vec<(String, String)> = QUIET
+            .iter()
+            .filter(|(name, _)| !set(name))
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
         env.extend(self.env.iter().cloned());
+        if let Some(dir) = &self.agent_dir {
+            env.push((AGENT_DIR_VAR.to_owned(), path_string(dir)));
+        }
         env
     }
 }
+
+/// The variable pi reads its agent folder from.
+pub const AGENT_DIR_VAR: &str = "PI_CODING_AGENT_DIR";
+
+/// What keeps pi from calling home, unless the person said otherwise.
+const QUIET: [(&str, &str); 3] = [("PI_OFFLINE", "1"), ("PI_TELEMETRY", "0"), ("PI_SKIP_VERSION_CHECK", "1")];
+
+impl PiOptions {}
 
 fn string(options: &JsonObject, key: &str) -> Option<String> {
     options.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned)
@@ -141,6 +162,38 @@ pub fn file_stem(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn options(json: serde_json::Value) -> PiOptions {
+        let init = InitializeParams {
+            protocol_version: protocol::WORKER_PROTOCOL_VERSION,
+            provider: "pi".into(),
+            kind: "pi".into(),
+            options: json.as_object().cloned().unwrap_or_default(),
+            data_dir: Some("/data".into()),
+            host: protocol::PeerInfo { name: "test".into(), version: "0".into() },
+        };
+        PiOptions::from_init(&init)
+    }
+
+    fn var<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn the_persons_own_agent_folder_is_left_to_pi_unless_agent_dir_says_otherwise() {
+        let own = options(serde_json::json!({}));
+        assert_eq!(own.agent_dir, None);
+        let env = own.pi_env_over(|_| false);
+        assert_eq!(var(&env, AGENT_DIR_VAR), None, "pi finds PI_CODING_AGENT_DIR or ~/.pi/agent itself");
+        assert_eq!(var(&env, "PI_OFFLINE"), Some("1"));
+        // What the person set in the entry's env (the worker's environment) is not overridden.
+        let env = own.pi_env_over(|name| name == "PI_OFFLINE");
+        assert_eq!(var(&env, "PI_OFFLINE"), None);
+
+        let option = options(serde_json::json!({"agentDir": "/pi", "env": {"PI_CODING_AGENT_DIR": "/other"}}));
+        let env = option.pi_env_over(|_| true);
+        assert_eq!(var(&env, AGENT_DIR_VAR), Some("/pi"), "agentDir wins");
+    }
 
     #[test]
     fn conversation_ids_become_safe_distinct_file_names() {

@@ -86,6 +86,7 @@ impl World {
     fn options(&self) -> JsonObject {
         let mut options = JsonObject::new();
         options.insert("command".into(), Value::String(pi_bin().to_string_lossy().into_owned()));
+        options.insert("agentDir".into(), Value::String(self.data.0.join("agent").to_string_lossy().into_owned()));
         options
     }
 

@@ -320,3 +320,54 @@ async fn pi_calls_a_host_tool_and_the_hidden_instructions_reach_the_model_alone(
     assert!(!sent.contains(ARTIFACT_INSTRUCTION), "no action carried them");
     Ok(())
 }
+
+/// pi's own folder as a person keeps it: `models.json` naming the mock (and `settings` when given).
+fn pi_folder(dir: &Path, mock: &MockOpenAi, settings: Option<serde_json::Value>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("models.json"), mock.pi_models_json("mock").to_string())?;
+    if let Some(settings) = settings {
+        std::fs::write(dir.join("settings.json"), settings.to_string())?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_runs_with_the_agent_folder_the_entrys_env_names() -> anyhow::Result<()> {
+    let mock = MockOpenAi::start().await?;
+    let folder = tempfile::Builder::new().prefix("ahpd-pi-own-").tempdir()?;
+    pi_folder(folder.path(), &mock, None)?;
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "pi": {
+        "kind": "pi",
+        "env": { "PI_CODING_AGENT_DIR": folder.path().display().to_string() },
+        "options": { "command": pi_bin().display().to_string(), "model": "mock/mock-model" }
+    } } })))
+    .await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    let turn = a.turn(&chat, "hello from my own models").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    assert_eq!(turn_text(&turn), "mock reply to: hello from my own models");
+    let asked = mock.requests().into_iter().rev().find(|r| r.body.get("messages").is_some()).expect("asked");
+    assert_eq!(asked.body["model"], "mock-model", "the model the person's models.json names");
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_nothing_set_pi_runs_with_the_persons_own_folder_in_their_home() -> anyhow::Result<()> {
+    let mock = MockOpenAi::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-pi-home-").tempdir()?;
+    let settings = json!({ "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true });
+    pi_folder(&home.path().join(".pi/agent"), &mock, Some(settings))?;
+    // The daemon's HOME is this folder (the harness points it there).
+    let options = DaemonOptions::with_config(json!({ "agents": { "pi": {
+        "kind": "pi", "options": { "command": pi_bin().display().to_string() }
+    } } }));
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    let turn = a.turn(&chat, "hello from home").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    assert_eq!(turn_text(&turn), "mock reply to: hello from home");
+    assert!(!home.path().join("data/ahpd/workers/pi/agent").exists(), "no folder of the worker's own");
+    Ok(())
+}
