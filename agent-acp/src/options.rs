@@ -116,7 +116,13 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl AcpOptions {
     /// Reads an entry's options: a preset, a command, or a preset with some of it overridden.
+    /// A preset's variables yield to the worker's own (the entry's `env` reaches the agent as the
+    /// person wrote it).
     pub fn from_options(options: &JsonObject) -> Result<Self, String> {
+        Self::from_options_over(options, |name| std::env::var_os(name).is_some())
+    }
+
+    fn from_options_over(options: &JsonObject, worker_has: impl Fn(&str) -> bool) -> Result<Self, String> {
         let written: Written = serde_json::from_value(serde_json::Value::Object(options.clone()))
             .map_err(|e| format!("acp options: {e}"))?;
         let preset = match &written.preset {
@@ -140,8 +146,11 @@ impl AcpOptions {
             (None, Some(p)) if written.command.is_none() => p.args.iter().map(|a| (*a).to_owned()).collect(),
             _ => Vec::new(),
         };
-        let mut env: BTreeMap<String, String> =
-            preset.map(|p| p.env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()).unwrap_or_default();
+        let mut env: BTreeMap<String, String> = preset
+            .map(|p| {
+                p.env.iter().filter(|(k, _)| !worker_has(k)).map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+            })
+            .unwrap_or_default();
         env.extend(written.env);
         let display_name = written
             .display_name
@@ -194,6 +203,12 @@ mod tests {
         let goose = options(json!({"preset": "goose", "env": {"X": "1"}})).expect("goose");
         assert_eq!(goose.env.get("GOOSE_DISABLE_KEYRING").map(String::as_str), Some("1"));
         assert_eq!(goose.env.get("X").map(String::as_str), Some("1"));
+        // The person's own setting of a preset's variable (the entry's env) reaches goose unchanged.
+        let written = json!({"preset": "goose"});
+        let theirs =
+            AcpOptions::from_options_over(written.as_object().expect("an object"), |n| n == "GOOSE_DISABLE_KEYRING")
+                .expect("goose");
+        assert_eq!(theirs.env.get("GOOSE_DISABLE_KEYRING"), None);
         for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
         {
             assert!(preset(name).is_some(), "{name}");
