@@ -72,6 +72,11 @@ pub enum Verb {
         after_help = "Roles: admin (every grant), member (read and write sessions, terminals), guest (read sessions; the default).\nExit codes: 0 done, 1 no such person or one exists already, 2 bad usage or an unreadable file."
     )]
     User(UserArgs),
+    /// List the agents `ahpd [options]` offers: the config's agents, or (with none configured)
+    /// echo and every known agent whose program is on the PATH; the program each runs and its
+    /// version when it says one; and why each known agent is not offered. Needs no running daemon.
+    #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
+    Agents(AgentsArgs),
     /// Show the end of the daemon's log (daemon.log in the data folder, kept by a daemon started
     /// by `ahpd start` or run as a service, rotated by size while it runs).
     #[command(after_help = "Exit codes: 0 shown, 1 no log yet.")]
@@ -144,6 +149,17 @@ pub enum UserAction {
         #[arg(long)]
         url: bool,
     },
+}
+
+/// `ahpd agents`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct AgentsArgs {
+    /// Print one JSON object: { configured, offered, notOffered }.
+    #[arg(long)]
+    pub json: bool,
+    /// Read only this config file.
+    #[arg(long, value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
 }
 
 /// `ahpd config`'s options.

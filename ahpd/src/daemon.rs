@@ -187,6 +187,15 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let handshake = Duration::from_millis(config.u64("workerHandshakeTimeoutMs").max(100));
     let planned = agents::plan(&config.get("agents"), &exe, &plan.paths.data_dir, handshake);
     let agent_lines: Vec<String> = planned.iter().map(|p| format!("{} ({})", p.spec.provider, p.why)).collect();
+    let offered: Vec<control::Offered> = planned
+        .iter()
+        .map(|p| control::Offered {
+            provider: p.spec.provider.clone(),
+            kind: p.spec.kind.clone(),
+            program: p.program.clone(),
+            why: p.why.clone(),
+        })
+        .collect();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(
         planned.into_iter().map(|p| p.spec).collect(),
@@ -217,7 +226,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
     let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
-    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token_source.file()));
+    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token_source.file(), offered));
     if let Some(listener) = control {
         control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
     }

@@ -271,6 +271,24 @@ impl Daemon {
         }
     }
 
+    /// Waits until what it printed after its first line has a line containing `needle` (the rest
+    /// of its announcement is read after the first line is answered).
+    pub async fn wait_for_said(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(line) =
+                self.stdout.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle))
+            {
+                return Ok(line.clone());
+            }
+            if tokio::time::Instant::now() > deadline {
+                let said = self.stdout.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+                bail!("the daemon never said {needle:?}; it said:\n{said}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Sends SIGTERM and waits for it to exit.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGTERM)?;

@@ -32,7 +32,7 @@ async fn with_no_token_choice_a_token_is_made_kept_private_and_kept_across_a_res
     let mut client = TestClient::connect(&format!("{}/?tkn={token}", daemon.url), "a").await?;
     let (_session, chat) = client.create_session("echo", None).await?;
     assert_eq!(client.turn(&chat, "hello").await?.state, TurnState::Complete);
-    assert!(daemon.stdout.lock().map(|l| l.iter().any(|l| l.starts_with("token: made and kept in"))).unwrap_or(false));
+    daemon.wait_for_said("token: made and kept in", tests::PATIENCE).await?;
     assert!(!daemon.log().contains(&token), "the token is never logged");
     drop(client);
     daemon.terminate().await?;
@@ -42,8 +42,7 @@ async fn with_no_token_choice_a_token_is_made_kept_private_and_kept_across_a_res
     assert_eq!(kept_token(home.path()).as_deref(), Some(token.as_str()));
     assert_eq!(upgrade_as_given(&again.url, &[]).await.err(), Some(401));
     assert!(upgrade_as_given(&again.url, &[("authorization", &format!("Bearer {token}"))]).await.is_ok());
-    let said = again.stdout.lock().map(|l| l.join("\n")).unwrap_or_default();
-    assert!(said.contains(&format!("token: kept in {}", file.display())), "{said}");
+    again.wait_for_said(&format!("token: kept in {}", file.display()), tests::PATIENCE).await?;
     Ok(())
 }
 
@@ -302,5 +301,67 @@ async fn the_connection_past_the_limit_is_refused_and_the_others_go_on() -> anyh
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(a.turn(&chat, "and still").await?.state, TurnState::Complete);
+    Ok(())
+}
+
+/// A folder holding a fake `gemini` (the Gemini preset's program): it says a version, and
+/// otherwise is the project's scripted ACP agent.
+fn fake_gemini() -> anyhow::Result<tempfile::TempDir> {
+    let bin = tempfile::Builder::new().prefix("ahpd-fake-bin-").tempdir()?;
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo '0.42.0 (fake gemini)'; exit 0; fi\nexec python3 {} \"$@\"\n",
+        fake.display()
+    );
+    let program = bin.path().join("gemini");
+    std::fs::write(&program, script)?;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
+    Ok(bin)
+}
+
+#[tokio::test]
+async fn an_acp_agent_on_the_path_is_offered_with_no_config_and_ahpd_agents_lists_it() -> anyhow::Result<()> {
+    let bin = fake_gemini()?;
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let options = DaemonOptions { env: vec![("PATH".into(), path.clone())], ..Default::default() };
+    let daemon = Daemon::start_with(options).await?;
+    let mut client = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = client.create_session("gemini", None).await?;
+    let turn = client.turn(&chat, "say hello from the path").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    assert_eq!(tests::turn_text(&turn), "hello from the path");
+    let status = daemon.status().await?;
+    let gemini = status["offered"].as_array().and_then(|a| a.iter().find(|o| o["provider"] == "gemini")).cloned();
+    assert_eq!(gemini.as_ref().map(|g| g["kind"].clone()), Some(json!("acp")), "{status}");
+    let why = format!("found {}/gemini on the PATH", bin.path().display());
+    assert_eq!(gemini.as_ref().map(|g| g["why"].clone()), Some(json!(why)), "{status}");
+
+    let listed = tokio::process::Command::new(tests::daemon::ahpd_bin())
+        .args(["agents", "--json"])
+        .env("XDG_CONFIG_HOME", daemon.home.join("config"))
+        .env("XDG_DATA_HOME", daemon.home.join("data"))
+        .env("PATH", &path)
+        .output()
+        .await?;
+    let listed: Value = serde_json::from_slice(&listed.stdout)?;
+    let offered = listed["offered"].as_array().cloned().unwrap_or_default();
+    let gemini = offered.iter().find(|a| a["provider"] == "gemini").expect("gemini is listed");
+    assert_eq!(gemini["kind"], "acp");
+    assert_eq!(gemini["program"], bin.path().join("gemini").display().to_string());
+    assert_eq!(gemini["version"], "0.42.0 (fake gemini)");
+    let passed = listed["notOffered"].as_array().cloned().unwrap_or_default();
+    let goose = passed.iter().find(|a| a["name"] == "goose").expect("a known agent not offered");
+    assert_eq!(goose["why"], "goose is not on the PATH");
+
+    let text = tokio::process::Command::new(tests::daemon::ahpd_bin())
+        .args(["agents"])
+        .env("XDG_CONFIG_HOME", daemon.home.join("config"))
+        .env("XDG_DATA_HOME", daemon.home.join("data"))
+        .env("PATH", &path)
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("gemini") && l.contains("0.42.0 (fake gemini)")), "{text}");
+    assert!(text.contains("Not offered:"), "{text}");
     Ok(())
 }

@@ -100,8 +100,26 @@ pub struct Status {
     /// Sessions, agents, running turns.
     #[serde(flatten)]
     pub host: HostStatus,
+    /// The agents it offers: each one's kind, program and why it is there (`ahpd agents`).
+    #[serde(default)]
+    pub offered: Vec<Offered>,
     /// The configuration it runs with, credentials shown as `<set>`.
     pub config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One agent a daemon offers, as its backend table and config made it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Offered {
+    /// The provider id clients name.
+    pub provider: String,
+    /// Its backend kind.
+    pub kind: String,
+    /// The program it runs, when it runs one (an agent CLI, or a worker program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Why it is offered ("configured", "found … on the PATH", "built in").
+    pub why: String,
 }
 
 /// What a successor is started with: the old daemon's own line, folder and environment, so a

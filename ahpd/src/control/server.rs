@@ -48,13 +48,19 @@ pub struct Facts {
     config_files: Vec<PathBuf>,
     config: serde_json::Map<String, serde_json::Value>,
     token_file: Option<PathBuf>,
+    offered: Vec<super::Offered>,
     url: OnceLock<String>,
 }
 
 impl Facts {
     /// This process's facts, with the configuration it runs with and the file its token is
     /// kept in.
-    pub fn new(paths: &Paths, config: &Config, token_file: Option<&std::path::Path>) -> Self {
+    pub fn new(
+        paths: &Paths,
+        config: &Config,
+        token_file: Option<&std::path::Path>,
+        offered: Vec<super::Offered>,
+    ) -> Self {
         Self {
             paths: paths.clone(),
             started: Instant::now(),
@@ -70,6 +76,7 @@ impl Facts {
             config_files: config.files.clone(),
             config: config.shown().into_iter().map(|(k, v, _)| (k, v)).collect(),
             token_file: token_file.map(std::path::Path::to_owned),
+            offered,
             url: OnceLock::new(),
         }
     }
@@ -113,6 +120,7 @@ impl Facts {
             log: self.log.clone(),
             config_files: self.config_files.clone(),
             host: host.status(),
+            offered: self.offered.clone(),
             config: self.config.clone(),
         }
     }

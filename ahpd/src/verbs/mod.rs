@@ -1,9 +1,10 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|logs`.
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs`.
 //! They find the running daemon through its record and control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
 //! cannot start); 2 bad usage or a configuration that cannot start.
 
+pub mod agents;
 pub mod config;
 pub mod launch;
 pub mod logs;
@@ -41,6 +42,9 @@ pub fn run(verb: Verb) -> ExitCode {
     if let Verb::User(args) = &verb {
         return user::run(args);
     }
+    if let Verb::Agents(args) = &verb {
+        return agents::run(args);
+    }
     if let Verb::Logs { lines, follow } = verb {
         return logs::run(lines, follow);
     }
@@ -58,7 +62,9 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Stop => stop::run(&paths).await,
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
-            Verb::Config(_) | Verb::User(_) | Verb::Logs { .. } | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
+            Verb::Config(_) | Verb::User(_) | Verb::Agents(_) | Verb::Logs { .. } | Verb::Worker { .. } => {
+                ExitCode::from(EXIT_USAGE)
+            }
         }
     })
 }

@@ -1,0 +1,146 @@
+//! `ahpd agents [--json]`: the agents `ahpd [options]` offers (configured, or echo and each known
+//! agent found on the PATH), the program each runs and its version when it says one, and why each
+//! agent the backend table knows is not offered. Reads the files itself: no daemon needs to run.
+
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{fail, say, EXIT_USAGE};
+use crate::agents::{self, Survey};
+use crate::cli::AgentsArgs;
+use crate::config::Config;
+use crate::paths::Paths;
+
+/// How long a program may take to say its version.
+const VERSION_WITHIN: Duration = Duration::from_secs(5);
+
+/// Runs `ahpd agents`.
+pub fn run(args: &AgentsArgs) -> ExitCode {
+    let (config, paths) = match load(args) {
+        Ok(loaded) => loaded,
+        Err(why) => return fail(EXIT_USAGE, &why),
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| "ahpd".into());
+    let survey = agents::survey(&config.get("agents"), &exe, &paths.data_dir, Duration::from_secs(10));
+    let versions = versions(&survey);
+    let shown = as_json(&survey, &versions, config.is_set("agents"));
+    if args.json {
+        match serde_json::to_string_pretty(&shown) {
+            Ok(text) => say(&text),
+            Err(e) => return fail(EXIT_USAGE, &e.to_string()),
+        }
+    } else {
+        for line in as_lines(&shown) {
+            say(&line);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn load(args: &AgentsArgs) -> Result<(Config, Paths), String> {
+    let paths = Paths::platform().map_err(|e| e.to_string())?;
+    let config = Config::load(&paths.config_dir, args.config_file.as_deref()).map_err(|e| e.to_string())?;
+    Ok((config, paths))
+}
+
+/// Each offered agent's program's version, asked of them all at once.
+fn versions(survey: &Survey) -> Vec<Option<String>> {
+    let programs: Vec<Option<std::path::PathBuf>> =
+        survey.offered.iter().map(|p| p.program.as_deref().and_then(agents::find_on_path)).collect();
+    std::thread::scope(|scope| {
+        let asks: Vec<_> = programs.iter().map(|p| scope.spawn(move || p.as_deref().and_then(version_of))).collect();
+        asks.into_iter().map(|ask| ask.join().ok().flatten()).collect()
+    })
+}
+
+/// What `program --version` says on its first line, when it exits 0 within a few seconds.
+fn version_of(program: &Path) -> Option<String> {
+    let mut child = std::process::Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + VERSION_WITHIN;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
+    let line = out.lines().map(str::trim).find(|l| !l.is_empty())?;
+    (status.success()).then(|| line.chars().take(80).collect())
+}
+
+/// `{ configured, offered: [{provider, kind, program?, version?, why}], notOffered: [{name, kind, program, why}] }`.
+pub fn as_json(survey: &Survey, versions: &[Option<String>], configured: bool) -> Value {
+    let offered: Vec<Value> = survey
+        .offered
+        .iter()
+        .zip(versions)
+        .map(|(p, version)| {
+            let found = p.program.as_deref().and_then(agents::find_on_path);
+            json!({
+                "provider": p.spec.provider,
+                "kind": p.spec.kind,
+                "program": found.as_ref().map(|f| f.display().to_string()).or_else(|| p.program.clone()),
+                "found": p.program.is_none() || found.is_some(),
+                "version": version,
+                "why": p.why,
+            })
+        })
+        .collect();
+    let passed: Vec<Value> = survey
+        .passed
+        .iter()
+        .map(|p| json!({ "name": p.name, "kind": p.kind, "program": p.program, "why": p.why }))
+        .collect();
+    json!({ "configured": configured, "offered": offered, "notOffered": passed })
+}
+
+/// The lines a person reads.
+pub fn as_lines(shown: &Value) -> Vec<String> {
+    let list = |key: &str| shown[key].as_array().cloned().unwrap_or_default();
+    let text = |v: &Value, key: &str| v[key].as_str().unwrap_or_default().to_owned();
+    let mut lines = vec![if shown["configured"] == true {
+        "Offered (the config's agents):".to_owned()
+    } else {
+        "Offered (no agents in the config: echo, and each known agent found on the PATH):".to_owned()
+    }];
+    let offered = list("offered");
+    let width = offered.iter().map(|a| text(a, "provider").len()).max().unwrap_or(0);
+    for agent in &offered {
+        let program = match agent["program"].as_str() {
+            None => "built in".to_owned(),
+            Some(program) if agent["found"] == false => format!("{program} (not found on the PATH)"),
+            Some(program) => program.to_owned(),
+        };
+        let version = agent["version"].as_str().map(|v| format!(", {v}")).unwrap_or_default();
+        lines.push(format!("  {:<width$}  {:<6}  {program}{version}", text(agent, "provider"), text(agent, "kind")));
+    }
+    let passed = list("notOffered");
+    if !passed.is_empty() {
+        lines.push("Not offered:".to_owned());
+        let width = passed.iter().map(|a| text(a, "name").len()).max().unwrap_or(0);
+        for agent in &passed {
+            lines.push(format!(
+                "  {:<width$}  {:<6}  {}",
+                text(agent, "name"),
+                text(agent, "kind"),
+                text(agent, "why")
+            ));
+        }
+    }
+    lines
+}
