@@ -72,6 +72,12 @@ pub enum Verb {
         after_help = "Roles: admin (every grant), member (read and write sessions, terminals), guest (read sessions; the default).\nExit codes: 0 done, 1 no such person or one exists already, 2 bad usage or an unreadable file."
     )]
     User(UserArgs),
+    /// Run the daemon at login under the platform's service manager (a systemd user unit on
+    /// Linux, a launchd agent on macOS), with your PATH as it is now, restarted when it fails.
+    #[command(
+        after_help = "Exit codes: 0 done, 1 not installed, or the manager refused (it says the command), 2 bad usage."
+    )]
+    Service(ServiceArgs),
     /// List the agents `ahpd [options]` offers: the config's agents, or (with none configured)
     /// echo and every known agent whose program is on the PATH; the program each runs and its
     /// version when it says one; and why each known agent is not offered. Needs no running daemon.
@@ -149,6 +155,33 @@ pub enum UserAction {
         #[arg(long)]
         url: bool,
     },
+}
+
+/// `ahpd service`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: ServiceAction,
+}
+
+/// `ahpd service` verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ServiceAction {
+    /// Write the unit (running this binary with the daemon options given here, your PATH and this
+    /// folder) and start it now and at every login.
+    Install {
+        /// Only write the unit, and say the commands that start it.
+        #[arg(long)]
+        no_start: bool,
+        /// Options for the daemon.
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    },
+    /// Stop the service and remove its unit.
+    Uninstall,
+    /// Say whether a unit is installed, what it runs, and what the manager says of it.
+    Status,
 }
 
 /// `ahpd agents`'s options.

@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod memory;
 pub mod paths;
 pub mod server;
+pub mod service;
 pub mod store;
 pub mod supervisor;
 pub mod token;

@@ -161,6 +161,7 @@ impl Daemon {
             .env("XDG_DATA_HOME", home.join("data"))
             .env("HOME", home)
             .env_remove("AHPD_CONFIG")
+            .env_remove("AHPD_SERVICE")
             .env("AHPD_LOG", std::env::var("AHPD_LOG").unwrap_or_else(|_| "info".into()))
             .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(home)
@@ -306,6 +307,11 @@ impl Daemon {
 /// Runs `ahpd <args>` with its folders under `home` and waits for it (a generous bound as a
 /// safety net).
 pub async fn run_ahpd(home: &Path, args: &[&str]) -> anyhow::Result<VerbRun> {
+    run_ahpd_with(home, args, &[]).await
+}
+
+/// [`run_ahpd`] with more variables in its environment.
+pub async fn run_ahpd_with(home: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<VerbRun> {
     let mut command = Command::new(ahpd_bin());
     command
         .args(args)
@@ -314,6 +320,8 @@ pub async fn run_ahpd(home: &Path, args: &[&str]) -> anyhow::Result<VerbRun> {
         .env("HOME", home)
         .env_remove("AHPD_CONFIG")
         .env_remove("AHPD_DETACHED")
+        .env_remove("AHPD_SERVICE")
+        .envs(env.iter().copied())
         .current_dir(home)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -424,7 +432,12 @@ impl Home {
 
     /// Runs `ahpd <args>` and insists on exit code `code`.
     pub async fn expect(&self, code: i32, args: &[&str]) -> anyhow::Result<VerbRun> {
-        let run = self.ahpd(args).await?;
+        self.expect_with(code, args, &[]).await
+    }
+
+    /// [`Home::expect`] with more variables in its environment.
+    pub async fn expect_with(&self, code: i32, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<VerbRun> {
+        let run = run_ahpd_with(self.path(), args, env).await?;
         if run.code != code {
             bail!(
                 "ahpd {} exited {} (expected {code});\nstdout:\n{}\nstderr:\n{}\nlog:\n{}",

@@ -365,3 +365,101 @@ async fn an_acp_agent_on_the_path_is_offered_with_no_config_and_ahpd_agents_list
     assert!(text.contains("Not offered:"), "{text}");
     Ok(())
 }
+
+/// A stand-in for `systemctl` that does what the user manager would for `ahpd.service`: it notes
+/// each call, starts the daemon (told it is systemd's) on `enable --now`, restarts it on `restart`
+/// (or refuses, as a session without a user manager does, when `FAKE_REFUSE` is set), stops it on
+/// `disable --now`.
+fn fake_systemctl(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let script = r#"#!/bin/sh
+echo "$*" >> "$FAKE_CALLS"
+if [ -n "$FAKE_REFUSE" ]; then echo "Failed to connect to bus: No medium found" >&2; exit 1; fi
+case "$*" in
+  *"enable --now"*) AHPD_SERVICE=systemd exec "$AHPD" start --port 0 > /dev/null ;;
+  *" restart "*) "$AHPD" stop > /dev/null; AHPD_SERVICE=systemd exec "$AHPD" start --port 0 > /dev/null ;;
+  *"disable --now"*) exec "$AHPD" stop > /dev/null ;;
+  *is-active*) echo active ;;
+esac
+"#;
+    let path = dir.join("systemctl");
+    std::fs::write(&path, script)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(path)
+}
+
+#[tokio::test]
+async fn service_install_writes_a_unit_running_this_binary_with_the_path_and_restart_goes_through_the_manager(
+) -> anyhow::Result<()> {
+    let home = Home::new()?;
+    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    let bin = tempfile::Builder::new().prefix("ahpd-fake-manager-").tempdir()?;
+    let systemctl = fake_systemctl(bin.path())?;
+    let calls = bin.path().join("calls");
+    let ahpd = tests::daemon::ahpd_bin().canonicalize()?;
+    let captured = format!("/opt/agents/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let (systemctl, calls_path, ahpd_path) =
+        (systemctl.display().to_string(), calls.display().to_string(), ahpd.display().to_string());
+    let env = [
+        ("PATH", captured.as_str()),
+        ("AHPD_SYSTEMCTL", systemctl.as_str()),
+        ("FAKE_CALLS", calls_path.as_str()),
+        ("AHPD", ahpd_path.as_str()),
+    ];
+
+    let wrote = home.expect_with(0, &["service", "install", "--no-start", "--port", "9999"], &env).await?;
+    let unit_file = home.path().join("config/systemd/user/ahpd.service");
+    let unit = std::fs::read_to_string(&unit_file)?;
+    assert!(unit.contains(&format!("ExecStart=\"{}\" \"--port\" \"9999\"\n", ahpd.display())), "{unit}");
+    assert!(unit.contains(&format!("Environment=\"PATH={captured}\"\n")), "the PATH of the install: {unit}");
+    assert!(unit.contains("Environment=\"AHPD_SERVICE=systemd\"\n"), "{unit}");
+    assert!(unit.contains("Restart=on-failure\n"), "{unit}");
+    assert!(wrote.stdout.contains("systemctl --user enable --now ahpd.service"), "{}", wrote.stdout);
+    assert!(!calls.exists(), "--no-start asked the manager nothing");
+
+    let installed = home.expect_with(0, &["service", "install"], &env).await?;
+    assert!(installed.stdout.contains("run by systemd"), "{installed:?}");
+    let first = home.record().and_then(|r| r["pid"].as_i64()).expect("the service's daemon runs");
+    let status = home.expect_with(0, &["service", "status"], &env).await?;
+    assert!(status.stdout.contains("systemd says: active"), "{}", status.stdout);
+
+    let refused = home.expect_with(1, &["restart"], &[env[0], env[1], env[2], env[3], ("FAKE_REFUSE", "1")]).await?;
+    assert!(
+        refused.stderr.contains("Restart it with: ") && refused.stderr.contains("--user restart ahpd.service"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(home.record().and_then(|r| r["pid"].as_i64()), Some(first), "the daemon runs on");
+
+    let restarted = home.expect_with(0, &["restart"], &env).await?;
+    assert!(restarted.stdout.contains(&format!("restarted by systemd from pid {first}")), "{restarted:?}");
+    let said = std::fs::read_to_string(&calls)?;
+    assert!(said.lines().any(|l| l == "--user restart ahpd.service"), "{said}");
+
+    home.expect_with(0, &["service", "uninstall"], &env).await?;
+    assert!(!unit_file.exists(), "the unit is removed");
+    assert!(home.record().is_none(), "and the daemon it ran stopped");
+    let said = std::fs::read_to_string(&calls)?;
+    assert!(said.contains("--user daemon-reload\n--user enable --now ahpd.service"), "{said}");
+    assert!(said.contains("--user disable --now ahpd.service"), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_verb_that_waits_more_than_a_second_says_what_it_waits_for() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    // A worker that never answers its handshake holds the announcement back for 1.5 s.
+    home.write_config(&json!({
+        "agents": { "echo": { "kind": "echo" }, "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
+        "workerHandshakeTimeoutMs": 1500,
+    }))?;
+    let started = home.expect(0, &["start", "--port", "0"]).await?;
+    let (_url, pid) = announced(&started.stdout);
+    assert!(
+        started.stderr.contains(&format!("waiting for ahpd (pid {pid}) to start its agents and announce itself…")),
+        "one line per step when stderr is not a terminal: {}",
+        started.stderr
+    );
+    assert!(!started.stdout.contains("waiting"), "the answer on stdout is the answer alone");
+    home.expect(0, &["stop"]).await?;
+    Ok(())
+}

@@ -258,7 +258,7 @@ fn answer(line: &str, host: &Host, facts: &Facts) -> (Reply, bool) {
             (Reply::done(), true)
         }
         Request::PrepareRestart { force } => {
-            if !facts.detached {
+            if !facts.detached && facts.service.is_none() {
                 let why = format!(
                     "This daemon runs in the foreground, not from ahpd start; restart it where it runs (pid {}, started in {}).",
                     std::process::id(),

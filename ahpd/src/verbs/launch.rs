@@ -109,7 +109,9 @@ pub async fn launch(paths: &Paths, launch: &Launch) -> Result<Announced, LaunchE
 async fn wait_for_announcement(child: &mut Child, log: &File, offset: u64) -> Result<Announced, LaunchError> {
     let pid = child.id();
     let deadline = tokio::time::Instant::now() + READY_WITHIN;
+    let mut progress = super::progress::Progress::new();
     loop {
+        progress.waiting(&format!("waiting for ahpd (pid {pid}) to start its agents and announce itself"));
         let said = read_from(log, offset);
         if let Some(announced) = announcement(&said, pid) {
             // Not waited for: the daemon outlives this process and is adopted when it exits.

@@ -1,4 +1,4 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs`.
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs|service`.
 //! They find the running daemon through its record and control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
@@ -8,7 +8,9 @@ pub mod agents;
 pub mod config;
 pub mod launch;
 pub mod logs;
+pub mod progress;
 pub mod restart;
+pub mod service;
 pub mod start;
 pub mod status;
 pub mod stop;
@@ -62,6 +64,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Stop => stop::run(&paths).await,
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
+            Verb::Service(args) => service::run(&paths, &args.action).await,
             Verb::Config(_) | Verb::User(_) | Verb::Agents(_) | Verb::Logs { .. } | Verb::Worker { .. } => {
                 ExitCode::from(EXIT_USAGE)
             }
@@ -152,13 +155,16 @@ pub async fn ask(paths: &Paths, request: &Request) -> Result<Reply, AskError> {
     client::ask(&paths.socket(), request, ASK_WITHIN).await
 }
 
-/// Waits until `pid` has exited, at most `within`; answers whether it did.
+/// Waits until `pid` has exited, at most `within`, saying so after a second; answers whether it
+/// did.
 pub async fn wait_for_exit(pid: u32, within: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
+    let mut progress = progress::Progress::new();
     while process::alive(pid) {
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
+        progress.waiting(&format!("waiting for ahpd (pid {pid}) to stop its workers and exit"));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     true

@@ -1,7 +1,8 @@
 //! `ahpd restart [--force]`: ask the daemon whether it may be restarted and with what line, check
 //! that this binary and today's config files can start with that line, stop the daemon
 //! gracefully, start its successor with the same line (same folder, same environment), and wait
-//! for its announcement. Every refusal before the stop leaves the old daemon running.
+//! for its announcement. Every refusal before the stop leaves the old daemon running. A daemon a
+//! service manager runs is restarted by that manager (or the person is told its command).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -10,8 +11,9 @@ use std::time::Duration;
 
 use super::launch::{self, Launch};
 use super::{ask, fail, find, forget_stale, say, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
-use crate::control::{Line, Request};
+use crate::control::{Line, Request, Status};
 use crate::paths::Paths;
+use crate::service::{self, Manager};
 
 /// Set (to anything) in the environment of a daemon run only to check its line: it reads its
 /// options and config, then exits 0, or says why not and exits 2.
@@ -20,10 +22,13 @@ pub const CHECK_LINE_ENV: &str = "AHPD_CHECK_LINE";
 /// How long the check may take.
 const CHECK_WITHIN: Duration = Duration::from_secs(10);
 
+/// How long a restarted service may take to answer once the old daemon is gone.
+const SUCCESSOR_WITHIN: Duration = Duration::from_secs(30);
+
 /// Runs `ahpd restart`.
 pub async fn run(paths: &Paths, force: bool) -> ExitCode {
-    match find(paths).await {
-        Found::Running(_) => {}
+    let manager = match find(paths).await {
+        Found::Running(status) => super::service::manager_of(&status),
         Found::None => return fail(EXIT_CONFLICT, "None running."),
         Found::Stale { why } => {
             forget_stale(paths, &why);
@@ -38,7 +43,7 @@ pub async fn run(paths: &Paths, force: bool) -> ExitCode {
                 ),
             )
         }
-    }
+    };
     let line = match ask(paths, &Request::PrepareRestart { force }).await {
         Ok(reply) if reply.ok => match reply.line {
             Some(line) => line,
@@ -51,8 +56,16 @@ pub async fn run(paths: &Paths, force: bool) -> ExitCode {
         Ok(exe) => exe,
         Err(e) => return fail(EXIT_CONFLICT, &format!("could not find this program's own path: {e}")),
     };
-    if let Err(why) = check(&exe, &line).await {
+    let checked = super::progress::saying(
+        "checking that this ahpd and today's config files can start with the daemon's line",
+        check(&exe, &line),
+    )
+    .await;
+    if let Err(why) = checked {
         return fail(EXIT_CONFLICT, &format!("Its line cannot start now, so it was not stopped: {why}"));
+    }
+    if let Some(manager) = manager {
+        return by_manager(paths, manager, line.pid).await;
     }
     // Refused if a turn started since the preparation (unless forced).
     match ask(paths, &Request::Stop { unless_busy: !force }).await {
@@ -83,6 +96,52 @@ pub async fn run(paths: &Paths, force: bool) -> ExitCode {
         }
         Err(e) => fail(EXIT_CONFLICT, &format!("Could not restart it: {e}")),
     }
+}
+
+/// Asks the service manager that runs the daemon to restart it, and waits for its successor.
+async fn by_manager(paths: &Paths, manager: Manager, old: u32) -> ExitCode {
+    let command = manager.restart_command();
+    if let Err(why) = service::run(&command) {
+        return fail(
+            EXIT_CONFLICT,
+            &format!(
+                "This daemon runs under {}, which did not restart it: `{}` said: {why}\nRestart it with: {}",
+                manager.name(),
+                service::shown(&command),
+                service::shown(&command)
+            ),
+        );
+    }
+    let what = format!("waiting for {} to restart ahpd (pid {old})", manager.name());
+    match super::progress::saying(&what, successor(paths, old)).await {
+        Some(status) => {
+            say(&format!(
+                "ahpd on {} (pid {}), restarted by {} from pid {old}",
+                status.url,
+                status.pid,
+                manager.name()
+            ));
+            ExitCode::SUCCESS
+        }
+        None => fail(
+            EXIT_CONFLICT,
+            &format!("{} was asked to restart it, but no new ahpd answered; see ahpd logs", manager.name()),
+        ),
+    }
+}
+
+/// The daemon that answers for this data folder once `old` is gone.
+async fn successor(paths: &Paths, old: u32) -> Option<Status> {
+    let deadline = tokio::time::Instant::now() + EXIT_WITHIN + SUCCESSOR_WITHIN;
+    while tokio::time::Instant::now() < deadline {
+        if let Found::Running(status) = find(paths).await {
+            if status.pid != old && !status.url.is_empty() {
+                return Some(status);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }
 
 /// Runs this binary with the daemon's line, folder and environment, only to read its options and
