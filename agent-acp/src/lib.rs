@@ -9,9 +9,8 @@
 //! ([`client`]).
 //!
 //! The JSON-RPC is written here ([`conn`]) rather than taken from the `agent-client-protocol`
-//! crate: that crate needs Rust 1.88 (this workspace promises 1.85), and an agent is someone
-//! else's program - string ids, stray lines on stdout and update kinds newer than any schema
-//! must not end a conversation, so everything is read leniently from JSON.
+//! crate: an agent is someone else's program - string ids, stray lines on stdout and update kinds
+//! newer than any schema must not end a conversation, so everything is read leniently from JSON.
 //!
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 

@@ -83,6 +83,12 @@ pub enum Verb {
     /// version when it says one; and why each known agent is not offered. Needs no running daemon.
     #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
     Agents(AgentsArgs),
+    /// Print a completion script for a shell, e.g. `ahpd completions bash >
+    /// ~/.local/share/bash-completion/completions/ahpd`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Show the end of the daemon's log (daemon.log in the data folder, kept by a daemon started
     /// by `ahpd start` or run as a service, rotated by size while it runs).
     #[command(after_help = "Exit codes: 0 shown, 1 no log yet.")]

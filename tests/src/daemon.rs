@@ -88,6 +88,8 @@ pub struct DaemonOptions {
     pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// The binary to run, when not this workspace's (an installed one).
+    pub bin: Option<PathBuf>,
 }
 
 impl DaemonOptions {
@@ -151,7 +153,7 @@ impl Daemon {
         if let Some(config) = &options.config {
             std::fs::write(config_dir.join("config.json"), serde_json::to_vec_pretty(config)?)?;
         }
-        let mut command = Command::new(ahpd_bin());
+        let mut command = Command::new(options.bin.clone().unwrap_or_else(ahpd_bin));
         if !options.args.iter().any(|a| a == "--port") {
             command.args(["--port", "0"]);
         }

@@ -463,3 +463,49 @@ async fn a_verb_that_waits_more_than_a_second_says_what_it_waits_for() -> anyhow
     home.expect(0, &["stop"]).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn completions_for_bash_zsh_and_fish_name_every_verb() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    for shell in ["bash", "zsh", "fish"] {
+        let script = home.expect(0, &["completions", shell]).await?.stdout;
+        for verb in ["start", "stop", "status", "restart", "config", "user", "service", "agents", "logs"] {
+            assert!(script.contains(verb), "{shell} completes {verb}");
+        }
+    }
+    let bash = home.expect(0, &["completions", "bash"]).await?.stdout;
+    let file = home.path().join("ahpd.bash");
+    std::fs::write(&file, bash)?;
+    let checked = tokio::process::Command::new("bash").arg("-n").arg(&file).status().await?;
+    assert!(checked.success(), "the bash script parses");
+    home.expect(2, &["completions", "tcsh-of-old"]).await?;
+    Ok(())
+}
+
+/// `cargo install --path ahpd` into a folder of its own. The debug profile keeps the suite quick
+/// (it reuses the workspace's build); `--release`, the README's line, differs only in the profile.
+#[tokio::test]
+async fn cargo_install_gives_a_binary_that_starts_and_serves_echo() -> anyhow::Result<()> {
+    let root = tempfile::Builder::new().prefix("ahpd-install-").tempdir()?;
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let installed = tokio::process::Command::new(cargo)
+        .args(["install", "--path", "ahpd", "--debug", "--locked", "--offline", "--root"])
+        .arg(root.path())
+        .current_dir(&workspace)
+        .output()
+        .await?;
+    assert!(installed.status.success(), "{}", String::from_utf8_lossy(&installed.stderr));
+    let bin = root.path().join("bin/ahpd");
+    assert!(bin.exists());
+
+    let options = DaemonOptions { bin: Some(bin.clone()), ..Default::default() };
+    let daemon = Daemon::start_with(options).await?;
+    let mut client = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = client.create_session("echo", None).await?;
+    assert_eq!(client.turn(&chat, "installed").await?.state, TurnState::Complete);
+    let workers = tests::daemon::children_of(daemon.pid());
+    let exe = |pid: i32| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    assert!(workers.iter().any(|w| exe(*w) == Some(bin.clone())), "its workers are the installed binary too");
+    Ok(())
+}

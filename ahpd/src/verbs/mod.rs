@@ -1,4 +1,4 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs|service`.
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs|service|completions`.
 //! They find the running daemon through its record and control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
@@ -44,6 +44,14 @@ pub fn run(verb: Verb) -> ExitCode {
     if let Verb::User(args) = &verb {
         return user::run(args);
     }
+    if let Verb::Completions { shell } = verb {
+        let mut command = <crate::cli::Cli as clap::CommandFactory>::command();
+        // Made whole first: a reader that goes away (`| head`) is not an error.
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut command, "ahpd", &mut script);
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), &script);
+        return ExitCode::SUCCESS;
+    }
     if let Verb::Agents(args) = &verb {
         return agents::run(args);
     }
@@ -65,9 +73,12 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
             Verb::Service(args) => service::run(&paths, &args.action).await,
-            Verb::Config(_) | Verb::User(_) | Verb::Agents(_) | Verb::Logs { .. } | Verb::Worker { .. } => {
-                ExitCode::from(EXIT_USAGE)
-            }
+            Verb::Config(_)
+            | Verb::User(_)
+            | Verb::Agents(_)
+            | Verb::Completions { .. }
+            | Verb::Logs { .. }
+            | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
         }
     })
 }

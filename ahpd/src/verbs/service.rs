@@ -72,13 +72,15 @@ async fn install(
         return ExitCode::SUCCESS;
     }
     match find(paths).await {
-        Found::Running(status) if status.service.is_none() => return fail(
-            EXIT_CONFLICT,
-            &format!(
+        Found::Running(status) if status.service.is_none() => {
+            return fail(
+                EXIT_CONFLICT,
+                &format!(
                 "ahpd already runs (pid {}); stop it first (ahpd stop) and run this again, or start the service later.",
                 status.pid
             ),
-        ),
+            )
+        }
         _ => {}
     }
     for command in &start {
