@@ -8,7 +8,9 @@ use clap::{Args, Parser, Subcommand};
 /// Agent Host Protocol (AHP 1.0.0).
 ///
 /// With no verb it runs the daemon in the foreground and prints where it listens. Configuration
-/// comes from ~/.config/ahpd/config.json (or $AHPD_CONFIG, or --config-file); flags win over files.
+/// comes from config.json in ahpd's config folder (~/.config/ahpd on Linux, ~/Library/Application
+/// Support/ahpd on macOS; `ahpd config` prints it), $AHPD_CONFIG, or --config-file; flags win over
+/// files.
 #[derive(Debug, Parser)]
 #[command(name = "ahpd", version, propagate_version = true, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -57,8 +59,8 @@ pub enum Verb {
         force: bool,
     },
     /// Show the configuration `ahpd [options]` runs with: every key, its value, and which file,
-    /// flag or default set it (credentials shown as <set>), and which files were read. Needs no
-    /// running daemon.
+    /// flag or default set it (credentials shown as <set>), which files were read, and the config
+    /// and data folders of this platform. Needs no running daemon.
     #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
     Config(ConfigArgs),
     /// Manage the users directory: the people who may connect, their roles and their tokens.

@@ -1,5 +1,7 @@
-//! Where ahpd keeps things: the platform's config and data folders (XDG on Linux, so a test gives
-//! each daemon its own by setting `XDG_CONFIG_HOME` and `XDG_DATA_HOME`).
+//! Where ahpd keeps things: the platform's config and data folders. On Linux, XDG:
+//! `~/.config/ahpd` and `~/.local/share/ahpd` (a test gives each daemon its own by setting
+//! `XDG_CONFIG_HOME` and `XDG_DATA_HOME`); on macOS both are `~/Library/Application Support/ahpd`.
+//! `ahpd config` prints them; `--help` and the README name them so.
 
 use std::path::PathBuf;
 

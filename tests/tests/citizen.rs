@@ -509,3 +509,16 @@ async fn cargo_install_gives_a_binary_that_starts_and_serves_echo() -> anyhow::R
     assert!(workers.iter().any(|w| exe(*w) == Some(bin.clone())), "its workers are the installed binary too");
     Ok(())
 }
+
+#[tokio::test]
+async fn ahpd_config_names_the_folders_the_daemon_uses() -> anyhow::Result<()> {
+    let home = Home::new()?;
+    let (config, data) = (home.path().join("config/ahpd"), home.data_dir());
+    let text = home.expect(0, &["config"]).await?.stdout;
+    assert!(text.contains(&format!("folders: config {}, data {}", config.display(), data.display())), "{text}");
+    let shown: Value = serde_json::from_str(&home.expect(0, &["config", "--json"]).await?.stdout)?;
+    assert_eq!(shown["folders"], json!({ "config": config, "data": data }));
+    let help = home.expect(0, &["--help"]).await?.stdout;
+    assert!(help.contains("~/.config/ahpd on Linux") && help.contains("Support/ahpd on macOS"), "{help}");
+    Ok(())
+}

@@ -1,5 +1,6 @@
 //! `ahpd config [--json]`: the configuration `ahpd [options]` runs with, key by key, with the
-//! file, flag or default that set each one and when a change applies; credentials as `<set>`.
+//! file, flag or default that set each one and when a change applies; credentials as `<set>`; and
+//! the platform's folders it reads and keeps things in.
 //! Reads the files itself: no daemon needs to run.
 
 use std::process::ExitCode;
@@ -13,17 +14,24 @@ use crate::paths::Paths;
 
 /// Runs `ahpd config`.
 pub fn run(args: &ConfigArgs) -> ExitCode {
-    let config = match load(args) {
-        Ok(config) => config,
+    let (config, paths) = match load(args) {
+        Ok(loaded) => loaded,
         Err(why) => return fail(EXIT_USAGE, &why),
     };
     if args.json {
-        match serde_json::to_string_pretty(&as_json(&config)) {
+        let mut shown = as_json(&config);
+        shown["folders"] = json!({ "config": paths.config_dir, "data": paths.data_dir });
+        match serde_json::to_string_pretty(&shown) {
             Ok(text) => say(&text),
             Err(e) => return fail(EXIT_USAGE, &e.to_string()),
         }
     } else {
-        for line in as_lines(&config) {
+        let mut lines = as_lines(&config).into_iter();
+        if let Some(files) = lines.next() {
+            say(&files);
+        }
+        say(&format!("folders: config {}, data {}", paths.config_dir.display(), paths.data_dir.display()));
+        for line in lines {
             say(&line);
         }
         for warning in &config.warnings {
@@ -33,11 +41,11 @@ pub fn run(args: &ConfigArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn load(args: &ConfigArgs) -> Result<Config, String> {
+fn load(args: &ConfigArgs) -> Result<(Config, Paths), String> {
     let paths = Paths::platform().map_err(|e| e.to_string())?;
     let mut config = Config::load(&paths.config_dir, args.daemon.config_file.as_deref()).map_err(|e| e.to_string())?;
     crate::daemon::apply_flags(&mut config, &args.daemon).map_err(|e| e.to_string())?;
-    Ok(config)
+    Ok((config, paths))
 }
 
 fn applies(name: &str) -> &'static str {
