@@ -297,6 +297,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         // Written before the announcement, so whoever reads the announcement finds the record.
         record = Some(facts.listening(&url).context("could not write the daemon record")?);
         println!("ahpd on {url}");
+        // The page carries the token so one click opens it; the page takes it out of the address.
+        println!("web: {}", crate::web::page_url(&url, plan.token.as_deref()));
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
         let shutdown = cancel.clone();

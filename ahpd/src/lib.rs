@@ -22,4 +22,5 @@ pub mod supervisor;
 pub mod tools;
 pub mod users;
 pub mod verbs;
+pub mod web;
 pub mod worker;
