@@ -42,6 +42,14 @@ class App {
     this.listDirty = true;
     this.frame = 0;
     this.watching = new Set();
+    this.sight = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        const pane = this.panes.find((p) => p.el === e.target);
+        if (!pane) continue;
+        pane.visible = e.isIntersecting;
+        if (pane.visible) pane.settle();
+      }
+    });
     this.build();
     this.conn = new Connection({
       token: takeToken(),
@@ -236,16 +244,19 @@ class App {
 
   async open(session) {
     const existing = this.panes.find((p) => p.session === session);
-    if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest' }); existing.input.focus(); return; }
+    if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest' }); existing.input.focus({ preventScroll: true }); return; }
     const summary = this.sessions.get(session);
     const pane = new ChatPane(this, session, summary?.defaultChat ?? null);
-    this.panes.push(pane);
+    // The newest comes first, where the eye is; the others move right.
+    this.panes.unshift(pane);
     this.welcome.remove();
-    this.panesEl.append(pane.el);
+    this.panesEl.prepend(pane.el);
+    this.panesEl.scrollLeft = 0;
+    this.sight.observe(pane.el);
     this.listDirty = true;
     if (!this.watching.has(session)) await this.watch(session);
     await this.watchChat(pane);
-    pane.input.focus();
+    pane.input.focus({ preventScroll: true });
   }
 
   async watchChat(pane) {
@@ -261,6 +272,7 @@ class App {
 
   close(pane) {
     this.panes = this.panes.filter((p) => p !== pane);
+    this.sight.unobserve(pane.el);
     pane.el.remove();
     if (pane.chat && !this.panes.some((p) => p.chat === pane.chat)) {
       this.conn.unsubscribe(pane.chat);
@@ -362,11 +374,16 @@ class App {
     if (this.frame) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
-      for (const pane of this.dirty) {
+      const panes = [...this.dirty];
+      this.dirty.clear();
+      // Panes scrolled out of sight are neither measured nor laid out (content-visibility).
+      const seen = panes.filter((pane) => pane.visible);
+      for (const pane of seen) pane.measure();
+      for (const pane of panes) {
         const state = this.chats.get(pane.chat);
         if (state && pane.state !== state) pane.reset(state); else pane.draw();
       }
-      this.dirty.clear();
+      for (const pane of seen) pane.settle();
       if (this.listDirty) { this.listDirty = false; this.drawList(); }
     });
   }

@@ -28,6 +28,8 @@ export class ChatPane {
     this.chat = chat;
     this.turns = new Map();
     this.state = null;
+    this.visible = true;
+    this.stick = true;
     this.drawnHead = '';
     this.el = h('section', { class: 'pane', data: { session, chat } });
     this.title = h('h2', { class: 'pane-title', title: 'Rename', on: { dblclick: () => this.rename() } });
@@ -46,7 +48,7 @@ export class ChatPane {
     this.empty = h('p', { class: 'empty', text: 'Loading…' });
     this.log.append(this.empty);
     this.pendingEl = h('div', { class: 'pending' });
-    this.input = h('textarea', { rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line)', 'aria-label': 'Message' });
+    this.input = h('textarea', { rows: 2, placeholder: 'Message…', title: 'Enter sends; Shift+Enter starts a new line', 'aria-label': 'Message' });
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.submit('auto'); }
     });
@@ -63,14 +65,28 @@ export class ChatPane {
     this.turns.clear();
     this.log.replaceChildren();
     this.drawnPending = null;
+    this.stick = true;
     this.draw();
+    this.settle();
+  }
+
+  /**
+   * Reads the layout before any pane writes (a frame reads every pane, then draws every pane,
+   * then scrolls every pane, so the browser lays the page out once, not once per pane).
+   */
+  measure() {
+    this.stick = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 60;
+  }
+
+  /** Keeps a pane that was at the bottom at the bottom. */
+  settle() {
+    if (this.stick && this.visible) this.log.scrollTop = this.log.scrollHeight;
   }
 
   draw() {
     const c = this.state;
     this.drawHead();
     if (!c) return;
-    const stick = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 60;
     const all = c.activeTurn ? [...c.turns, c.activeTurn] : c.turns;
     if (!all.length) {
       if (!this.log.contains(this.empty)) this.log.replaceChildren(this.empty);
@@ -94,7 +110,6 @@ export class ChatPane {
     this.sendButton.textContent = running ? 'Queue' : 'Send';
     this.steerButton.hidden = !running;
     this.stopButton.hidden = !running;
-    if (stick) this.log.scrollTop = this.log.scrollHeight;
   }
 
   drawHead() {
