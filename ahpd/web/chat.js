@@ -35,14 +35,14 @@ export class ChatPane {
     this.title = h('h2', { class: 'pane-title', title: 'Rename', on: { dblclick: () => this.rename() } });
     this.chip = h('span', { class: 'chip' });
     this.meta = h('div', { class: 'pane-meta' });
-    this.archiveButton = h('button', { class: 'ghost', type: 'button', on: { click: () => this.app.archive(session) } }, 'Archive');
+    this.archiveButton = h('button', { class: 'ghost', type: 'button', data: { action: 'archive' }, on: { click: () => this.app.archive(session) } }, 'Archive');
     const head = h('header', { class: 'pane-head' },
       h('div', { class: 'pane-heading' }, this.chip, this.title,
         h('div', { class: 'pane-actions' },
-          h('button', { class: 'ghost', type: 'button', title: 'Rename', on: { click: () => this.rename() } }, 'Rename'),
+          h('button', { class: 'ghost', type: 'button', title: 'Rename', data: { action: 'rename' }, on: { click: () => this.rename() } }, 'Rename'),
           this.archiveButton,
-          h('button', { class: 'ghost danger', type: 'button', on: { click: () => this.app.remove(session) } }, 'Delete'),
-          h('button', { class: 'ghost close', type: 'button', title: 'Close', 'aria-label': 'Close', on: { click: () => this.app.close(this) } }, '×'))),
+          h('button', { class: 'ghost danger', type: 'button', data: { action: 'delete' }, on: { click: () => this.app.remove(session) } }, 'Delete'),
+          h('button', { class: 'ghost close', type: 'button', title: 'Close', 'aria-label': 'Close', data: { action: 'close' }, on: { click: () => this.app.close(this) } }, '×'))),
       this.meta);
     this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
     this.empty = h('p', { class: 'empty', text: 'Loading…' });
@@ -52,16 +52,21 @@ export class ChatPane {
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.submit('auto'); }
     });
-    this.sendButton = h('button', { class: 'primary', type: 'button', on: { click: () => this.submit('auto') } }, 'Send');
-    this.steerButton = h('button', { type: 'button', title: 'Tell the running turn now', on: { click: () => this.submit('steering') } }, 'Steer');
-    this.stopButton = h('button', { class: 'danger', type: 'button', on: { click: () => this.cancel() } }, 'Stop');
+    this.sendButton = h('button', { class: 'primary', type: 'button', data: { action: 'send' }, on: { click: () => this.submit('auto') } }, 'Send');
+    this.steerButton = h('button', { type: 'button', title: 'Tell the running turn now', data: { action: 'steer' }, on: { click: () => this.submit('steering') } }, 'Steer');
+    this.stopButton = h('button', { class: 'danger', type: 'button', data: { action: 'stop' }, on: { click: () => this.cancel() } }, 'Stop');
     this.composer = h('div', { class: 'composer' }, this.input, h('div', { class: 'composer-actions' }, this.stopButton, this.steerButton, this.sendButton));
+    // Nothing can be sent before the chat's state is in.
+    this.input.disabled = true;
+    this.sendButton.disabled = true;
     this.el.append(head, this.log, this.pendingEl, this.composer);
   }
 
   /** A fresh state (a snapshot): everything is drawn again. */
   reset(state) {
     this.state = state;
+    this.input.disabled = false;
+    this.sendButton.disabled = false;
     this.turns.clear();
     this.log.replaceChildren();
     this.drawnPending = null;

@@ -30,6 +30,13 @@ export class Connection {
     this.ws = null;
     this.retry = 0;
     this.stopped = false;
+    // Messages wait here and are taken in slices of a few milliseconds: the browser hands a burst
+    // of WebSocket messages over in one task, and folding thousands of deltas at once would hold
+    // the page still.
+    this.inbox = [];
+    this.draining = false;
+    this.tick = new MessageChannel();
+    this.tick.port1.onmessage = () => this.drain();
   }
 
   start() { this.open(); }
@@ -53,7 +60,10 @@ export class Connection {
     const query = this.token ? `?tkn=${encodeURIComponent(this.token)}` : '';
     const ws = new WebSocket(`${proto}//${location.host}/${query}`);
     this.ws = ws;
-    ws.onmessage = (e) => this.receive(e.data);
+    ws.onmessage = (e) => {
+      this.inbox.push(e.data);
+      if (!this.draining) { this.draining = true; this.tick.port2.postMessage(null); }
+    };
     ws.onclose = () => this.closed(ws);
     ws.onopen = () => this.handshake().catch((e) => { console.warn('handshake failed', e); ws.close(); });
   }
@@ -66,6 +76,7 @@ export class Connection {
   closed(ws) {
     if (this.ws !== ws) return;
     this.ws = null;
+    this.drain();
     for (const { reject } of this.pending.values()) reject(new Error('the connection closed'));
     this.pending.clear();
     this.onState('offline');
@@ -109,6 +120,18 @@ export class Connection {
   online() {
     this.retry = 0;
     this.onState('online');
+  }
+
+  /** Takes waiting messages for at most ~6 ms, then lets the page breathe and comes back. */
+  drain() {
+    const until = performance.now() + 6;
+    let i = 0;
+    while (i < this.inbox.length && performance.now() < until) {
+      const batch = Math.min(this.inbox.length, i + 64);
+      for (; i < batch; i++) this.receive(this.inbox[i]);
+    }
+    this.inbox = i === this.inbox.length ? [] : this.inbox.slice(i);
+    if (this.inbox.length) this.tick.port2.postMessage(null); else this.draining = false;
   }
 
   receive(data) {

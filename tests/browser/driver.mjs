@@ -88,6 +88,7 @@ const ops = {
     await page.__cdp.send('Profiler.enable');
     await page.__cdp.send('Profiler.setSamplingInterval', { interval: 200 });
     await page.__cdp.send('Profiler.start');
+    page.__p0 = await page.evaluate(() => performance.now());
     return null;
   },
   profileStop: async () => {
@@ -100,7 +101,29 @@ const ops = {
       const key = `${f.functionName || '(anonymous)'} ${f.url.split('/').pop()}:${f.lineNumber + 1}`;
       self.set(key, (self.get(key) ?? 0) + (dt.get(node.id) ?? 0) / 1000);
     }
-    return [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 20).map(([k, ms]) => `${Math.round(ms)} ms ${k}`);
+    const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 20).map(([k, ms]) => `${Math.round(ms)} ms ${k}`);
+    // Inside the longest long task: where its samples were.
+    const tasks = (await page.evaluate(() => window.__longTasks)) ?? [];
+    const longest = tasks.sort((a, b) => b.ms - a.ms)[0];
+    if (!longest) return top;
+    const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+    const parent = new Map();
+    for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+    const inside = new Map();
+    let t = profile.startTime;
+    profile.samples.forEach((id, i) => {
+      t += profile.timeDeltas[i] ?? 0;
+      const ms = page.__p0 + (t - profile.startTime) / 1000;
+      if (ms < longest.start || ms > longest.start + longest.ms) return;
+      const names = [];
+      for (let n = id; n !== undefined && names.length < 6; n = parent.get(n)) {
+        const f = byId.get(n).callFrame;
+        names.push(f.functionName || '(anon)');
+      }
+      const key = names.join(' < ');
+      inside.set(key, (inside.get(key) ?? 0) + 1);
+    });
+    return top.concat([`longest task ${longest.ms} ms at ${longest.start}:`], [...inside.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12).map(([k, n]) => `${n} samples ${k}`));
   },
   close: async () => { await browser.close(); setTimeout(() => process.exit(0), 10); return null; },
 };

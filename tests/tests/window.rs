@@ -54,21 +54,47 @@ async fn new_session_in_page(browser: &mut Browser, agent: &str) -> anyhow::Resu
             "document.querySelectorAll('.pane').length > {before} && document.querySelector('.pane').dataset.chat"
         ))
         .await?;
-    chat.as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no chat: {chat}"))
+    let chat = chat.as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no chat: {chat}"))?;
+    // Its composer opens once the chat's state is in.
+    browser
+        .wait_for(&format!(
+            "window.ahpd.chats.has({}) && !document.querySelector('{} textarea').disabled",
+            js_str(&chat),
+            pane(&chat).replace('\'', "\\'")
+        ))
+        .await?;
+    Ok(chat)
 }
 
 fn pane(chat: &str) -> String {
     format!(".pane[data-chat=\"{chat}\"]")
 }
 
+/// Puts `text` in the chat's composer and presses Enter there (typing long texts key by key would
+/// only slow the test).
 async fn send_in_page(browser: &mut Browser, chat: &str, text: &str) -> anyhow::Result<()> {
-    browser.type_into(&format!("{} textarea", pane(chat)), text).await?;
+    let field = format!("{} textarea", pane(chat));
+    browser
+        .eval(&format!(
+            "(() => {{ const t = document.querySelector({}); t.value = {}; t.focus(); return true; }})()",
+            js_str(&field),
+            js_str(text)
+        ))
+        .await?;
     browser.press("Enter").await
 }
 
-/// Waits until the page folded `n` finished turns in `chat`.
+/// Waits until the page folded `n` finished turns in `chat` and drew them.
 async fn turns_in_page(browser: &mut Browser, chat: &str, n: usize) -> anyhow::Result<()> {
-    browser.wait_for(&format!("(window.ahpd.chats.get({})?.turns.length ?? 0) >= {n}", js_str(chat))).await.map(|_| ())
+    let drawn = format!("{} .turn:not(.active)", pane(chat));
+    browser
+        .wait_for(&format!(
+            "(window.ahpd.chats.get({})?.turns.length ?? 0) >= {n} && document.querySelectorAll({}).length >= {n}",
+            js_str(chat),
+            js_str(&drawn)
+        ))
+        .await
+        .map(|_| ())
 }
 
 /// The text the page shows for turn `i`'s reply (its markdown parts).
@@ -96,7 +122,7 @@ fn shots() -> anyhow::Result<PathBuf> {
 #[tokio::test]
 async fn the_page_starts_a_session_streams_the_reply_and_shows_another_clients_message_live() -> anyhow::Result<()> {
     let options = DaemonOptions {
-        config: Some(json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 10 } } } })),
+        config: Some(json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 50 } } } })),
         args: vec!["--connection-token".into(), TOKEN.into()],
         ..DaemonOptions::default()
     };
@@ -431,4 +457,147 @@ async fn screenshots_with_twenty_sessions_and_a_long_streaming_reply() -> anyhow
         assert!(std::fs::metadata(&path)?.len() > 10_000, "{} was written", path.display());
     }
     browser.close().await
+}
+
+#[tokio::test]
+async fn queue_steer_and_stop_a_running_turn_from_the_page() -> anyhow::Result<()> {
+    let config = json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 40 } } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut browser = Browser::launch().await?;
+    browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
+    online(&mut browser).await?;
+    let chat = new_session_in_page(&mut browser, "echo").await?;
+    let p = pane(&chat);
+    let quoted = p.replace('\'', "\\'");
+    let words = |n: usize| (0..n).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let running = format!("window.ahpd.chats.get({})?.activeTurn?.responseParts.length > 0", js_str(&chat));
+    send_in_page(&mut browser, &chat, &words(60)).await?;
+    browser.wait_for(&running).await?;
+
+    // While it runs, Enter queues and Steer hands a message to the running turn.
+    send_in_page(&mut browser, &chat, "queued one").await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector('{quoted} .pending-item.queued')?.textContent.includes('queued one')"
+        ))
+        .await?;
+    browser.type_into(&format!("{p} textarea"), "steer me").await?;
+    browser.click(&format!("{p} button[data-action=steer]")).await?;
+    // The turn ends, and the queued message starts as the next.
+    turns_in_page(&mut browser, &chat, 2).await?;
+    browser.wait_for(&format!("!document.querySelector('{quoted} .pending-item')")).await?;
+
+    // Stop cancels a running turn.
+    send_in_page(&mut browser, &chat, &words(400)).await?;
+    browser.wait_for(&running).await?;
+    browser.click(&format!("{p} button[data-action=stop]")).await?;
+    turns_in_page(&mut browser, &chat, 3).await?;
+
+    let mut client = TestClient::connect(&daemon.url, "checker").await?;
+    client.subscribe(&chat).await?;
+    let turns = client.mirror.chat(&chat).context_chat()?.turns.clone();
+    assert!(turn_text(&turns[0]).contains("(steered: steer me)"), "{}", turn_text(&turns[0]));
+    assert_eq!(turns[1].message.text, "queued one");
+    assert_eq!(turns[1].state, ahp_types::state::TurnState::Complete);
+    assert_eq!(turns[2].state, ahp_types::state::TurnState::Cancelled);
+    // Markdown draws a blank line as a paragraph break: the words are the same.
+    let words_of = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (i, turn) in turns.iter().enumerate() {
+        assert_eq!(words_of(&shown_reply(&mut browser, &chat, i).await?), words_of(&turn_text(turn)), "turn {i}");
+    }
+    browser.close().await
+}
+
+#[tokio::test]
+async fn a_session_started_with_its_settings_is_renamed_archived_found_and_deleted_in_the_page() -> anyhow::Result<()> {
+    let notes = tempfile::tempdir()?;
+    let folder = tempfile::tempdir()?;
+    let config = json!({ "agents": { "echo": { "kind": "echo" }, "notes": { "kind": "notes", "options": { "dir": notes.path() } } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut browser = Browser::launch().await?;
+    browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
+    online(&mut browser).await?;
+
+    // New session on notes, in a folder, with "ask before" set to never from the agent's schema.
+    browser.click("button[data-action=new]").await?;
+    browser
+        .eval("(() => { const s = document.querySelector('dialog.new-session select[name=agent]'); s.value = 'notes'; s.dispatchEvent(new Event('change')); return true; })()")
+        .await?;
+    browser.wait_for("document.querySelector('dialog.new-session select[name=ask]')").await?;
+    browser
+        .eval(&format!(
+            "(() => {{ const s = document.querySelector('dialog.new-session select[name=ask]'); s.value = JSON.stringify('never'); s.dispatchEvent(new Event('change')); document.querySelector('dialog.new-session input[name=folder]').value = {}; return true; }})()",
+            js_str(&folder.path().display().to_string())
+        ))
+        .await?;
+    browser
+        .wait_for("document.querySelector('dialog.new-session select[name=ask]').value === JSON.stringify('never')")
+        .await?;
+    browser.click("dialog.new-session button[data-action=create]").await?;
+    let chat = browser.wait_for("document.querySelector('.pane')?.dataset.chat").await?;
+    let chat = chat.as_str().unwrap_or_default().to_owned();
+    browser
+        .wait_for(&format!(
+            "window.ahpd.chats.has({}) && !document.querySelector('.pane textarea').disabled",
+            js_str(&chat)
+        ))
+        .await?;
+    let session = chat.replace("ahp-chat:", "ahp-session:");
+    send_in_page(&mut browser, &chat, "write unasked.txt no question").await?;
+    turns_in_page(&mut browser, &chat, 1).await?;
+    assert_eq!(std::fs::read_to_string(notes.path().join("unasked.txt"))?, "no question", "ask: never was taken");
+    let mut client = TestClient::connect(&daemon.url, "checker").await?;
+    client.subscribe(&session).await?;
+    let state = client.mirror.session(&session).context_session()?;
+    let folder_uri = state.working_directories.clone().unwrap_or_default();
+    assert!(folder_uri.first().is_some_and(|u| u.ends_with(&folder.path().display().to_string())), "{folder_uri:?}");
+
+    // Rename.
+    let p = pane(&chat);
+    browser.click(&format!("{p} button[data-action=rename]")).await?;
+    browser.type_into(&format!("{p} .pane-title input.rename"), "Renamed in the page").await?;
+    browser.press("Enter").await?;
+    client.until("the new title", |m| m.session(&session).is_some_and(|s| s.title == "Renamed in the page")).await?;
+    browser.wait_for(&format!("document.querySelector('.session[data-session=\"{session}\"] .title')?.textContent === 'Renamed in the page'")).await?;
+
+    // Search finds it by its title and hides the rest.
+    let (other, _) = client.create_session("echo", None).await?;
+    browser.wait_for(&format!("document.querySelector('.session[data-session=\"{other}\"]')")).await?;
+    browser.type_into(".side input[type=search]", "renamed").await?;
+    browser.wait_for(&format!("!document.querySelector('.session[data-session=\"{other}\"]') && document.querySelector('.session[data-session=\"{session}\"]')")).await?;
+    browser.eval("(() => { const s = document.querySelector('.side input[type=search]'); s.value = ''; s.dispatchEvent(new Event('input')); return true; })()").await?;
+
+    // Archive: it leaves "All" for "Archived".
+    browser.click(&format!("{p} button[data-action=archive]")).await?;
+    client.until("archived", |m| m.session(&session).is_some_and(|s| s.status & 64 != 0)).await?;
+    browser.wait_for(&format!("!document.querySelector('.session[data-session=\"{session}\"]')")).await?;
+    browser.click(".filter[data-filter=archived]").await?;
+    browser.wait_for(&format!("document.querySelector('.session[data-session=\"{session}\"]')")).await?;
+
+    // Delete, after saying yes.
+    browser.click(&format!("{p} button[data-action=delete]")).await?;
+    browser.click("dialog.ask button[data-action=confirm]").await?;
+    browser
+        .wait_for(&format!(
+            "!document.querySelector('{}') && !document.querySelector('.session[data-session=\"{session}\"]')",
+            p.replace('\'', "\\'")
+        ))
+        .await?;
+    let listed = client.request("listSessions", json!({ "channel": "ahp-root://" })).await?;
+    assert!(!listed.to_string().contains(&session), "deleted: {listed}");
+    browser.close().await
+}
+
+trait Found<T> {
+    fn context_chat(self) -> anyhow::Result<T>;
+    fn context_session(self) -> anyhow::Result<T>;
+}
+
+impl<T> Found<T> for Option<T> {
+    fn context_chat(self) -> anyhow::Result<T> {
+        self.ok_or_else(|| anyhow::anyhow!("the client holds no such chat"))
+    }
+    fn context_session(self) -> anyhow::Result<T> {
+        self.ok_or_else(|| anyhow::anyhow!("the client holds no such session"))
+    }
 }
