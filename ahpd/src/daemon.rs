@@ -297,8 +297,12 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         // Written before the announcement, so whoever reads the announcement finds the record.
         record = Some(facts.listening(&url).context("could not write the daemon record")?);
         println!("ahpd on {url}");
-        // The page carries the token so one click opens it; the page takes it out of the address.
-        println!("web: {}", crate::web::page_url(&url, plan.token.as_deref()));
+        // On a terminal the page's address carries the token, so one click opens it (the page
+        // takes it out of the address). A detached daemon's output is its log, which must not
+        // hold the token: `ahpd start` and `restart` add it to what they print.
+        let detached = std::env::var(control::server::DETACHED_ENV).is_ok_and(|v| v == "1");
+        let shown = if detached { None } else { plan.token.as_deref() };
+        println!("web: {}", crate::web::page_url(&url, shown));
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
         let shutdown = cancel.clone();

@@ -3,7 +3,7 @@
 // queue, and a composer that sends, queues, steers and cancels. Drawing happens once per animation
 // frame and touches only the parts whose version moved since the last frame.
 
-import { h, ago, uriPath } from './dom.js';
+import { h, uriPath } from './dom.js';
 import { MarkdownView, render as renderMarkdown } from './markdown.js';
 import { Status, activityOf } from './reducer.js';
 
@@ -433,5 +433,3 @@ function answerText(a) {
   if (!v) return '';
   return Array.isArray(v.value) ? v.value.join(', ') : String(v.value);
 }
-
-export { ago };

@@ -214,3 +214,16 @@ async fn watch_follows_activity_across_sessions_and_in_one() -> anyhow::Result<(
     one.until("just this one").await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn start_prints_the_page_with_its_token_and_the_daemons_log_does_not_hold_it() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    let started = home.expect(0, &["start", "--port", "0", "--connection-token", "in-the-terminal"]).await?;
+    let url = started.stdout.lines().next().and_then(|l| l.strip_prefix("ahpd on ")).and_then(|l| l.split(' ').next());
+    let http = url.context("no url")?.replace("ws://", "http://");
+    assert!(started.stdout.lines().any(|l| l == format!("web: {http}/?tkn=in-the-terminal")), "{}", started.stdout);
+    assert!(home.log().contains(&format!("web: {http}/")), "{}", home.log());
+    assert!(!home.log().contains("in-the-terminal"), "the log never holds the token: {}", home.log());
+    home.expect(0, &["stop"]).await.map(|_| ())
+}
