@@ -31,6 +31,9 @@ if (tmp === undefined) delete process.env.TMPDIR; else process.env.TMPDIR = tmp;
 // (same-origin, mixed content) the window's tests are about, or crowd everything into one process.
 const args = chromium.args.filter((a) => !/disable-web-security|allow-running-insecure-content|single-process|disable-site-isolation/.test(a));
 const browser = await puppeteer.launch({ executablePath, args, headless: true, protocolTimeout: 120_000 });
+// The browser runs in a process group of its own: the test is told its pid so it can end the group
+// even when this driver is killed.
+console.log(JSON.stringify({ id: 0, ok: true, value: { browserPid: browser.process()?.pid ?? null } }));
 
 let page = null;
 const seen = { dialogs: [], errors: [], foreign: [], console: [], requests: [] };

@@ -33,6 +33,8 @@ pub fn browser_dir() -> PathBuf {
 /// A browser with one page at a time.
 pub struct Browser {
     child: Child,
+    /// Chromium's own pid: puppeteer starts it in a process group of its own.
+    browser_pid: Option<i32>,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     next: u64,
@@ -54,7 +56,22 @@ impl Browser {
             .context("running node tests/browser/driver.mjs")?;
         let stdin = child.stdin.take().ok_or_else(|| anyhow!("no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
-        Ok(Self { child, stdin, lines: BufReader::new(stdout).lines(), next: 1 })
+        let mut this = Self { child, stdin, lines: BufReader::new(stdout).lines(), next: 1, browser_pid: None };
+        // The driver's first answer (id 0) names the browser's pid.
+        let started = tokio::time::timeout(COMMAND_WITHIN, async {
+            loop {
+                let Some(line) = this.lines.next_line().await? else { bail!("the browser driver exited") };
+                if let Ok(answer) = serde_json::from_str::<Value>(&line) {
+                    if answer["id"] == json!(0) {
+                        return Ok(answer["value"]["browserPid"].as_i64());
+                    }
+                }
+            }
+        })
+        .await
+        .context("the browser did not start in time")??;
+        this.browser_pid = started.and_then(|p| i32::try_from(p).ok());
+        Ok(this)
     }
 
     /// Sends one command and answers its value.
@@ -138,7 +155,10 @@ impl Browser {
 
     /// Closes the browser.
     pub async fn close(mut self) -> anyhow::Result<()> {
-        let _ = self.call("close", json!({})).await;
+        if self.call("close", json!({})).await.is_ok() {
+            // Closed and reaped by the driver: its pid is no longer ours to signal.
+            self.browser_pid = None;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
         Ok(())
     }
@@ -146,8 +166,14 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        use nix::sys::signal::{killpg, Signal};
+        use nix::unistd::Pid;
+        // Both groups: the driver's, and the browser's own (a closed browser's pid is gone).
+        if let Some(pid) = self.browser_pid {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
 }
