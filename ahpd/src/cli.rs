@@ -102,6 +102,29 @@ pub enum Verb {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// List the running daemon's sessions (what listSessions lists): state, agent, title, URI.
+    #[command(after_help = "Exit codes: 0 listed, 1 none running or it refused the connection.")]
+    Sessions(SessionsArgs),
+    /// Send a message and stream the reply to stdout.
+    ///
+    /// To a new session on --agent, or to --session; with neither, to a new session on the
+    /// daemon's first agent. A tool call that waits to be allowed is asked about on the terminal,
+    /// or answered by --yes or --no; with no terminal and neither flag it is denied. A question is
+    /// asked on the terminal, else declined. Tool calls and questions are written to stderr.
+    #[command(
+        after_help = "Exit codes: 0 the turn completed, 1 it failed or was cancelled (or none running), 2 bad usage."
+    )]
+    Send(SendArgs),
+    /// Follow live activity until interrupted: across every session one line per event (a session
+    /// added or removed, a message, a reply, a failure, something waiting for you); for one
+    /// SESSION, its replies as they stream.
+    #[command(after_help = "Exit codes: 1 none running, or the daemon went away.")]
+    Watch(WatchArgs),
+    /// Print how to reach the running daemon: the web window's address and the URL for VS Code
+    /// (on stderr), and on stdout the JSON to paste into VS Code's settings.json
+    /// (chat.remoteAgentHostsEnabled and the chat.remoteAgentHosts entry, with the token).
+    #[command(after_help = "Exit codes: 0 printed, 1 none running.")]
+    Connect(ClientArgs),
     /// Run a built-in backend as a worker on this process's stdin/stdout (the daemon starts its
     /// workers this way; see docs/workers.md).
     #[command(hide = true)]
@@ -109,6 +132,66 @@ pub enum Verb {
         /// The backend kind: echo, notes, claude, acp, pi.
         kind: String,
     },
+}
+
+/// How the client verbs reach a daemon.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ClientArgs {
+    /// The daemon's ws:// URL (default: the running daemon's, from its record).
+    #[arg(long, value_name = "URL", global = true)]
+    pub url: Option<String>,
+    /// The connection token (default: --token-file, $AHPD_TOKEN, then what the running daemon was
+    /// started with or its config names).
+    #[arg(long, value_name = "SECRET", global = true, conflicts_with = "token_file")]
+    pub token: Option<String>,
+    /// A file holding the connection token.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// `ahpd sessions`' options.
+#[derive(Debug, Clone, Args)]
+pub struct SessionsArgs {
+    /// Print the list as JSON, as listSessions answers it.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the daemon is.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `ahpd send`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct SendArgs {
+    /// Start a new session on this agent (provider).
+    #[arg(long, value_name = "AGENT", conflicts_with = "session")]
+    pub agent: Option<String>,
+    /// Send to this session (its URI or id).
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Allow every tool call that asks.
+    #[arg(long, conflicts_with = "no")]
+    pub yes: bool,
+    /// Deny every tool call that asks (and decline questions).
+    #[arg(long)]
+    pub no: bool,
+    /// The message.
+    #[arg(required = true, value_name = "TEXT")]
+    pub text: Vec<String>,
+    /// Where the daemon is.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `ahpd watch`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct WatchArgs {
+    /// Follow this session alone (its URI or id).
+    #[arg(value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Where the daemon is.
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `ahpd start`'s options: the daemon's own.

@@ -226,7 +226,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
     let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
     host.run_events(events_rx);
-    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token_source.file(), offered));
+    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered));
     if let Some(listener) = control {
         control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
     }
@@ -273,6 +273,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         record = Some(facts.listening(&url).context("could not write the daemon record")?);
         tracing::info!("listening on {url}");
         println!("ahpd on {url}");
+        // On a terminal the page's address carries the token, so one click opens it (the page
+        // takes it out of the address). The output of a detached or service-run daemon is a log
+        // (its own, or the manager's journal), which must not hold the token: `ahpd start` and
+        // `restart` add it to what they print.
+        let to_a_log = matches!(logging::destination(&plan.paths.log()), logging::Destination::File(_));
+        let shown = if to_a_log { None } else { plan.token.as_deref() };
+        println!("web: {}", crate::web::page_url(&url, shown));
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door);
         let shutdown = cancel.clone();

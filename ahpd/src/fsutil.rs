@@ -15,7 +15,7 @@ pub const FILE_MODE: u32 = 0o600;
 /// Writes `bytes` to `path` atomically (temp file in the same folder, fsync, rename), readable by
 /// the owner alone. A missing folder is made private.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let dir = folder_of(path);
     create_private_dir(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
@@ -30,6 +30,11 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// The folder a file is in; a bare name (`users.json`, whose parent is "") is in the current one.
+fn folder_of(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."))
 }
 
 /// Makes `dir` when it is missing: its parents as usual, the folder itself 0700.
@@ -107,6 +112,7 @@ mod tests {
         assert_eq!(mode(&data.join("token")), 0o600);
         create_private_file(&data.join("store")).expect("made");
         assert_eq!(mode(&data.join("store")), 0o600);
+        assert_eq!(folder_of(Path::new("users.json")), Path::new("."), "a bare name is in the current folder");
 
         std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("loosen");
         std::fs::write(data.join("old.log"), b"x").expect("write");

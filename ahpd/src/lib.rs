@@ -27,4 +27,5 @@ pub mod token;
 pub mod tools;
 pub mod users;
 pub mod verbs;
+pub mod web;
 pub mod worker;

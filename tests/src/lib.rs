@@ -3,6 +3,7 @@
 //!
 //! **Invariant:** nothing here is needed at run time; only the test suite links this crate.
 
+pub mod browser;
 pub mod client;
 pub mod daemon;
 pub mod load;

@@ -2,8 +2,8 @@
 //! (`daemon.json`, written once the port is bound, removed on a clean exit) and a local control
 //! socket (`ahpd.sock`) that takes one JSON request per line and answers one JSON reply per line.
 //!
-//! **Invariant:** both live in the data folder, readable by the owner alone; neither carries the
-//! connection token.
+//! **Invariant:** both live in the data folder, readable by the owner alone; the record never
+//! carries the connection token (the socket answers it to its owner's client verbs).
 
 pub mod client;
 pub mod process;
@@ -37,6 +37,9 @@ pub enum Request {
         #[serde(default)]
         force: bool,
     },
+    /// The connection token a client presents, for the client verbs of the person who runs the
+    /// daemon (the socket is theirs alone, as the token's file is); never written down.
+    Token,
 }
 
 /// The answer to a request.
@@ -53,6 +56,9 @@ pub struct Reply {
     /// The answer to `prepareRestart`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<Line>,
+    /// The answer to `token`: the token, when the daemon has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl Reply {

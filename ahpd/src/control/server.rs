@@ -47,6 +47,7 @@ pub struct Facts {
     log: Option<PathBuf>,
     config_files: Vec<PathBuf>,
     config: serde_json::Map<String, serde_json::Value>,
+    token: Option<String>,
     token_file: Option<PathBuf>,
     offered: Vec<super::Offered>,
     url: OnceLock<String>,
@@ -58,6 +59,7 @@ impl Facts {
     pub fn new(
         paths: &Paths,
         config: &Config,
+        token: Option<String>,
         token_file: Option<&std::path::Path>,
         offered: Vec<super::Offered>,
     ) -> Self {
@@ -75,6 +77,7 @@ impl Facts {
             },
             config_files: config.files.clone(),
             config: config.shown().into_iter().map(|(k, v, _)| (k, v)).collect(),
+            token,
             token_file: token_file.map(std::path::Path::to_owned),
             offered,
             url: OnceLock::new(),
@@ -257,6 +260,7 @@ fn answer(line: &str, host: &Host, facts: &Facts) -> (Reply, bool) {
             tracing::info!("stop asked for on the control socket");
             (Reply::done(), true)
         }
+        Request::Token => (Reply { ok: true, token: facts.token.clone(), ..Reply::default() }, false),
         Request::PrepareRestart { force } => {
             if !facts.detached && facts.service.is_none() {
                 let why = format!(

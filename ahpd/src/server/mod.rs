@@ -1,5 +1,6 @@
-//! The listener: one port serving the AHP WebSocket upgrade at `/`, each session's tools endpoint
-//! under `/ahp-mcp`, and the sessionless tools at `/mcp`,
+//! The listener: one port serving the AHP WebSocket upgrade at `/`, the web window (`crate::web`) at
+//! `/` for a browser and under `/ui/`, each session's tools endpoint under `/ahp-mcp`, and the
+//! sessionless tools at `/mcp`,
 //! with the door checks a developer's machine needs — the connection token, and refusing web pages
 //! and rebound host names — and the `--stdio` transport for a host nested inside another.
 
@@ -58,10 +59,31 @@ pub fn router(host: Host, door: DoorPolicy) -> Router {
     let state = AppState { host, door: Arc::new(door), connections };
     Router::new()
         .route("/", get(upgrade))
+        .route("/ui/door", get(door_check))
+        .route("/ui/{file}", get(crate::web::asset))
+        .route("/favicon.ico", get(crate::web::favicon))
         .route("/mcp", axum::routing::post(sessionless_post).get(sessionless_get).fallback(mcp::other_method))
         .fallback(not_found)
         .with_state(state)
         .merge(tools)
+        .layer(axum::middleware::map_response(|response: Response| async move { crate::web::secure(response) }))
+}
+
+/// `GET /ui/door`: whether the token the page holds (as a Bearer) lets it in: 204, or 401 with the
+/// reason. A browser cannot read why a WebSocket upgrade failed; the page asks here to tell a
+/// refusal from a daemon that is down or restarting.
+async fn door_check(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    if let Err(why) = check_host(&app.door, &headers).and_then(|()| check_origin(&app.door, &headers)) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    match admit(&app, &headers, &query) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(why) => (StatusCode::UNAUTHORIZED, why).into_response(),
+    }
 }
 
 /// `POST /mcp`: the sessionless tools, for a caller the door lets in.
@@ -143,6 +165,15 @@ async fn upgrade(
     }
     if let Err(why) = check_origin(&app.door, &headers) {
         return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    if ws.is_err() && crate::web::wants_page(&headers) {
+        // The page holds no secret; only a token that is offered and wrong gets the refusal.
+        if offered_token(&headers, &query).is_some() {
+            if let Err(why) = admit(&app, &headers, &query) {
+                return crate::web::refusal(&why);
+            }
+        }
+        return crate::web::page();
     }
     let principal = match admit(&app, &headers, &query) {
         Ok(principal) => principal,
@@ -230,17 +261,28 @@ fn host_name(value: &str) -> String {
 }
 
 /// Refuses a browser page that was not explicitly allowed: a page a developer visits must never
-/// be able to drive their agents.
+/// be able to drive their agents. The daemon's own page (the origin the request's checked `Host`
+/// names) is its own and always allowed.
 pub fn check_origin(door: &DoorPolicy, headers: &HeaderMap) -> Result<(), String> {
     let Some(origin) = headers.get(axum::http::header::ORIGIN) else {
         return Ok(());
     };
     let origin = origin.to_str().unwrap_or("");
-    if door.allowed_origins.iter().any(|o| o == origin) {
+    if door.allowed_origins.iter().any(|o| o == origin) || same_origin(door, headers, origin) {
         Ok(())
     } else {
         Err(format!("Refused: a web page at {origin} may not connect. Add it to allowedOrigins if you trust it.\n"))
     }
+}
+
+/// True when `origin` is this daemon's own (`http://` and the `Host` the request named), and that
+/// `Host` passes [`check_host`]: a page served by this daemon, not one on a rebound name.
+fn same_origin(door: &DoorPolicy, headers: &HeaderMap, origin: &str) -> bool {
+    let Some(host) = headers.get(axum::http::header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    check_host(door, headers).is_ok()
+        && origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).is_some_and(|o| o == host)
 }
 
 /// Accepts the token as `?tkn=`, `?token=` or `Authorization: Bearer`.
@@ -315,6 +357,17 @@ mod tests {
         assert!(check_origin(&d, &headers(&[])).is_ok());
         assert!(check_origin(&d, &headers(&[("origin", "https://ok.example")])).is_ok());
         assert!(check_origin(&d, &headers(&[("origin", "https://evil.example")])).is_err());
+    }
+
+    #[test]
+    fn the_daemons_own_page_is_same_origin() {
+        let d = door();
+        let own = headers(&[("host", "127.0.0.1:9187"), ("origin", "http://127.0.0.1:9187")]);
+        assert!(check_origin(&d, &own).is_ok());
+        let other_port = headers(&[("host", "127.0.0.1:9187"), ("origin", "http://127.0.0.1:8080")]);
+        assert!(check_origin(&d, &other_port).is_err(), "another page on this machine is not ours");
+        let rebound = headers(&[("host", "evil.example:9187"), ("origin", "http://evil.example:9187")]);
+        assert!(check_origin(&d, &rebound).is_err(), "a rebound name is not ours even when it matches");
     }
 
     #[test]

@@ -41,6 +41,23 @@ pub struct Announced {
     pub facts: Vec<String>,
 }
 
+impl Announced {
+    /// The facts as a person reads them: the page's address with the token, which the detached
+    /// daemon left out of its log (found as the client verbs find it).
+    pub async fn facts_for_a_person(&self, paths: &Paths) -> Vec<String> {
+        let record = crate::control::Record::read(&paths.record()).ok().flatten();
+        let args = crate::cli::ClientArgs::default();
+        let token = super::remote::token(&args, paths, record.as_ref()).await.ok().flatten();
+        self.facts
+            .iter()
+            .map(|fact| match (fact.strip_prefix("web: "), &token) {
+                (Some(_), Some(token)) => format!("web: {}", crate::web::page_url(&self.url, Some(token))),
+                _ => fact.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Why a daemon did not come up.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {

@@ -1,20 +1,28 @@
-//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user|agents|logs|service|completions`.
-//! They find the running daemon through its record and control socket (`crate::control`).
+//! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user`,
+//! `ahpd agents|logs|service|completions`, and the terminal client on the official `ahp` crate:
+//! `ahpd sessions|send|watch|connect`. They find the running daemon through its record and control
+//! socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
 //! cannot start); 2 bad usage or a configuration that cannot start.
 
 pub mod agents;
 pub mod config;
+pub mod connect;
+pub mod follow;
 pub mod launch;
 pub mod logs;
 pub mod progress;
+pub mod remote;
 pub mod restart;
+pub mod send;
 pub mod service;
+pub mod sessions;
 pub mod start;
 pub mod status;
 pub mod stop;
 pub mod user;
+pub mod watch;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -73,6 +81,10 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
             Verb::Service(args) => service::run(&paths, &args.action).await,
+            Verb::Sessions(args) => sessions::run(&args).await,
+            Verb::Send(args) => send::run(&args).await,
+            Verb::Watch(args) => watch::run(&args).await,
+            Verb::Connect(args) => connect::run(&args).await,
             Verb::Config(_)
             | Verb::User(_)
             | Verb::Agents(_)

@@ -89,7 +89,7 @@ pub async fn run(paths: &Paths, force: bool) -> ExitCode {
     match launch::launch(paths, &launch).await {
         Ok(started) => {
             say(&format!("ahpd on {} (pid {}), restarted from pid {}", started.url, started.pid, line.pid));
-            for fact in &started.facts {
+            for fact in &started.facts_for_a_person(paths).await {
                 say(fact);
             }
             ExitCode::SUCCESS

@@ -49,7 +49,7 @@ pub async fn run(paths: &Paths, args: &DaemonArgs) -> ExitCode {
     match launch::launch(paths, &launch).await {
         Ok(started) => {
             say(&format!("ahpd on {} (pid {})", started.url, started.pid));
-            for line in &started.facts {
+            for line in &started.facts_for_a_person(paths).await {
                 say(line);
             }
             say(&format!("log: {}", paths.log().display()));

@@ -1,0 +1,469 @@
+// app.js: the window onto the daemon. Every session of every agent with its state at a glance
+// (filter and search), chats open side by side, a dialog to start a session on any agent, and the
+// connection that resumes by itself after `ahpd restart`. The token arrives in the address
+// (`?tkn=`), moves to sessionStorage, and leaves the address bar at once.
+
+import { h, ago, uriPath, pathUri, uuid } from './dom.js';
+import { Connection, ROOT } from './rpc.js';
+import { applyRoot, applySession, applyChat, Status, activityOf } from './reducer.js';
+import { ChatPane, glance, confirmButtons } from './chat.js';
+
+const TOKEN_KEY = 'ahpd.token';
+
+/** Takes the token out of the address bar; answers the one this tab holds. */
+function takeToken() {
+  const url = new URL(location.href);
+  const given = url.searchParams.get('tkn') ?? url.searchParams.get('token');
+  if (given !== null) {
+    sessionStorage.setItem(TOKEN_KEY, given);
+    url.searchParams.delete('tkn');
+    url.searchParams.delete('token');
+    history.replaceState(null, '', url.pathname + (url.search === '?' ? '' : url.search) + url.hash);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+const FILTERS = [['all', 'All'], ['working', 'Working'], ['waiting', 'Needs you'], ['idle', 'Idle'], ['failed', 'Failed'], ['archived', 'Archived']];
+
+class App {
+  constructor(root) {
+    this.rootEl = root;
+    this.root = null;
+    this.defaultDirectory = null;
+    this.sessions = new Map();
+    this.sessionStates = new Map();
+    this.chats = new Map();
+    this.fromSeq = new Map();
+    this.buffered = new Map();
+    this.panes = [];
+    this.filter = 'all';
+    this.search = '';
+    this.dirty = new Set();
+    this.listDirty = true;
+    this.frame = 0;
+    this.watching = new Set();
+    this.sight = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        const pane = this.panes.find((p) => p.el === e.target);
+        if (!pane) continue;
+        pane.visible = e.isIntersecting;
+        if (pane.visible) pane.settle();
+      }
+    });
+    this.build();
+    this.conn = new Connection({
+      token: takeToken(),
+      onResync: (kind, data) => this.resync(kind, data),
+      onAction: (env) => this.action(env),
+      onNotify: (method, params) => this.notify(method, params),
+      onState: (state) => this.connectionState(state),
+      onRefused: (why) => this.refused(why),
+    });
+    // For tests and the curious: what the page folded, and how it is doing.
+    window.ahpd = this;
+    this.conn.start();
+    setInterval(() => { this.listDirty = true; this.schedule(); }, 30_000);
+  }
+
+  build() {
+    this.status = h('span', { class: 'conn', text: 'connecting…' });
+    this.searchInput = h('input', { type: 'search', placeholder: 'Search sessions', 'aria-label': 'Search sessions' });
+    this.searchInput.addEventListener('input', () => { this.search = this.searchInput.value.trim().toLowerCase(); this.listDirty = true; this.schedule(); });
+    this.filterEls = FILTERS.map(([key, label]) => h('button', {
+      class: `filter${key === this.filter ? ' on' : ''}`, type: 'button', data: { filter: key },
+      on: { click: () => { this.filter = key; this.filterEls.forEach((b) => b.classList.toggle('on', b.dataset.filter === key)); this.listDirty = true; this.schedule(); } },
+    }, label, h('span', { class: 'count' })));
+    this.list = h('ul', { class: 'sessions', 'aria-label': 'Sessions' });
+    this.panesEl = h('main', { class: 'panes' });
+    this.welcome = h('div', { class: 'welcome' },
+      h('h2', { text: 'Nothing open' }),
+      h('p', { text: 'Pick a session on the left to watch it here; several open side by side. Or start a new one.' }),
+      h('button', { class: 'primary', type: 'button', on: { click: () => this.newSession() } }, 'New session'));
+    this.panesEl.append(this.welcome);
+    this.toastEl = h('div', { class: 'toasts', role: 'status' });
+    const top = h('header', { class: 'top' },
+      h('span', { class: 'brand', text: 'ahpd' }), this.status,
+      h('span', { class: 'spacer' }),
+      h('button', { class: 'primary', type: 'button', data: { action: 'new' }, on: { click: () => this.newSession() } }, 'New session'));
+    const side = h('aside', { class: 'side' }, this.searchInput, h('div', { class: 'filters' }, this.filterEls), this.list);
+    this.rootEl.replaceChildren(top, h('div', { class: 'body' }, side, this.panesEl), this.toastEl);
+    document.addEventListener('keydown', (e) => {
+      if (e.key === '/' && !/INPUT|TEXTAREA|SELECT/.test(document.activeElement?.tagName ?? '')) { e.preventDefault(); this.searchInput.focus(); }
+    });
+  }
+
+  // ---- the connection ----
+
+  connectionState(state) {
+    this.status.className = `conn ${state}`;
+    this.status.textContent = { online: 'connected', connecting: 'connecting…', offline: 'reconnecting…' }[state] ?? state;
+    document.body.dataset.connection = state;
+  }
+
+  refused(why) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    this.rootEl.replaceChildren(h('main', { class: 'refusal', id: 'refusal' },
+      h('h1', { text: 'This daemon did not let you in' }),
+      h('p', { class: 'why', text: why || 'Refused.' }),
+      h('p', {}, 'Open the address ', h('code', { text: 'ahpd connect' }), ' prints (or the one the daemon printed when it started): it carries the right token.')));
+    document.body.className = 'refused';
+  }
+
+  resync(kind, data) {
+    if (kind === 'snapshot') {
+      for (const snap of data.snapshots) this.seed(snap);
+      if (data.defaultDirectory) this.defaultDirectory = data.defaultDirectory;
+    } else {
+      for (const env of data.actions) this.action(env);
+    }
+    // Notifications missed while away are lost: the list is asked for again.
+    this.loadSessions().catch((e) => this.toast(`Could not list sessions: ${e.message}`));
+    for (const pane of this.panes) if (!this.chats.has(pane.chat)) this.watchChat(pane);
+    this.refreshWatches();
+  }
+
+  seed(snap) {
+    this.fromSeq.set(snap.resource, snap.fromSeq);
+    const uri = snap.resource;
+    if (uri === ROOT) { this.root = snap.state; this.listDirty = true; }
+    else if (uri.startsWith('ahp-session:')) { this.sessionStates.set(uri, snap.state); this.touchSession(uri); }
+    else if (uri.startsWith('ahp-chat:')) {
+      this.chats.set(uri, snap.state);
+      for (const pane of this.panes) if (pane.chat === uri) pane.reset(snap.state);
+    }
+    const held = this.buffered.get(uri);
+    this.buffered.delete(uri);
+    for (const env of held ?? []) this.action(env);
+    this.schedule();
+  }
+
+  async loadSessions() {
+    const items = [];
+    let cursor;
+    do {
+      const page = await this.conn.request('listSessions', { channel: ROOT, ...(cursor ? { cursor } : {}) });
+      items.push(...page.items);
+      cursor = page.nextCursor;
+    } while (cursor);
+    this.sessions = new Map(items.map((s) => [s.resource, s]));
+    this.listDirty = true;
+    this.schedule();
+    this.refreshWatches();
+  }
+
+  action(env) {
+    if (env.rejectionReason) { this.toast(env.rejectionReason); return; }
+    const uri = env.channel;
+    if (this.buffered.has(uri)) { this.buffered.get(uri).push(env); return; }
+    if (env.serverSeq <= (this.fromSeq.get(uri) ?? Infinity)) return;
+    const a = env.action;
+    if (uri === ROOT) {
+      if (this.root && applyRoot(this.root, a)) this.listDirty = true;
+    } else if (uri.startsWith('ahp-session:')) {
+      const s = this.sessionStates.get(uri);
+      if (s && applySession(s, a)) this.touchSession(uri);
+    } else if (uri.startsWith('ahp-chat:')) {
+      const c = this.chats.get(uri);
+      if (c && applyChat(c, a)) for (const pane of this.panes) if (pane.chat === uri) this.dirty.add(pane);
+    }
+    this.schedule();
+  }
+
+  notify(method, p) {
+    if (method === 'root/sessionAdded') this.sessions.set(p.summary.resource, p.summary);
+    else if (method === 'root/sessionRemoved') {
+      this.sessions.delete(p.session);
+      for (const pane of [...this.panes]) if (pane.session === p.session) this.close(pane);
+    } else if (method === 'root/sessionSummaryChanged') {
+      const s = this.sessions.get(p.session);
+      if (s) Object.assign(s, p.changes);
+      this.touchSession(p.session);
+    } else return;
+    this.listDirty = true;
+    this.refreshWatches();
+    this.schedule();
+  }
+
+  touchSession(uri) {
+    this.listDirty = true;
+    for (const pane of this.panes) if (pane.session === uri) this.dirty.add(pane);
+  }
+
+  /**
+   * Sessions that run or wait are watched (their channel says what they wait for, and a
+   * confirmation can be answered from the list); open ones too. Quiet ones are let go, so the
+   * daemon may unload them.
+   */
+  refreshWatches() {
+    const want = new Set(this.panes.map((p) => p.session));
+    for (const [uri, s] of this.sessions) {
+      const a = activityOf(s.status);
+      if (a === Status.InProgress || a === Status.InputNeeded) want.add(uri);
+    }
+    for (const uri of want) if (!this.watching.has(uri)) this.watch(uri);
+    for (const uri of [...this.watching]) if (!want.has(uri)) {
+      this.watching.delete(uri);
+      this.conn.unsubscribe(uri);
+      this.sessionStates.delete(uri);
+      this.fromSeq.delete(uri);
+    }
+  }
+
+  async watch(uri) {
+    this.watching.add(uri);
+    await this.subscribe(uri);
+  }
+
+  async subscribe(uri) {
+    if (this.buffered.has(uri)) return;
+    this.buffered.set(uri, []);
+    try {
+      const snap = await this.conn.subscribe(uri);
+      if (snap) this.seed(snap); else this.buffered.delete(uri);
+    } catch (e) {
+      this.buffered.delete(uri);
+      if (e.code !== undefined) this.toast(`${uri}: ${e.message}`);
+    }
+  }
+
+  /** What a session waits for from a person, in words, when its channel is watched. */
+  waitingFor(uri) {
+    const kinds = new Set((this.sessionStates.get(uri)?.inputNeeded ?? []).map((r) => r.kind));
+    if (kinds.has('toolConfirmation')) return 'confirmation';
+    if (kinds.has('chatInput')) return 'question';
+    if (kinds.has('toolAuthentication')) return 'sign-in';
+    if (kinds.has('toolClientExecution')) return 'client tool';
+    return null;
+  }
+
+  // ---- doing things ----
+
+  act(channel, action) {
+    try { this.conn.dispatch(channel, action); } catch (e) { this.toast(`Not sent: ${e.message}`); }
+  }
+
+  async open(session) {
+    const existing = this.panes.find((p) => p.session === session);
+    if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest' }); existing.input.focus({ preventScroll: true }); return; }
+    const summary = this.sessions.get(session);
+    const pane = new ChatPane(this, session, summary?.defaultChat ?? null);
+    // The newest comes first, where the eye is; the others move right.
+    this.panes.unshift(pane);
+    this.welcome.remove();
+    this.panesEl.prepend(pane.el);
+    this.panesEl.scrollLeft = 0;
+    this.sight.observe(pane.el);
+    this.listDirty = true;
+    if (!this.watching.has(session)) await this.watch(session);
+    await this.watchChat(pane);
+    pane.input.focus({ preventScroll: true });
+  }
+
+  async watchChat(pane) {
+    if (!pane.chat) {
+      // A session still starting has no chat yet: wait for its default one.
+      const s = this.sessionStates.get(pane.session);
+      pane.chat = s?.defaultChat ?? s?.chats?.[0]?.resource ?? null;
+      if (!pane.chat) { setTimeout(() => this.panes.includes(pane) && this.watchChat(pane), 200); return; }
+      pane.el.dataset.chat = pane.chat;
+    }
+    await this.subscribe(pane.chat);
+  }
+
+  close(pane) {
+    this.panes = this.panes.filter((p) => p !== pane);
+    this.sight.unobserve(pane.el);
+    pane.el.remove();
+    if (pane.chat && !this.panes.some((p) => p.chat === pane.chat)) {
+      this.conn.unsubscribe(pane.chat);
+      this.chats.delete(pane.chat);
+      this.fromSeq.delete(pane.chat);
+    }
+    if (!this.panes.length) this.panesEl.append(this.welcome);
+    this.listDirty = true;
+    this.refreshWatches();
+    this.schedule();
+  }
+
+  archive(session) {
+    const status = this.sessionStates.get(session)?.status ?? this.sessions.get(session)?.status ?? 0;
+    this.act(session, { type: 'session/isArchivedChanged', isArchived: !(status & Status.IsArchived) });
+  }
+
+  async remove(session) {
+    const title = this.sessions.get(session)?.title ?? session;
+    if (!(await this.ask(`Delete “${title}”? Its chats go with it; this cannot be undone.`, 'Delete'))) return;
+    try { await this.conn.request('disposeSession', { channel: session }); } catch (e) { this.toast(e.message); }
+  }
+
+  /** A small modal question; answers true for `yes`. */
+  ask(question, yes) {
+    return new Promise((resolve) => {
+      const dialog = h('dialog', { class: 'ask' },
+        h('p', { text: question }),
+        h('div', { class: 'dialog-actions' },
+          h('button', { type: 'button', on: { click: () => { dialog.close(); resolve(false); } } }, 'Keep'),
+          h('button', { class: 'danger', type: 'button', data: { action: 'confirm' }, on: { click: () => { dialog.close(); resolve(true); } } }, yes)));
+      dialog.addEventListener('close', () => { dialog.remove(); resolve(false); });
+      document.body.append(dialog);
+      dialog.showModal();
+    });
+  }
+
+  toast(message) {
+    const el = h('div', { class: 'toast', text: message });
+    this.toastEl.append(el);
+    setTimeout(() => el.remove(), 6000);
+  }
+
+  // ---- a new session ----
+
+  async newSession() {
+    const agents = this.root?.agents ?? [];
+    if (!agents.length) { this.toast('No agent is running yet.'); return; }
+    const agentSelect = h('select', { name: 'agent', 'aria-label': 'Agent' }, agents.map((a) => h('option', { value: a.provider, text: a.displayName || a.provider })));
+    const folder = h('input', { name: 'folder', type: 'text', value: uriPath(this.defaultDirectory ?? ''), placeholder: '/path/to/project', 'aria-label': 'Folder' });
+    const fields = h('div', { class: 'schema' });
+    const about = h('p', { class: 'agent-about' });
+    const error = h('p', { class: 'form-error' });
+    let values = {};
+    let schema = { properties: {} };
+    const resolve = async () => {
+      const provider = agentSelect.value;
+      const agent = agents.find((a) => a.provider === provider);
+      about.textContent = agent?.description ?? '';
+      try {
+        const r = await this.conn.request('resolveSessionConfig', { channel: ROOT, provider, ...(folder.value.trim() ? { workingDirectory: pathUri(folder.value) } : {}), config: values });
+        schema = r.schema;
+        values = r.values ?? {};
+        fields.replaceChildren(...schemaFields(schema, values, agent, (key, value) => { values = { ...values, [key]: value }; resolve(); }));
+        error.textContent = '';
+      } catch (e) { error.textContent = e.message; }
+    };
+    agentSelect.addEventListener('change', () => { values = {}; resolve(); });
+    const create = h('button', { class: 'primary', type: 'button', data: { action: 'create' } }, 'Start');
+    const dialog = h('dialog', { class: 'new-session' },
+      h('h2', { text: 'New session' }),
+      h('label', {}, h('span', { text: 'Agent' }), agentSelect), about,
+      h('label', {}, h('span', { text: 'Folder' }), folder),
+      fields, error,
+      h('div', { class: 'dialog-actions' }, h('button', { type: 'button', on: { click: () => dialog.close() } }, 'Cancel'), create));
+    create.addEventListener('click', async () => {
+      const session = `ahp-session:/${uuid()}`;
+      const config = {};
+      for (const [key, prop] of Object.entries(schema.properties ?? {})) if (!prop.readOnly && values[key] !== undefined) config[key] = values[key];
+      try {
+        await this.conn.request('createSession', {
+          channel: session, provider: agentSelect.value,
+          ...(folder.value.trim() ? { workingDirectories: [pathUri(folder.value)] } : {}),
+          ...(Object.keys(config).length ? { config } : {}),
+        });
+        dialog.close();
+        this.open(session);
+      } catch (e) { error.textContent = e.message; }
+    });
+    dialog.addEventListener('close', () => dialog.remove());
+    document.body.append(dialog);
+    dialog.showModal();
+    await resolve();
+  }
+
+  // ---- drawing ----
+
+  schedule() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      const panes = [...this.dirty];
+      this.dirty.clear();
+      // Panes scrolled out of sight are neither measured nor laid out (content-visibility).
+      const seen = panes.filter((pane) => pane.visible);
+      for (const pane of seen) pane.measure();
+      for (const pane of panes) {
+        const state = this.chats.get(pane.chat);
+        if (state && pane.state !== state) pane.reset(state); else pane.draw();
+      }
+      for (const pane of seen) pane.settle();
+      if (this.listDirty) { this.listDirty = false; this.drawList(); }
+    });
+  }
+
+  drawList() {
+    const all = [...this.sessions.values()].sort((a, b) => (b.modifiedAt ?? '').localeCompare(a.modifiedAt ?? ''));
+    const counts = Object.fromEntries(FILTERS.map(([k]) => [k, 0]));
+    const shown = [];
+    for (const s of all) {
+      const kind = this.kindOf(s);
+      counts.all += kind !== 'archived' ? 1 : 0;
+      counts[kind]++;
+      const matches = this.filter === 'all' ? kind !== 'archived' : kind === this.filter;
+      if (matches && this.matchesSearch(s)) shown.push(s);
+    }
+    for (const b of this.filterEls) b.querySelector('.count').textContent = counts[b.dataset.filter] ? String(counts[b.dataset.filter]) : '';
+    const open = new Set(this.panes.map((p) => p.session));
+    const items = shown.map((s) => this.listItem(s, open.has(s.resource)));
+    if (!items.length) items.push(h('li', { class: 'none', text: this.sessions.size ? 'No session matches.' : 'No sessions yet.' }));
+    this.list.replaceChildren(...items);
+  }
+
+  kindOf(s) {
+    const [cls] = glance(s.status, this.waitingFor(s.resource));
+    if (s.status & Status.IsArchived) return 'archived';
+    return cls === 'streaming' ? 'working' : cls;
+  }
+
+  matchesSearch(s) {
+    if (!this.search) return true;
+    const hay = `${s.title} ${s.provider} ${(s.workingDirectories ?? []).map(uriPath).join(' ')} ${s.activity ?? ''}`.toLowerCase();
+    return hay.includes(this.search);
+  }
+
+  listItem(s, isOpen) {
+    const [cls, words] = glance(s.status, this.waitingFor(s.resource));
+    const state = this.sessionStates.get(s.resource);
+    const li = h('li', { class: `session ${cls}${isOpen ? ' open' : ''}`, data: { session: s.resource }, tabindex: 0, on: {
+      click: (e) => { if (!e.target.closest('button')) this.open(s.resource); },
+      keydown: (e) => { if (e.key === 'Enter') this.open(s.resource); },
+    } },
+      h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: s.title || 'New session' }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
+      h('div', { class: 'row sub' }, h('span', { class: 'provider', text: s.provider }), h('span', { class: `state ${cls}`, text: words }),
+        s.activity ? h('span', { class: 'activity', text: s.activity }) : null));
+    // A confirmation can be answered here, without opening the chat.
+    for (const r of state?.inputNeeded ?? []) {
+      if (r.kind !== 'toolConfirmation' || r.toolCall?.status !== 'pending-confirmation') continue;
+      li.append(h('div', { class: 'inline-confirm' },
+        h('span', { text: r.toolCall.confirmationTitle ? (typeof r.toolCall.confirmationTitle === 'string' ? r.toolCall.confirmationTitle : r.toolCall.confirmationTitle.markdown) : r.toolCall.displayName }),
+        h('span', { class: 'inline-actions' }, ...confirmButtons(this, r.turnId, r.toolCall, r.chat))));
+    }
+    return li;
+  }
+}
+
+/** Fields for a session config schema: enums as choices, booleans as boxes, the rest as text. */
+function schemaFields(schema, values, agent, changed) {
+  const out = [];
+  for (const [key, prop] of Object.entries(schema.properties ?? {})) {
+    if (prop.readOnly) continue;
+    const value = values[key] ?? prop.default;
+    let input;
+    if (Array.isArray(prop.enum)) {
+      input = h('select', { name: key }, prop.enum.map((v, i) => h('option', { value: JSON.stringify(v), text: prop.enumLabels?.[i] ?? String(v), selected: JSON.stringify(v) === JSON.stringify(value) })));
+      input.addEventListener('change', () => changed(key, JSON.parse(input.value)));
+    } else if (prop.type === 'boolean') {
+      input = h('input', { type: 'checkbox', name: key, checked: !!value });
+      input.addEventListener('change', () => changed(key, input.checked));
+    } else if (prop.type === 'number' || prop.type === 'integer') {
+      input = h('input', { type: 'number', name: key, value: value ?? '' });
+      input.addEventListener('change', () => changed(key, Number(input.value)));
+    } else {
+      input = h('input', { type: 'text', name: key, value: typeof value === 'string' ? value : '' });
+      input.addEventListener('change', () => changed(key, input.value));
+    }
+    out.push(h('label', { title: prop.description ?? '' }, h('span', { text: prop.title || key }), input,
+      prop.description ? h('small', { text: prop.description }) : null));
+  }
+  if (!out.length && agent?.models?.length) out.push(h('p', { class: 'agent-about', text: `Models: ${agent.models.map((m) => m.name).join(', ')}` }));
+  return out;
+}
+
+new App(document.getElementById('app'));

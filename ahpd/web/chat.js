@@ -1,0 +1,435 @@
+// chat.js: one open chat, drawn as a pane: its turns (the message, the reply as markdown, reasoning
+// folded, tool calls with their status, output and diffs, questions, errors), what waits in its
+// queue, and a composer that sends, queues, steers and cancels. Drawing happens once per animation
+// frame and touches only the parts whose version moved since the last frame.
+
+import { h, uriPath } from './dom.js';
+import { MarkdownView, render as renderMarkdown } from './markdown.js';
+import { Status, activityOf } from './reducer.js';
+
+/** A session's or chat's state at a glance: [css class, words]. */
+export function glance(status, waitingFor) {
+  if (status & Status.IsArchived && activityOf(status) === Status.Idle) return ['archived', 'archived'];
+  switch (activityOf(status)) {
+    case Status.InputNeeded: return ['waiting', waitingFor ? `needs you: ${waitingFor}` : 'needs you'];
+    case Status.InProgress: return waitingFor === 'client tool' ? ['waiting', 'waiting: client tool'] : ['streaming', 'streaming'];
+    case Status.Error: return ['failed', 'failed'];
+    default: return ['idle', 'idle'];
+  }
+}
+
+const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
+
+/** One open chat. */
+export class ChatPane {
+  constructor(app, session, chat) {
+    this.app = app;
+    this.session = session;
+    this.chat = chat;
+    this.turns = new Map();
+    this.state = null;
+    this.visible = true;
+    this.stick = true;
+    this.drawnHead = '';
+    this.el = h('section', { class: 'pane', data: { session, chat } });
+    this.title = h('h2', { class: 'pane-title', title: 'Rename', on: { dblclick: () => this.rename() } });
+    this.chip = h('span', { class: 'chip' });
+    this.meta = h('div', { class: 'pane-meta' });
+    this.archiveButton = h('button', { class: 'ghost', type: 'button', data: { action: 'archive' }, on: { click: () => this.app.archive(session) } }, 'Archive');
+    const head = h('header', { class: 'pane-head' },
+      h('div', { class: 'pane-heading' }, this.chip, this.title,
+        h('div', { class: 'pane-actions' },
+          h('button', { class: 'ghost', type: 'button', title: 'Rename', data: { action: 'rename' }, on: { click: () => this.rename() } }, 'Rename'),
+          this.archiveButton,
+          h('button', { class: 'ghost danger', type: 'button', data: { action: 'delete' }, on: { click: () => this.app.remove(session) } }, 'Delete'),
+          h('button', { class: 'ghost close', type: 'button', title: 'Close', 'aria-label': 'Close', data: { action: 'close' }, on: { click: () => this.app.close(this) } }, '×'))),
+      this.meta);
+    this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
+    this.empty = h('p', { class: 'empty', text: 'Loading…' });
+    this.log.append(this.empty);
+    this.pendingEl = h('div', { class: 'pending' });
+    this.input = h('textarea', { rows: 2, placeholder: 'Message…', title: 'Enter sends; Shift+Enter starts a new line', 'aria-label': 'Message' });
+    this.input.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.submit('auto'); }
+    });
+    this.sendButton = h('button', { class: 'primary', type: 'button', data: { action: 'send' }, on: { click: () => this.submit('auto') } }, 'Send');
+    this.steerButton = h('button', { type: 'button', title: 'Tell the running turn now', data: { action: 'steer' }, on: { click: () => this.submit('steering') } }, 'Steer');
+    this.stopButton = h('button', { class: 'danger', type: 'button', data: { action: 'stop' }, on: { click: () => this.cancel() } }, 'Stop');
+    this.composer = h('div', { class: 'composer' }, this.input, h('div', { class: 'composer-actions' }, this.stopButton, this.steerButton, this.sendButton));
+    // Nothing can be sent before the chat's state is in.
+    this.input.disabled = true;
+    this.sendButton.disabled = true;
+    this.el.append(head, this.log, this.pendingEl, this.composer);
+  }
+
+  /** A fresh state (a snapshot): everything is drawn again. */
+  reset(state) {
+    this.state = state;
+    this.input.disabled = false;
+    this.sendButton.disabled = false;
+    this.turns.clear();
+    this.log.replaceChildren();
+    this.drawnPending = null;
+    this.stick = true;
+    this.draw();
+    this.settle();
+  }
+
+  /**
+   * Reads the layout before any pane writes (a frame reads every pane, then draws every pane,
+   * then scrolls every pane, so the browser lays the page out once, not once per pane).
+   */
+  measure() {
+    this.stick = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 60;
+  }
+
+  /** Keeps a pane that was at the bottom at the bottom. */
+  settle() {
+    if (this.stick && this.visible) this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  draw() {
+    const c = this.state;
+    this.drawHead();
+    if (!c) return;
+    const all = c.activeTurn ? [...c.turns, c.activeTurn] : c.turns;
+    if (!all.length) {
+      if (!this.log.contains(this.empty)) this.log.replaceChildren(this.empty);
+      this.empty.textContent = 'No messages yet. Say something below.';
+    } else if (this.log.contains(this.empty)) this.empty.remove();
+    for (const turn of all) {
+      let view = this.turns.get(turn.id);
+      if (!view) {
+        view = new TurnView(this, turn);
+        this.turns.set(turn.id, view);
+        this.log.append(view.el);
+      }
+      view.sync(turn, turn === c.activeTurn);
+    }
+    if (this.turns.size > all.length) {
+      const ids = new Set(all.map((t) => t.id));
+      for (const [id, view] of this.turns) if (!ids.has(id)) { view.el.remove(); this.turns.delete(id); }
+    }
+    this.drawPending();
+    const running = !!c.activeTurn;
+    this.sendButton.textContent = running ? 'Queue' : 'Send';
+    this.steerButton.hidden = !running;
+    this.stopButton.hidden = !running;
+  }
+
+  drawHead() {
+    const summary = this.app.sessions.get(this.session);
+    const s = this.app.sessionStates.get(this.session);
+    const title = s?.title ?? summary?.title ?? 'Session';
+    const status = this.state?.status ?? summary?.status ?? s?.status ?? 1;
+    const [cls, words] = glance(status, this.app.waitingFor(this.session));
+    const provider = summary?.provider ?? s?.provider ?? '';
+    const folder = uriPath((s?.workingDirectories ?? summary?.workingDirectories ?? [])[0]);
+    const changes = summary?.changes;
+    const archived = ((s?.status ?? summary?.status ?? 0) & Status.IsArchived) !== 0;
+    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle].join('|');
+    if (key === this.drawnHead) return;
+    this.drawnHead = key;
+    if (!this.title.querySelector('input')) this.title.textContent = title;
+    this.chip.className = `chip ${cls}`;
+    this.chip.textContent = words;
+    this.archiveButton.textContent = archived ? 'Unarchive' : 'Archive';
+    const bits = [provider, folder];
+    if (changes && (changes.additions || changes.deletions)) bits.push(`+${changes.additions ?? 0} −${changes.deletions ?? 0}${changes.files ? ` in ${changes.files} files` : ''}`);
+    if (s?.lifecycle === 'failed') bits.push(`could not start: ${s.creationError?.message ?? 'unknown'}`);
+    this.meta.textContent = bits.filter(Boolean).join(' · ');
+  }
+
+  drawPending() {
+    const c = this.state;
+    const items = [];
+    if (c.steeringMessage) items.push(['steering', c.steeringMessage]);
+    for (const m of c.queuedMessages ?? []) items.push(['queued', m]);
+    const key = JSON.stringify(items.map(([k, m]) => [k, m.id, m.message.text]));
+    if (key === this.drawnPending) return;
+    this.drawnPending = key;
+    this.pendingEl.replaceChildren(...items.map(([kind, m]) => h('div', { class: `pending-item ${kind}` },
+      h('span', { class: 'pending-kind', text: kind === 'steering' ? 'steer' : 'queued' }),
+      h('span', { class: 'pending-text', text: m.message.text }),
+      h('button', { class: 'ghost', type: 'button', title: 'Take back', 'aria-label': 'Take back',
+        on: { click: () => this.app.act(this.chat, { type: 'chat/pendingMessageRemoved', kind, id: m.id }) } }, '×'))));
+  }
+
+  submit(mode) {
+    const body = this.input.value;
+    if (!body.trim() || !this.state) return;
+    const message = { text: body, origin: { kind: 'user' } };
+    const running = !!this.state.activeTurn;
+    if (mode === 'steering' && running) {
+      this.app.act(this.chat, { type: 'chat/pendingMessageSet', kind: 'steering', id: crypto.randomUUID(), message });
+    } else if (running) {
+      this.app.act(this.chat, { type: 'chat/pendingMessageSet', kind: 'queued', id: crypto.randomUUID(), message });
+    } else {
+      this.app.act(this.chat, { type: 'chat/turnStarted', turnId: crypto.randomUUID(), startedAt: new Date().toISOString(), message });
+    }
+    this.input.value = '';
+  }
+
+  cancel() {
+    const turn = this.state?.activeTurn;
+    if (!turn) return;
+    const duration = Math.max(0, Date.now() - Date.parse(turn.startedAt)) | 0;
+    this.app.act(this.chat, { type: 'chat/turnCancelled', turnId: turn.id, duration });
+  }
+
+  rename() {
+    if (this.title.querySelector('input')) return;
+    const field = h('input', { class: 'rename', value: this.title.textContent, 'aria-label': 'Title' });
+    const done = (keep) => {
+      const title = field.value.trim();
+      this.drawnHead = '';
+      field.remove();
+      if (keep && title) this.app.act(this.session, { type: 'session/titleChanged', title });
+      this.drawHead();
+    };
+    field.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') done(true);
+      if (e.key === 'Escape') done(false);
+    });
+    field.addEventListener('blur', () => done(true));
+    this.title.replaceChildren(field);
+    field.focus();
+    field.select();
+  }
+}
+
+/** One turn: the person's message and everything the agent answered. */
+class TurnView {
+  constructor(pane, turn) {
+    this.pane = pane;
+    this.parts = new Map();
+    this.el = h('article', { class: 'turn', data: { turn: turn.id } });
+    this.message = h('div', { class: 'msg user' });
+    this.partsEl = h('div', { class: 'parts' });
+    this.foot = h('div', { class: 'turn-foot' });
+    this.el.append(this.message, this.partsEl, this.foot);
+    this.drawnMessage = null;
+    this.drawnFoot = '';
+  }
+
+  sync(turn, active) {
+    if (this.drawnMessage !== turn.message?.text) {
+      this.drawnMessage = turn.message?.text;
+      this.message.textContent = turn.message?.text ?? '';
+    }
+    turn.responseParts.forEach((part, i) => {
+      const key = partKey(part, i);
+      let view = this.parts.get(key);
+      if (!view) {
+        view = new PartView(this.pane, turn, part);
+        this.parts.set(key, view);
+        this.partsEl.append(view.el);
+      }
+      view.sync(turn, part);
+    });
+    const bits = [];
+    if (active) bits.push(h('span', { class: 'dots', 'aria-label': 'working' }, h('i'), h('i'), h('i')));
+    else if (turn.state === 'cancelled') bits.push('cancelled');
+    else if (turn.state === 'error') bits.push('failed');
+    if (!active && turn.duration != null) bits.push(`${(turn.duration / 1000).toFixed(1)} s`);
+    if (turn.usage?.outputTokens) bits.push(`${turn.usage.inputTokens ?? 0} in / ${turn.usage.outputTokens} out`);
+    if (turn.usage?.model) bits.push(turn.usage.model);
+    const key = `${active}|${turn.state}|${turn.duration}|${JSON.stringify(turn.usage ?? {})}`;
+    if (key !== this.drawnFoot) {
+      this.drawnFoot = key;
+      this.foot.replaceChildren(...bits.flatMap((b, i) => (i ? [' · ', b] : [b])));
+      this.el.classList.toggle('active', active);
+      this.el.classList.toggle('failed', turn.state === 'error');
+    }
+  }
+}
+
+function partKey(part, i) {
+  switch (part.kind) {
+    case 'markdown': case 'reasoning': return `${part.kind}:${part.id}`;
+    case 'toolCall': return `tool:${part.toolCall.toolCallId}`;
+    case 'inputRequest': return `input:${part.request.id}`;
+    default: return `${part.kind}:${i}`;
+  }
+}
+
+/** One part of a reply. */
+class PartView {
+  constructor(pane, turn, part) {
+    this.pane = pane;
+    this.v = -1;
+    switch (part.kind) {
+      case 'markdown':
+        this.el = h('div', { class: 'part md', data: { part: part.id } });
+        this.md = new MarkdownView(this.el);
+        break;
+      case 'reasoning': {
+        const body = h('div', { class: 'reasoning-body' });
+        this.el = h('details', { class: 'part reasoning', data: { part: part.id } }, h('summary', { text: 'Reasoning' }), body);
+        this.md = new MarkdownView(body);
+        break;
+      }
+      default:
+        this.el = h('div', { class: `part ${part.kind}` });
+    }
+  }
+
+  sync(turn, part) {
+    const v = part._v ?? 0;
+    if (v === this.v) return;
+    this.v = v;
+    switch (part.kind) {
+      case 'markdown': case 'reasoning': this.md.update(part.content ?? ''); break;
+      case 'toolCall': this.el.replaceChildren(...toolCall(this.pane, turn, part.toolCall)); this.el.className = `part tool ${part.toolCall.status}`; break;
+      case 'inputRequest': this.drawQuestion(turn, part); break;
+      case 'error':
+        this.el.replaceChildren(h('strong', { text: part.error?.errorType ?? 'Error' }), ': ', part.error?.message ?? '');
+        break;
+      case 'systemNotification': this.el.replaceChildren(...renderMarkdown(text(part.content))); break;
+      case 'contentRef': this.el.textContent = `[content: ${part.uri}]`; break;
+      default: this.el.textContent = `[${part.kind}]`;
+    }
+  }
+
+  drawQuestion(turn, part) {
+    const key = `${part.response ?? ''}|${JSON.stringify(part.request.questions ?? [])}`;
+    if (key === this.drawnQuestion) return;
+    this.drawnQuestion = key;
+    this.el.replaceChildren(...question(this.pane, turn, part));
+  }
+}
+
+function toolCall(pane, turn, t) {
+  const out = [];
+  const head = h('div', { class: 'tool-head' },
+    h('span', { class: 'tool-status', text: toolStatusWords(t) }),
+    h('span', { class: 'tool-name', text: t.displayName || t.toolName }),
+    t.invocationMessage ? h('span', { class: 'tool-what', text: text(t.invocationMessage) }) : null);
+  out.push(head);
+  if (t.status === 'pending-confirmation') {
+    out.push(h('div', { class: 'confirm' },
+      h('p', { class: 'confirm-title', text: text(t.confirmationTitle) || 'Allow this?' }),
+      t.toolInput && typeof t.toolInput === 'string' ? h('pre', { class: 'tool-input', text: pretty(t.toolInput) }) : null,
+      t.riskAssessment ? h('p', { class: 'risk', text: JSON.stringify(t.riskAssessment) }) : null,
+      h('div', { class: 'confirm-actions' }, ...confirmButtons(pane, turn.id, t))));
+  } else if (t.status === 'pending-result-confirmation') {
+    out.push(...results(t));
+    out.push(h('div', { class: 'confirm-actions' },
+      h('button', { class: 'primary', type: 'button', on: { click: () => pane.app.act(pane.chat, { type: 'chat/toolCallResultConfirmed', turnId: turn.id, toolCallId: t.toolCallId, approved: true }) } }, 'Keep result'),
+      h('button', { class: 'danger', type: 'button', on: { click: () => pane.app.act(pane.chat, { type: 'chat/toolCallResultConfirmed', turnId: turn.id, toolCallId: t.toolCallId, approved: false }) } }, 'Discard')));
+  } else if (t.status === 'running' && t.contributor?.kind === 'client') {
+    out.push(h('p', { class: 'tool-note', text: `Runs in client ${t.contributor.clientId}` }));
+    out.push(...results(t));
+  } else {
+    out.push(...results(t));
+  }
+  return out;
+}
+
+/** Approve/deny buttons: the tool's own options, else Allow and Deny. */
+export function confirmButtons(app_or_pane, turnId, t, chat) {
+  const app = app_or_pane.app ?? app_or_pane;
+  const target = chat ?? app_or_pane.chat;
+  const send = (approved, option) => app.act(target, {
+    type: 'chat/toolCallConfirmed', turnId, toolCallId: t.toolCallId, approved,
+    ...(approved ? { confirmed: 'user-action' } : {}), ...(option ? { selectedOptionId: option } : {}),
+  });
+  const options = t.options?.length ? t.options : [{ id: null, label: 'Allow', kind: 'approve' }, { id: null, label: 'Deny', kind: 'deny' }];
+  return options.map((o) => h('button', { class: o.kind === 'approve' ? 'primary' : 'danger', type: 'button', data: { option: o.id ?? o.kind }, on: { click: () => send(o.kind === 'approve', o.id) } }, o.label));
+}
+
+function toolStatusWords(t) {
+  switch (t.status) {
+    case 'streaming': return 'preparing';
+    case 'pending-confirmation': return 'waiting for you';
+    case 'running': return 'running';
+    case 'pending-result-confirmation': return 'result to review';
+    case 'auth-required': return 'needs sign-in';
+    case 'completed': return t.success === false ? 'failed' : 'done';
+    case 'cancelled': return t.reason === 'denied' ? 'denied' : t.reason === 'skipped' ? 'skipped' : 'cancelled';
+    default: return t.status;
+  }
+}
+
+function pretty(input) {
+  try { return JSON.stringify(JSON.parse(input), null, 2); } catch { return input; }
+}
+
+function results(t) {
+  const out = [];
+  if (t.pastTenseMessage) out.push(h('p', { class: 'tool-past', text: text(t.pastTenseMessage) }));
+  if (t.reasonMessage) out.push(h('p', { class: 'tool-past', text: text(t.reasonMessage) }));
+  for (const c of t.content ?? []) {
+    switch (c.type) {
+      case 'text': out.push(h('pre', { class: 'tool-out', text: c.text })); break;
+      case 'fileEdit': out.push(diff(c)); break;
+      case 'terminal': out.push(h('p', { class: 'tool-note', text: `terminal: ${c.title}` })); break;
+      case 'subagent': out.push(h('p', { class: 'tool-note', text: `subagent ${c.agentName ?? ''}: ${c.title}` })); break;
+      case 'resource': out.push(h('p', { class: 'tool-note', text: `resource: ${c.uri}` })); break;
+      default: out.push(h('p', { class: 'tool-note', text: `[${c.type}]` }));
+    }
+  }
+  if (t.error) out.push(h('pre', { class: 'tool-out error', text: typeof t.error === 'string' ? t.error : JSON.stringify(t.error, null, 2) }));
+  return out.length ? [h('details', { class: 'tool-body', open: t.status !== 'completed' || (t.content ?? []).some((c) => c.type === 'fileEdit') }, h('summary', { text: 'Output' }), ...out)] : [];
+}
+
+/** A file edit: its unified diff, lines marked added or removed. */
+function diff(edit) {
+  const name = edit.after?.uri ?? edit.before?.uri ?? '';
+  const lines = (edit.diff ?? '').split('\n');
+  return h('div', { class: 'diff' },
+    name ? h('div', { class: 'diff-file', text: uriPath(name) }) : null,
+    h('pre', {}, ...lines.map((l) => h('span', { class: l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : l.startsWith('@@') ? 'hunk' : '', text: `${l}\n` }))));
+}
+
+function question(pane, turn, part) {
+  const r = part.request;
+  const out = [h('p', { class: 'q-message', text: text(r.message) || 'The agent asks:' })];
+  if (part.response) {
+    const answers = Object.values(r.answers ?? {}).map((a) => answerText(a)).filter(Boolean).join('; ');
+    out.push(h('p', { class: 'q-done', text: part.response === 'accept' ? `Answered: ${answers}` : `Not answered (${part.response})` }));
+    return out;
+  }
+  const fields = [];
+  for (const q of r.questions ?? []) {
+    const label = q.title || q.message;
+    let input;
+    switch (q.kind) {
+      case 'boolean': input = h('input', { type: 'checkbox', checked: !!q.defaultValue }); break;
+      case 'number': case 'integer': input = h('input', { type: 'number', step: q.kind === 'integer' ? 1 : 'any', value: q.defaultValue }); break;
+      case 'single-select': case 'multi-select':
+        input = h('select', { multiple: q.kind === 'multi-select' }, ...(q.options ?? []).map((o) => h('option', { value: o.id, text: o.label })));
+        break;
+      default: input = h('input', { type: 'text', value: q.defaultValue, required: !!q.required });
+    }
+    input.dataset.question = q.id;
+    fields.push({ q, input });
+    out.push(h('label', { class: 'q-field' }, h('span', { text: label }), input));
+  }
+  const answer = () => {
+    const answers = {};
+    for (const { q, input } of fields) {
+      let value;
+      switch (q.kind) {
+        case 'boolean': value = { kind: 'boolean', value: input.checked }; break;
+        case 'number': case 'integer': value = { kind: 'number', value: Number(input.value) }; break;
+        case 'single-select': value = { kind: 'selected', value: input.value }; break;
+        case 'multi-select': value = { kind: 'selected-many', value: [...input.selectedOptions].map((o) => o.value) }; break;
+        default: value = { kind: 'text', value: input.value };
+      }
+      answers[q.id] = { state: 'submitted', value };
+    }
+    pane.app.act(pane.chat, { type: 'chat/inputCompleted', requestId: r.id, response: 'accept', answers });
+  };
+  for (const { input } of fields) input.addEventListener('keydown', (e) => { if (e.key === 'Enter') answer(); });
+  out.push(h('div', { class: 'confirm-actions' },
+    h('button', { class: 'primary', type: 'button', on: { click: answer } }, 'Answer'),
+    h('button', { type: 'button', on: { click: () => pane.app.act(pane.chat, { type: 'chat/inputCompleted', requestId: r.id, response: 'decline' }) } }, 'Decline')));
+  return out;
+}
+
+function answerText(a) {
+  const v = a?.value;
+  if (!v) return '';
+  return Array.isArray(v.value) ? v.value.join(', ') : String(v.value);
+}
