@@ -25,7 +25,7 @@ pub type Frame = Utf8Bytes;
 pub type ConnId = u64;
 
 /// Where a channel's state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChannelKind {
     /// `ahp-root://`.
     Root,

@@ -10,6 +10,7 @@ pub mod actions;
 pub mod bare;
 pub mod catalog;
 pub mod clients;
+pub mod commands;
 pub mod core;
 pub mod driver;
 pub mod errors;

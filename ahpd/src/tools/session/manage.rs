@@ -17,16 +17,12 @@ use serde_json::{json, Value};
 
 use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, optional_bool, resolve, title_arg};
+use crate::host::commands::CHAT_MOVES_OFF;
 use crate::host::driver::Op;
 use crate::host::requests::file_uri;
 use crate::host::turns::host_turn;
 use crate::host::{Core, Host};
 use crate::users::Principal;
-
-/// What a move is refused with while chat moves are off — the tool and a client's `moveChat`
-/// alike.
-pub const CHAT_MOVES_OFF: &str =
-    "Moving chats is turned off on this host (chatMoves.enabled is off), so nothing was moved.";
 
 /// A workspace change waiting for the turn that asked for it to end.
 #[derive(Debug, Clone)]
@@ -287,7 +283,7 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
         core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;
         target.session
     };
-    host.dispose_session(json!({ "channel": session })).map_err(|e| e.message)?;
+    host.dispose_session(&session).map_err(|e| e.message)?;
     Ok(format!("Deleted session {session}. Reply with one short sentence confirming the session was deleted."))
 }
 

@@ -18,7 +18,7 @@ mod spawn;
 use ahp_types::state::ToolAnnotations;
 use serde_json::{json, Value};
 
-pub use self::manage::{turn_ended, WorkspaceRequest, CHAT_MOVES_OFF};
+pub use self::manage::{turn_ended, WorkspaceRequest};
 use super::{readers, Caller, Group, ToolCall, ToolInfo, ToolResult};
 use crate::host::{Core, Host};
 use crate::users::Principal;
