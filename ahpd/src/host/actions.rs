@@ -211,7 +211,6 @@ impl Host {
         origin: ActionOrigin,
         then: Then,
     ) {
-        let kind = super::core::channel_kind(channel);
         // Who sent a turn or left a message is what its tool calls may do (seed 000 "Grants").
         let sent = match &action {
             StateAction::ChatTurnStarted(start) => Some(start.turn_id.clone()),
@@ -224,18 +223,13 @@ impl Host {
         if let StateAction::ChatTurnStarted(start) = action {
             // A client's turn: said as the client sent it, with its origin, then handed to the
             // backend by the turn engine.
-            self.start_turn(core, channel, start, Some((conn.id, origin)));
+            core.start_turn(channel, start, Some((conn.id, origin)));
             return;
         }
         if matches!(then, Then::Stop(_)) {
             self.drop_pending(core, channel);
         }
-        let extra = Some(conn.id);
-        let committed = if kind == Some(ChannelKind::Chat) {
-            self.commit_chat(core, channel, action, Some(origin), extra)
-        } else {
-            core.commit_and_keep(channel, action, Some(origin), extra)
-        };
+        let committed = core.apply(channel, action, Some(origin), Some(conn.id));
         if !matches!(committed, Committed::Sent { .. }) {
             return;
         }
@@ -252,10 +246,10 @@ impl Host {
                 }
             }
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
-            Then::StartQueued => self.start_next(core, channel),
+            Then::StartQueued => core.start_next(channel),
             Then::Steer => {
-                self.offer_steering(core, channel);
-                self.start_next(core, channel);
+                core.offer_steering(channel);
+                core.start_next(channel);
             }
             Then::ToolsChanged => self.tools_changed(core, channel),
             Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
@@ -285,35 +279,8 @@ impl Host {
         }
         for (kind, id) in removals {
             let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction { kind, id });
-            core.ch.commit(chat, action, None, None);
+            core.apply(chat, action, None, None);
         }
-    }
-}
-
-impl Core {
-    /// Commits an action on a session or annotations channel and keeps what depends on it: the
-    /// store, and the session's root summary. A client's action and a host tool's take this
-    /// same path, so both are one state to every client and kept alike.
-    pub fn commit_and_keep(
-        &mut self,
-        channel: &str,
-        action: StateAction,
-        origin: Option<ActionOrigin>,
-        extra: Option<super::core::ConnId>,
-    ) -> Committed {
-        let committed = self.ch.commit(channel, action, origin, extra);
-        if !matches!(committed, Committed::Sent { .. }) {
-            return committed;
-        }
-        match channel_kind(channel) {
-            Some(ChannelKind::Session) => {
-                self.persist_session(channel);
-                self.sync_summary(channel);
-            }
-            Some(ChannelKind::Annotations) => self.persist_annotations(channel),
-            _ => {}
-        }
-        committed
     }
 }
 

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 
 use ahp_types::actions::{
     PartialChatSummary, RootActiveSessionsChangedAction, SessionChatAddedAction, SessionChatUpdatedAction,
-    SessionDefaultChatChangedAction, SessionInputNeededRemovedAction, SessionInputNeededSetAction, StateAction,
+    SessionDefaultChatChangedAction, SessionInputNeededRemovedAction, SessionInputNeededSetAction,
+    SessionWorkingDirectoryReplacedAction, SessionWorkingDirectorySetAction, StateAction,
 };
 use ahp_types::common::JsonObject;
 use ahp_types::notifications::{PartialSessionSummary, SessionAddedParams, SessionSummaryChangedParams};
@@ -194,7 +195,7 @@ impl Core {
         if self.ch.root.active_sessions != Some(count) {
             let action =
                 StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
-            self.ch.commit(ROOT_RESOURCE_URI, action, None, None);
+            self.apply(ROOT_RESOURCE_URI, action, None, None);
         }
     }
 
@@ -268,15 +269,24 @@ impl Core {
 
     /// Tells root subscribers what changed in a session's summary since they were last told.
     pub fn sync_summary(&mut self, session: &str) {
+        if self.tell_summary(session) {
+            self.persist_session(session);
+        }
+    }
+
+    /// Tells root subscribers what changed in an announced session's summary since they were last
+    /// told; answers whether anything had. A session not announced yet (`root/sessionAdded` is
+    /// on its way) has nobody to tell.
+    pub(super) fn tell_summary(&mut self, session: &str) -> bool {
         let Some(now) = self.summary_of(session) else {
-            return;
+            return false;
         };
-        let Some(meta) = self.sessions.get_mut(session) else {
-            return;
+        let Some(meta) = self.sessions.get_mut(session).filter(|m| m.announced) else {
+            return false;
         };
         let before = &meta.last_summary;
         if *before == now {
-            return;
+            return false;
         }
         let changes = PartialSessionSummary {
             provider: None,
@@ -301,7 +311,7 @@ impl Core {
             SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
         self.announce_session(&frame);
-        self.persist_session(session);
+        true
     }
 
     /// Keeps the session's entry for a chat in step with the chat's own state (status, activity,
@@ -334,12 +344,33 @@ impl Core {
             // A partial update cannot clear a field: send the whole entry again.
             let summary = chat_summary(state, &entry.title);
             let action = StateAction::SessionChatAdded(SessionChatAddedAction { summary });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         } else if changes.status.is_some() || changes.activity.is_some() || changes.modified_at.is_some() {
             let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         }
-        self.sync_summary(&session);
+    }
+
+    /// Moves a session to another folder: its record and state say the new one, and each of its
+    /// chats' backends starts again there (a busy one once its turn ends).
+    pub fn move_session_folder(&mut self, session: &str, folder: &std::path::Path) {
+        let new_uri = super::requests::file_uri(folder);
+        let old_uri = self.ch.sessions.get(session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
+        let action = match old_uri {
+            Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
+                directory,
+                replacement: new_uri,
+            }),
+            None => StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: new_uri }),
+        };
+        if let Some(meta) = self.sessions.get_mut(session) {
+            meta.working_directory = Some(folder.to_owned());
+        }
+        self.apply(session, action, None, None);
+        for chat in self.chats_of(session) {
+            self.restart_between_turns(&chat);
+        }
+        tracing::info!(session, folder = %folder.display(), "moved to a new workspace");
     }
 
     /// Renames a chat in its session's catalogue (and the session, for its default chat).
@@ -352,7 +383,7 @@ impl Core {
         }
         self.persist_chat(chat);
         let changes = PartialChatSummary { title: Some(title.to_owned()), ..PartialChatSummary::default() };
-        self.ch.commit(
+        self.apply(
             &session,
             StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes }),
             None,
@@ -363,9 +394,8 @@ impl Core {
             let action = StateAction::SessionTitleChanged(ahp_types::actions::SessionTitleChangedAction {
                 title: title.to_owned(),
             });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         }
-        self.sync_summary(&session);
     }
 
     /// Raises and takes down the session's `inputNeeded` entries for a chat from the chat's
@@ -391,7 +421,7 @@ impl Core {
         for old in &current {
             let id = input_id(old).unwrap_or_default().to_owned();
             if !wanted.iter().any(|w| input_id(w) == Some(id.as_str())) {
-                self.ch.commit(
+                self.apply(
                     &session,
                     StateAction::SessionInputNeededRemoved(SessionInputNeededRemovedAction { id }),
                     None,
@@ -401,7 +431,7 @@ impl Core {
         }
         for request in wanted {
             if !current.contains(&request) {
-                self.ch.commit(
+                self.apply(
                     &session,
                     StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction { request })),
                     None,
@@ -535,6 +565,7 @@ impl Host {
                 owner,
                 parent,
                 depth,
+                announced: false,
             },
         );
         let server_tools = core.server_tools(&uri);
@@ -549,6 +580,7 @@ impl Host {
         if let Some(summary) = core.summary_of(&uri) {
             if let Some(meta) = core.sessions.get_mut(&uri) {
                 meta.last_summary = summary.clone();
+                meta.announced = true;
             }
             let frame = notification(
                 "root/sessionAdded",
@@ -608,12 +640,12 @@ impl Host {
         );
         core.persist_chat(chat);
         let summary = chat_summary(&state, "");
-        core.ch.commit(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
+        core.apply(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {
             let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
                 default_chat: Some(chat.to_owned()),
             });
-            core.ch.commit(session, action, None, None);
+            core.apply(session, action, None, None);
         }
     }
 
@@ -631,7 +663,6 @@ impl Host {
         if let Some(meta) = core.chats.get(chat) {
             let _ = meta.driver.send(Op::Ensure { announce_ready: false });
         }
-        core.sync_summary(session);
     }
 }
 

@@ -370,7 +370,7 @@ impl Host {
                 error: ErrorInfo { error_type: "creationFailed".into(), message: why, stack: None, meta: None },
             }),
         };
-        core.ch.commit(&session, action, None, None);
+        core.apply(&session, action, None, None);
     }
 
     /// True while `turn_id` is the chat's running turn.
@@ -381,6 +381,6 @@ impl Host {
     /// The prompt could not be handed over: the turn ends in error with the reason.
     pub(super) fn send_failed(&self, chat: &str, turn_id: &str, error_type: &str, why: String) {
         let mut core = self.lock();
-        self.fail_turn(&mut core, chat, turn_id, error_type, why);
+        core.fail_turn(chat, turn_id, error_type, why);
     }
 }

@@ -25,6 +25,7 @@ pub mod rules;
 pub mod status;
 pub mod turns;
 pub mod unload;
+pub mod write;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -158,6 +159,9 @@ pub struct SessionMeta {
     pub parent: Option<String>,
     /// How many create links sit above it.
     pub depth: u32,
+    /// Root subscribers were told of it (`root/sessionAdded`), so changes to its summary are
+    /// theirs to hear.
+    pub announced: bool,
 }
 
 /// The host's own record of a chat.
@@ -225,6 +229,9 @@ pub struct Core {
     pub foreign: std::collections::HashMap<String, foreign::ForeignRow>,
     /// The rules copied from each session's clients: session, then client id.
     pub client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
+    /// Chats whose backend session starts again once their running turn ends (their rules or
+    /// their session's folder changed meanwhile).
+    pub restart_after_turn: HashSet<String>,
     /// Questions host tools asked a person in a running turn and are waiting on.
     pub questions: crate::tools::questions::Questions,
     /// Agent Merge's configuration per session folder (kept in memory).
@@ -294,6 +301,7 @@ impl Host {
             users: config.users.clone(),
             foreign: std::collections::HashMap::new(),
             client_rules: std::collections::HashMap::new(),
+            restart_after_turn: HashSet::new(),
             questions: Default::default(),
             agent_merge: Default::default(),
             wakeup_timer: Arc::default(),
@@ -496,7 +504,7 @@ impl Core {
                 ahp_types::actions::StateAction::RootAgentsChanged(ahp_types::actions::RootAgentsChangedAction {
                     agents,
                 });
-            self.ch.commit(ahp_types::ROOT_RESOURCE_URI, action, None, None);
+            self.apply(ahp_types::ROOT_RESOURCE_URI, action, None, None);
         }
     }
 

@@ -194,7 +194,7 @@ impl Host {
         }
         let mut flag = JsonObject::new();
         flag.insert(RESTART_NEEDED.to_owned(), Value::Bool(true));
-        core.ch.commit(
+        core.apply(
             ROOT_RESOURCE_URI,
             StateAction::RootConfigChanged(RootConfigChangedAction { config: flag, replace: None }),
             None,
@@ -215,7 +215,7 @@ impl Host {
                     StateAction::SessionServerToolsChanged(ahp_types::actions::SessionServerToolsChangedAction {
                         tools,
                     });
-                core.ch.commit(&session, action, None, None);
+                core.apply(&session, action, None, None);
                 self.tools_changed(core, &session);
             }
         }

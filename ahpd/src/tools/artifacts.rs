@@ -255,7 +255,7 @@ fn keep(host: &Host, core: &mut crate::host::Core, session: &str, held: &[Artifa
     let list = serde_json::to_value(held).map_err(|e| format!("could not encode the artifacts: {e}"))?;
     meta.insert(META_KEY.to_owned(), list);
     let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
-    core.commit_and_keep(session, action, None, None);
+    core.apply(session, action, None, None);
     Ok(())
 }
 

@@ -314,7 +314,7 @@ fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, St
 fn write(host: &Host, channel: &str, actions: Vec<StateAction>) {
     let mut core = host.lock();
     for action in actions {
-        core.commit_and_keep(channel, action, None, None);
+        core.apply(channel, action, None, None);
     }
 }
 

@@ -82,8 +82,6 @@ pub struct ToolState {
     pub limits: limits::Limits,
     /// Workspace changes waiting for their turn to end, by chat.
     pub workspace_requests: std::collections::HashMap<String, session::WorkspaceRequest>,
-    /// Chats whose session moved folder while they ran a turn: restarted when it ends.
-    pub pending_restarts: std::collections::HashSet<String>,
 }
 
 impl ToolInfo {

@@ -77,7 +77,7 @@ pub async fn ask(
         let (tx, rx) = oneshot::channel();
         core.questions.waiting.insert((chat.to_owned(), request_id.clone()), tx);
         let action = StateAction::ChatInputRequested(ChatInputRequestedAction { request });
-        host.commit_chat(&mut core, chat, action, None, None);
+        core.apply(chat, action, None, None);
         rx
     };
     // However the wait ends (an answer, the turn ending, the tool's deadline), the question
@@ -111,7 +111,7 @@ impl Drop for Settle<'_> {
                 response: ChatInputResponseKind::Cancel,
                 answers: None,
             });
-            self.host.commit_chat(&mut core, self.chat, action, None, None);
+            core.apply(self.chat, action, None, None);
         }
     }
 }

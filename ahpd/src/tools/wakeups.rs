@@ -234,7 +234,7 @@ impl Host {
                 id,
                 message,
             });
-            return match self.commit_chat(core, &wakeup.chat, action, None, None) {
+            return match core.apply(&wakeup.chat, action, None, None) {
                 Committed::Sent { .. } => Ok("its prompt is queued behind the running turn"),
                 _ => Err("the chat would not queue its prompt".to_owned()),
             };
@@ -244,7 +244,7 @@ impl Host {
         if let Some(sender) = wakeup.sender.clone() {
             core.note_sender(&wakeup.chat, &turn_id, sender);
         }
-        self.start_turn(core, &wakeup.chat, start, None);
+        core.start_turn(&wakeup.chat, start, None);
         let began =
             core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if began {

@@ -55,7 +55,7 @@ impl Host {
         }
         self.open_chat(&mut core, &session, &params.chat, None);
         if let Some(message) = params.initial_message {
-            self.start_turn(&mut core, &params.chat, host_turn(message, None), None);
+            core.start_turn(&params.chat, host_turn(message, None), None);
         }
         Ok(Value::Null)
     }
@@ -77,8 +77,7 @@ impl Host {
         if let Err(e) = core.store.delete_chat(&chat) {
             tracing::error!("{e}");
         }
-        core.ch.commit(&session, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }), None, None);
-        core.sync_summary(&session);
+        core.apply(&session, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }), None, None);
         Ok(Value::Null)
     }
 

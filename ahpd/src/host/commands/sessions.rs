@@ -99,7 +99,7 @@ impl Host {
             if let Some(active) = active_client {
                 let action =
                     StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
-                core.ch.commit(&uri, action, None, None);
+                core.apply(&uri, action, None, None);
             }
         });
         Ok(())

@@ -7,10 +7,7 @@
 
 use std::path::PathBuf;
 
-use ahp_types::actions::{
-    ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, SessionWorkingDirectoryReplacedAction,
-    SessionWorkingDirectorySetAction, StateAction,
-};
+use ahp_types::actions::{ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
 use serde_json::{json, Value};
@@ -18,7 +15,6 @@ use serde_json::{json, Value};
 use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, optional_bool, resolve, title_arg};
 use crate::host::commands::CHAT_MOVES_OFF;
-use crate::host::driver::Op;
 use crate::host::requests::file_uri;
 use crate::host::turns::host_turn;
 use crate::host::{Core, Host};
@@ -113,9 +109,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
         }
         authorize(&core, call, "session:mark")?;
         let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
-        core.ch.commit(&target.session, action, None, None);
-        core.persist_session(&target.session);
-        core.sync_summary(&target.session);
+        core.apply(&target.session, action, None, None);
         return Ok(format!("Archived session ({link})."));
     }
     if call.chat.as_deref() == Some(target.chat.as_str()) {
@@ -123,7 +117,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
     }
     authorize(&core, call, "chat:mark")?;
     let action = StateAction::ChatIsArchivedChanged(ChatIsArchivedChangedAction { is_archived: true });
-    host.commit_chat(&mut core, &target.chat, action, None, None);
+    core.apply(&target.chat, action, None, None);
     Ok(format!("Archived chat ({link})."))
 }
 
@@ -188,12 +182,7 @@ pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
 /// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
 /// dropped when it was cancelled or failed; a chat waiting to restart in its session's new folder
 /// restarts now.
-pub fn turn_ended(host: &Host, core: &mut Core, chat: &str, ended: &str) {
-    if core.tools.pending_restarts.remove(chat) {
-        if let Some(meta) = core.chats.get(chat) {
-            let _ = meta.driver.send(Op::Restart);
-        }
-    }
+pub fn turn_ended(core: &mut Core, chat: &str, ended: &str) {
     let Some(request) = core.tools.workspace_requests.remove(chat) else { return };
     if request.turn_id != ended {
         core.tools.workspace_requests.insert(chat.to_owned(), request);
@@ -209,40 +198,15 @@ pub fn turn_ended(host: &Host, core: &mut Core, chat: &str, ended: &str) {
         tracing::info!(chat, turn = ended, "the turn did not complete; its workspace change is dropped");
         return;
     }
-    move_session_folder(host, core, chat, request);
+    move_session_folder(core, chat, request);
 }
 
 /// Moves the chat's session to the requested folder: its record and state, every chat's backend
 /// restarted there (a busy one when its turn ends), and the calling chat continued.
-fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: WorkspaceRequest) {
+fn move_session_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
     let Some(session) = core.chats.get(chat).map(|m| m.session.clone()) else { return };
     let new_uri = file_uri(&request.folder);
-    let old_uri = core.ch.sessions.get(&session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
-    let action = match old_uri {
-        Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
-            directory,
-            replacement: new_uri.clone(),
-        }),
-        None => {
-            StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: new_uri.clone() })
-        }
-    };
-    if let Some(meta) = core.sessions.get_mut(&session) {
-        meta.working_directory = Some(request.folder.clone());
-    }
-    core.ch.commit(&session, action, None, None);
-    core.persist_session(&session);
-    core.sync_summary(&session);
-    let chats: Vec<String> = core.chats_of(&session);
-    for other in chats {
-        let busy = other != chat && core.ch.chats.get(&other).is_some_and(|c| c.active_turn.is_some());
-        if busy {
-            core.tools.pending_restarts.insert(other);
-        } else if let Some(meta) = core.chats.get(&other) {
-            let _ = meta.driver.send(Op::Restart);
-        }
-    }
-    tracing::info!(session, folder = %request.folder.display(), "moved to a new workspace");
+    core.move_session_folder(&session, &request.folder);
     // The host continues the task the turn was doing, in the new folder.
     let mut meta = JsonObject::new();
     meta.insert("vscode.chat.requestHiddenFromTranscript".into(), json!(true));
@@ -256,7 +220,7 @@ fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: Worksp
         agent: None,
         meta: Some(meta),
     };
-    host.start_turn(core, chat, host_turn(message, None), None);
+    core.start_turn(chat, host_turn(message, None), None);
 }
 
 // --- delete_session and move_session ---------------------------------------------------------

@@ -19,9 +19,8 @@ use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
 use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
 use crate::host::catalog::{check_config_value, path_of, resolve_config, NewSession};
-use crate::host::driver::Op;
 use crate::host::turns::host_turn;
-use crate::host::{new_id, now_iso, Core, Host};
+use crate::host::{new_id, Core, Host};
 use crate::store::records::Harness;
 
 /// The `_meta` key that says which session, chat and turn a tool's message came from.
@@ -205,14 +204,14 @@ fn name_chat(core: &mut Core, chat: &str, title: &str) {
 
 /// Starts `message` in `chat` now when it is free, or queues it behind what runs or waits there.
 /// Answers whether it was queued.
-fn deliver(host: &Host, core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
+fn deliver(core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
     let busy = core.ch.chats.get(chat).is_some_and(|c| {
         c.active_turn.is_some()
             || c.steering_message.is_some()
             || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
     });
     if !busy {
-        start(host, core, chat, message, sender);
+        start(core, chat, message, sender);
         return false;
     }
     if message.meta.is_some() {
@@ -227,19 +226,19 @@ fn deliver(host: &Host, core: &mut Core, chat: &str, mut message: Message, sende
         id,
         message,
     });
-    host.commit_chat(core, chat, action, None, None);
-    host.start_next(core, chat);
+    core.apply(chat, action, None, None);
+    core.start_next(chat);
     true
 }
 
 /// Starts a turn of `message` in `chat`, as `sender`'s: a turn a session tool begins carries the
 /// person of the turn that began it.
-fn start(host: &Host, core: &mut Core, chat: &str, message: Message, sender: Option<String>) {
+fn start(core: &mut Core, chat: &str, message: Message, sender: Option<String>) {
     let turn = host_turn(message, None);
     if let Some(sender) = sender {
         core.note_sender(chat, &turn.turn_id, sender);
     }
-    host.start_turn(core, chat, turn, None);
+    core.start_turn(chat, turn, None);
 }
 
 /// Opens a chat in `session` and starts `message` there.
@@ -253,27 +252,17 @@ fn open_chat(
     harness: Option<Harness>,
 ) -> String {
     let chat = format!("ahp-chat:/{}", new_id());
-    host.add_chat_with(core, session, &chat, &now_iso(), false, harness);
-    if let Some(meta) = core.chats.get(&chat) {
-        let _ = meta.driver.send(Op::Ensure { announce_ready: false });
-    }
-    core.sync_summary(session);
+    host.open_chat(core, session, &chat, harness);
     if let Some(title) = title {
         name_chat(core, &chat, title);
     }
-    start(host, core, &chat, message, sender);
+    start(core, &chat, message, sender);
     chat
 }
 
 /// Refuses a second chat on an agent that holds one per session, in `createChat`'s words.
 fn can_open_chat(core: &Core, provider: &str) -> Result<(), String> {
-    let capable = core
-        .agent(provider)
-        .and_then(|a| a.descriptor.as_ref())
-        .and_then(|d| d.capabilities.as_ref())
-        .and_then(|c| c.multiple_chats.as_ref())
-        .is_some();
-    if capable {
+    if core.holds_many_chats(provider) {
         Ok(())
     } else {
         Err(format!("The {provider} agent holds one chat per session; it cannot open another"))
@@ -299,7 +288,7 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
     check(&mut core, &key, Budget::Messages)?;
     let message = tool_message(call, text, None);
     let sender = acting(call).as_sender();
-    let queued = deliver(host, &mut core, &target.chat, message, sender);
+    let queued = deliver(&mut core, &target.chat, message, sender);
     spend(&mut core, &key, Budget::Messages);
     let link = link_of(&core, &target.session, &target.chat);
     Ok(format!("Message {} ({link}).", if queued { "queued" } else { "sent" }))
@@ -593,7 +582,7 @@ fn create_independent(
     name_chat(core, &chat, &args.title);
     let message = tool_message(call, args.prompt, plan.model);
     let sender = acting(call).as_sender();
-    start(host, core, &chat, message, sender);
+    start(core, &chat, message, sender);
     if let Some((root, Scope::Tree)) = &key {
         core.tools.limits.note_root(&uri, root);
     }
