@@ -257,7 +257,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         ..HostConfig::default()
     };
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
-    let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
+    let tools = crate::tools::HostTools::new();
+    let host = Host::new(host_config, store, supervisor.clone(), tools, cancel.clone(), tracker.clone());
     host.run_events(events_rx);
     let facts = Arc::new(Facts::new(&plan.paths, config));
     if let Some(listener) = control {
@@ -290,7 +291,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             allowed_origins: config.strings("allowedOrigins"),
             hard_frame_bytes: hard_frame_bytes(max_frame),
         };
-        host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
+        host.lock().endpoints_mut().set_base(format!("http://{}", display_addr(&bind_host, local)));
         // Wakeups that fell due while the daemon was down begin before anyone is told it is up.
         host.run_wakeups();
         let url = format!("ws://{}", display_addr(&bind_host, local));

@@ -6,6 +6,7 @@
 //! worker protocol, even when the worker is this same binary re-executed (`ahpd worker <kind>`).
 
 pub mod agents;
+pub mod bare;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -230,7 +230,8 @@ impl Core {
                 let _ = meta.driver.send(Op::Restart);
             }
         }
-        crate::tools::session::turn_ended(self, chat, &ended);
+        let tools = self.tools.clone();
+        tools.turn_ended(self, chat, &ended);
         self.start_next(chat);
     }
 

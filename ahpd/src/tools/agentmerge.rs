@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, HostTools, ToolCall, ToolInfo, ToolResult};
 use crate::host::Host;
 
 const SET: &str = "setAgentMergeEnabled";
@@ -137,9 +137,9 @@ pub fn tools() -> Vec<ToolInfo> {
 }
 
 /// Runs one of the four; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
     Some(match name {
-        SET => set_enabled(host, call),
+        SET => set_enabled(tools, host, call),
         READ_CI => read_ci(&call.input).and_then(|()| unauthorized("fixCI")),
         REPLY => reply_input(&call.input).and_then(|()| unauthorized("addressReviews")),
         RERUN => rerun_input(&call.input).and_then(|()| unauthorized("fixCI")),
@@ -273,7 +273,7 @@ fn set_input(input: &Value) -> Result<(bool, Overrides), String> {
     ))
 }
 
-fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
+fn set_enabled(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     let (enabled, asked) = set_input(&call.input)?;
     let session = call
         .session
@@ -284,13 +284,13 @@ fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
         if !host.ensure_loaded(&mut core, &session) {
             return Err(format!("Agent Merge cannot be configured for unknown session {session}."));
         }
-        core.sessions.get(&session).and_then(|m| m.working_directory.clone())
+        core.session(&session).and_then(|m| m.working_directory.clone())
     };
     let Some(folder) = folder else {
         return Err("Agent Merge cannot be enabled for a session without a working directory.".to_owned());
     };
     let key = (session, folder.clone());
-    let current = host.lock().agent_merge.folders.get(&key).cloned().unwrap_or_default();
+    let current = tools.state().agent_merge.folders.get(&key).cloned().unwrap_or_default();
     let target = match (&current.target, enabled) {
         (Some(target), _) => Some(target.clone()),
         (None, true) => Some(current_branch(&folder).ok_or_else(|| {
@@ -300,7 +300,7 @@ fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
     };
     let next = FolderMerge { enabled, overrides: merged(&current.overrides, &asked), target };
     let answer = configuration_of(&next);
-    host.lock().agent_merge.folders.insert(key, next);
+    tools.state().agent_merge.folders.insert(key, next);
     Ok(answer.to_string())
 }
 

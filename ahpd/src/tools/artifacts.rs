@@ -190,7 +190,7 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
 fn record(held: &mut Vec<Artifact>, mut one: Artifact) -> String {
     match held.iter_mut().find(|other| other.value() == one.value()) {
         None => {
-            one.id = crate::host::new_id();
+            one.id = crate::host::facade::new_id();
             let said = format!("Added {}: {}", one.noun(), one.id);
             held.push(one);
             said
@@ -233,7 +233,7 @@ fn list(host: &Host, call: &ToolCall) -> ToolResult {
 
 /// The session's recorded list; a malformed entry is left out rather than drawn wrong.
 pub fn held(core: &crate::host::Core, session: &str) -> Vec<Artifact> {
-    let list = core.ch.sessions.get(session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get(META_KEY));
+    let list = core.session_state(session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get(META_KEY));
     list.and_then(Value::as_array)
         .map(|items| {
             items
@@ -251,7 +251,7 @@ fn keep(host: &Host, core: &mut crate::host::Core, session: &str, held: &[Artifa
     if !host.ensure_loaded(core, session) {
         return Err(format!("There is no session {session}."));
     }
-    let mut meta: JsonObject = core.ch.sessions.get(session).and_then(|s| s.meta.clone()).unwrap_or_default();
+    let mut meta: JsonObject = core.session_state(session).and_then(|s| s.meta.clone()).unwrap_or_default();
     let list = serde_json::to_value(held).map_err(|e| format!("could not encode the artifacts: {e}"))?;
     meta.insert(META_KEY.to_owned(), list);
     let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });

@@ -19,8 +19,8 @@ use ahp_types::state::{
 };
 use serde_json::{json, Value};
 
-use super::questions::{ask, Unanswered};
 use super::{Group, ToolCall, ToolInfo, ToolResult};
+use crate::host::facade::Unanswered;
 use crate::host::Host;
 
 /// The `_meta` key carrying a comment's feedback semantics.
@@ -306,7 +306,7 @@ fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, St
     if !host.ensure_loaded(&mut core, &channel) {
         return Err(format!("There is no session {session}."));
     }
-    let state = core.ch.annotations.get(&channel).cloned().unwrap_or(AnnotationsState { annotations: Vec::new() });
+    let state = core.annotations_state(&channel).cloned().unwrap_or(AnnotationsState { annotations: Vec::new() });
     Ok((session, channel, state))
 }
 
@@ -346,7 +346,7 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
         (positive_integer(range, "startLineNumber")?, positive_integer(range, "startColumn")?);
     let (end_line, end_column) = (positive_integer(range, "endLineNumber")?, positive_integer(range, "endColumn")?);
     let (session, channel, _) = channel_state(host, call, ADD)?;
-    let id = crate::host::new_id();
+    let id = crate::host::facade::new_id();
     let mut meta = JsonObject::new();
     // An agent's comment is a proposal until the person accepts it.
     meta.insert(FEEDBACK.to_owned(), json!({ "kind": "codeReview", "state": "created", "sessionResource": session }));
@@ -392,7 +392,7 @@ fn reply(host: &Host, call: &ToolCall) -> ToolResult {
     let mut entry_meta = JsonObject::new();
     entry_meta.insert(FEEDBACK.to_owned(), json!({ "author": "agent" }));
     let entry = AnnotationEntry {
-        id: format!("{comment_id}:{}", crate::host::new_id()),
+        id: format!("{comment_id}:{}", crate::host::facade::new_id()),
         text: StringOrMarkdown::Plain(text),
         meta: Some(entry_meta),
     };
@@ -505,13 +505,13 @@ async fn view(host: &Host, call: &ToolCall) -> ToolResult {
     };
     let subject = count_waiting(&state).map(|(s, _)| s).unwrap_or_else(|| "review comments".to_owned());
     let request = ChatInputRequest {
-        id: format!("{VIEW}:{}", crate::host::new_id()),
+        id: format!("{VIEW}:{}", crate::host::facade::new_id()),
         message: Some(format!("The agent wants to view {subject} you have not reviewed yet. Show them to the agent?")),
         url: None,
         questions: None,
         answers: None,
     };
-    let answer = match ask(host, chat, call.turn_id.as_deref(), request).await {
+    let answer = match host.ask_person(chat, call.turn_id.as_deref(), request).await {
         Ok(answer) => answer,
         Err(Unanswered::NoTurn) => return Err(format!("{VIEW} must run from an active chat turn.")),
         Err(Unanswered::Withdrawn) => {

@@ -9,7 +9,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::{Group, ToolCall, ToolInfo, ToolResult};
-use crate::host::requests::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+use crate::host::facade::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use crate::host::Host;
 
 const RESOURCE: &str = "ahp_resource";
@@ -132,7 +132,7 @@ async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
         let mut core = host.lock();
         match &call.session {
             Some(session) if host.ensure_loaded(&mut core, session) => {
-                core.sessions.get(session).and_then(|m| m.working_directory.clone()).into_iter().collect()
+                core.session(session).and_then(|m| m.working_directory.clone()).into_iter().collect()
             }
             _ => Vec::new(),
         }

@@ -60,9 +60,7 @@ pub fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
     })?;
     authorize(&core, call, "session:read")?;
     let state = core
-        .ch
-        .chats
-        .get(&target.chat)
+        .chat_state(&target.chat)
         .ok_or_else(|| format!("Invalid {TOOL} input: {asked} is not a chat this host is running."))?;
     let mut out = Map::new();
     out.insert("session".into(), json!(target.session));

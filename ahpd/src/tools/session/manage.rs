@@ -12,11 +12,9 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
 use serde_json::{json, Value};
 
-use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, optional_bool, resolve, title_arg};
-use crate::host::commands::CHAT_MOVES_OFF;
-use crate::host::requests::file_uri;
-use crate::host::turns::host_turn;
+use crate::host::facade::{file_uri, host_turn, CHAT_MOVES_OFF};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -85,10 +83,7 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
         }
     };
     authorize(&core, call, "session:write")?;
-    core.set_chat_title(&chat, &title);
-    if let Some(meta) = core.chats.get_mut(&chat) {
-        meta.titled = true;
-    }
+    core.name_chat(&chat, &title);
     Ok(format!("Renamed chat to \"{title}\"."))
 }
 
@@ -124,7 +119,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
 // --- set_workspace and isolate_session -------------------------------------------------------
 
 /// `set_workspace`: recorded now, carried out when the turn completes.
-pub fn set_workspace(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "set_workspace";
     let (Some(chat), Some(turn_id)) = (call.chat.clone(), call.turn_id.clone()) else {
         return Err(format!("{TOOL} must run from an active chat turn."));
@@ -142,14 +137,14 @@ pub fn set_workspace(host: &Host, call: &ToolCall) -> ToolResult {
     if !folder.is_dir() {
         return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()));
     }
-    let mut core = host.lock();
+    let core = host.lock();
     authorize(&core, call, "session:write")?;
-    let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+    let running = core.chat_state(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
     if !running {
         return Err(format!("{TOOL} must run from an active chat turn."));
     }
     let uri = file_uri(&folder);
-    core.tools.workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
+    tools.state().workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
     Ok(format!(
         "Workspace will be set to {uri} after this turn ends. End this turn now without calling more tools or replying; the host will continue the original task automatically in the selected workspace."
     ))
@@ -180,18 +175,11 @@ pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
 }
 
 /// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
-/// dropped when it was cancelled or failed; a chat waiting to restart in its session's new folder
-/// restarts now.
-pub fn turn_ended(core: &mut Core, chat: &str, ended: &str) {
-    let Some(request) = core.tools.workspace_requests.remove(chat) else { return };
-    if request.turn_id != ended {
-        core.tools.workspace_requests.insert(chat.to_owned(), request);
-        return;
-    }
+/// dropped when it was cancelled or failed.
+pub fn turn_ended(tools: &HostTools, core: &mut Core, chat: &str, ended: &str) {
+    let Some(request) = take_request(tools, chat, ended) else { return };
     let completed = core
-        .ch
-        .chats
-        .get(chat)
+        .chat_state(chat)
         .and_then(|c| c.turns.iter().rev().find(|t| t.id == ended))
         .is_some_and(|t| t.state == TurnState::Complete);
     if !completed {
@@ -201,10 +189,20 @@ pub fn turn_ended(core: &mut Core, chat: &str, ended: &str) {
     move_session_folder(core, chat, request);
 }
 
+/// The workspace change the turn `ended` asked for in `chat`, taken out of the waiting ones.
+fn take_request(tools: &HostTools, chat: &str, ended: &str) -> Option<WorkspaceRequest> {
+    let mut state = tools.state();
+    let waiting = state.workspace_requests.get(chat)?;
+    if waiting.turn_id != ended {
+        return None;
+    }
+    state.workspace_requests.remove(chat)
+}
+
 /// Moves the chat's session to the requested folder: its record and state, every chat's backend
 /// restarted there (a busy one when its turn ends), and the calling chat continued.
 fn move_session_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
-    let Some(session) = core.chats.get(chat).map(|m| m.session.clone()) else { return };
+    let Some(session) = core.chat(chat).map(|m| m.session.clone()) else { return };
     let new_uri = file_uri(&request.folder);
     core.move_session_folder(&session, &request.folder);
     // The host continues the task the turn was doing, in the new folder.
@@ -241,7 +239,7 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
         authorize(&core, call, "session:write")?;
         // Deleting is the owner's own say, asked of the person the call acts as.
         let principal = acting(call);
-        if principal == Principal::Nobody && core.users.is_some() {
+        if principal == Principal::Nobody && core.has_users() {
             return Err("this turn may not session:write here".to_owned());
         }
         core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;

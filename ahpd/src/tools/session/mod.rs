@@ -19,7 +19,7 @@ use ahp_types::state::ToolAnnotations;
 use serde_json::{json, Value};
 
 pub use self::manage::{turn_ended, WorkspaceRequest};
-use super::{readers, Caller, Group, ToolCall, ToolInfo, ToolResult};
+use super::{readers, Caller, Group, HostTools, ToolCall, ToolInfo, ToolResult};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -44,17 +44,17 @@ pub fn tools() -> Vec<ToolInfo> {
 }
 
 /// Runs one of the session tools; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
     Some(match name {
         "list_sessions" => rows::list_sessions(host, call),
         "get_current_session" => rows::get_current_session(host, call),
         "get_session_context" => context::get_session_context(host, call),
-        "send_message" => spawn::send_message(host, call),
-        "create_session" => spawn::create_session(host, call).await,
-        "create_chat" => spawn::create_chat(host, call),
+        "send_message" => spawn::send_message(tools, host, call),
+        "create_session" => spawn::create_session(tools, host, call).await,
+        "create_chat" => spawn::create_chat(tools, host, call),
         "rename_chat" => manage::rename_chat(host, call),
         "archive_chat" => manage::archive_chat(host, call),
-        "set_workspace" => manage::set_workspace(host, call),
+        "set_workspace" => manage::set_workspace(tools, host, call),
         "isolate_session" => manage::isolate_session(host, call),
         "delete_session" => manage::delete_session(host, call),
         "move_session" => manage::move_session(host, call),
@@ -361,14 +361,14 @@ fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> Stri
         if !host.ensure_loaded(core, &chat) {
             return Err(unknown());
         }
-        core.chats.get(&chat).map(|m| m.session.clone()).ok_or_else(unknown)?
+        core.chat(&chat).map(|m| m.session.clone()).ok_or_else(unknown)?
     } else {
         target.session.clone()
     };
     if !host.ensure_loaded(core, &session) {
         return Err(unknown());
     }
-    let state = core.ch.sessions.get(&session).ok_or_else(unknown)?;
+    let state = core.session_state(&session).ok_or_else(unknown)?;
     let default = state.default_chat.clone().unwrap_or_default();
     let chat = target.chat.unwrap_or_else(|| default.clone());
     if !state.chats.iter().any(|c| c.resource == chat) {
@@ -379,7 +379,7 @@ fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> Stri
 
 /// The provider a session runs.
 fn provider_of(core: &Core, session: &str) -> String {
-    core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default()
+    core.session(session).map(|m| m.provider.clone()).unwrap_or_default()
 }
 
 /// Who a call acts as: the caller with no session; inside one, the person who sent the running
@@ -395,12 +395,12 @@ fn acting(call: &ToolCall) -> Principal {
 
 /// The agent of a chat that runs another one than its session's.
 fn harness_of(core: &Core, chat: &str) -> Option<String> {
-    core.chats.get(chat)?.harness.as_ref().map(|h| h.provider.clone())
+    core.chat(chat)?.harness.as_ref().map(|h| h.provider.clone())
 }
 
 /// The open link of a chat (its session's link for the default chat).
 fn link_of(core: &Core, session: &str, chat: &str) -> String {
-    let default = core.ch.sessions.get(session).and_then(|s| s.default_chat.as_deref());
+    let default = core.session_state(session).and_then(|s| s.default_chat.as_deref());
     links::chat_link(&provider_of(core, session), session, chat, default)
 }
 

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::super::{authorize, optional_str, ToolCall, ToolResult};
 use super::{calling_session, links, optional_bool};
-use crate::host::catalog::status;
+use crate::host::facade::status;
 use crate::host::{Core, Host};
 
 /// The status names `list_sessions` filters by.
@@ -68,8 +68,10 @@ fn catalogue(core: &Core) -> Result<Vec<SessionSummary>, String> {
     let mut all = Vec::new();
     let mut after: Option<(String, String)> = None;
     loop {
-        let page =
-            core.store.page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), 1000).map_err(|e| e.to_string())?;
+        let page = core
+            .store()
+            .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), 1000)
+            .map_err(|e| e.to_string())?;
         all.extend(page.items.into_iter().filter_map(|v| serde_json::from_value::<SessionSummary>(v).ok()));
         match page.next {
             Some(next) => after = Some(next),

@@ -16,11 +16,10 @@ use protocol::SchemaResult;
 use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
-use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
-use crate::host::catalog::{check_config_value, path_of, resolve_config, NewSession};
-use crate::host::turns::host_turn;
-use crate::host::{new_id, Core, Host};
+use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, NewSession};
+use crate::host::{Core, Host};
 use crate::store::records::Harness;
 
 /// The `_meta` key that says which session, chat and turn a tool's message came from.
@@ -36,7 +35,7 @@ pub const NEEDS_SESSION: &str = "currentSession needs a calling session; use ind
 /// The agents a caller may start: every agent that is up (a users directory would narrow it to
 /// the ones no record holds for somebody else).
 fn startable(core: &Core) -> Vec<(String, String, String)> {
-    core.agents
+    core.agents()
         .iter()
         .filter_map(|a| {
             let d = a.descriptor.as_ref()?;
@@ -102,31 +101,68 @@ fn tool_message(call: &ToolCall, text: &str, model: Option<ModelSelection>) -> M
     Message { text: text.to_owned(), origin: MessageOrigin { kind }, attachments: None, model, agent: None, meta }
 }
 
-/// The key and scope a call's counts are kept under, or `None` when nothing is counted: limits
-/// off, or a call with no session (which has no tree to charge).
-fn budget_key(host: &Host, core: &mut Core, call: &ToolCall) -> Option<(String, Scope)> {
-    let session = call.session.as_deref()?;
-    if !core.settings.orchestration_limits {
-        return None;
+/// Where a call's counts are kept: under its tree's root (or its session, when the limits count
+/// per session) in the tools' limits, or nowhere when nothing is counted (limits off, or a call
+/// with no session, which has no tree to charge).
+struct Account<'t> {
+    tools: &'t HostTools,
+    key: Option<(String, Scope)>,
+}
+
+impl<'t> Account<'t> {
+    fn of(tools: &'t HostTools, host: &Host, core: &mut Core, call: &ToolCall) -> Self {
+        let key = call.session.as_deref().and_then(|session| {
+            if !core.settings().orchestration_limits {
+                return None;
+            }
+            if core.settings().limits_per_session {
+                return Some((session.to_owned(), Scope::Session));
+            }
+            Some((tree_root(tools, host, core, session), Scope::Tree))
+        });
+        Self { tools, key }
     }
-    if core.settings.limits_per_session {
-        return Some((session.to_owned(), Scope::Session));
+
+    /// True when the call is counted at all.
+    fn counts(&self) -> bool {
+        self.key.is_some()
     }
-    Some((tree_root(host, core, session), Scope::Tree))
+
+    /// Refuses when the budget is spent.
+    fn check(&self, core: &Core, budget: Budget) -> Result<(), String> {
+        let Some((key, scope)) = &self.key else { return Ok(()) };
+        let now = core.clock().now();
+        self.tools.state().limits.check(key, budget, *scope, now)
+    }
+
+    /// Counts what happened.
+    fn spend(&self, core: &Core, budget: Budget) {
+        if let Some((key, _)) = &self.key {
+            let now = core.clock().now();
+            self.tools.state().limits.spend(key, budget, now);
+        }
+    }
+
+    /// Remembers that a new session belongs to the tree this call is counted in.
+    fn adopt(&self, session: &str) {
+        if let Some((root, Scope::Tree)) = &self.key {
+            self.tools.state().limits.note_root(session, root);
+        }
+    }
 }
 
 /// The session at the top of `session`'s tree: the one nothing started, read through the parent
 /// links the store keeps. A parent that was deleted still names the tree.
-fn tree_root(host: &Host, core: &mut Core, session: &str) -> String {
-    if let Some(root) = core.tools.limits.known_root(session) {
-        return root.to_owned();
+fn tree_root(tools: &HostTools, host: &Host, core: &mut Core, session: &str) -> String {
+    if let Some(root) = tools.state().limits.known_root(session).map(str::to_owned) {
+        return root;
     }
     let mut current = session.to_owned();
     // A chain is four sessions long at most while the limits are on; the bound only guards a
     // store somebody edited into a loop.
     for _ in 0..64 {
         host.ensure_loaded(core, &current);
-        match core.sessions.get(&current).and_then(|m| m.parent.clone()) {
+        match core.session(&current).and_then(|m| m.parent.clone()) {
             Some(parent) => current = parent,
             None => break,
         }
@@ -134,30 +170,15 @@ fn tree_root(host: &Host, core: &mut Core, session: &str) -> String {
     current
 }
 
-/// Refuses when the budget is spent.
-fn check(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) -> Result<(), String> {
-    let Some((key, scope)) = key else { return Ok(()) };
-    let now = core.clock.now();
-    core.tools.limits.check(key, budget, *scope, now)
-}
-
-/// Counts what happened.
-fn spend(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) {
-    if let Some((key, _)) = key {
-        let now = core.clock.now();
-        core.tools.limits.spend(key, budget, now);
-    }
-}
-
 /// The agent a chat runs.
 fn chat_provider(core: &Core, chat: &str) -> Option<String> {
-    let meta = core.chats.get(chat)?;
+    let meta = core.chat(chat)?;
     Some(meta.harness.as_ref().map(|h| h.provider.clone()).unwrap_or_else(|| provider_of(core, &meta.session)))
 }
 
 /// The calling chat's model: its running turn's, else its draft's, else its last turn's.
 fn chat_model(core: &Core, chat: &str) -> Option<ModelSelection> {
-    let state = core.ch.chats.get(chat)?;
+    let state = core.chat_state(chat)?;
     state
         .active_turn
         .as_ref()
@@ -174,7 +195,7 @@ fn resolve_model(
     provider: Option<&str>,
 ) -> Result<(String, ModelSelection), String> {
     let candidates: Vec<(&str, &ahp_types::state::SessionModelInfo)> = core
-        .agents
+        .agents()
         .iter()
         .filter(|a| a.descriptor.is_some() && provider.is_none_or(|p| p == a.provider))
         .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m)))
@@ -194,18 +215,10 @@ fn resolve_model(
     }
 }
 
-/// Names a chat for good: its title is not taken from its first message afterwards.
-fn name_chat(core: &mut Core, chat: &str, title: &str) {
-    core.set_chat_title(chat, title);
-    if let Some(meta) = core.chats.get_mut(chat) {
-        meta.titled = true;
-    }
-}
-
 /// Starts `message` in `chat` now when it is free, or queues it behind what runs or waits there.
 /// Answers whether it was queued.
 fn deliver(core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
-    let busy = core.ch.chats.get(chat).is_some_and(|c| {
+    let busy = core.chat_state(chat).is_some_and(|c| {
         c.active_turn.is_some()
             || c.steering_message.is_some()
             || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
@@ -254,7 +267,7 @@ fn open_chat(
     let chat = format!("ahp-chat:/{}", new_id());
     host.open_chat(core, session, &chat, harness);
     if let Some(title) = title {
-        name_chat(core, &chat, title);
+        core.name_chat(&chat, title);
     }
     start(core, &chat, message, sender);
     chat
@@ -272,7 +285,7 @@ fn can_open_chat(core: &Core, provider: &str) -> Result<(), String> {
 // --- send_message ----------------------------------------------------------------------------
 
 /// `send_message`.
-pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn send_message(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "send_message";
     let text = required_str(TOOL, &call.input, "message")?;
     let asked = required_str(TOOL, &call.input, "session")?;
@@ -284,12 +297,12 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
         return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat."));
     }
     authorize(&core, call, "session:write")?;
-    let key = budget_key(host, &mut core, call);
-    check(&mut core, &key, Budget::Messages)?;
+    let account = Account::of(tools, host, &mut core, call);
+    account.check(&core, Budget::Messages)?;
     let message = tool_message(call, text, None);
     let sender = acting(call).as_sender();
     let queued = deliver(&mut core, &target.chat, message, sender);
-    spend(&mut core, &key, Budget::Messages);
+    account.spend(&core, Budget::Messages);
     let link = link_of(&core, &target.session, &target.chat);
     Ok(format!("Message {} ({link}).", if queued { "queued" } else { "sent" }))
 }
@@ -297,7 +310,7 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
 // --- create_chat -----------------------------------------------------------------------------
 
 /// `create_chat`.
-pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn create_chat(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "create_chat";
     let input = &call.input;
     let prompt = required_str(TOOL, input, "prompt")?;
@@ -330,12 +343,12 @@ pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
             .and_then(|c| chat_model(&core, c)),
     };
     can_open_chat(&core, &provider)?;
-    let key = budget_key(host, &mut core, call);
-    check(&mut core, &key, Budget::Chats)?;
+    let account = Account::of(tools, host, &mut core, call);
+    account.check(&core, Budget::Chats)?;
     let message = tool_message(call, prompt, model);
     let sender = acting(call).as_sender();
     let chat = open_chat(host, &mut core, &session, title.as_deref(), message, sender, None);
-    spend(&mut core, &key, Budget::Chats);
+    account.spend(&core, Budget::Chats);
     Ok(format!("Chat created ({}).", link_of(&core, &session, &chat)))
 }
 
@@ -415,7 +428,7 @@ struct Plan {
 }
 
 /// `create_session`.
-pub async fn create_session(host: &Host, call: &ToolCall) -> ToolResult {
+pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     let args = CreateArgs::parse(call)?;
     let plan = {
         let mut core = host.lock();
@@ -429,9 +442,11 @@ pub async fn create_session(host: &Host, call: &ToolCall) -> ToolResult {
     let mut core = host.lock();
     let values = settings(&plan.schema, inherited, &args.config)?;
     if args.independent {
-        create_independent(host, &mut core, call, &args, plan, values)
+        let account = Account::of(tools, host, &mut core, call);
+        create_independent(&account, host, &mut core, call, &args, plan, values)
     } else {
-        create_in_current(host, &mut core, call, &args, plan, values)
+        let account = Account::of(tools, host, &mut core, call);
+        create_in_current(&account, host, &mut core, call, &args, plan, values)
     }
 }
 
@@ -479,25 +494,23 @@ fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) ->
 
 /// The settings a chat runs on: its own, or its session's.
 fn chat_settings(core: &Core, chat: &str) -> JsonObject {
-    let Some(meta) = core.chats.get(chat) else { return JsonObject::new() };
+    let Some(meta) = core.chat(chat) else { return JsonObject::new() };
     if let Some(h) = &meta.harness {
         return h.settings.clone();
     }
-    core.ch.sessions.get(&meta.session).and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default()
+    core.session_state(&meta.session).and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default()
 }
 
 /// The folder a new session works in: the one asked for, else the calling session's, else the
 /// host's default.
 fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> Result<Option<PathBuf>, String> {
     let Some(asked) = asked else {
-        let calling =
-            call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.working_directory.clone());
+        let calling = call.session.as_deref().and_then(|s| core.session(s)).and_then(|m| m.working_directory.clone());
         return Ok(calling.or_else(|| host.config().default_directory.clone()));
     };
     let by_project = core
-        .ch
-        .sessions
-        .values()
+        .session_states()
+        .map(|(_, s)| s)
         .filter_map(|s| s.project.as_ref())
         .find(|p| p.display_name.eq_ignore_ascii_case(asked))
         .and_then(|p| path_of(&p.uri));
@@ -554,6 +567,7 @@ fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) ->
 }
 
 fn create_independent(
+    account: &Account<'_>,
     host: &Host,
     core: &mut Core,
     call: &ToolCall,
@@ -561,12 +575,11 @@ fn create_independent(
     plan: Plan,
     values: JsonObject,
 ) -> ToolResult {
-    let key = budget_key(host, core, call);
-    let parent_depth = call.session.as_deref().and_then(|s| core.sessions.get(s)).map_or(0, |m| m.depth);
-    if key.is_some() && parent_depth >= MAX_SPAWN_DEPTH {
+    let parent_depth = call.session.as_deref().and_then(|s| core.session(s)).map_or(0, |m| m.depth);
+    if account.counts() && parent_depth >= MAX_SPAWN_DEPTH {
         return Err(depth_refusal(parent_depth));
     }
-    check(core, &key, Budget::Sessions)?;
+    account.check(core, Budget::Sessions)?;
     let uri = format!("ahp-session:/{}", new_id());
     let owner = owner_for(core, call);
     let new = NewSession {
@@ -579,18 +592,17 @@ fn create_independent(
         depth: if call.session.is_some() { parent_depth + 1 } else { 0 },
     };
     let chat = host.open_session(core, new, |_| {});
-    name_chat(core, &chat, &args.title);
+    core.name_chat(&chat, &args.title);
     let message = tool_message(call, args.prompt, plan.model);
     let sender = acting(call).as_sender();
     start(core, &chat, message, sender);
-    if let Some((root, Scope::Tree)) = &key {
-        core.tools.limits.note_root(&uri, root);
-    }
-    spend(core, &key, Budget::Sessions);
+    account.adopt(&uri);
+    account.spend(core, Budget::Sessions);
     Ok(format!("New session created ({}).", links::session_link(&plan.provider, &uri)))
 }
 
 fn create_in_current(
+    account: &Account<'_>,
     host: &Host,
     core: &mut Core,
     call: &ToolCall,
@@ -607,20 +619,19 @@ fn create_in_current(
     if harness.is_none() {
         can_open_chat(core, &session_provider).map_err(|e| format!("Invalid {CREATE} input: {e}."))?;
     }
-    let key = budget_key(host, core, call);
-    check(core, &key, Budget::Chats)?;
+    account.check(core, Budget::Chats)?;
     let message = tool_message(call, args.prompt, plan.model);
     let sender = acting(call).as_sender();
     let chat = open_chat(host, core, &session, Some(&args.title), message, sender, harness);
-    spend(core, &key, Budget::Chats);
+    account.spend(core, Budget::Chats);
     Ok(format!("Chat created in the current session ({}).", link_of(core, &session, &chat)))
 }
 
 /// Who owns what a call makes, under a users directory: the person who asked for it (the sender
 /// of the calling turn, or the caller with no session), else the calling session's owner.
 fn owner_for(core: &Core, call: &ToolCall) -> Option<String> {
-    core.users.as_ref()?;
+    core.has_users().then_some(())?;
     acting(call)
         .as_sender()
-        .or_else(|| call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.owner.clone()))
+        .or_else(|| call.session.as_deref().and_then(|s| core.session(s)).and_then(|m| m.owner.clone()))
 }

@@ -1,6 +1,8 @@
-//! A host with no worker process and no listener, for the fuzz targets (`fuzz/`) and property tests
-//! that drive [`Host::handle_frame`] directly: its store is in a folder the caller gives, and its
-//! only backend, when asked for, is the echo agent served inside this process.
+//! A host with no worker process and no listener, for the fuzz targets (`fuzz/`), the property
+//! tests and the in-process host tests (`ahpd/tests/frames.rs`, `ahpd/tests/host.rs`) that drive
+//! [`Host::handle_frame`] directly: its store is in a folder the caller gives, it offers this
+//! host's own tools, and its only backend, when asked for, is the echo agent served inside this
+//! process.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,9 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::core::{ConnId, Frame};
-use super::requests::ConnState;
-use super::{Host, HostConfig};
+use crate::host::core::{ConnId, Frame};
+use crate::host::requests::ConnState;
+use crate::host::{Host, HostConfig};
 use crate::supervisor::{Launch, Supervisor, WorkerSpec};
 
 /// A host and what stops it.
@@ -41,7 +43,8 @@ impl BareHost {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor::new(specs, events_tx, cancel.child_token(), tracker.clone());
         let store = crate::store::Store::open(&dir.join("sessions.db"))?;
-        let host = Host::new(config, store, supervisor.clone(), cancel.clone(), tracker.clone());
+        let tools = crate::tools::HostTools::new();
+        let host = Host::new(config, store, supervisor.clone(), tools, cancel.clone(), tracker.clone());
         host.run_events(events_rx);
         supervisor.start_all();
         supervisor.first_starts(Duration::from_secs(10)).await;
@@ -74,7 +77,7 @@ impl BareHost {
     /// `ahp-chat:/<id>`), so frames have a live session and chat to act on.
     pub async fn ensure_session(&self, id: &str) -> Result<(), String> {
         let uri = format!("ahp-session:/{id}");
-        if self.host.lock().sessions.contains_key(&uri) {
+        if self.host.lock().session(&uri).is_some() {
             return Ok(());
         }
         let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"channel":"ahp-root://","protocolVersions":["1.0.0"],"clientId":"bare-setup"}}"#;
