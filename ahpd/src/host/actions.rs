@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::core::{action_type, channel_kind, ChannelKind, Committed};
 use super::driver::Op;
+use super::clients::tool_call_id_of;
 use super::requests::ConnState;
 use super::{Core, Host};
 
@@ -293,19 +294,6 @@ fn tool_call<'a>(state: &'a ChatState, turn_id: &str, tool_call_id: &str) -> Opt
     turn.response_parts.iter().find_map(|p| match p {
         ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == Some(tool_call_id) => Some(&tc.tool_call),
         _ => None,
-    })
-}
-
-fn tool_call_id_of(state: &ToolCallState) -> Option<&str> {
-    Some(match state {
-        ToolCallState::Streaming(s) => &s.tool_call_id,
-        ToolCallState::PendingConfirmation(s) => &s.tool_call_id,
-        ToolCallState::Running(s) => &s.tool_call_id,
-        ToolCallState::AuthRequired(s) => &s.tool_call_id,
-        ToolCallState::PendingResultConfirmation(s) => &s.tool_call_id,
-        ToolCallState::Completed(s) => &s.tool_call_id,
-        ToolCallState::Cancelled(s) => &s.tool_call_id,
-        ToolCallState::Unknown(_) => return None,
     })
 }
 
