@@ -75,7 +75,7 @@ impl BareHost {
 
     /// Creates `ahp-session:/<id>` on echo when it does not exist (its default chat is
     /// `ahp-chat:/<id>`), so frames have a live session and chat to act on.
-    pub async fn ensure_session(&self, id: &str) -> Result<(), String> {
+    pub async fn ensure_session(&self, id: &str) -> anyhow::Result<()> {
         let uri = format!("ahp-session:/{id}");
         if self.host.lock().session(&uri).is_some() {
             return Ok(());
@@ -87,14 +87,14 @@ impl BareHost {
         let answers = self.feed(&[init.to_owned(), create]).await?;
         match answers.iter().find(|a| a["id"] == 2) {
             Some(answer) if answer.get("error").is_none() => Ok(()),
-            other => Err(format!("could not create {uri}: {other:?}")),
+            other => anyhow::bail!("could not create {uri}: {other:?}"),
         }
     }
 
     /// Sends each text as one frame on a fresh connection, lets the host's tasks run a little, and
     /// answers what the host sent back. Every message it sent must be a JSON-RPC 2.0 object: one
     /// that is not is an error naming it.
-    pub async fn feed(&self, frames: &[String]) -> Result<Vec<serde_json::Value>, String> {
+    pub async fn feed(&self, frames: &[String]) -> anyhow::Result<Vec<serde_json::Value>> {
         let mut conn = self.connect(4096);
         for text in frames {
             self.host.handle_frame(&mut conn.state, text);
@@ -108,10 +108,11 @@ impl BareHost {
         let mut answers = Vec::new();
         while let Ok(frame) = conn.outbox.try_recv() {
             let value: serde_json::Value = serde_json::from_str(frame.as_str())
-                .map_err(|e| format!("the host sent something that is not JSON ({e}): {}", frame.as_str()))?;
-            if value.get("jsonrpc").and_then(serde_json::Value::as_str) != Some("2.0") {
-                return Err(format!("the host sent something that is not JSON-RPC 2.0: {value}"));
-            }
+                .map_err(|e| anyhow::anyhow!("the host sent something that is not JSON ({e}): {}", frame.as_str()))?;
+            anyhow::ensure!(
+                value.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0"),
+                "the host sent something that is not JSON-RPC 2.0: {value}"
+            );
             answers.push(value);
         }
         self.disconnect(conn);

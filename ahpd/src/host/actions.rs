@@ -8,9 +8,9 @@ use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatTool
 use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
 use serde_json::Value;
 
+use super::clients::tool_call_id_of;
 use super::core::{action_type, channel_kind, ChannelKind, Committed};
 use super::driver::Op;
-use super::clients::tool_call_id_of;
 use super::requests::ConnState;
 use super::{Core, Host};
 
@@ -334,7 +334,8 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
     }
     match action {
         StateAction::RootConfigChanged(a) => {
-            let (live, restart) = super::rootconfig::check_push(&a.config, a.replace.unwrap_or(false))?;
+            let (live, restart) =
+                super::rootconfig::check_push(&a.config, a.replace.unwrap_or(false)).map_err(|e| e.to_string())?;
             Ok(Then::RootConfig(live, restart))
         }
         StateAction::SessionTitleChanged(a) => {

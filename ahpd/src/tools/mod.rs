@@ -271,8 +271,41 @@ pub fn find(name: &str) -> Option<&'static ToolInfo> {
     catalog().iter().find(|t| t.definition.name == name)
 }
 
-/// What a tool answers: text for the model (and maybe rich content), or a refusal sentence.
-pub type ToolResult = Result<String, String>;
+/// What a tool answers: text for the model (and maybe rich content), or its refusal.
+pub type ToolResult = Result<String, Refusal>;
+
+/// Why a tool did not do what it was asked, in the sentence the model reads (seed 000's words,
+/// or the reference host's, where they give one). A refusal is the call's result, never cut short.
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl std::ops::Deref for Refusal {
+    type Target = str;
+
+    /// The sentence.
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for Refusal {
+    fn eq(&self, sentence: &&str) -> bool {
+        self.0 == *sentence
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(sentence: String) -> Self {
+        Self(sentence)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(sentence: &str) -> Self {
+        Self(sentence.to_owned())
+    }
+}
 
 /// How long a host tool may run before it is failed.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -302,7 +335,7 @@ async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> Tool
     let run = dispatch(tools, host, info, call);
     let result = match tokio::time::timeout(deadline, run).await {
         Ok(result) => result,
-        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs())),
+        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs()).into()),
     };
     match result {
         Ok(text) => {
@@ -310,7 +343,7 @@ async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> Tool
             outcome.past_tense_message = Some(format!("Ran {name}"));
             outcome
         }
-        Err(why) => {
+        Err(Refusal(why)) => {
             let mut outcome = ToolOutcome::failed(why);
             outcome.past_tense_message = Some(format!("{name} failed"));
             outcome
@@ -349,7 +382,7 @@ async fn dispatch(tools: &HostTools, host: &Host, info: &ToolInfo, call: ToolCal
             None => wakeups::run(host, name, &call).await,
         },
     };
-    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.")))
+    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.").into()))
 }
 
 /// The host tools offered to a session, after every switch and the session's own wording.
@@ -370,7 +403,7 @@ pub fn offered(core: &Core, session: &str) -> Vec<ToolInfo> {
 /// directory has nobody to ask, and its tools act as they always did; the users directory (issue
 /// 10) answers here in the host's own words: `<person> may not <grant> here`, or `this turn may not
 /// session:write here` where nobody is behind the call.
-pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), String> {
+pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), Refusal> {
     use crate::users::Principal;
     if !core.has_users() {
         return Ok(());
@@ -385,29 +418,29 @@ pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), String
         return if crate::users::covers("*:read", grant) {
             Ok(())
         } else {
-            Err(format!("this turn may not {grant} here"))
+            Err(format!("this turn may not {grant} here").into())
         };
     }
     if core.allows(&principal, grant) {
         Ok(())
     } else {
-        Err(crate::host::facade::refusal(&principal, grant))
+        Err(crate::host::facade::refusal(&principal, grant).into())
     }
 }
 
 /// Reads a required string argument, or says which one is missing, in the reference host's words.
-pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, String> {
+pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, Refusal> {
     match input.get(field) {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
     }
 }
 
 /// Reads an optional string argument.
-pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, String> {
+pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, Refusal> {
     match input.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.").into()),
     }
 }

@@ -89,7 +89,8 @@ fn list_models(host: &Host, call: &ToolCall) -> ToolResult {
             return Err(format!(
                 "Invalid list_models input: agent must be one of the agents this host offers ({}).",
                 offered.join(", ")
-            ));
+            )
+            .into());
         }
     }
     let models: Vec<Value> = core

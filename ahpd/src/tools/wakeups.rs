@@ -22,7 +22,7 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
 use serde_json::{json, Value};
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::clock::iso;
 use crate::host::facade::{host_turn, new_id, Committed};
 use crate::host::{Core, Host};
@@ -63,10 +63,10 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
     let stop = match call.input.get("stop") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.")),
+        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.").into()),
     };
     let (Some(chat), Some(session)) = (call.chat.clone(), call.session.clone()) else {
-        return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none."));
+        return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none.").into());
     };
     if stop {
         return cancel(host, &chat);
@@ -81,7 +81,7 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
         })?;
     let prompt = match call.input.get("prompt") {
         Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
-        _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.")),
+        _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.").into()),
     };
     let clock = &host.config().clock;
     // Within the bounds checked above, so it fits.
@@ -190,9 +190,9 @@ impl Host {
     }
 
     /// Begins one wakeup's turn (or queues its prompt), forgetting it in the same savepoint.
-    fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, String> {
+    fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, Refusal> {
         if !self.ensure_loaded(core, &wakeup.chat) {
-            return Err("its chat could not be loaded".to_owned());
+            return Err("its chat could not be loaded".into());
         }
         let provider = core
             .chat(&wakeup.chat)
@@ -202,7 +202,7 @@ impl Host {
         // The worker's own state, not what its `Ready` said: at start-up that event may still be
         // on its way to the host when the first wakeups fire.
         if self.supervisor().current(&provider).is_none() {
-            return Err(format!("the {provider} agent is not running, so the session cannot resume"));
+            return Err(format!("the {provider} agent is not running, so the session cannot resume").into());
         }
         let message = wakeup_message(wakeup);
         const SAVEPOINT: &str = "wakeup";
@@ -218,7 +218,12 @@ impl Host {
         fired
     }
 
-    fn begin_or_queue(&self, core: &mut Core, wakeup: &WakeupRecord, message: Message) -> Result<&'static str, String> {
+    fn begin_or_queue(
+        &self,
+        core: &mut Core,
+        wakeup: &WakeupRecord,
+        message: Message,
+    ) -> Result<&'static str, Refusal> {
         core.store().delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
         let running = core.running_turn(&wakeup.chat).is_some();
         if running {
@@ -233,7 +238,7 @@ impl Host {
             });
             return match core.apply(&wakeup.chat, action, None, None) {
                 Committed::Sent { .. } => Ok("its prompt is queued behind the running turn"),
-                _ => Err("the chat would not queue its prompt".to_owned()),
+                _ => Err("the chat would not queue its prompt".into()),
             };
         }
         let start = host_turn(message, None);
@@ -246,7 +251,7 @@ impl Host {
         if began {
             Ok("its turn began")
         } else {
-            Err("the chat would not take the turn".to_owned())
+            Err("the chat would not take the turn".into())
         }
     }
 }

@@ -63,7 +63,7 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
             })?;
             if let Some(s) = asked_session {
                 if known_session(&mut core, s)? != target.session {
-                    return Err(format!("Invalid {TOOL} input: session must match the owning session of chat."));
+                    return Err(format!("Invalid {TOOL} input: session must match the owning session of chat.").into());
                 }
             }
             target.chat
@@ -72,11 +72,14 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
             let (Some(session), Some(chat)) = (call.session.clone(), call.chat.clone()) else {
                 return Err(format!(
                     "Invalid {TOOL} input: chat must target a known chat, or the tool must run inside that chat."
-                ));
+                )
+                .into());
             };
             if let Some(s) = asked_session {
                 if known_session(&mut core, s)? != session {
-                    return Err(format!("Invalid {TOOL} input: session must match the current chat's owning session."));
+                    return Err(
+                        format!("Invalid {TOOL} input: session must match the current chat's owning session.").into()
+                    );
                 }
             }
             chat
@@ -100,7 +103,9 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
     let link = link_of(&core, &target.session, &target.chat);
     if target.is_default {
         if call.session.as_deref() == Some(target.session.as_str()) {
-            return Err(format!("Invalid {TOOL} input: refusing to archive the main chat of the current session."));
+            return Err(
+                format!("Invalid {TOOL} input: refusing to archive the main chat of the current session.").into()
+            );
         }
         authorize(&core, call, "session:mark")?;
         let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
@@ -108,7 +113,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
         return Ok(format!("Archived session ({link})."));
     }
     if call.chat.as_deref() == Some(target.chat.as_str()) {
-        return Err(format!("Invalid {TOOL} input: refusing to archive the current chat."));
+        return Err(format!("Invalid {TOOL} input: refusing to archive the current chat.").into());
     }
     authorize(&core, call, "chat:mark")?;
     let action = StateAction::ChatIsArchivedChanged(ChatIsArchivedChangedAction { is_archived: true });
@@ -122,7 +127,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
 pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "set_workspace";
     let (Some(chat), Some(turn_id)) = (call.chat.clone(), call.turn_id.clone()) else {
-        return Err(format!("{TOOL} must run from an active chat turn."));
+        return Err(format!("{TOOL} must run from an active chat turn.").into());
     };
     let asked = required_str(TOOL, &call.input, "workspaceFolder")?;
     let folder = local_folder(asked)
@@ -132,16 +137,16 @@ pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolRes
     if isolation {
         return Err(format!(
             "Invalid {TOOL} input: this host cannot make an isolated worktree; call {TOOL} again with isolation false to work in the folder itself."
-        ));
+        ).into());
     }
     if !folder.is_dir() {
-        return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()));
+        return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()).into());
     }
     let core = host.lock();
     authorize(&core, call, "session:write")?;
     let running = core.chat_state(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
     if !running {
-        return Err(format!("{TOOL} must run from an active chat turn."));
+        return Err(format!("{TOOL} must run from an active chat turn.").into());
     }
     let uri = file_uri(&folder);
     tools.state().workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
@@ -171,7 +176,7 @@ pub fn isolate_session_for(_core: &Core, _session: Option<&str>, _info: ToolInfo
 
 /// `isolate_session`, should a call reach it anyway.
 pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
-    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".to_owned())
+    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".into())
 }
 
 /// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
@@ -234,13 +239,13 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
             format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
         })?;
         if call.session.as_deref() == Some(target.session.as_str()) {
-            return Err(format!("Invalid {TOOL} input: refusing to delete the current session."));
+            return Err(format!("Invalid {TOOL} input: refusing to delete the current session.").into());
         }
         authorize(&core, call, "session:write")?;
         // Deleting is the owner's own say, asked of the person the call acts as.
         let principal = acting(call);
         if principal == Principal::Nobody && core.has_users() {
-            return Err("this turn may not session:write here".to_owned());
+            return Err("this turn may not session:write here".into());
         }
         core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;
         target.session
@@ -259,16 +264,16 @@ pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
     let independent = match optional_str(TOOL, input, "relationship")? {
         None => false,
         Some("independent") => true,
-        Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".")),
+        Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".").into()),
     };
     match (into, independent) {
         (Some(_), true) => {
-            return Err(format!("Invalid {TOOL} input: pass into or relationship \"independent\", not both."))
+            return Err(format!("Invalid {TOOL} input: pass into or relationship \"independent\", not both.").into())
         }
         (None, false) => {
             return Err(format!(
                 "Invalid {TOOL} input: pass into for the destination session, or relationship \"independent\" for a session of its own."
-            ))
+            ).into())
         }
         _ => {}
     }
@@ -282,5 +287,5 @@ pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
         })?;
     }
     authorize(&core, call, "session:write")?;
-    Err(CHAT_MOVES_OFF.to_owned())
+    Err(CHAT_MOVES_OFF.into())
 }

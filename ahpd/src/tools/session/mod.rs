@@ -19,7 +19,7 @@ use ahp_types::state::ToolAnnotations;
 use serde_json::{json, Value};
 
 pub use self::manage::{turn_ended, WorkspaceRequest};
-use super::{readers, Caller, Group, HostTools, ToolCall, ToolInfo, ToolResult};
+use super::{readers, Caller, Group, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -336,8 +336,8 @@ fn move_session() -> ToolInfo {
 }
 
 /// The calling session, or the refusal a call with none gets.
-fn calling_session<'a>(call: &'a ToolCall, refusal: &str) -> Result<&'a str, String> {
-    call.session.as_deref().ok_or_else(|| refusal.to_owned())
+fn calling_session<'a>(call: &'a ToolCall, refusal: &str) -> Result<&'a str, Refusal> {
+    call.session.as_deref().ok_or_else(|| refusal.into())
 }
 
 /// A session and, within it, the chat a tool's argument names.
@@ -353,26 +353,26 @@ struct Resolved {
 /// Resolves a `session` (or `chat`) argument to a session this host runs, loading it from the
 /// store if it sleeps there, and the chat it names; `unknown` is the refusal for a session or chat
 /// this host does not run.
-fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> String) -> Result<Resolved, String> {
+fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> String) -> Result<Resolved, Refusal> {
     let target = links::parse(input).ok_or_else(unknown)?;
     let session = if target.session.is_empty() {
         // A bare chat URI: its session is the one that holds it.
         let chat = target.chat.clone().unwrap_or_default();
         if !host.ensure_loaded(core, &chat) {
-            return Err(unknown());
+            return Err(unknown().into());
         }
         core.chat(&chat).map(|m| m.session.clone()).ok_or_else(unknown)?
     } else {
         target.session.clone()
     };
     if !host.ensure_loaded(core, &session) {
-        return Err(unknown());
+        return Err(unknown().into());
     }
     let state = core.session_state(&session).ok_or_else(unknown)?;
     let default = state.default_chat.clone().unwrap_or_default();
     let chat = target.chat.unwrap_or_else(|| default.clone());
     if !state.chats.iter().any(|c| c.resource == chat) {
-        return Err(unknown());
+        return Err(unknown().into());
     }
     Ok(Resolved { is_default: chat == default, session, chat })
 }
@@ -405,22 +405,22 @@ fn link_of(core: &Core, session: &str, chat: &str) -> String {
 }
 
 /// Reads an optional boolean argument.
-fn optional_bool(tool: &str, input: &Value, field: &str) -> Result<Option<bool>, String> {
+fn optional_bool(tool: &str, input: &Value, field: &str) -> Result<Option<bool>, Refusal> {
     match input.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.").into()),
     }
 }
 
 /// A title as a tool takes it: whitespace collapsed, not empty, at most 200 characters.
-fn title_arg(tool: &str, title: &str) -> Result<String, String> {
+fn title_arg(tool: &str, title: &str) -> Result<String, Refusal> {
     let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
     if title.is_empty() {
-        return Err(format!("Invalid {tool} input: title must contain non-whitespace characters."));
+        return Err(format!("Invalid {tool} input: title must contain non-whitespace characters.").into());
     }
     if title.chars().count() > 200 {
-        return Err(format!("Invalid {tool} input: title must not exceed 200 characters."));
+        return Err(format!("Invalid {tool} input: title must not exceed 200 characters.").into());
     }
     Ok(title)
 }

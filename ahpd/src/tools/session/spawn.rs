@@ -16,7 +16,7 @@ use protocol::SchemaResult;
 use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
-use super::super::{authorize, optional_str, required_str, HostTools, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
 use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, NewSession};
 use crate::host::{Core, Host};
@@ -129,7 +129,7 @@ impl<'t> Account<'t> {
     }
 
     /// Refuses when the budget is spent.
-    fn check(&self, core: &Core, budget: Budget) -> Result<(), String> {
+    fn check(&self, core: &Core, budget: Budget) -> Result<(), Refusal> {
         let Some((key, scope)) = &self.key else { return Ok(()) };
         let now = core.clock().now();
         self.tools.state().limits.check(key, budget, *scope, now)
@@ -193,7 +193,7 @@ fn resolve_model(
     tool: &str,
     asked: &str,
     provider: Option<&str>,
-) -> Result<(String, ModelSelection), String> {
+) -> Result<(String, ModelSelection), Refusal> {
     let candidates: Vec<(&str, &ahp_types::state::SessionModelInfo)> = core
         .agents()
         .iter()
@@ -207,11 +207,13 @@ fn resolve_model(
         [] => Err(format!(
             "Invalid {tool} input: model must match an available model id or name{}.",
             provider.map(|p| format!(" for provider \"{p}\"")).unwrap_or_default()
-        )),
+        )
+        .into()),
         many => Err(format!(
             "Invalid {tool} input: model \"{asked}\" is ambiguous; use one of these model ids: {}.",
             many.iter().map(|(_, m)| m.id.as_str()).collect::<Vec<_>>().join(", ")
-        )),
+        )
+        .into()),
     }
 }
 
@@ -274,11 +276,11 @@ fn open_chat(
 }
 
 /// Refuses a second chat on an agent that holds one per session, in `createChat`'s words.
-fn can_open_chat(core: &Core, provider: &str) -> Result<(), String> {
+fn can_open_chat(core: &Core, provider: &str) -> Result<(), Refusal> {
     if core.holds_many_chats(provider) {
         Ok(())
     } else {
-        Err(format!("The {provider} agent holds one chat per session; it cannot open another"))
+        Err(format!("The {provider} agent holds one chat per session; it cannot open another").into())
     }
 }
 
@@ -294,7 +296,7 @@ pub fn send_message(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResu
         format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
     })?;
     if call.chat.as_deref() == Some(target.chat.as_str()) {
-        return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat."));
+        return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat.").into());
     }
     authorize(&core, call, "session:write")?;
     let account = Account::of(tools, host, &mut core, call);
@@ -329,7 +331,8 @@ pub fn create_chat(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResul
         (None, None) => {
             return Err(format!(
                 "Invalid {TOOL} input: no session provided and the current session could not be determined."
-            ))
+            )
+            .into())
         }
     };
     authorize(&core, call, "session:write")?;
@@ -368,7 +371,7 @@ struct CreateArgs<'a> {
 const CREATE: &str = "create_session";
 
 impl<'a> CreateArgs<'a> {
-    fn parse(call: &'a ToolCall) -> Result<Self, String> {
+    fn parse(call: &'a ToolCall) -> Result<Self, Refusal> {
         let input = &call.input;
         let independent = match optional_str(CREATE, input, "relationship")? {
             None | Some("currentSession") => false,
@@ -376,11 +379,12 @@ impl<'a> CreateArgs<'a> {
             Some(_) => {
                 return Err(format!(
                     "Invalid {CREATE} input: relationship must be \"currentSession\" or \"independent\"."
-                ))
+                )
+                .into())
             }
         };
         if !independent && call.session.is_none() {
-            return Err(NEEDS_SESSION.to_owned());
+            return Err(NEEDS_SESSION.into());
         }
         let prompt = required_str(CREATE, input, "prompt")?;
         let title = title_arg(CREATE, required_str(CREATE, input, "title")?)?;
@@ -389,20 +393,21 @@ impl<'a> CreateArgs<'a> {
         if !independent && (workspace.is_some() || worktree.is_some()) {
             return Err(format!(
                 "Invalid {CREATE} input: workspace and worktree are only valid with relationship \"independent\"."
-            ));
+            )
+            .into());
         }
         if worktree.is_some() && workspace.is_none() {
-            return Err(format!("Invalid {CREATE} input: worktree requires workspace."));
+            return Err(format!("Invalid {CREATE} input: worktree requires workspace.").into());
         }
         if worktree == Some(true) {
             return Err(format!(
                 "Invalid {CREATE} input: this host cannot make an isolated worktree; omit worktree, or set it to false to work in the folder itself."
-            ));
+            ).into());
         }
         let config = match input.get("config") {
             None | Some(Value::Null) => JsonObject::new(),
             Some(Value::Object(map)) => map.clone(),
-            Some(_) => return Err(format!("Invalid {CREATE} input: config must be an object.")),
+            Some(_) => return Err(format!("Invalid {CREATE} input: config must be an object.").into()),
         };
         Ok(Self {
             independent,
@@ -450,14 +455,15 @@ pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> 
     }
 }
 
-fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) -> Result<Plan, String> {
+fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) -> Result<Plan, Refusal> {
     let offered: Vec<String> = startable(core).into_iter().map(|(id, _, _)| id).collect();
     if let Some(agent) = args.agent {
         if !offered.iter().any(|p| p == agent) {
             return Err(format!(
                 "Invalid {CREATE} input: agent must be one of the agents this host offers ({}).",
                 if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
-            ));
+            )
+            .into());
         }
     }
     let calling_provider = call.chat.as_deref().and_then(|c| chat_provider(core, c));
@@ -503,7 +509,7 @@ fn chat_settings(core: &Core, chat: &str) -> JsonObject {
 
 /// The folder a new session works in: the one asked for, else the calling session's, else the
 /// host's default.
-fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> Result<Option<PathBuf>, String> {
+fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> Result<Option<PathBuf>, Refusal> {
     let Some(asked) = asked else {
         let calling = call.session.as_deref().and_then(|s| core.session(s)).and_then(|m| m.working_directory.clone());
         return Ok(calling.or_else(|| host.config().default_directory.clone()));
@@ -518,7 +524,7 @@ fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> 
         Some(path) if path.is_dir() => Ok(Some(path)),
         _ => Err(format!(
             "Invalid {CREATE} input: workspace must match a unique known project name, project URI, working directory, absolute path, or valid URI string."
-        )),
+        ).into()),
     }
 }
 
@@ -549,7 +555,7 @@ async fn inherited_config(host: &Host, provider: &str, config: &JsonObject) -> J
 
 /// The new session's settings: the schema's defaults, under what it inherits, under what the call
 /// names — each checked against the schema; a value of the call's it rules out refuses the call.
-fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) -> Result<JsonObject, String> {
+fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) -> Result<JsonObject, Refusal> {
     let mut given = JsonObject::new();
     for (key, value) in inherited {
         match check_config_value(schema, &key, &value) {
@@ -563,7 +569,7 @@ fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) ->
         check_config_value(schema, key, value).map_err(|e| format!("Invalid {CREATE} input: {}", e.message))?;
         given.insert(key.clone(), value.clone());
     }
-    resolve_config(schema, Some(&given)).map_err(|e| format!("Invalid {CREATE} input: {}", e.message))
+    resolve_config(schema, Some(&given)).map_err(|e| format!("Invalid {CREATE} input: {}", e.message).into())
 }
 
 fn create_independent(
@@ -577,7 +583,7 @@ fn create_independent(
 ) -> ToolResult {
     let parent_depth = call.session.as_deref().and_then(|s| core.session(s)).map_or(0, |m| m.depth);
     if account.counts() && parent_depth >= MAX_SPAWN_DEPTH {
-        return Err(depth_refusal(parent_depth));
+        return Err(depth_refusal(parent_depth).into());
     }
     account.check(core, Budget::Sessions)?;
     let uri = format!("ahp-session:/{}", new_id());
