@@ -254,6 +254,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         clock: crate::clock::Clock::from_env(),
         users: plan.users.clone(),
         root_token: plan.token.clone(),
+        host_tools_withheld: crate::host::rootconfig::host_tools_withheld(config),
         ..HostConfig::default()
     };
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;

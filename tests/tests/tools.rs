@@ -118,3 +118,37 @@ async fn a_backends_model_calls_a_host_tool_through_the_worker_protocol() -> any
     a.check_against_snapshot(&chat).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_plugin_whose_host_tools_are_off_is_offered_none_and_handed_no_endpoint() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({
+        "agents": {
+            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+        "plugins": { "notes": { "hostTools": false } } })))
+    .await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("notes", None).await?;
+    let server_tools = a.mirror.session(&session).and_then(|s| s.server_tools.clone()).unwrap_or_default();
+    assert!(server_tools.is_empty(), "serverTools: {server_tools:?}");
+    let said = turn_text(&a.turn(&chat, "endpoint").await?);
+    assert!(said.contains("no endpoint"), "{said}");
+    let said = turn_text(&a.turn(&chat, "tools").await?);
+    assert!(!said.contains("list_agents"), "the backend is handed none of the host's tools: {said}");
+    let turn = a.turn(&chat, "call list_agents {}").await?;
+    assert!(turn_text(&turn).contains("No tool named list_agents is offered in this session."), "{}", turn_text(&turn));
+    a.check_against_snapshot(&chat).await?;
+
+    // Another agent's sessions are offered them as before.
+    let (other, _) = a.create_session("echo", None).await?;
+    let names: Vec<String> = a
+        .mirror
+        .session(&other)
+        .and_then(|s| s.server_tools.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(names.contains(&"list_agents".to_owned()), "{names:?}");
+    Ok(())
+}

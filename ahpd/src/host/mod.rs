@@ -83,6 +83,9 @@ pub struct HostConfig {
     pub users: Option<crate::users::Users>,
     /// The deployment's own connection token (root), when it has one.
     pub root_token: Option<String>,
+    /// The providers whose sessions are not offered this host's own tools, nor handed its
+    /// `/ahp-mcp` endpoint (`plugins.<name>.hostTools: false`).
+    pub host_tools_withheld: std::collections::BTreeSet<String>,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -132,6 +135,7 @@ impl Default for HostConfig {
             idle_unload: None,
             users: None,
             root_token: None,
+            host_tools_withheld: Default::default(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -229,6 +233,8 @@ pub struct Core {
     running_dirty: HashSet<String>,
     /// The daemon keys that apply live.
     settings: LiveSettings,
+    /// The providers whose sessions do without this host's own tools.
+    host_tools_withheld: std::collections::BTreeSet<String>,
     /// Each session's `/ahp-mcp` endpoint.
     endpoints: endpoints::Endpoints,
     /// Grace periods of clients whose connections closed: (session, client) → generation.
@@ -304,6 +310,7 @@ impl Host {
             store,
             running_dirty: HashSet::new(),
             settings: config.settings.clone(),
+            host_tools_withheld: config.host_tools_withheld.clone(),
             endpoints: endpoints::Endpoints::default(),
             grace: std::collections::HashMap::new(),
             users: config.users.clone(),

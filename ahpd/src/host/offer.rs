@@ -10,9 +10,18 @@ use super::facade::{Caller, Offered, ToolCall};
 use super::{Core, Host};
 
 impl Core {
-    /// The host's own tools `session` is offered.
+    /// The host's own tools `session` is offered: none for a provider whose plugin says
+    /// `hostTools: false`.
     pub fn host_tools(&self, session: &str) -> Vec<Offered> {
+        if !self.takes_host_tools(session) {
+            return Vec::new();
+        }
         self.tools.offered(self, session)
+    }
+
+    /// True unless the session's provider's plugin says `hostTools: false`.
+    pub fn takes_host_tools(&self, session: &str) -> bool {
+        self.sessions.get(session).is_none_or(|meta| !self.host_tools_withheld.contains(&meta.provider))
     }
 
     /// True when `session` is offered the host's own tool `name`.

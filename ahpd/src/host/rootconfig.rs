@@ -95,6 +95,18 @@ pub fn root_config(config: &Config) -> RootConfigState {
     RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
 }
 
+/// The providers whose plugin says `hostTools: false` (`plugins.<name>.hostTools`, default true):
+/// their sessions are offered none of this host's own tools, nor handed its `/ahp-mcp` endpoint.
+pub fn host_tools_withheld(config: &Config) -> std::collections::BTreeSet<String> {
+    let plugins = config.get("plugins");
+    let Some(plugins) = plugins.as_object() else { return Default::default() };
+    plugins
+        .iter()
+        .filter(|(_, plugin)| plugin.get("hostTools").and_then(Value::as_bool) == Some(false))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// A push split in two: (keys that apply live, keys that apply after a restart).
 pub type SplitPush = (Vec<(String, Value)>, Vec<(String, Value)>);
 
