@@ -37,9 +37,16 @@ impl BareHost {
     /// this process and this waits for its handshake; without, the host has no backend at all.
     /// Call inside a tokio runtime.
     pub async fn start(dir: &Path, echo: bool, config: HostConfig) -> anyhow::Result<Self> {
+        Self::start_with(dir, if echo { &["echo"] } else { &[] }, config).await
+    }
+
+    /// Starts a host whose store lives in `dir`, with one provider of each built-in `kinds`
+    /// (`echo` at pace 0, `notes`) running in this process, named after its kind; waits until each
+    /// is ready. Call inside a tokio runtime.
+    pub async fn start_with(dir: &Path, kinds: &[&str], config: HostConfig) -> anyhow::Result<Self> {
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let specs = if echo { vec![echo_spec(dir)] } else { Vec::new() };
+        let specs = kinds.iter().map(|kind| in_process_spec(dir, kind)).collect();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor::new(specs, events_tx, cancel.child_token(), tracker.clone());
         let store = crate::store::Store::open(&dir.join("sessions.db"))?;
@@ -48,11 +55,14 @@ impl BareHost {
         host.run_events(events_rx);
         supervisor.start_all();
         supervisor.first_starts(Duration::from_secs(10)).await;
-        if echo {
+        for kind in kinds {
             // The root state lists the agent once its handshake and schema were handled.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while host.lock().agent("echo").and_then(|a| a.schema.as_ref()).is_none() {
-                anyhow::ensure!(tokio::time::Instant::now() < deadline, "the in-process echo agent never became ready");
+            while host.lock().agent(kind).and_then(|a| a.schema.as_ref()).is_none() {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "the in-process {kind} agent never became ready"
+                );
                 tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
@@ -127,15 +137,17 @@ impl BareHost {
     }
 }
 
-fn echo_spec(dir: &Path) -> WorkerSpec {
+fn in_process_spec(dir: &Path, kind: &str) -> WorkerSpec {
     let mut options = serde_json::Map::new();
-    options.insert("paceMs".into(), serde_json::Value::from(0));
+    if kind == "echo" {
+        options.insert("paceMs".into(), serde_json::Value::from(0));
+    }
     WorkerSpec {
-        provider: "echo".into(),
-        kind: "echo".into(),
-        launch: Launch::InProcess { kind: "echo".into() },
+        provider: kind.into(),
+        kind: kind.into(),
+        launch: Launch::InProcess { kind: kind.into() },
         options,
-        data_dir: dir.join("workers").join("echo"),
+        data_dir: dir.join("workers").join(kind),
         handshake_timeout: Duration::from_secs(10),
     }
 }
