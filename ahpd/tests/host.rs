@@ -161,13 +161,28 @@ async fn create_session(client: &mut Client, host: &BareHost, id: &str, provider
     (session, format!("ahp-chat:/{id}"))
 }
 
-#[tokio::test]
-async fn a_clients_turn_is_said_with_its_origin_and_folds_to_what_the_host_holds() {
+/// An echo session whose chat client `a` watches from the snapshot it was answered.
+struct Watched {
+    _dir: tempfile::TempDir,
+    host: BareHost,
+    a: Client,
+    chat: String,
+    snapshot: ChatState,
+    from: u64,
+}
+
+async fn watched_echo_chat() -> Watched {
     let dir = tempfile::tempdir().expect("temp dir");
     let host = bare(dir.path(), &["echo"], HostConfig::default()).await;
     let mut a = Client::connect(&host, "a").await;
     let (_session, chat) = create_session(&mut a, &host, "s1", "echo").await;
     let (snapshot, from) = a.subscribe_chat(&host, &chat).await;
+    Watched { _dir: dir, host, a, chat, snapshot, from }
+}
+
+#[tokio::test]
+async fn a_clients_turn_is_said_with_its_origin_and_folds_to_what_the_host_holds() {
+    let Watched { _dir, host, mut a, chat, snapshot, from } = watched_echo_chat().await;
 
     a.dispatch(&host, &chat, 1, turn_started("t1", "hello there"));
     a.until("the turn's end", |f| is_action(f, &chat, "chat/turnComplete")).await;
@@ -209,11 +224,7 @@ async fn a_refused_action_goes_back_to_its_sender_alone_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_message_queued_behind_a_running_turn_starts_when_it_ends() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let host = bare(dir.path(), &["echo"], HostConfig::default()).await;
-    let mut a = Client::connect(&host, "a").await;
-    let (_session, chat) = create_session(&mut a, &host, "s1", "echo").await;
-    let (snapshot, from) = a.subscribe_chat(&host, &chat).await;
+    let Watched { _dir, host, mut a, chat, snapshot, from } = watched_echo_chat().await;
 
     // Back to back, with nothing awaited between: the first turn is running when the second
     // message is queued behind it.

@@ -185,6 +185,13 @@ impl Core {
         }
     }
 
+    /// The session config schema `provider`'s agent said it has, once it started.
+    pub fn started_schema(&self, provider: &str) -> Result<SchemaResult, AhpError> {
+        self.agent(provider)
+            .and_then(|a| a.schema.clone())
+            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))
+    }
+
     /// Tells root subscribers how many sessions there are, when it changed.
     pub fn publish_session_count(&mut self) {
         // Counted in the store: sessions not used since the daemon started are not in memory.

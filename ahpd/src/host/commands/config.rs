@@ -19,10 +19,7 @@ impl Host {
         check_root_channel("resolveSessionConfig", &params.channel)?;
         let core = self.lock();
         let provider = core.pick_provider(params.provider.as_deref())?;
-        let schema = core
-            .agent(&provider)
-            .and_then(|a| a.schema.clone())
-            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))?;
+        let schema = core.started_schema(&provider)?;
         let values = resolve_config(&schema, params.config.as_ref())?;
         Ok(serde_json::json!({ "schema": schema.schema, "values": values }))
     }

@@ -72,10 +72,7 @@ impl Host {
             return Err(AhpError::session_exists(&uri));
         }
         let provider = core.pick_provider(params.provider.as_deref())?;
-        let schema = core
-            .agent(&provider)
-            .and_then(|a| a.schema.clone())
-            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))?;
+        let schema = core.started_schema(&provider)?;
         let values = resolve_config(&schema, params.config.as_ref())?;
         if let Some(active) = &params.active_client {
             if conn.client_id.as_deref() != Some(active.client_id.as_str()) {
