@@ -219,12 +219,14 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         clock: crate::clock::Clock::from_env(),
         users: plan.users.clone(),
         root_token: plan.token.clone(),
+        host_tools_withheld: crate::host::rootconfig::host_tools_withheld(config),
         ..HostConfig::default()
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
     crate::fsutil::create_private_file(&plan.paths.store()).context("could not create the session store")?;
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
-    let host = Host::new(host_config, store, supervisor.clone(), cancel.clone(), tracker.clone());
+    let tools = crate::tools::HostTools::new();
+    let host = Host::new(host_config, store, supervisor.clone(), tools, cancel.clone(), tracker.clone());
     host.run_events(events_rx);
     let facts = Arc::new(Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered));
     if let Some(listener) = control {
@@ -265,7 +267,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             hard_frame_bytes: hard_frame_bytes(max_frame),
             max_connections: usize::try_from(config.u64("maxConnections")).unwrap_or(usize::MAX),
         };
-        host.lock().endpoints.set_base(format!("http://{}", display_addr(&bind_host, local)));
+        host.lock().endpoints_mut().set_base(format!("http://{}", display_addr(&bind_host, local)));
         // Wakeups that fell due while the daemon was down begin before anyone is told it is up.
         host.run_wakeups();
         let url = format!("ws://{}", display_addr(&bind_host, local));

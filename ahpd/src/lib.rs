@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod backends;
+pub mod bare;
 pub mod cli;
 pub mod clock;
 pub mod config;

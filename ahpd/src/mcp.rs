@@ -7,7 +7,6 @@
 //! session's set changes. A wrong or missing token, an unknown path, a batch or a body that is not
 //! JSON each get their own status and JSON-RPC error, and touch nothing.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 
 use axum::body::Bytes;
@@ -19,89 +18,13 @@ use futures_util::stream::Stream;
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+pub use crate::host::endpoints::PREFIX;
+use crate::host::facade::{Caller, ToolCall};
 use crate::host::Host;
-use crate::server::constant_time_eq;
-use crate::tools::{Caller, ToolCall};
+use crate::users::constant_time_eq;
 
 /// The MCP revision this host speaks.
 pub const MCP_REVISION: &str = "2025-06-18";
-/// The path prefix of the per-session endpoints.
-pub const PREFIX: &str = "/ahp-mcp";
-
-/// One session's endpoint.
-pub struct Endpoint {
-    /// The session it serves.
-    pub session: String,
-    /// Its bearer token.
-    pub token: String,
-    changed: broadcast::Sender<()>,
-}
-
-/// Every open endpoint, by path id and by session.
-#[derive(Default)]
-pub struct Endpoints {
-    by_id: HashMap<String, Endpoint>,
-    by_session: HashMap<String, String>,
-    base: Option<String>,
-    /// `/mcp`'s event streams, once one was opened.
-    sessionless: Option<broadcast::Sender<()>>,
-}
-
-impl Endpoints {
-    /// Where the daemon listens (`http://HOST:PORT`); without it no endpoint can be opened (a
-    /// daemon over stdio serves none).
-    pub fn set_base(&mut self, base: String) {
-        self.base = Some(base);
-    }
-
-    /// The session's endpoint, opened on first use: its URL and token.
-    pub fn open(&mut self, session: &str) -> Option<protocol::ToolsEndpoint> {
-        let base = self.base.clone()?;
-        if let Some(id) = self.by_session.get(session) {
-            let endpoint = self.by_id.get(id)?;
-            return Some(protocol::ToolsEndpoint {
-                url: format!("{base}{PREFIX}/{id}"),
-                token: endpoint.token.clone(),
-            });
-        }
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let (changed, _) = broadcast::channel(16);
-        self.by_id.insert(id.clone(), Endpoint { session: session.to_owned(), token: token.clone(), changed });
-        self.by_session.insert(session.to_owned(), id.clone());
-        Some(protocol::ToolsEndpoint { url: format!("{base}{PREFIX}/{id}"), token })
-    }
-
-    /// Closes the session's endpoint (the session is gone).
-    pub fn close(&mut self, session: &str) {
-        if let Some(id) = self.by_session.remove(session) {
-            self.by_id.remove(&id);
-        }
-    }
-
-    /// Tells the session's event streams that its tools changed.
-    pub fn tools_changed(&self, session: &str) {
-        if let Some(endpoint) = self.by_session.get(session).and_then(|id| self.by_id.get(id)) {
-            let _ = endpoint.changed.send(());
-        }
-    }
-
-    /// Tells `/mcp`'s event streams that the sessionless tools changed.
-    pub fn sessionless_tools_changed(&self) {
-        if let Some(tx) = &self.sessionless {
-            let _ = tx.send(());
-        }
-    }
-
-    fn sessionless_stream(&mut self) -> broadcast::Receiver<()> {
-        self.sessionless.get_or_insert_with(|| broadcast::channel(16).0).subscribe()
-    }
-
-    fn get(&self, id: &str) -> Option<&Endpoint> {
-        self.by_id.get(id)
-    }
-}
-
 /// Who a message on a tools endpoint comes from.
 enum Door {
     /// A session's own endpoint.
@@ -131,7 +54,7 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 #[allow(clippy::result_large_err)]
 fn authorize(host: &Host, id: &str, headers: &HeaderMap) -> Result<String, Response> {
     let core = host.lock();
-    let Some(endpoint) = core.endpoints.get(id) else {
+    let Some(endpoint) = core.endpoints().get(id) else {
         return Err(rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {PREFIX}/{id}")));
     };
     if !bearer_matches(headers, &endpoint.token) {
@@ -166,7 +89,7 @@ pub async fn post_sessionless(host: &Host, caller: Caller, body: Bytes) -> Respo
 
 /// `GET /mcp`: an event stream that says when the sessionless tools change.
 pub fn get_sessionless(host: &Host) -> Response {
-    let rx = host.lock().endpoints.sessionless_stream();
+    let rx = host.lock().endpoints_mut().sessionless_stream();
     Sse::new(changes(rx)).keep_alive(KeepAlive::default()).into_response()
 }
 
@@ -180,8 +103,8 @@ pub async fn get_session(State(host): State<Host>, Path(id): Path<String>, heade
     if let Err(response) = authorize(&host, &id, &headers) {
         return response;
     }
-    let rx = match host.lock().endpoints.get(&id) {
-        Some(endpoint) => endpoint.changed.subscribe(),
+    let rx = match host.lock().endpoints().get(&id) {
+        Some(endpoint) => endpoint.changes(),
         None => {
             return rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {PREFIX}/{id}"))
         }
@@ -297,7 +220,7 @@ async fn call(host: &Host, door: Door, id: Value, params: Value) -> Response {
     };
     let (chat, turn_id, offered, client_tool, sender) = {
         let core = host.lock();
-        let offered = core.offered_tools(&session).iter().any(|t| t.definition.name == name);
+        let offered = core.offers_host_tool(&session, &name);
         let (chat, turn) = core.calling_chat(&session, tool_use.as_deref());
         // The call acts as the person who sent the running turn; with none running, nobody.
         let sender = chat.as_deref().and_then(|c| core.running_sender(c));
@@ -320,7 +243,7 @@ async fn call(host: &Host, door: Door, id: Value, params: Value) -> Response {
     }
     let call =
         ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(sender), input };
-    let outcome = crate::tools::run(host, &name, call).await;
+    let outcome = host.run_tool(&name, call).await;
     let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
     if !outcome.success {
         result["isError"] = Value::Bool(true);
@@ -335,7 +258,7 @@ async fn call_sessionless(host: &Host, caller: Caller, id: Value, name: String, 
         return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
     }
     let call = ToolCall { session: None, chat: None, turn_id: None, tool_call_id: None, caller, input };
-    let outcome = crate::tools::run(host, &name, call).await;
+    let outcome = host.run_tool(&name, call).await;
     let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
     if !outcome.success {
         result["isError"] = Value::Bool(true);
@@ -348,18 +271,18 @@ impl crate::host::Core {
     /// running turn holds the call the harness named, else the one chat with a turn running, else
     /// the session's default chat.
     pub fn calling_chat(&self, session: &str, tool_use: Option<&str>) -> (Option<String>, Option<String>) {
-        let Some(state) = self.ch.sessions.get(session) else { return (None, None) };
+        let Some(state) = self.session_state(session) else { return (None, None) };
         let running: Vec<(String, String)> = state
             .chats
             .iter()
             .filter_map(|c| {
-                let turn = self.ch.chats.get(&c.resource)?.active_turn.as_ref()?;
+                let turn = self.chat_state(&c.resource)?.active_turn.as_ref()?;
                 Some((c.resource.clone(), turn.id.clone()))
             })
             .collect();
         if let Some(tool_use) = tool_use {
             for (chat, turn) in &running {
-                let holds = self.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| {
+                let holds = self.chat_state(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| {
                     t.response_parts.iter().any(|p| matches!(p, ahp_types::state::ResponsePart::ToolCall(tc)
                         if serde_json::to_value(&tc.tool_call).ok().and_then(|v| v.get("toolCallId").cloned()) == Some(Value::from(tool_use))))
                 });

@@ -221,9 +221,7 @@ impl Users {
         self.file
             .users
             .iter()
-            .find(|u| {
-                u.token.as_deref().is_some_and(|t| crate::server::constant_time_eq(t.as_bytes(), hash.as_bytes()))
-            })
+            .find(|u| u.token.as_deref().is_some_and(|t| constant_time_eq(t.as_bytes(), hash.as_bytes())))
             .map(|u| u.id.clone())
     }
 
@@ -289,6 +287,14 @@ impl Users {
         user.token = Some(hash_token(&token));
         Ok(token)
     }
+}
+
+/// Compares without leaking where the first difference is.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

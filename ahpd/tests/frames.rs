@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ahpd::host::bare::BareHost;
+use ahpd::bare::BareHost;
 use ahpd::host::HostConfig;
 
 /// A small deterministic generator (xorshift64*), so a failure names the seed that made it.

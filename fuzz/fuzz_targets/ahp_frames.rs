@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 
-use ahpd::host::bare::BareHost;
+use ahpd::bare::BareHost;
 use ahpd::host::HostConfig;
 use libfuzzer_sys::fuzz_target;
 

@@ -13,6 +13,12 @@ fn notes_daemon() -> DaemonOptions {
         "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }))
 }
 
+/// The names of the host's tools the session reports (`serverTools`).
+fn server_tool_names(client: &TestClient, session: &str) -> Vec<String> {
+    let tools = client.mirror.session(session).and_then(|s| s.server_tools.clone()).unwrap_or_default();
+    tools.into_iter().map(|t| t.name).collect()
+}
+
 /// The session's tools endpoint, as the notes agent was handed it.
 async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
     let said = turn_text(&client.turn(chat, "endpoint").await?);
@@ -26,14 +32,7 @@ async fn a_real_mcp_client_lists_and_calls_a_sessions_tools() -> anyhow::Result<
     let daemon = Daemon::start_with(notes_daemon()).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = a.create_session("notes", None).await?;
-    let server_tools: Vec<String> = a
-        .mirror
-        .session(&session)
-        .and_then(|s| s.server_tools.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
+    let server_tools = server_tool_names(&a, &session);
     assert!(server_tools.contains(&"list_agents".to_owned()), "{server_tools:?}");
     let (url, token) = endpoint(&mut a, &chat).await?;
     assert!(url.contains("/ahp-mcp/"), "{url}");
@@ -116,5 +115,32 @@ async fn a_backends_model_calls_a_host_tool_through_the_worker_protocol() -> any
         turn_text(&turn)
     );
     a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plugin_whose_host_tools_are_off_is_offered_none_and_handed_no_endpoint() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({
+        "agents": {
+            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
+            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+        "plugins": { "notes": { "hostTools": false } } })))
+    .await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("notes", None).await?;
+    let server_tools = server_tool_names(&a, &session);
+    assert!(server_tools.is_empty(), "serverTools: {server_tools:?}");
+    let said = turn_text(&a.turn(&chat, "endpoint").await?);
+    assert!(said.contains("no endpoint"), "{said}");
+    let said = turn_text(&a.turn(&chat, "tools").await?);
+    assert!(!said.contains("list_agents"), "the backend is handed none of the host's tools: {said}");
+    let turn = a.turn(&chat, "call list_agents {}").await?;
+    assert!(turn_text(&turn).contains("No tool named list_agents is offered in this session."), "{}", turn_text(&turn));
+    a.check_against_snapshot(&chat).await?;
+
+    // Another agent's sessions are offered them as before.
+    let (other, _) = a.create_session("echo", None).await?;
+    let names = server_tool_names(&a, &other);
+    assert!(names.contains(&"list_agents".to_owned()), "{names:?}");
     Ok(())
 }

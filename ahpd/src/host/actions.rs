@@ -8,6 +8,7 @@ use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatTool
 use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
 use serde_json::Value;
 
+use super::clients::tool_call_id_of;
 use super::core::{action_type, channel_kind, ChannelKind, Committed};
 use super::driver::Op;
 use super::requests::ConnState;
@@ -211,7 +212,6 @@ impl Host {
         origin: ActionOrigin,
         then: Then,
     ) {
-        let kind = super::core::channel_kind(channel);
         // Who sent a turn or left a message is what its tool calls may do (seed 000 "Grants").
         let sent = match &action {
             StateAction::ChatTurnStarted(start) => Some(start.turn_id.clone()),
@@ -224,18 +224,13 @@ impl Host {
         if let StateAction::ChatTurnStarted(start) = action {
             // A client's turn: said as the client sent it, with its origin, then handed to the
             // backend by the turn engine.
-            self.start_turn(core, channel, start, Some((conn.id, origin)));
+            core.start_turn(channel, start, Some((conn.id, origin)));
             return;
         }
         if matches!(then, Then::Stop(_)) {
             self.drop_pending(core, channel);
         }
-        let extra = Some(conn.id);
-        let committed = if kind == Some(ChannelKind::Chat) {
-            self.commit_chat(core, channel, action, Some(origin), extra)
-        } else {
-            core.commit_and_keep(channel, action, Some(origin), extra)
-        };
+        let committed = core.apply(channel, action, Some(origin), Some(conn.id));
         if !matches!(committed, Committed::Sent { .. }) {
             return;
         }
@@ -252,10 +247,10 @@ impl Host {
                 }
             }
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
-            Then::StartQueued => self.start_next(core, channel),
+            Then::StartQueued => core.start_next(channel),
             Then::Steer => {
-                self.offer_steering(core, channel);
-                self.start_next(core, channel);
+                core.offer_steering(channel);
+                core.start_next(channel);
             }
             Then::ToolsChanged => self.tools_changed(core, channel),
             Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
@@ -285,35 +280,8 @@ impl Host {
         }
         for (kind, id) in removals {
             let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction { kind, id });
-            core.ch.commit(chat, action, None, None);
+            core.apply(chat, action, None, None);
         }
-    }
-}
-
-impl Core {
-    /// Commits an action on a session or annotations channel and keeps what depends on it: the
-    /// store, and the session's root summary. A client's action and a host tool's take this
-    /// same path, so both are one state to every client and kept alike.
-    pub fn commit_and_keep(
-        &mut self,
-        channel: &str,
-        action: StateAction,
-        origin: Option<ActionOrigin>,
-        extra: Option<super::core::ConnId>,
-    ) -> Committed {
-        let committed = self.ch.commit(channel, action, origin, extra);
-        if !matches!(committed, Committed::Sent { .. }) {
-            return committed;
-        }
-        match channel_kind(channel) {
-            Some(ChannelKind::Session) => {
-                self.persist_session(channel);
-                self.sync_summary(channel);
-            }
-            Some(ChannelKind::Annotations) => self.persist_annotations(channel),
-            _ => {}
-        }
-        committed
     }
 }
 
@@ -326,19 +294,6 @@ fn tool_call<'a>(state: &'a ChatState, turn_id: &str, tool_call_id: &str) -> Opt
     turn.response_parts.iter().find_map(|p| match p {
         ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == Some(tool_call_id) => Some(&tc.tool_call),
         _ => None,
-    })
-}
-
-fn tool_call_id_of(state: &ToolCallState) -> Option<&str> {
-    Some(match state {
-        ToolCallState::Streaming(s) => &s.tool_call_id,
-        ToolCallState::PendingConfirmation(s) => &s.tool_call_id,
-        ToolCallState::Running(s) => &s.tool_call_id,
-        ToolCallState::AuthRequired(s) => &s.tool_call_id,
-        ToolCallState::PendingResultConfirmation(s) => &s.tool_call_id,
-        ToolCallState::Completed(s) => &s.tool_call_id,
-        ToolCallState::Cancelled(s) => &s.tool_call_id,
-        ToolCallState::Unknown(_) => return None,
     })
 }
 
@@ -379,7 +334,8 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
     }
     match action {
         StateAction::RootConfigChanged(a) => {
-            let (live, restart) = super::rootconfig::check_push(&a.config, a.replace.unwrap_or(false))?;
+            let (live, restart) =
+                super::rootconfig::check_push(&a.config, a.replace.unwrap_or(false)).map_err(|e| e.to_string())?;
             Ok(Then::RootConfig(live, restart))
         }
         StateAction::SessionTitleChanged(a) => {

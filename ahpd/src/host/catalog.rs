@@ -5,15 +5,12 @@
 use std::collections::VecDeque;
 
 use ahp_types::actions::{
-    PartialChatSummary, RootActiveSessionsChangedAction, SessionActiveClientSetAction, SessionChatAddedAction,
-    SessionChatRemovedAction, SessionChatUpdatedAction, SessionDefaultChatChangedAction,
-    SessionInputNeededRemovedAction, SessionInputNeededSetAction, StateAction,
+    PartialChatSummary, RootActiveSessionsChangedAction, SessionChatAddedAction, SessionChatUpdatedAction,
+    SessionDefaultChatChangedAction, SessionInputNeededRemovedAction, SessionInputNeededSetAction,
+    SessionWorkingDirectoryReplacedAction, SessionWorkingDirectorySetAction, StateAction,
 };
-use ahp_types::commands::{CreateChatParams, CreateSessionParams};
 use ahp_types::common::JsonObject;
-use ahp_types::notifications::{
-    PartialSessionSummary, SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams,
-};
+use ahp_types::notifications::{PartialSessionSummary, SessionAddedParams, SessionSummaryChangedParams};
 use ahp_types::state::{
     AnnotationsState, ChatState, ChatSummary, ResponsePart, SessionChatInputRequest, SessionChatSummary,
     SessionConfigState, SessionInputRequest, SessionLifecycle, SessionState, SessionSummary,
@@ -23,10 +20,9 @@ use ahp_types::ROOT_RESOURCE_URI;
 use protocol::SchemaResult;
 use serde_json::Value;
 
-use super::core::{channel_kind, notification, ChannelKind};
+use super::core::notification;
 use super::driver::{spawn_driver, Op};
-use super::errors::{parse_params, AhpError};
-use super::requests::{response, ConnState};
+use super::errors::AhpError;
 use super::{now_iso, uri_id, ChatMeta, Core, Host, SessionMeta};
 
 /// Status bits (AHP's `SessionStatus`).
@@ -160,6 +156,15 @@ impl Core {
         self.ch.sessions.get(session).map(|s| s.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default()
     }
 
+    /// True when `provider`'s agent holds more than one chat per session.
+    pub fn holds_many_chats(&self, provider: &str) -> bool {
+        self.agent(provider)
+            .and_then(|a| a.descriptor.as_ref())
+            .and_then(|d| d.capabilities.as_ref())
+            .and_then(|c| c.multiple_chats.as_ref())
+            .is_some()
+    }
+
     /// The provider a request names, or the first backend that is up.
     pub fn pick_provider(&self, asked: Option<&str>) -> Result<String, AhpError> {
         let offered: Vec<&str> =
@@ -180,6 +185,13 @@ impl Core {
         }
     }
 
+    /// The session config schema `provider`'s agent said it has, once it started.
+    pub fn started_schema(&self, provider: &str) -> Result<SchemaResult, AhpError> {
+        self.agent(provider)
+            .and_then(|a| a.schema.clone())
+            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))
+    }
+
     /// Tells root subscribers how many sessions there are, when it changed.
     pub fn publish_session_count(&mut self) {
         // Counted in the store: sessions not used since the daemon started are not in memory.
@@ -190,7 +202,7 @@ impl Core {
         if self.ch.root.active_sessions != Some(count) {
             let action =
                 StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
-            self.ch.commit(ROOT_RESOURCE_URI, action, None, None);
+            self.apply(ROOT_RESOURCE_URI, action, None, None);
         }
     }
 
@@ -264,15 +276,24 @@ impl Core {
 
     /// Tells root subscribers what changed in a session's summary since they were last told.
     pub fn sync_summary(&mut self, session: &str) {
+        if self.tell_summary(session) {
+            self.persist_session(session);
+        }
+    }
+
+    /// Tells root subscribers what changed in an announced session's summary since they were last
+    /// told; answers whether anything had. A session not announced yet (`root/sessionAdded` is
+    /// on its way) has nobody to tell.
+    pub(super) fn tell_summary(&mut self, session: &str) -> bool {
         let Some(now) = self.summary_of(session) else {
-            return;
+            return false;
         };
-        let Some(meta) = self.sessions.get_mut(session) else {
-            return;
+        let Some(meta) = self.sessions.get_mut(session).filter(|m| m.announced) else {
+            return false;
         };
         let before = &meta.last_summary;
         if *before == now {
-            return;
+            return false;
         }
         let changes = PartialSessionSummary {
             provider: None,
@@ -297,7 +318,7 @@ impl Core {
             SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: session.to_owned(), changes };
         let frame = notification("root/sessionSummaryChanged", &params);
         self.announce_session(&frame);
-        self.persist_session(session);
+        true
     }
 
     /// Keeps the session's entry for a chat in step with the chat's own state (status, activity,
@@ -330,12 +351,33 @@ impl Core {
             // A partial update cannot clear a field: send the whole entry again.
             let summary = chat_summary(state, &entry.title);
             let action = StateAction::SessionChatAdded(SessionChatAddedAction { summary });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         } else if changes.status.is_some() || changes.activity.is_some() || changes.modified_at.is_some() {
             let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         }
-        self.sync_summary(&session);
+    }
+
+    /// Moves a session to another folder: its record and state say the new one, and each of its
+    /// chats' backends starts again there (a busy one once its turn ends).
+    pub fn move_session_folder(&mut self, session: &str, folder: &std::path::Path) {
+        let new_uri = super::requests::file_uri(folder);
+        let old_uri = self.ch.sessions.get(session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
+        let action = match old_uri {
+            Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
+                directory,
+                replacement: new_uri,
+            }),
+            None => StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: new_uri }),
+        };
+        if let Some(meta) = self.sessions.get_mut(session) {
+            meta.working_directory = Some(folder.to_owned());
+        }
+        self.apply(session, action, None, None);
+        for chat in self.chats_of(session) {
+            self.restart_between_turns(&chat);
+        }
+        tracing::info!(session, folder = %folder.display(), "moved to a new workspace");
     }
 
     /// Renames a chat in its session's catalogue (and the session, for its default chat).
@@ -348,7 +390,7 @@ impl Core {
         }
         self.persist_chat(chat);
         let changes = PartialChatSummary { title: Some(title.to_owned()), ..PartialChatSummary::default() };
-        self.ch.commit(
+        self.apply(
             &session,
             StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes }),
             None,
@@ -359,9 +401,8 @@ impl Core {
             let action = StateAction::SessionTitleChanged(ahp_types::actions::SessionTitleChangedAction {
                 title: title.to_owned(),
             });
-            self.ch.commit(&session, action, None, None);
+            self.apply(&session, action, None, None);
         }
-        self.sync_summary(&session);
     }
 
     /// Raises and takes down the session's `inputNeeded` entries for a chat from the chat's
@@ -387,7 +428,7 @@ impl Core {
         for old in &current {
             let id = input_id(old).unwrap_or_default().to_owned();
             if !wanted.iter().any(|w| input_id(w) == Some(id.as_str())) {
-                self.ch.commit(
+                self.apply(
                     &session,
                     StateAction::SessionInputNeededRemoved(SessionInputNeededRemovedAction { id }),
                     None,
@@ -397,7 +438,7 @@ impl Core {
         }
         for request in wanted {
             if !current.contains(&request) {
-                self.ch.commit(
+                self.apply(
                     &session,
                     StateAction::SessionInputNeededSet(Box::new(SessionInputNeededSetAction { request })),
                     None,
@@ -483,83 +524,6 @@ fn input_chat(request: &SessionInputRequest) -> Option<&str> {
 }
 
 impl Host {
-    pub(super) fn create_session(&self, conn: &mut ConnState, id: Value, params: Value) {
-        let now = self.config().clock.now();
-        let result = conn
-            .created
-            .check(now, conn.limits.max_sessions_per_minute)
-            .and_then(|()| self.try_create_session(conn, params));
-        if let Err(e) = result {
-            self.send_to(conn.id, response(&id, Err(e)));
-            return;
-        }
-        conn.created.record(now);
-        self.send_to(conn.id, response(&id, Ok(Value::Null)));
-    }
-
-    fn try_create_session(&self, conn: &ConnState, params: Value) -> Result<(), AhpError> {
-        let params: CreateSessionParams = parse_params("createSession", params)?;
-        let uri = params.channel.clone();
-        if channel_kind(&uri) != Some(ChannelKind::Session) {
-            return Err(AhpError::invalid_params(format!(
-                "Invalid createSession params: channel must be an ahp-session:/<id> URI, not {uri}"
-            )));
-        }
-        let working_directory = match params.working_directories.as_ref().and_then(|d| d.first()) {
-            None => self.config().default_directory.clone(),
-            Some(dir) => {
-                let path = path_of(dir).ok_or_else(|| {
-                    AhpError::invalid_params(format!(
-                        "Invalid createSession params: {dir} is not a file:// URI of an absolute path"
-                    ))
-                })?;
-                if !path.is_dir() {
-                    return Err(AhpError::invalid_params(format!(
-                        "Invalid createSession params: {} is not a directory",
-                        path.display()
-                    )));
-                }
-                Some(path)
-            }
-        };
-        let mut core = self.lock();
-        if core.ch.sessions.contains_key(&uri) || core.store.has_session(&uri).unwrap_or(false) {
-            return Err(AhpError::session_exists(&uri));
-        }
-        let provider = core.pick_provider(params.provider.as_deref())?;
-        let schema = core
-            .agent(&provider)
-            .and_then(|a| a.schema.clone())
-            .ok_or_else(|| AhpError::provider_not_found(format!("The {provider} agent has not started yet")))?;
-        let values = resolve_config(&schema, params.config.as_ref())?;
-        if let Some(active) = &params.active_client {
-            if conn.client_id.as_deref() != Some(active.client_id.as_str()) {
-                return Err(AhpError::invalid_params(
-                    "Invalid createSession params: activeClient.clientId must be this connection's clientId",
-                ));
-            }
-        }
-        let active_client = params.active_client;
-        let new = NewSession {
-            uri: uri.clone(),
-            provider,
-            config: SessionConfigState { schema: schema.schema.clone(), values },
-            working_directory,
-            // Under a users directory the person who opened it owns it: deleting is their say.
-            owner: core.users.as_ref().and(conn.principal.as_sender()),
-            parent: None,
-            depth: 0,
-        };
-        self.open_session(&mut core, new, |core| {
-            if let Some(active) = active_client {
-                let action =
-                    StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
-                core.ch.commit(&uri, action, None, None);
-            }
-        });
-        Ok(())
-    }
-
     /// Opens a session however it was asked for (a client's `createSession`, a session tool): its
     /// channels, its record, its default chat and the backend's start, then tells root subscribers.
     /// `before_announce` runs once the default chat exists and before the session is announced.
@@ -608,6 +572,7 @@ impl Host {
                 owner,
                 parent,
                 depth,
+                announced: false,
             },
         );
         let server_tools = core.server_tools(&uri);
@@ -622,6 +587,7 @@ impl Host {
         if let Some(summary) = core.summary_of(&uri) {
             if let Some(meta) = core.sessions.get_mut(&uri) {
                 meta.last_summary = summary.clone();
+                meta.announced = true;
             }
             let frame = notification(
                 "root/sessionAdded",
@@ -681,117 +647,35 @@ impl Host {
         );
         core.persist_chat(chat);
         let summary = chat_summary(&state, "");
-        core.ch.commit(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
+        core.apply(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {
             let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
                 default_chat: Some(chat.to_owned()),
             });
-            core.ch.commit(session, action, None, None);
+            core.apply(session, action, None, None);
         }
     }
 
-    pub(crate) fn dispose_session(&self, params: Value) -> Result<Value, AhpError> {
-        let params: ahp_types::commands::DisposeSessionParams = parse_params("disposeSession", params)?;
-        let uri = params.channel;
-        let mut core = self.lock();
-        if !self.ensure_loaded(&mut core, &uri) {
-            return Err(AhpError::session_not_found(&uri));
-        }
-        core.remove_session_state(&uri, Farewell::Close);
-        if let Err(e) = core.store.delete_session(&uri) {
-            tracing::error!("{e}");
-        }
-        core.publish_session_count();
-        let frame = notification(
-            "root/sessionRemoved",
-            &SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri },
-        );
-        core.announce_session(&frame);
-        Ok(Value::Null)
-    }
-
-    pub(super) fn create_chat(&self, conn: &mut ConnState, id: Value, params: Value) {
-        let result = self.try_create_chat(params);
-        self.send_to(conn.id, response(&id, result.map(|()| Value::Null)));
-    }
-
-    fn try_create_chat(&self, params: Value) -> Result<(), AhpError> {
-        let params: CreateChatParams = parse_params("createChat", params)?;
-        let session = params.channel.clone();
-        if channel_kind(&params.chat) != Some(ChannelKind::Chat) {
-            return Err(AhpError::invalid_params(format!(
-                "Invalid createChat params: chat must be an ahp-chat:/<id> URI, not {}",
-                params.chat
-            )));
-        }
-        let mut core = self.lock();
-        self.ensure_loaded(&mut core, &session);
-        let provider = core
-            .sessions
-            .get(&session)
-            .map(|m| m.provider.clone())
-            .ok_or_else(|| AhpError::session_not_found(&session))?;
-        let capable = core
-            .agent(&provider)
-            .and_then(|a| a.descriptor.as_ref())
-            .and_then(|d| d.capabilities.as_ref())
-            .and_then(|c| c.multiple_chats.as_ref())
-            .is_some();
-        if !capable {
-            return Err(AhpError::invalid_params(format!(
-                "The {provider} agent holds one chat per session; it cannot open another"
-            )));
-        }
-        if params.source.is_some() {
-            return Err(AhpError::invalid_params(format!(
-                "The {provider} agent cannot fork a chat or open a side chat"
-            )));
-        }
-        if core.ch.chats.contains_key(&params.chat) {
-            return Err(AhpError::invalid_params(format!(
-                "Invalid createChat params: chat {} exists already",
-                params.chat
-            )));
-        }
-        let now = now_iso();
-        self.add_chat(&mut core, &session, &params.chat, &now, false);
-        if let Some(meta) = core.chats.get(&params.chat) {
+    /// Opens a chat beside a session's others (a client's `createChat`, a session tool): its
+    /// state, its driver, its catalogue entry, and its backend's start. `harness` is the agent it
+    /// runs when that is not its session's.
+    pub(crate) fn open_chat(
+        &self,
+        core: &mut Core,
+        session: &str,
+        chat: &str,
+        harness: Option<crate::store::records::Harness>,
+    ) {
+        self.add_chat_with(core, session, chat, &now_iso(), false, harness);
+        if let Some(meta) = core.chats.get(chat) {
             let _ = meta.driver.send(Op::Ensure { announce_ready: false });
         }
-        core.sync_summary(&session);
-        if let Some(message) = params.initial_message {
-            self.start_turn(&mut core, &params.chat, super::turns::host_turn(message, None), None);
-        }
-        Ok(())
-    }
-
-    pub(super) fn dispose_chat(&self, params: Value) -> Result<Value, AhpError> {
-        let params: ahp_types::commands::DisposeChatParams = parse_params("disposeChat", params)?;
-        let chat = params.channel;
-        let mut core = self.lock();
-        self.ensure_loaded(&mut core, &chat);
-        let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) else {
-            return Err(AhpError::not_found(format!("There is no chat {chat}")));
-        };
-        let is_default = core.ch.sessions.get(&session).and_then(|s| s.default_chat.as_deref()) == Some(chat.as_str());
-        if is_default {
-            return Err(AhpError::invalid_params(
-                "The default chat goes with its session: dispose the session instead",
-            ));
-        }
-        core.remove_chat_state(&chat, Farewell::Close);
-        if let Err(e) = core.store.delete_chat(&chat) {
-            tracing::error!("{e}");
-        }
-        core.ch.commit(&session, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat }), None, None);
-        core.sync_summary(&session);
-        Ok(Value::Null)
     }
 }
 
 /// How a chat's driver ends when the chat leaves memory.
 #[derive(Clone, Copy)]
-pub(super) enum Farewell {
+pub(crate) enum Farewell {
     /// The chat is gone for good: its backend session is closed.
     Close,
     /// The chat is unloaded: its backend session is closed, and the chat's next driver waits for

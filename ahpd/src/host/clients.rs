@@ -231,7 +231,7 @@ impl Host {
             intention: None,
             contributor: contributor.clone(),
         });
-        self.commit_chat(core, chat, start, None, None);
+        core.apply(chat, start, None, None);
         let ready = StateAction::ChatToolCallReady(ChatToolCallReadyAction {
             turn_id: turn_id.to_owned(),
             tool_call_id: id.clone(),
@@ -247,7 +247,7 @@ impl Host {
             confirmed: Some(ToolCallConfirmationReason::NotNeeded),
             options: None,
         });
-        self.commit_chat(core, chat, ready, None, None);
+        core.apply(chat, ready, None, None);
         id
     }
 
@@ -292,7 +292,7 @@ impl Host {
                 confirmed: Some(ToolCallConfirmationReason::NotNeeded),
                 options: None,
             });
-            self.commit_chat(core, chat, ready, None, None);
+            core.apply(chat, ready, None, None);
         }
         let content = retry_with.map(|other| {
             vec![ToolResultContent::Text(ToolResultTextContent {
@@ -313,7 +313,7 @@ impl Host {
             result: result.clone(),
             requires_result_confirmation: None,
         });
-        self.commit_chat(core, chat, complete, None, None);
+        core.apply(chat, complete, None, None);
         let mut outcome = outcome_of(&result);
         outcome.text = match &result.content {
             Some(c) => format!("{error}\n{}", text_of(c)),
@@ -372,8 +372,7 @@ impl Host {
             let action = StateAction::SessionActiveClientRemoved(SessionActiveClientRemovedAction {
                 client_id: client_id.to_owned(),
             });
-            core.ch.commit(session, action, None, None);
-            core.sync_summary(session);
+            core.apply(session, action, None, None);
             self.tools_changed(core, session);
         }
     }

@@ -1,5 +1,6 @@
-//! The single write path: channel states folded through the official reducers, one global
-//! `serverSeq`, the replay ring, subscriptions, and fan-out to connections.
+//! The channels: their states folded through the official reducers, one global `serverSeq`, the
+//! replay ring, subscriptions, and fan-out to connections. [`Channels::commit`] is the bottom of
+//! the one write path (`write.rs`, its only caller).
 //!
 //! Everything here runs under the host's one lock and never awaits. An action is applied to the
 //! channel's state with `ahp::reducers`, given the next sequence number, kept in the replay ring,
@@ -25,7 +26,7 @@ pub type Frame = Utf8Bytes;
 pub type ConnId = u64;
 
 /// Where a channel's state lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChannelKind {
     /// `ahp-root://`.
     Root,
@@ -366,8 +367,9 @@ impl Channels {
 
     /// Applies an action to its channel's state with the official reducer and, unless the reducer
     /// found it out of scope or invalid, says it to every subscriber with the next sequence number.
-    /// `extra` also receives it (a client that dispatched to a channel it does not watch).
-    pub fn commit(
+    /// `extra` also receives it (a client that dispatched to a channel it does not watch). Only the
+    /// write path (`write.rs`) calls it: it does what each channel kind needs beside.
+    pub(super) fn commit(
         &mut self,
         channel: &str,
         action: StateAction,

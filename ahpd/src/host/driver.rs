@@ -328,7 +328,8 @@ impl Host {
             settings,
             model: None,
             tools: core.tool_specs(&session_uri),
-            tools_endpoint: core.endpoints.open(&session_uri),
+            // The host's own tools as one MCP server, unless its plugin says they are not taken.
+            tools_endpoint: if core.takes_host_tools(&session_uri) { core.endpoints.open(&session_uri) } else { None },
             mcp_servers: core.settings.mcp_servers.clone(),
             // The tools' instructions, then the clients' rules (seed 000).
             instructions: [core.tool_instructions(&session_uri), core.client_rule_bodies(&session_uri)].concat(),
@@ -370,7 +371,7 @@ impl Host {
                 error: ErrorInfo { error_type: "creationFailed".into(), message: why, stack: None, meta: None },
             }),
         };
-        core.ch.commit(&session, action, None, None);
+        core.apply(&session, action, None, None);
     }
 
     /// True while `turn_id` is the chat's running turn.
@@ -381,6 +382,6 @@ impl Host {
     /// The prompt could not be handed over: the turn ends in error with the reason.
     pub(super) fn send_failed(&self, chat: &str, turn_id: &str, error_type: &str, why: String) {
         let mut core = self.lock();
-        self.fail_turn(&mut core, chat, turn_id, error_type, why);
+        core.fail_turn(chat, turn_id, error_type, why);
     }
 }

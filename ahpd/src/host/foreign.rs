@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use ahp_types::commands::ListSessionsParams;
 use protocol::{At, FindParams, FindResult, ListResult, Listed, TranscriptParams, TranscriptResult};
 use serde_json::{json, Value};
 
@@ -120,8 +121,8 @@ impl Host {
 
     /// `listSessions` with the backends' own sessions merged in, page by page in the store's
     /// order (newest first, then by URI); the first page asks the agents afresh.
-    pub async fn list_with_catalogue(&self, params: Value) -> Result<Value, AhpError> {
-        let first_page = params.get("cursor").is_none_or(Value::is_null);
+    pub async fn list_with_catalogue(&self, params: ListSessionsParams) -> Result<Value, AhpError> {
+        let first_page = params.cursor.is_none();
         let rows: Vec<ForeignRow> =
             if first_page { self.foreign_rows().await } else { self.lock().foreign.values().cloned().collect() };
         let mut page = self.list_sessions_page(params)?;
@@ -150,7 +151,7 @@ impl Host {
         let mut result = json!({ "items": items.iter().map(|(_, _, v)| v.clone()).collect::<Vec<_>>() });
         if more {
             if let Some((modified, uri, _)) = items.last() {
-                result["nextCursor"] = Value::String(super::requests::encode_cursor(modified, uri));
+                result["nextCursor"] = Value::String(super::commands::encode_cursor(modified, uri));
             }
         }
         Ok(result)

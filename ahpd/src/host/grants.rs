@@ -3,7 +3,6 @@
 //! With no users directory nothing here refuses anything.
 
 use ahp_types::actions::StateAction;
-use serde_json::Value;
 
 use super::core::{channel_kind, ChannelKind, Frame};
 use super::errors::AhpError;
@@ -93,8 +92,7 @@ impl Core {
     /// in `initialize` and `reconnect` are held to the same grants, or nobody signed in could read
     /// any chat whose id it learned. Nobody signed in is asked to sign in.
     pub fn may_watch(&mut self, principal: &Principal, uri: &str) -> Result<(), AhpError> {
-        let params = serde_json::json!({ "channel": uri });
-        let Some(grant) = request_grant("subscribe", &params) else { return Ok(()) };
+        let Some(grant) = Grant::Watch.name(uri) else { return Ok(()) };
         if self.users.is_none() {
             return Ok(());
         }
@@ -132,24 +130,51 @@ impl Core {
     }
 }
 
-/// The grant a command asks, if any; `None`: every connection may send it. The names are the
-/// coarse ones seed 000 gives (`session:read`, `session:write`, `chat:turns`, `config:write`), so a
-/// refusal names what a role would have to hold.
-pub fn request_grant(method: &str, params: &Value) -> Option<&'static str> {
-    let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
-    Some(match method {
-        "subscribe" => match channel_kind(channel) {
-            // The root state is never filtered per person.
-            Some(ChannelKind::Root) | None => return None,
-            Some(ChannelKind::Chat) => "chat:turns",
-            Some(_) => "session:read",
-        },
-        "fetchTurns" => "chat:turns",
-        "listSessions" | "resolveSessionConfig" | "sessionConfigCompletions" | "completions" => "session:read",
-        "createSession" | "disposeSession" | "createChat" | "disposeChat" => "session:write",
-        "ahpd/test/advanceClock" => "config:write",
-        _ => return None,
-    })
+/// What a command asks of the person behind its connection. Every command in the table
+/// ([`super::commands`]) names one; there is no default, so a command cannot be added without
+/// saying what it asks. The names are the coarse ones seed 000 gives (`session:read`,
+/// `session:write`, `chat:turns`, `config:write`), so a refusal names what a role would have to
+/// hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Nothing: every connection may send it (the handshake, signing in, and what is refused
+    /// whoever asks).
+    Anyone,
+    /// `session:read`.
+    SessionRead,
+    /// `session:read`; a person without it is answered an empty listing rather than an error.
+    SessionList,
+    /// `session:write`.
+    SessionWrite,
+    /// `session:write`, and deleting the session it names is its owner's say.
+    SessionDelete,
+    /// `chat:turns`.
+    ChatTurns,
+    /// `config:write`.
+    ConfigWrite,
+    /// What watching the channel it names asks: nothing for the root (never filtered per
+    /// person), `chat:turns` for a chat, `session:read` for the rest.
+    Watch,
+    /// Each action it carries asks its own ([`action_grant`]), checked as it is dispatched.
+    EachAction,
+}
+
+impl Grant {
+    /// The grant's name for a command addressed to `channel`; `None` when nothing is asked here.
+    pub fn name(self, channel: &str) -> Option<&'static str> {
+        Some(match self {
+            Grant::Anyone | Grant::EachAction => return None,
+            Grant::SessionRead | Grant::SessionList => "session:read",
+            Grant::SessionWrite | Grant::SessionDelete => "session:write",
+            Grant::ChatTurns => "chat:turns",
+            Grant::ConfigWrite => "config:write",
+            Grant::Watch => match channel_kind(channel) {
+                Some(ChannelKind::Root) | None => return None,
+                Some(ChannelKind::Chat) => "chat:turns",
+                Some(_) => "session:read",
+            },
+        })
+    }
 }
 
 /// The grant a client action asks.
@@ -192,14 +217,5 @@ mod tests {
         }
         assert_eq!(Principal::from_sender(None), Principal::Nobody);
         assert_eq!(Principal::from_sender(Some("rule:x")), Principal::Nobody);
-    }
-
-    #[test]
-    fn commands_name_their_grants() {
-        let chat = serde_json::json!({ "channel": "ahp-chat:/x" });
-        assert_eq!(request_grant("subscribe", &chat), Some("chat:turns"));
-        assert_eq!(request_grant("subscribe", &serde_json::json!({ "channel": "agenthost:/root" })), None);
-        assert_eq!(request_grant("createSession", &chat), Some("session:write"));
-        assert_eq!(request_grant("initialize", &chat), None);
     }
 }

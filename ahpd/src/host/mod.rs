@@ -1,22 +1,31 @@
 //! The host: the one process that holds state. Sessions, chats, turns, who is subscribed to what,
 //! and what each backend's worker is doing with each chat.
 //!
-//! Every change goes through [`core::Channels::commit`] under one lock, so what a client folds
-//! through the official reducers is what the host holds, by construction. Work that waits (a
-//! worker's answer, a store write that is not on the turn's path) happens outside the lock: each
-//! chat has a driver task ([`driver`]) that hands its operations to the worker in order.
+//! Every change goes through the one write path ([`write`], `Core::apply`) under one lock, so what
+//! a client folds through the official reducers is what the host holds, by construction. Work
+//! that waits (a worker's answer, a store write that is not on the turn's path) happens outside
+//! the lock: each chat has a driver task ([`driver`]) that hands its operations to the worker in
+//! order.
+//!
+//! The host's own tools are not its own modules: it is built with them ([`facade::Tools`]) and
+//! knows them only as the catalogue of what a session is offered and a hook for a turn's end; they
+//! reach it through [`facade`].
 
 pub mod actions;
-pub mod bare;
 pub mod catalog;
 pub mod clients;
+pub mod commands;
 pub mod core;
 pub mod driver;
+pub mod endpoints;
 pub mod errors;
+pub mod facade;
 pub mod foreign;
 pub mod grants;
 pub mod limits;
+pub mod offer;
 pub mod persist;
+pub mod questions;
 pub mod requests;
 pub mod ring;
 pub mod rootconfig;
@@ -24,6 +33,7 @@ pub mod rules;
 pub mod status;
 pub mod turns;
 pub mod unload;
+pub mod write;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -73,6 +83,9 @@ pub struct HostConfig {
     pub users: Option<crate::users::Users>,
     /// The deployment's own connection token (root), when it has one.
     pub root_token: Option<String>,
+    /// The providers whose sessions are not offered this host's own tools, nor handed its
+    /// `/ahp-mcp` endpoint (`plugins.<name>.hostTools: false`).
+    pub host_tools_withheld: std::collections::BTreeSet<String>,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -122,6 +135,7 @@ impl Default for HostConfig {
             idle_unload: None,
             users: None,
             root_token: None,
+            host_tools_withheld: Default::default(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -157,6 +171,9 @@ pub struct SessionMeta {
     pub parent: Option<String>,
     /// How many create links sit above it.
     pub depth: u32,
+    /// Root subscribers were told of it (`root/sessionAdded`), so changes to its summary are
+    /// theirs to hear.
+    pub announced: bool,
 }
 
 /// The host's own record of a chat.
@@ -167,8 +184,8 @@ pub struct ChatMeta {
     pub conversation_id: String,
     /// The backend has this conversation on record (a restart resumes rather than starts it).
     pub started_in_backend: bool,
-    /// Operations for the backend, in order.
-    pub driver: mpsc::UnboundedSender<Op>,
+    /// Operations for the backend, in order (the host's alone to send).
+    driver: mpsc::UnboundedSender<Op>,
     /// The worker incarnation the backend session lives in; actions from any other are dropped.
     pub live: Option<u64>,
     /// When the running turn began, for durations the host measures itself.
@@ -193,50 +210,53 @@ pub struct ChatMeta {
     pub harness: Option<crate::store::records::Harness>,
 }
 
-/// Everything under the host's lock.
+/// Everything under the host's lock. Its fields are the host's own: the tools and the doors read
+/// it through the accessors in `facade.rs` and change it through the write path and the turn
+/// engine.
 pub struct Core {
     /// Channel states, sequence numbers, subscriptions.
-    pub ch: Channels,
+    ch: Channels,
     /// Sessions by URI.
-    pub sessions: HashMap<String, SessionMeta>,
+    sessions: HashMap<String, SessionMeta>,
     /// Chats by URI.
-    pub chats: HashMap<String, ChatMeta>,
+    chats: HashMap<String, ChatMeta>,
     /// Backends in the config's order.
-    pub agents: Vec<AgentEntry>,
+    agents: Vec<AgentEntry>,
     /// Client ids seen by this process (reconnect replays only for these).
-    pub known_clients: HashSet<String>,
+    known_clients: HashSet<String>,
     /// Under a users directory, the person each client id was first claimed by: nobody else may
     /// take it over (and with it the tool calls owed to it).
-    pub client_owners: HashMap<String, String>,
+    client_owners: HashMap<String, String>,
     /// The session store.
-    pub store: crate::store::Store,
+    store: crate::store::Store,
     /// Chats whose running turn changed since it was last checkpointed.
-    pub running_dirty: HashSet<String>,
+    running_dirty: HashSet<String>,
     /// The daemon keys that apply live.
-    pub settings: LiveSettings,
+    settings: LiveSettings,
+    /// The providers whose sessions do without this host's own tools.
+    host_tools_withheld: std::collections::BTreeSet<String>,
     /// Each session's `/ahp-mcp` endpoint.
-    pub endpoints: crate::mcp::Endpoints,
+    endpoints: endpoints::Endpoints,
     /// Grace periods of clients whose connections closed: (session, client) → generation.
-    pub grace: std::collections::HashMap<(String, String), u64>,
+    grace: std::collections::HashMap<(String, String), u64>,
     /// The users directory; absent: nobody to ask, every caller may do everything.
-    pub users: Option<crate::users::Users>,
+    users: Option<crate::users::Users>,
     /// The agents' own sessions from the last listing, by the URI they are served under.
-    pub foreign: std::collections::HashMap<String, foreign::ForeignRow>,
+    foreign: std::collections::HashMap<String, foreign::ForeignRow>,
     /// The rules copied from each session's clients: session, then client id.
-    pub client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
-    /// Questions host tools asked a person in a running turn and are waiting on.
-    pub questions: crate::tools::questions::Questions,
-    /// Agent Merge's configuration per session folder (kept in memory).
-    pub agent_merge: crate::tools::agentmerge::AgentMerge,
-    /// Wakes the wakeup timer when a chat's wakeup changes.
-    pub wakeup_timer: Arc<tokio::sync::Notify>,
-    /// What the host's tools keep between calls (the limits' counts, deferred workspace changes).
-    pub tools: crate::tools::ToolState,
+    client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
+    /// Chats whose backend session starts again once their running turn ends (their rules or
+    /// their session's folder changed meanwhile).
+    restart_after_turn: HashSet<String>,
+    /// Questions asked a person in a running turn for a host tool, waiting for the answer.
+    questions: questions::Questions,
+    /// The host's own tools: the catalogue, and the hook for turn ends.
+    tools: Arc<dyn facade::Tools>,
     /// The host's clock (manual in tests), for what the tools count over time.
-    pub clock: crate::clock::Clock,
+    clock: crate::clock::Clock,
     /// Chats of unloaded sessions whose drivers are still closing their backend sessions: a chat
     /// loaded again starts only once its last driver is done.
-    pub retiring: HashMap<String, tokio_util::sync::CancellationToken>,
+    retiring: HashMap<String, tokio_util::sync::CancellationToken>,
 }
 
 /// The host; cheap to clone.
@@ -254,11 +274,13 @@ struct Inner {
 }
 
 impl Host {
-    /// A host for the given backends; call [`Host::run_events`] to start handling what workers say.
+    /// A host for the given backends, offering `tools` as its own; call [`Host::run_events`] to
+    /// start handling what workers say.
     pub fn new(
         config: HostConfig,
         store: crate::store::Store,
         supervisor: Supervisor,
+        tools: Arc<dyn facade::Tools>,
         cancel: CancellationToken,
         tracker: TaskTracker,
     ) -> Self {
@@ -288,15 +310,15 @@ impl Host {
             store,
             running_dirty: HashSet::new(),
             settings: config.settings.clone(),
-            endpoints: crate::mcp::Endpoints::default(),
+            host_tools_withheld: config.host_tools_withheld.clone(),
+            endpoints: endpoints::Endpoints::default(),
             grace: std::collections::HashMap::new(),
             users: config.users.clone(),
             foreign: std::collections::HashMap::new(),
             client_rules: std::collections::HashMap::new(),
+            restart_after_turn: HashSet::new(),
             questions: Default::default(),
-            agent_merge: Default::default(),
-            wakeup_timer: Arc::default(),
-            tools: crate::tools::ToolState::default(),
+            tools,
             clock: config.clock.clone(),
             retiring: HashMap::new(),
         };
@@ -382,7 +404,7 @@ impl Host {
                     meta.transcripts.insert(params.turn_id, params.transcript_id);
                 }
             }
-            WorkerEvent::ToolRun { params, responder, .. } => self.run_tool(params, responder),
+            WorkerEvent::ToolRun { params, responder, .. } => self.run_backend_call(params, responder),
             WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),
             WorkerEvent::Exited { provider, incarnation, reason } => {
                 self.worker_exited(&provider, incarnation, &reason)
@@ -420,54 +442,12 @@ impl Host {
         core.publish_agents();
     }
 
-    fn run_tool(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {
+    fn run_backend_call(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {
         let host = self.clone();
         self.spawn("tool call", async move {
             let outcome = host.run_tool_for_chat(params).await;
             responder.ok(outcome);
         });
-    }
-
-    /// Runs a tool a backend's model called in `chat`: one this session is offered, or refused.
-    pub async fn run_tool_for_chat(&self, params: protocol::ToolRunParams) -> protocol::ToolOutcome {
-        enum Route {
-            Refused(String),
-            Client,
-            Host(crate::tools::ToolCall),
-        }
-        let route = {
-            let core = self.lock();
-            match core.chats.get(&params.chat).map(|m| m.session.clone()) {
-                None => Route::Refused(format!("There is no chat {}.", params.chat)),
-                Some(session) if core.client_tool(&session, &params.name).is_some() => Route::Client,
-                Some(session) if !core.offered_tools(&session).iter().any(|t| t.definition.name == params.name) => {
-                    Route::Refused(format!("No tool named {} is offered in this session.", params.name))
-                }
-                Some(session) => Route::Host(crate::tools::ToolCall {
-                    session: Some(session),
-                    chat: Some(params.chat.clone()),
-                    turn_id: Some(params.turn_id.clone()),
-                    tool_call_id: Some(params.tool_call_id.clone()),
-                    // The call acts as the person who sent its turn, if that turn still runs.
-                    caller: crate::tools::Caller::Turn(core.running_sender(&params.chat).filter(|_| {
-                        core.ch
-                            .chats
-                            .get(&params.chat)
-                            .and_then(|c| c.active_turn.as_ref())
-                            .is_some_and(|t| t.id == params.turn_id)
-                    })),
-                    input: params.input.clone(),
-                }),
-            }
-        };
-        let call = match route {
-            Route::Refused(why) => return protocol::ToolOutcome::failed(why),
-            Route::Client => {
-                return self.run_client_tool(&params.chat, Some(params.tool_call_id), &params.name, params.input).await
-            }
-            Route::Host(call) => call,
-        };
-        crate::tools::run(self, &params.name, call).await
     }
 }
 
@@ -495,13 +475,23 @@ impl Core {
                 ahp_types::actions::StateAction::RootAgentsChanged(ahp_types::actions::RootAgentsChangedAction {
                     agents,
                 });
-            self.ch.commit(ahp_types::ROOT_RESOURCE_URI, action, None, None);
+            self.apply(ahp_types::ROOT_RESOURCE_URI, action, None, None);
         }
     }
 
     /// The entry for a provider.
     pub fn agent(&self, provider: &str) -> Option<&AgentEntry> {
         self.agents.iter().find(|a| a.provider == provider)
+    }
+
+    /// The sessions' tools endpoints.
+    pub fn endpoints(&self) -> &endpoints::Endpoints {
+        &self.endpoints
+    }
+
+    /// The sessions' tools endpoints, to open one or say where they are served.
+    pub fn endpoints_mut(&mut self) -> &mut endpoints::Endpoints {
+        &mut self.endpoints
     }
 }
 
@@ -548,7 +538,7 @@ impl Host {
             .config()
             .root_token
             .as_deref()
-            .is_some_and(|root| crate::server::constant_time_eq(root.as_bytes(), token.as_bytes()))
+            .is_some_and(|root| crate::users::constant_time_eq(root.as_bytes(), token.as_bytes()))
         {
             return Some(Ok(Principal::Root));
         }

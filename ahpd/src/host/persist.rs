@@ -344,6 +344,8 @@ impl Host {
                 owner: record.owner.clone(),
                 parent: record.parent.clone(),
                 depth: record.depth,
+                // Stored: root subscribers were told of it when it was made, or by `listSessions`.
+                announced: true,
             },
         );
         if let Some(summary) = core.summary_of(&uri) {

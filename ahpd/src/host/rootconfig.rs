@@ -95,25 +95,73 @@ pub fn root_config(config: &Config) -> RootConfigState {
     RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
 }
 
+/// The providers whose plugin says `hostTools: false` (`plugins.<name>.hostTools`, default true):
+/// their sessions are offered none of this host's own tools, nor handed its `/ahp-mcp` endpoint.
+pub fn host_tools_withheld(config: &Config) -> std::collections::BTreeSet<String> {
+    let plugins = config.get("plugins");
+    let Some(plugins) = plugins.as_object() else { return Default::default() };
+    plugins
+        .iter()
+        .filter(|(_, plugin)| plugin.get("hostTools").and_then(Value::as_bool) == Some(false))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// A push split in two: (keys that apply live, keys that apply after a restart).
 pub type SplitPush = (Vec<(String, Value)>, Vec<(String, Value)>);
 
+/// Why a client's push of the daemon's keys is refused (its `rejectionReason`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PushRefused {
+    /// `replace: true`.
+    #[error("The daemon's config is changed key by key, not replaced whole")]
+    Whole,
+    /// A key ahpd does not have.
+    #[error("{0} is not a setting ahpd knows")]
+    Unknown(String),
+    /// A value the key does not take.
+    #[error("{key} must be {expected}")]
+    Invalid {
+        /// The key.
+        key: String,
+        /// What it takes.
+        expected: &'static str,
+    },
+}
+
+/// Why pushed keys could not be written to the config file.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteKeysError {
+    /// The file holds something that is not JSON.
+    #[error("{0} is not JSON: {1}")]
+    NotJson(String, serde_json::Error),
+    /// It could not be read.
+    #[error("could not read {0}: {1}")]
+    Read(String, std::io::Error),
+    /// What it would hold could not be encoded.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    /// It could not be written.
+    #[error("could not write {0}: {1}")]
+    Write(String, std::io::Error),
+}
+
 /// Checks a client's push: every key known, writable and valid. Answers the live keys and the
 /// restart keys it changes.
-pub fn check_push(push: &JsonObject, replace: bool) -> Result<SplitPush, String> {
+pub fn check_push(push: &JsonObject, replace: bool) -> Result<SplitPush, PushRefused> {
     if replace {
-        return Err("The daemon's config is changed key by key, not replaced whole".into());
+        return Err(PushRefused::Whole);
     }
     let mut live = Vec::new();
     let mut restart = Vec::new();
     for (key, value) in push {
         let Some(spec) = config::key(key) else {
-            return Err(format!("{key} is not a setting ahpd knows"));
+            return Err(PushRefused::Unknown(key.clone()));
         };
         if spec.secret && value.as_str() == Some("<set>") {
             continue;
         }
-        (spec.check)(value).map_err(|expected| format!("{key} must be {expected}"))?;
+        (spec.check)(value).map_err(|expected| PushRefused::Invalid { key: key.clone(), expected })?;
         match spec.applies {
             Applies::Live => live.push((key.clone(), value.clone())),
             Applies::Restart => restart.push((key.clone(), value.clone())),
@@ -149,18 +197,18 @@ pub fn apply_live(settings: &LiveSettings, changes: &[(String, Value)]) -> LiveS
 }
 
 /// Writes keys into a JSON config file, keeping every other key as it was (atomically).
-pub fn write_keys(file: &PathBuf, changes: &[(String, Value)]) -> Result<(), String> {
+pub fn write_keys(file: &PathBuf, changes: &[(String, Value)]) -> Result<(), WriteKeysError> {
+    let shown = || file.display().to_string();
     let mut current: JsonObject = match std::fs::read_to_string(file) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", file.display()))?,
+        Ok(text) => serde_json::from_str(&text).map_err(|e| WriteKeysError::NotJson(shown(), e))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => JsonObject::new(),
-        Err(e) => return Err(format!("could not read {}: {e}", file.display())),
+        Err(e) => return Err(WriteKeysError::Read(shown(), e)),
     };
     for (key, value) in changes {
         current.insert(key.clone(), value.clone());
     }
-    let text = serde_json::to_string_pretty(&Value::Object(current)).map_err(|e| e.to_string())?;
-    crate::fsutil::write_private(file, format!("{text}\n").as_bytes())
-        .map_err(|e| format!("could not write {}: {e}", file.display()))
+    let text = serde_json::to_string_pretty(&Value::Object(current)).map_err(WriteKeysError::Encode)?;
+    crate::fsutil::write_private(file, format!("{text}\n").as_bytes()).map_err(|e| WriteKeysError::Write(shown(), e))
 }
 
 impl Host {
@@ -194,7 +242,7 @@ impl Host {
         }
         let mut flag = JsonObject::new();
         flag.insert(RESTART_NEEDED.to_owned(), Value::Bool(true));
-        core.ch.commit(
+        core.apply(
             ROOT_RESOURCE_URI,
             StateAction::RootConfigChanged(RootConfigChangedAction { config: flag, replace: None }),
             None,
@@ -210,7 +258,7 @@ impl Host {
             return;
         }
         let mut core = self.lock();
-        core.ch.commit(
+        core.apply(
             ROOT_RESOURCE_URI,
             StateAction::RootConfigChanged(RootConfigChangedAction { config: shown, replace: None }),
             None,
@@ -232,7 +280,7 @@ impl Host {
                     StateAction::SessionServerToolsChanged(ahp_types::actions::SessionServerToolsChangedAction {
                         tools,
                     });
-                core.ch.commit(&session, action, None, None);
+                core.apply(&session, action, None, None);
                 self.tools_changed(core, &session);
             }
         }

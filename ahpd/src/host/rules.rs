@@ -15,7 +15,6 @@ use ahp_types::state::{
 use serde_json::{json, Value};
 
 use super::{Core, Host};
-use crate::host::driver::Op;
 
 /// A rule body longer than this is dropped (and the log names the rule).
 pub const RULE_BODY_LIMIT: usize = 4096;
@@ -132,7 +131,7 @@ impl Host {
             let customizations: Vec<Customization> = by_client.values().flat_map(|c| c.plugins.clone()).collect();
             let action =
                 StateAction::SessionCustomizationsChanged(SessionCustomizationsChangedAction { customizations });
-            core.ch.commit(session, action, None, None);
+            core.apply(session, action, None, None);
         }
         if !changed {
             return;
@@ -144,11 +143,7 @@ impl Host {
             if meta.live.is_none() {
                 continue; // Not started: its first start reads the rules anyway.
             }
-            if core.ch.chats.get(&chat).is_some_and(|c| c.active_turn.is_some()) {
-                core.tools.pending_restarts.insert(chat);
-            } else {
-                let _ = meta.driver.send(Op::Restart);
-            }
+            core.restart_between_turns(&chat);
         }
     }
 

@@ -91,48 +91,41 @@ fn backend_may_say_on_session(action: &StateAction) -> bool {
     )
 }
 
-impl Host {
+impl Core {
     /// Says a turn's start and hands it to the backend. `origin` is the client whose action it
     /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
-    pub fn start_turn(
-        &self,
-        core: &mut Core,
-        chat: &str,
-        start: ChatTurnStartedAction,
-        origin: Option<(ConnId, ActionOrigin)>,
-    ) {
+    pub fn start_turn(&mut self, chat: &str, start: ChatTurnStartedAction, origin: Option<(ConnId, ActionOrigin)>) {
         let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
         // A queued or steering message's turn is its sender's.
-        if let Some(sender) = start.queued_message_id.as_deref().and_then(|q| core.sender_of(chat, q)) {
-            core.note_sender(chat, &turn_id, sender);
+        if let Some(sender) = start.queued_message_id.as_deref().and_then(|q| self.sender_of(chat, q)) {
+            self.note_sender(chat, &turn_id, sender);
         }
         let (origin, extra) = match origin {
             Some((conn, origin)) => (Some(origin), Some(conn)),
             None => (None, None),
         };
-        if !matches!(core.ch.commit(chat, StateAction::ChatTurnStarted(start), origin, extra), Committed::Sent { .. }) {
+        if !matches!(self.apply(chat, StateAction::ChatTurnStarted(start), origin, extra), Committed::Sent { .. }) {
             return;
         }
-        core.persist_after(chat, true, true, false);
-        let untitled = core.chats.get(chat).is_some_and(|m| !m.titled);
-        if let Some(meta) = core.chats.get_mut(chat) {
+        let untitled = self.chats.get(chat).is_some_and(|m| !m.titled);
+        if let Some(meta) = self.chats.get_mut(chat) {
             meta.turn_clock = Some((turn_id.clone(), Instant::now()));
             meta.titled = true;
         }
         if untitled {
             let title = title_from(&message.text);
             if !title.is_empty() {
-                core.set_chat_title(chat, &title);
+                self.set_chat_title(chat, &title);
             }
         }
-        core.sync_input_needed(chat);
-        core.sync_chat(chat);
-        if let Some(meta) = core.chats.get(chat) {
+        if let Some(meta) = self.chats.get(chat) {
             let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message });
         }
-        self.offer_steering(core, chat);
+        self.offer_steering(chat);
     }
+}
 
+impl Host {
     /// Takes an action a backend said.
     pub(super) fn backend_emit(&self, incarnation: u64, params: EmitParams) {
         let mut core = self.lock();
@@ -142,15 +135,13 @@ impl Host {
             return;
         }
         match params.channel {
-            EmitChannel::Chat => self.backend_chat_action(&mut core, &params.chat, params.action),
+            EmitChannel::Chat => core.backend_chat_action(&params.chat, params.action),
             EmitChannel::Session => {
                 let Some(session) = core.chats.get(&params.chat).map(|m| m.session.clone()) else {
                     return;
                 };
                 if backend_may_say_on_session(&params.action) {
-                    core.ch.commit(&session, params.action, None, None);
-                    core.persist_session(&session);
-                    core.sync_summary(&session);
+                    core.apply(&session, params.action, None, None);
                 } else {
                     tracing::warn!(
                         session,
@@ -161,9 +152,11 @@ impl Host {
             }
         }
     }
+}
 
-    fn backend_chat_action(&self, core: &mut Core, chat: &str, mut action: StateAction) {
-        let Some(state) = core.ch.chats.get(chat) else {
+impl Core {
+    fn backend_chat_action(&mut self, chat: &str, mut action: StateAction) {
+        let Some(state) = self.ch.chats.get(chat) else {
             return;
         };
         let active = state.active_turn.as_ref().map(|t| t.id.clone());
@@ -187,7 +180,7 @@ impl Host {
                 return;
             }
             (Some(turn), None) if matches!(action, StateAction::ChatTurnStarted(_)) => {
-                let ended = core.chats.get(chat).is_some_and(|m| m.ended.iter().any(|t| t == turn));
+                let ended = self.chats.get(chat).is_some_and(|m| m.ended.iter().any(|t| t == turn));
                 if ended {
                     tracing::debug!(chat, turn, "a start of a turn that is over; dropped");
                     return;
@@ -209,63 +202,52 @@ impl Host {
             StateAction::ChatTurnStarted(a) => Some(a.turn_id.clone()),
             _ => None,
         };
-        self.commit_chat(core, chat, action, None, None);
+        self.apply(chat, action, None, None);
         if let Some(turn_id) = started {
-            if let Some(meta) = core.chats.get_mut(chat) {
+            if let Some(meta) = self.chats.get_mut(chat) {
                 meta.turn_clock = Some((turn_id, Instant::now()));
                 meta.titled = true;
             }
         }
-        self.offer_steering(core, chat);
-    }
-
-    /// Commits a chat action and keeps everything that depends on it in step: the session's
-    /// catalogue entry and summary, its `inputNeeded` list, and what starts when a turn ends.
-    pub fn commit_chat(
-        &self,
-        core: &mut Core,
-        chat: &str,
-        action: StateAction,
-        origin: Option<ActionOrigin>,
-        extra: Option<ConnId>,
-    ) -> Committed {
-        let before = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
-        let started = matches!(action, StateAction::ChatTurnStarted(_));
-        let changes_record = super::persist::changes_chat_record(&action);
-        let committed = core.ch.commit(chat, action, origin, extra);
-        if !matches!(committed, Committed::Sent { .. }) {
-            return committed;
-        }
-        let after = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
-        let ended = before.filter(|b| after.as_ref() != Some(b));
-        core.persist_after(chat, started, changes_record, ended.is_some());
-        core.sync_input_needed(chat);
-        core.sync_chat(chat);
-        if let Some(ended) = ended {
-            self.turn_ended(core, chat, ended);
-        }
-        committed
+        self.offer_steering(chat);
     }
 
     /// A turn ended: remember it, then start what waits (a steering message the turn did not
     /// take, else the head of the queue).
-    fn turn_ended(&self, core: &mut Core, chat: &str, ended: String) {
+    pub(super) fn turn_ended(&mut self, chat: &str, ended: String) {
         // A question a host tool asked in the turn is withdrawn with it.
-        core.questions.forget_chat(chat);
-        if let Some(meta) = core.chats.get_mut(chat) {
+        self.questions.forget_chat(chat);
+        if let Some(meta) = self.chats.get_mut(chat) {
             remember(&mut meta.ended, ended.clone());
             meta.turn_clock = None;
             meta.steering_offered = None;
         }
-        // A workspace change a session tool asked for is carried out (or dropped) first: the
-        // chat's backend restarts in the new folder before anything queued runs there.
-        crate::tools::session::turn_ended(self, core, chat, &ended);
-        self.start_next(core, chat);
+        // A chat whose backend must start again (its rules or its folder changed while the turn
+        // ran) does so now, and the tools hear of the ending (a workspace change a session tool
+        // asked for is carried out): both before anything queued runs.
+        if self.restart_after_turn.remove(chat) {
+            if let Some(meta) = self.chats.get(chat) {
+                let _ = meta.driver.send(Op::Restart);
+            }
+        }
+        let tools = self.tools.clone();
+        tools.turn_ended(self, chat, &ended);
+        self.start_next(chat);
+    }
+
+    /// Starts the chat's backend session again so it takes up what changed (its rules, its
+    /// session's folder): at once when no turn runs, else once the running turn ends.
+    pub fn restart_between_turns(&mut self, chat: &str) {
+        if self.running_turn(chat).is_some() {
+            self.restart_after_turn.insert(chat.to_owned());
+        } else if let Some(meta) = self.chats.get(chat) {
+            let _ = meta.driver.send(Op::Restart);
+        }
     }
 
     /// Starts the steering message or the head of the queue, when the chat is free.
-    pub(crate) fn start_next(&self, core: &mut Core, chat: &str) {
-        let Some(state) = core.ch.chats.get(chat) else {
+    pub fn start_next(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else {
             return;
         };
         if state.active_turn.is_some() {
@@ -274,19 +256,19 @@ impl Host {
         let next =
             state.steering_message.clone().or_else(|| state.queued_messages.as_ref().and_then(|q| q.first().cloned()));
         if let Some(pending) = next {
-            self.start_turn(core, chat, host_turn(pending.message, Some(pending.id)), None);
+            self.start_turn(chat, host_turn(pending.message, Some(pending.id)), None);
         }
     }
 
     /// Hands the chat's steering message to the running turn, unless it was handed already.
-    pub(super) fn offer_steering(&self, core: &mut Core, chat: &str) {
-        let Some(state) = core.ch.chats.get(chat) else {
+    pub(super) fn offer_steering(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else {
             return;
         };
         let (Some(turn), Some(steering)) = (state.active_turn.as_ref(), state.steering_message.as_ref()) else {
             return;
         };
-        let Some(meta) = core.chats.get_mut(chat) else {
+        let Some(meta) = self.chats.get_mut(chat) else {
             return;
         };
         if meta.steering_offered.as_deref() == Some(steering.id.as_str()) {
@@ -297,34 +279,14 @@ impl Host {
         let _ = meta.driver.send(op);
     }
 
-    /// The backend's answer to a steering offer.
-    pub(super) fn steering_answered(&self, chat: &str, id: &str, taken: bool) {
-        let mut core = self.lock();
-        let current = core.ch.chats.get(chat).and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
-        if current.as_deref() != Some(id) {
-            return;
-        }
-        if taken {
-            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
-                kind: PendingMessageKind::Steering,
-                id: id.to_owned(),
-            });
-            self.commit_chat(&mut core, chat, action, None, None);
-        } else if let Some(meta) = core.chats.get_mut(chat) {
-            // Not yet: hand it again on the turn's next action, or run it next once it ended.
-            meta.steering_offered = None;
-            self.start_next(&mut core, chat);
-        }
-    }
-
     /// Ends the running turn `turn_id` in error, when the backend cannot (it died, it refused
     /// the prompt). Does nothing when that turn is not the one running.
-    pub(super) fn fail_turn(&self, core: &mut Core, chat: &str, turn_id: &str, error_type: &str, message: String) {
-        let running = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+    pub(super) fn fail_turn(&mut self, chat: &str, turn_id: &str, error_type: &str, message: String) {
+        let running = self.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if !running {
             return;
         }
-        let duration = core
+        let duration = self
             .chats
             .get(chat)
             .and_then(|m| m.turn_clock.as_ref())
@@ -340,7 +302,29 @@ impl Host {
             },
             meta: None,
         });
-        self.commit_chat(core, chat, action, None, None);
+        self.apply(chat, action, None, None);
+    }
+}
+
+impl Host {
+    /// The backend's answer to a steering offer.
+    pub(super) fn steering_answered(&self, chat: &str, id: &str, taken: bool) {
+        let mut core = self.lock();
+        let current = core.ch.chats.get(chat).and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
+        if current.as_deref() != Some(id) {
+            return;
+        }
+        if taken {
+            let action = StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction {
+                kind: PendingMessageKind::Steering,
+                id: id.to_owned(),
+            });
+            core.apply(chat, action, None, None);
+        } else if let Some(meta) = core.chats.get_mut(chat) {
+            // Not yet: hand it again on the turn's next action, or run it next once it ended.
+            meta.steering_offered = None;
+            core.start_next(chat);
+        }
     }
 
     /// A worker died: every chat it held loses its backend session, and each running turn ends
@@ -357,7 +341,7 @@ impl Host {
             if let Some(turn_id) = running {
                 let message =
                     format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.");
-                self.fail_turn(&mut core, &chat, &turn_id, "workerExited", message);
+                core.fail_turn(&chat, &turn_id, "workerExited", message);
             }
         }
     }

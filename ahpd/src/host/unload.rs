@@ -64,7 +64,9 @@ impl Core {
         if meta.started_in_backend && !resumes {
             return Some("a backend that cannot resume it");
         }
-        if self.tools.workspace_requests.contains_key(chat) || self.tools.pending_restarts.contains(chat) {
+        // (A workspace change a session tool asked for waits for a turn that runs, and keeps it
+        // loaded as such.)
+        if self.restart_after_turn.contains(chat) {
             return Some("a change waiting for its turn");
         }
         None

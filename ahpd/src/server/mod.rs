@@ -309,13 +309,7 @@ pub fn check_token(
     }
 }
 
-/// Compares without leaking where the first difference is.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+pub use crate::users::constant_time_eq;
 
 #[cfg(test)]
 mod tests {

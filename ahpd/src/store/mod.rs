@@ -49,6 +49,8 @@ pub enum StoreError {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Told whenever the `wakeups` table changes, so the timer that reads it looks again.
+    wakeups_changed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 /// A page of session summaries, newest first.
@@ -77,7 +79,7 @@ impl Store {
             let _ = std::fs::create_dir_all(dir);
         }
         let conn = Connection::open(path).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
-        let mut store = Self { conn, path: path.to_owned() };
+        let mut store = Self { conn, path: path.to_owned(), wakeups_changed: Default::default() };
         store.configure()?;
         store.migrate()?;
         Ok(store)
@@ -352,6 +354,7 @@ impl Store {
             "INSERT OR REPLACE INTO wakeups (chat, due_at, record) VALUES (?1, ?2, ?3)",
             params![record.chat, crate::clock::iso(record.due_at_ms), serde_json::to_string(record)?],
         ))?;
+        self.wakeups_changed.notify_one();
         Ok(before)
     }
 
@@ -366,7 +369,13 @@ impl Store {
     pub fn delete_wakeup(&self, chat: &str) -> Result<Option<WakeupRecord>, StoreError> {
         let before = self.wakeup(chat)?;
         self.sql(self.conn.execute("DELETE FROM wakeups WHERE chat = ?1", [chat]))?;
+        self.wakeups_changed.notify_one();
         Ok(before)
+    }
+
+    /// What is told whenever a wakeup is kept or forgotten.
+    pub fn wakeup_changes(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.wakeups_changed.clone()
     }
 
     /// Every stored wakeup, soonest first.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::host::Host;
 
 const SET: &str = "setAgentMergeEnabled";
@@ -137,9 +137,9 @@ pub fn tools() -> Vec<ToolInfo> {
 }
 
 /// Runs one of the four; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
     Some(match name {
-        SET => set_enabled(host, call),
+        SET => set_enabled(tools, host, call),
         READ_CI => read_ci(&call.input).and_then(|()| unauthorized("fixCI")),
         REPLY => reply_input(&call.input).and_then(|()| unauthorized("addressReviews")),
         RERUN => rerun_input(&call.input).and_then(|()| unauthorized("fixCI")),
@@ -152,54 +152,54 @@ pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult>
 fn unauthorized(action: &str) -> ToolResult {
     Err(format!(
         "Agent Merge action '{action}' is not authorized for the active turn. Stop the turn without trying another method: do not use the GitHub CLI, GitHub MCP tools, or any other method for this action."
-    ))
+    ).into())
 }
 
-fn as_record<'a>(input: &'a Value, tool: &str) -> Result<&'a Map<String, Value>, String> {
-    input.as_object().ok_or_else(|| format!("Invalid {tool} input: expected an object."))
+fn as_record<'a>(input: &'a Value, tool: &str) -> Result<&'a Map<String, Value>, Refusal> {
+    input.as_object().ok_or_else(|| format!("Invalid {tool} input: expected an object.").into())
 }
 
-fn required_string(args: &Map<String, Value>, field: &str, tool: &str) -> Result<(), String> {
+fn required_string(args: &Map<String, Value>, field: &str, tool: &str) -> Result<(), Refusal> {
     match args.get(field) {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(()),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
     }
 }
 
-fn optional_bool(args: &Map<String, Value>, field: &str, tool: &str) -> Result<Option<bool>, String> {
+fn optional_bool(args: &Map<String, Value>, field: &str, tool: &str) -> Result<Option<bool>, Refusal> {
     match args.get(field) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.").into()),
     }
 }
 
-fn reply_input(input: &Value) -> Result<(), String> {
+fn reply_input(input: &Value) -> Result<(), Refusal> {
     let args = as_record(input, REPLY)?;
     required_string(args, "threadId", REPLY)?;
     required_string(args, "body", REPLY)?;
     optional_bool(args, "resolve", REPLY).map(|_| ())
 }
 
-fn rerun_input(input: &Value) -> Result<(), String> {
+fn rerun_input(input: &Value) -> Result<(), Refusal> {
     let args = as_record(input, RERUN)?;
     required_string(args, "runId", RERUN)?;
     optional_bool(args, "failedJobsOnly", RERUN).map(|_| ())
 }
 
-fn bounded(args: &Map<String, Value>, field: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+fn bounded(args: &Map<String, Value>, field: &str, min: u64, max: u64) -> Result<Option<u64>, Refusal> {
     match args.get(field) {
         None => Ok(None),
         Some(value) => match value.as_u64().filter(|n| (min..=max).contains(n)) {
             Some(n) => Ok(Some(n)),
-            None => Err(format!("Invalid {READ_CI} input: {field} must be an integer between {min} and {max}.")),
+            None => Err(format!("Invalid {READ_CI} input: {field} must be an integer between {min} and {max}.").into()),
         },
     }
 }
 
 /// Checks a `readAgentMergeCI` request the way VS Code parses one: each mode takes its own fields,
 /// a cursor comes alone.
-fn read_ci(input: &Value) -> Result<(), String> {
+fn read_ci(input: &Value) -> Result<(), Refusal> {
     let args = as_record(input, READ_CI)?;
     const MAX: u64 = 9_007_199_254_740_991;
     let mode = match args.get("mode") {
@@ -219,7 +219,7 @@ fn read_ci(input: &Value) -> Result<(), String> {
         }
     };
     if fields.is_empty() || args.keys().any(|k| !fields.contains(&k.as_str())) {
-        return Err(format!("Invalid {READ_CI} input: unsupported fields or mode. Pass a cursor alone."));
+        return Err(format!("Invalid {READ_CI} input: unsupported fields or mode. Pass a cursor alone.").into());
     }
     if args.contains_key("cursor") {
         return required_string(args, "cursor", READ_CI);
@@ -242,25 +242,27 @@ fn read_ci(input: &Value) -> Result<(), String> {
     required_string(args, "query", READ_CI)?;
     let query = args.get("query").and_then(Value::as_str).unwrap_or("");
     if query.chars().count() > 200 || query.contains(['\r', '\n']) {
-        return Err(format!("Invalid {READ_CI} input: query must be a single line of at most 200 characters."));
+        return Err(format!("Invalid {READ_CI} input: query must be a single line of at most 200 characters.").into());
     }
     bounded(args, "contextLines", 0, 5).map(|_| ())
 }
 
 /// The options a `setAgentMergeEnabled` call names.
-fn set_input(input: &Value) -> Result<(bool, Overrides), String> {
+fn set_input(input: &Value) -> Result<(bool, Overrides), Refusal> {
     let args = as_record(input, SET)?;
     if args.keys().any(|k| !OPTIONS.contains(&k.as_str())) {
-        return Err(format!("Invalid {SET} input: unsupported configuration option."));
+        return Err(format!("Invalid {SET} input: unsupported configuration option.").into());
     }
     let merge = match args.get("mergePullRequest") {
         None => None,
         Some(Value::String(m)) if MERGE_VALUES.contains(&m.as_str()) => Some(m.clone()),
-        Some(_) => return Err(format!("Invalid {SET} input: mergePullRequest must be always, ifUnchanged, or never.")),
+        Some(_) => {
+            return Err(format!("Invalid {SET} input: mergePullRequest must be always, ifUnchanged, or never.").into())
+        }
     };
     let enabled = match args.get("enabled") {
         Some(Value::Bool(b)) => *b,
-        _ => return Err(format!("Invalid {SET} input: enabled must be a boolean.")),
+        _ => return Err(format!("Invalid {SET} input: enabled must be a boolean.").into()),
     };
     Ok((
         enabled,
@@ -273,7 +275,7 @@ fn set_input(input: &Value) -> Result<(bool, Overrides), String> {
     ))
 }
 
-fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
+fn set_enabled(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     let (enabled, asked) = set_input(&call.input)?;
     let session = call
         .session
@@ -282,15 +284,15 @@ fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
     let folder = {
         let mut core = host.lock();
         if !host.ensure_loaded(&mut core, &session) {
-            return Err(format!("Agent Merge cannot be configured for unknown session {session}."));
+            return Err(format!("Agent Merge cannot be configured for unknown session {session}.").into());
         }
-        core.sessions.get(&session).and_then(|m| m.working_directory.clone())
+        core.session(&session).and_then(|m| m.working_directory.clone())
     };
     let Some(folder) = folder else {
-        return Err("Agent Merge cannot be enabled for a session without a working directory.".to_owned());
+        return Err("Agent Merge cannot be enabled for a session without a working directory.".into());
     };
     let key = (session, folder.clone());
-    let current = host.lock().agent_merge.folders.get(&key).cloned().unwrap_or_default();
+    let current = tools.state().agent_merge.folders.get(&key).cloned().unwrap_or_default();
     let target = match (&current.target, enabled) {
         (Some(target), _) => Some(target.clone()),
         (None, true) => Some(current_branch(&folder).ok_or_else(|| {
@@ -300,7 +302,7 @@ fn set_enabled(host: &Host, call: &ToolCall) -> ToolResult {
     };
     let next = FolderMerge { enabled, overrides: merged(&current.overrides, &asked), target };
     let answer = configuration_of(&next);
-    host.lock().agent_merge.folders.insert(key, next);
+    tools.state().agent_merge.folders.insert(key, next);
     Ok(answer.to_string())
 }
 

@@ -14,7 +14,7 @@ use ahp_types::common::JsonObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::host::Host;
 
 /// The `_meta` key the reference client reads the list from.
@@ -161,10 +161,10 @@ pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult>
     })
 }
 
-fn calling_session(call: &ToolCall, tool: &str) -> Result<String, String> {
+fn calling_session(call: &ToolCall, tool: &str) -> Result<String, Refusal> {
     call.session
         .clone()
-        .ok_or_else(|| format!("{tool} records on the session it is called from, and this call has none."))
+        .ok_or_else(|| format!("{tool} records on the session it is called from, and this call has none.").into())
 }
 
 fn add(host: &Host, call: &ToolCall) -> ToolResult {
@@ -174,7 +174,7 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
         .iter()
         .any(|a| a.uri.as_deref().is_some_and(|u| u.to_ascii_lowercase().starts_with("agent-host-session:")))
     {
-        return Err(format!("Invalid {ADD} input: sessions and chats created with session-management tools must not be recorded as artifacts or references."));
+        return Err(format!("Invalid {ADD} input: sessions and chats created with session-management tools must not be recorded as artifacts or references.").into());
     }
     let mut core = host.lock();
     let mut held = held(&core, &session);
@@ -190,7 +190,7 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
 fn record(held: &mut Vec<Artifact>, mut one: Artifact) -> String {
     match held.iter_mut().find(|other| other.value() == one.value()) {
         None => {
-            one.id = crate::host::new_id();
+            one.id = crate::host::facade::new_id();
             let said = format!("Added {}: {}", one.noun(), one.id);
             held.push(one);
             said
@@ -208,7 +208,7 @@ fn remove(host: &Host, call: &ToolCall) -> ToolResult {
     let session = calling_session(call, REMOVE)?;
     let id = match call.input.get("id") {
         Some(Value::String(id)) if !id.is_empty() => id.clone(),
-        _ => return Err(format!("Invalid {REMOVE} input: id must be a non-empty string.")),
+        _ => return Err(format!("Invalid {REMOVE} input: id must be a non-empty string.").into()),
     };
     let mut core = host.lock();
     let mut held = held(&core, &session);
@@ -233,7 +233,7 @@ fn list(host: &Host, call: &ToolCall) -> ToolResult {
 
 /// The session's recorded list; a malformed entry is left out rather than drawn wrong.
 pub fn held(core: &crate::host::Core, session: &str) -> Vec<Artifact> {
-    let list = core.ch.sessions.get(session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get(META_KEY));
+    let list = core.session_state(session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get(META_KEY));
     list.and_then(Value::as_array)
         .map(|items| {
             items
@@ -247,52 +247,53 @@ pub fn held(core: &crate::host::Core, session: &str) -> Vec<Artifact> {
 
 /// Writes the list onto the session's `_meta` through the commit path, which keeps it with the
 /// session's record.
-fn keep(host: &Host, core: &mut crate::host::Core, session: &str, held: &[Artifact]) -> Result<(), String> {
+fn keep(host: &Host, core: &mut crate::host::Core, session: &str, held: &[Artifact]) -> Result<(), Refusal> {
     if !host.ensure_loaded(core, session) {
-        return Err(format!("There is no session {session}."));
+        return Err(format!("There is no session {session}.").into());
     }
-    let mut meta: JsonObject = core.ch.sessions.get(session).and_then(|s| s.meta.clone()).unwrap_or_default();
+    let mut meta: JsonObject = core.session_state(session).and_then(|s| s.meta.clone()).unwrap_or_default();
     let list = serde_json::to_value(held).map_err(|e| format!("could not encode the artifacts: {e}"))?;
     meta.insert(META_KEY.to_owned(), list);
     let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
-    core.commit_and_keep(session, action, None, None);
+    core.apply(session, action, None, None);
     Ok(())
 }
 
 /// The batch, or the older single-entry shape, which is still taken.
-fn parse_items(input: &Value) -> Result<Vec<Artifact>, String> {
+fn parse_items(input: &Value) -> Result<Vec<Artifact>, Refusal> {
     let Some(object) = input.as_object() else {
-        return Err(format!("Invalid {ADD} input: expected an object."));
+        return Err(format!("Invalid {ADD} input: expected an object.").into());
     };
     match object.get("items") {
         None => Ok(vec![parse_entry(input, None)?]),
         Some(Value::Array(items)) if !items.is_empty() => {
             items.iter().enumerate().map(|(n, item)| parse_entry(item, Some(&format!("items[{n}]")))).collect()
         }
-        Some(_) => Err(format!("Invalid {ADD} input: items must be a non-empty array.")),
+        Some(_) => Err(format!("Invalid {ADD} input: items must be a non-empty array.").into()),
     }
 }
 
-fn parse_entry(raw: &Value, prefix: Option<&str>) -> Result<Artifact, String> {
+fn parse_entry(raw: &Value, prefix: Option<&str>) -> Result<Artifact, Refusal> {
     let field = |name: &str| match prefix {
         Some(p) => format!("{p}.{name}"),
         None => name.to_owned(),
     };
     let Some(args) = raw.as_object() else {
         return Err(match prefix {
-            Some(p) => format!("Invalid {ADD} input: {p} must be an object."),
-            None => format!("Invalid {ADD} input: expected an object."),
+            Some(p) => format!("Invalid {ADD} input: {p} must be an object.").into(),
+            None => format!("Invalid {ADD} input: expected an object.").into(),
         });
     };
     let kind = match args.get("type").and_then(Value::as_str) {
         Some(t) if TYPES.contains(&t) => t.to_owned(),
-        _ => return Err(format!("Invalid {ADD} input: {} must be one of {}.", field("type"), TYPES.join(", "))),
+        _ => return Err(format!("Invalid {ADD} input: {} must be one of {}.", field("type"), TYPES.join(", ")).into()),
     };
     let Some(is_artifact) = args.get("isArtifact").and_then(Value::as_bool) else {
         return Err(format!(
             "Invalid {ADD} input: {} must be a boolean \u{2014} true for an artifact, false for a reference.",
             field("isArtifact")
-        ));
+        )
+        .into());
     };
     let label = non_empty(args.get("label"), &field("label"))?;
     let mut one = Artifact {
@@ -320,10 +321,10 @@ fn parse_entry(raw: &Value, prefix: Option<&str>) -> Result<Artifact, String> {
     Ok(one)
 }
 
-fn non_empty(value: Option<&Value>, field: &str) -> Result<String, String> {
+fn non_empty(value: Option<&Value>, field: &str) -> Result<String, Refusal> {
     match value {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
-        _ => Err(format!("Invalid {ADD} input: {field} must be a non-empty string.")),
+        _ => Err(format!("Invalid {ADD} input: {field} must be a non-empty string.").into()),
     }
 }
 
@@ -346,27 +347,27 @@ fn host_of(link: &str) -> Option<String> {
 }
 
 /// A link opens outside, in whatever the desktop hands the scheme to, so only the web is allowed.
-fn web_link(value: Option<&Value>, field: &str) -> Result<String, String> {
+fn web_link(value: Option<&Value>, field: &str) -> Result<String, Refusal> {
     let link = non_empty(value, field)?;
     let Some(scheme) = scheme_of(&link) else {
-        return Err(format!("Invalid {ADD} input: {field} must be an absolute http(s) URL."));
+        return Err(format!("Invalid {ADD} input: {field} must be an absolute http(s) URL.").into());
     };
     let scheme = scheme.to_ascii_lowercase();
     if scheme != "http" && scheme != "https" {
-        return Err(format!("Invalid {ADD} input: {field} must be an http(s) URL, but was '{scheme}:'."));
+        return Err(format!("Invalid {ADD} input: {field} must be an http(s) URL, but was '{scheme}:'.").into());
     }
     if host_of(&link).is_none() {
-        return Err(format!("Invalid {ADD} input: {field} must be an absolute http(s) URL."));
+        return Err(format!("Invalid {ADD} input: {field} must be an absolute http(s) URL.").into());
     }
     Ok(link)
 }
 
 /// A URI a client can parse: with a scheme, and not a drive letter pretending to be one.
-fn absolute_uri(value: Option<&Value>, field: &str) -> Result<String, String> {
+fn absolute_uri(value: Option<&Value>, field: &str) -> Result<String, Refusal> {
     let uri = non_empty(value, field)?;
     match scheme_of(&uri) {
         Some(scheme) if scheme.len() > 1 => Ok(uri),
-        _ => Err(format!("Invalid {ADD} input: {field} must be an absolute URI including its scheme, such as 'file:///path/to/file' \u{2014} not a plain file system path.")),
+        _ => Err(format!("Invalid {ADD} input: {field} must be an absolute URI including its scheme, such as 'file:///path/to/file' \u{2014} not a plain file system path.").into()),
     }
 }
 

@@ -19,8 +19,8 @@ use ahp_types::state::{
 };
 use serde_json::{json, Value};
 
-use super::questions::{ask, Unanswered};
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
+use crate::host::facade::Unanswered;
 use crate::host::Host;
 
 /// The `_meta` key carrying a comment's feedback semantics.
@@ -297,16 +297,16 @@ fn pretty(value: &Value) -> String {
 }
 
 /// The calling session's annotations channel, loaded, and its state now.
-fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, String, AnnotationsState), String> {
+fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, String, AnnotationsState), Refusal> {
     let session = call.session.clone().ok_or_else(|| {
         format!("{tool} works on the comments of the session it is called from, and this call has none.")
     })?;
     let channel = format!("{session}/annotations");
     let mut core = host.lock();
     if !host.ensure_loaded(&mut core, &channel) {
-        return Err(format!("There is no session {session}."));
+        return Err(format!("There is no session {session}.").into());
     }
-    let state = core.ch.annotations.get(&channel).cloned().unwrap_or(AnnotationsState { annotations: Vec::new() });
+    let state = core.annotations_state(&channel).cloned().unwrap_or(AnnotationsState { annotations: Vec::new() });
     Ok((session, channel, state))
 }
 
@@ -314,24 +314,24 @@ fn channel_state(host: &Host, call: &ToolCall, tool: &str) -> Result<(String, St
 fn write(host: &Host, channel: &str, actions: Vec<StateAction>) {
     let mut core = host.lock();
     for action in actions {
-        core.commit_and_keep(channel, action, None, None);
+        core.apply(channel, action, None, None);
     }
 }
 
-fn required_text(input: &Value, field: &str, tool: &str) -> Result<String, String> {
+fn required_text(input: &Value, field: &str, tool: &str) -> Result<String, Refusal> {
     match input.get(field) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
     }
 }
 
-fn positive_integer(range: &Value, field: &str) -> Result<i64, String> {
+fn positive_integer(range: &Value, field: &str) -> Result<i64, Refusal> {
     let n = range.get(field).and_then(Value::as_f64).filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= 1e15);
     match n {
         // Exact: a whole number of at most 15 digits.
         #[allow(clippy::cast_possible_truncation)]
         Some(n) => Ok(n as i64),
-        None => Err(format!("Invalid {ADD} input: range.{field} must be a positive integer.")),
+        None => Err(format!("Invalid {ADD} input: range.{field} must be a positive integer.").into()),
     }
 }
 
@@ -340,13 +340,13 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
     let text = required_text(&call.input, "text", ADD)?;
     let range = match call.input.get("range") {
         Some(range @ Value::Object(_)) => range,
-        _ => return Err(format!("Invalid {ADD} input: range must be an object.")),
+        _ => return Err(format!("Invalid {ADD} input: range must be an object.").into()),
     };
     let (start_line, start_column) =
         (positive_integer(range, "startLineNumber")?, positive_integer(range, "startColumn")?);
     let (end_line, end_column) = (positive_integer(range, "endLineNumber")?, positive_integer(range, "endColumn")?);
     let (session, channel, _) = channel_state(host, call, ADD)?;
-    let id = crate::host::new_id();
+    let id = crate::host::facade::new_id();
     let mut meta = JsonObject::new();
     // An agent's comment is a proposal until the person accepts it.
     meta.insert(FEEDBACK.to_owned(), json!({ "kind": "codeReview", "state": "created", "sessionResource": session }));
@@ -370,7 +370,7 @@ fn list(host: &Host, call: &ToolCall) -> ToolResult {
     let include_resolved = match call.input.get("includeResolved") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {LIST} input: includeResolved must be a boolean.")),
+        Some(_) => return Err(format!("Invalid {LIST} input: includeResolved must be a boolean.").into()),
     };
     let (_, _, state) = channel_state(host, call, LIST)?;
     let comments: Vec<Value> =
@@ -387,12 +387,12 @@ fn reply(host: &Host, call: &ToolCall) -> ToolResult {
     let text = required_text(&call.input, "text", REPLY)?;
     let (_, channel, state) = channel_state(host, call, REPLY)?;
     let Some(target) = state.annotations.iter().find(|a| a.id == comment_id && listable(a)) else {
-        return Err(format!("Comment not found: {comment_id}"));
+        return Err(format!("Comment not found: {comment_id}").into());
     };
     let mut entry_meta = JsonObject::new();
     entry_meta.insert(FEEDBACK.to_owned(), json!({ "author": "agent" }));
     let entry = AnnotationEntry {
-        id: format!("{comment_id}:{}", crate::host::new_id()),
+        id: format!("{comment_id}:{}", crate::host::facade::new_id()),
         text: StringOrMarkdown::Plain(text),
         meta: Some(entry_meta),
     };
@@ -404,9 +404,9 @@ fn reply(host: &Host, call: &ToolCall) -> ToolResult {
 }
 
 /// The distinct comment ids a call names.
-fn comment_ids(input: &Value, tool: &str) -> Result<Vec<String>, String> {
+fn comment_ids(input: &Value, tool: &str) -> Result<Vec<String>, Refusal> {
     let Some(items) = input.get("commentIds").and_then(Value::as_array).filter(|i| !i.is_empty()) else {
-        return Err(format!("Invalid {tool} input: commentIds must be a non-empty string array."));
+        return Err(format!("Invalid {tool} input: commentIds must be a non-empty string array.").into());
     };
     let mut seen = HashSet::new();
     let mut ids = Vec::new();
@@ -417,7 +417,7 @@ fn comment_ids(input: &Value, tool: &str) -> Result<Vec<String>, String> {
                     ids.push(id.clone());
                 }
             }
-            _ => return Err(format!("Invalid {tool} input: commentIds[] must be a non-empty string.")),
+            _ => return Err(format!("Invalid {tool} input: commentIds[] must be a non-empty string.").into()),
         }
     }
     Ok(ids)
@@ -456,7 +456,7 @@ fn resolve(host: &Host, call: &ToolCall) -> ToolResult {
     let resolved = match call.input.get("resolved") {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {RESOLVE} input: resolved must be a boolean.")),
+        Some(_) => return Err(format!("Invalid {RESOLVE} input: resolved must be a boolean.").into()),
     };
     let (_, channel, state) = channel_state(host, call, RESOLVE)?;
     let listed: Vec<&Annotation> = state.annotations.iter().filter(|a| listable(a)).collect();
@@ -501,25 +501,25 @@ async fn view(host: &Host, call: &ToolCall) -> ToolResult {
         return Ok(pretty(&json!({ "comments": [] })));
     }
     let Some(chat) = call.chat.as_deref() else {
-        return Err(format!("{VIEW} must run from an active chat turn."));
+        return Err(format!("{VIEW} must run from an active chat turn.").into());
     };
     let subject = count_waiting(&state).map(|(s, _)| s).unwrap_or_else(|| "review comments".to_owned());
     let request = ChatInputRequest {
-        id: format!("{VIEW}:{}", crate::host::new_id()),
+        id: format!("{VIEW}:{}", crate::host::facade::new_id()),
         message: Some(format!("The agent wants to view {subject} you have not reviewed yet. Show them to the agent?")),
         url: None,
         questions: None,
         answers: None,
     };
-    let answer = match ask(host, chat, call.turn_id.as_deref(), request).await {
+    let answer = match host.ask_person(chat, call.turn_id.as_deref(), request).await {
         Ok(answer) => answer,
-        Err(Unanswered::NoTurn) => return Err(format!("{VIEW} must run from an active chat turn.")),
+        Err(Unanswered::NoTurn) => return Err(format!("{VIEW} must run from an active chat turn.").into()),
         Err(Unanswered::Withdrawn) => {
-            return Err("The question was withdrawn before anyone answered it; no comments were shown.".to_owned())
+            return Err("The question was withdrawn before anyone answered it; no comments were shown.".into())
         }
     };
     if answer.response != ChatInputResponseKind::Accept {
-        return Err("The user chose not to show the comments they have not reviewed yet.".to_owned());
+        return Err("The user chose not to show the comments they have not reviewed yet.".into());
     }
     // Read again: the person may have accepted or flagged comments while the question stood.
     let (_, _, state) = channel_state(host, call, VIEW)?;

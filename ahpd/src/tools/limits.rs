@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::Refusal;
 use crate::clock::Millis;
 
 /// How many create links may sit above a session that makes another.
@@ -90,7 +91,7 @@ pub struct Limits {
 impl Limits {
     /// Refuses when `key` has spent its whole `budget` in the hour before `now`, saying how many
     /// seconds until the oldest of those actions leaves the window.
-    pub fn check(&mut self, key: &str, budget: Budget, scope: Scope, now: Millis) -> Result<(), String> {
+    pub fn check(&mut self, key: &str, budget: Budget, scope: Scope, now: Millis) -> Result<(), Refusal> {
         let Some(times) = self.window(key, budget, now) else { return Ok(()) };
         if times.len() < budget.max() {
             return Ok(());
@@ -103,7 +104,7 @@ impl Limits {
             "Refusing to {act}: this {noun} already used {used} of {max} allowed in the last 60 minutes. The limit applies to each {noun} separately and frees up as older actions leave that window. Retry after {seconds} seconds, or turn off agent orchestration limits in settings.",
             act = budget.refused_act(),
             used = times.len(),
-        ))
+        ).into())
     }
 
     /// Counts one action against `key`, once it happened.

@@ -4,9 +4,12 @@
 //!
 //! A tool is a [`ToolInfo`] (its definition and host-side facts) and a branch of its group's `run`.
 //! The groups live beside this file: `session` (the reference host's session tools and this host's
-//! two readers), `artifacts`, `comments` (with `questions`, how a tool asks a person in the calling
-//! turn), `agentmerge`, and `own` (`ahp_resource`, `ahp_terminals`) with `wakeups`
-//! (`schedule_wakeup` and the timer that begins its turns).
+//! two readers), `artifacts`, `comments`, `agentmerge`, and `own` (`ahp_resource`,
+//! `ahp_terminals`) with `wakeups` (`schedule_wakeup` and the timer that begins its turns).
+//!
+//! [`HostTools`] is what a host is built with ([`crate::host::Host::new`]): it answers the host's
+//! [`Tools`] (the catalogue, running a call, a turn's end) and keeps what the tools hold between
+//! calls. The tools reach the host through `crate::host::facade` alone.
 
 pub mod agentmerge;
 pub mod artifacts;
@@ -14,18 +17,19 @@ pub mod comments;
 pub mod limits;
 pub mod offers;
 pub mod own;
-pub mod questions;
 pub mod readers;
 pub mod session;
 pub mod wakeups;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use ahp_types::state::{ToolAnnotations, ToolDefinition};
 use protocol::{ToolEffects, ToolOutcome, ToolSpec};
 use serde_json::Value;
 
+pub use crate::host::facade::{Caller, ToolCall};
+use crate::host::facade::{Offered, ToolRun, Tools};
 use crate::host::{Core, Host};
 
 /// Which of seed 000's families a tool belongs to.
@@ -75,15 +79,61 @@ pub struct ToolInfo {
 /// Tailors a tool to a session (`None`: a sessionless caller), or withholds it.
 pub type ForSession = fn(&Core, Option<&str>, ToolInfo) -> Option<ToolInfo>;
 
-/// What the host's tools keep between calls, under the host's lock.
-#[derive(Debug, Default)]
+/// What the host's tools keep between calls. Taken after the host's lock (a tool decides under
+/// the host's lock, and counts under both), and never held while the host's lock is taken.
+#[derive(Default)]
 pub struct ToolState {
     /// The session tools' counts.
     pub limits: limits::Limits,
     /// Workspace changes waiting for their turn to end, by chat.
     pub workspace_requests: std::collections::HashMap<String, session::WorkspaceRequest>,
-    /// Chats whose session moved folder while they ran a turn: restarted when it ends.
-    pub pending_restarts: std::collections::HashSet<String>,
+    /// Agent Merge's configuration per session folder (kept in memory).
+    pub agent_merge: agentmerge::AgentMerge,
+}
+
+/// This host's own tools, as a host is built with them: the catalogue and what the tools keep.
+#[derive(Default)]
+pub struct HostTools {
+    state: Mutex<ToolState>,
+}
+
+impl HostTools {
+    /// The tools a daemon offers, ready to register with its host.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// What the tools keep; see [`ToolState`] for when it may be taken.
+    pub fn state(&self) -> MutexGuard<'_, ToolState> {
+        // A panic in a tool leaves its counts as they were; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Tools for HostTools {
+    fn offered(&self, core: &Core, session: &str) -> Vec<Offered> {
+        offered(core, session)
+            .into_iter()
+            .map(|t| Offered {
+                spec: ToolSpec {
+                    definition: t.definition,
+                    owner: None,
+                    display_name: None,
+                    defer_loading: t.defer_loading,
+                    effects: Some(t.effects),
+                },
+                instruction: t.instruction,
+            })
+            .collect()
+    }
+
+    fn run<'a>(&'a self, host: &'a Host, name: &'a str, call: ToolCall) -> ToolRun<'a> {
+        Box::pin(run(self, host, name, call))
+    }
+
+    fn turn_ended(&self, core: &mut Core, chat: &str, turn_id: &str) {
+        session::turn_ended(self, core, chat, turn_id);
+    }
 }
 
 impl ToolInfo {
@@ -221,36 +271,41 @@ pub fn find(name: &str) -> Option<&'static ToolInfo> {
     catalog().iter().find(|t| t.definition.name == name)
 }
 
-/// Who is behind a call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
-    /// A turn, sent by this person (`None`: nobody is behind it, or no users directory).
-    Turn(Option<String>),
-    /// This host's root connection.
-    Root,
-    /// A person, with no session.
-    Person(String),
+/// What a tool answers: text for the model (and maybe rich content), or its refusal.
+pub type ToolResult = Result<String, Refusal>;
+
+/// Why a tool did not do what it was asked, in the sentence the model reads (seed 000's words,
+/// or the reference host's, where they give one). A refusal is the call's result, never cut short.
+#[derive(Debug, Clone, Default, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl std::ops::Deref for Refusal {
+    type Target = str;
+
+    /// The sentence.
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
-/// One call of a host tool.
-#[derive(Debug, Clone)]
-pub struct ToolCall {
-    /// The calling session (absent for a sessionless call).
-    pub session: Option<String>,
-    /// The calling chat.
-    pub chat: Option<String>,
-    /// The turn the call belongs to.
-    pub turn_id: Option<String>,
-    /// The call's id, as the backend said it.
-    pub tool_call_id: Option<String>,
-    /// Who is behind it.
-    pub caller: Caller,
-    /// The arguments.
-    pub input: Value,
+impl PartialEq<&str> for Refusal {
+    fn eq(&self, sentence: &&str) -> bool {
+        self.0 == *sentence
+    }
 }
 
-/// What a tool answers: text for the model (and maybe rich content), or a refusal sentence.
-pub type ToolResult = Result<String, String>;
+impl From<String> for Refusal {
+    fn from(sentence: String) -> Self {
+        Self(sentence)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(sentence: &str) -> Self {
+        Self(sentence.to_owned())
+    }
+}
 
 /// How long a host tool may run before it is failed.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -270,17 +325,17 @@ pub fn cap_output(text: String) -> String {
 }
 
 /// Runs a host tool by name, bounded: a deadline applied here at dispatch, the output capped.
-pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
+async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
     let Some(info) = find(name) else {
         return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
     };
     // A person removed or given another role is so from their turn's next call on.
     host.lock().refresh_users();
     let deadline = deadline_of(host, info);
-    let run = dispatch(host, info, call);
+    let run = dispatch(tools, host, info, call);
     let result = match tokio::time::timeout(deadline, run).await {
         Ok(result) => result,
-        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs())),
+        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs()).into()),
     };
     match result {
         Ok(text) => {
@@ -288,7 +343,7 @@ pub async fn run(host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
             outcome.past_tense_message = Some(format!("Ran {name}"));
             outcome
         }
-        Err(why) => {
+        Err(Refusal(why)) => {
             let mut outcome = ToolOutcome::failed(why);
             outcome.past_tense_message = Some(format!("{name} failed"));
             outcome
@@ -308,7 +363,7 @@ fn deadline_of(host: &Host, info: &ToolInfo) -> Duration {
     }
 }
 
-async fn dispatch(host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
+async fn dispatch(tools: &HostTools, host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
     let name = info.definition.name.as_str();
     // The session group checks its own grants; the others ask theirs here (seed 000 "Grants").
     if let Some(grant) = info.grant.filter(|_| call.session.is_some() && info.group != Group::Session) {
@@ -317,69 +372,40 @@ async fn dispatch(host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
     let result = match info.group {
         Group::Session => match readers::run(host, name, &call).await {
             Some(result) => Some(result),
-            None => session::run(host, name, &call).await,
+            None => session::run(tools, host, name, &call).await,
         },
         Group::Artifact => artifacts::run(host, name, &call).await,
         Group::Comment => comments::run(host, name, &call).await,
-        Group::AgentMerge => agentmerge::run(host, name, &call).await,
+        Group::AgentMerge => agentmerge::run(tools, host, name, &call).await,
         Group::Own => match own::run(host, name, &call).await {
             Some(result) => Some(result),
             None => wakeups::run(host, name, &call).await,
         },
     };
-    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.")))
+    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.").into()))
 }
 
-impl Core {
-    /// The host tools offered to a session, after every switch and the session's own wording.
-    pub fn offered_tools(&self, session: &str) -> Vec<ToolInfo> {
-        let Some(provider) = self.ch.sessions.get(session).map(|s| s.provider.clone()) else { return Vec::new() };
-        let settings = &self.settings;
-        let session_tools = settings.session_tools
-            && (settings.session_tools_providers.is_empty() || settings.session_tools_providers.contains(&provider));
-        catalog()
-            .iter()
-            .filter(|t| !t.advanced_permission || settings.advanced_tools)
-            .filter(|t| t.group != Group::Session || session_tools)
-            .filter_map(|t| t.tailored(self, Some(session)))
-            .collect()
-    }
-
-    /// The tools a backend is handed for a session: the host's offered tools, then the clients'.
-    pub fn tool_specs(&self, session: &str) -> Vec<ToolSpec> {
-        let mut specs: Vec<ToolSpec> = self
-            .offered_tools(session)
-            .into_iter()
-            .map(|t| ToolSpec {
-                definition: t.definition,
-                owner: None,
-                display_name: None,
-                defer_loading: t.defer_loading,
-                effects: Some(t.effects),
-            })
-            .collect();
-        specs.extend(self.client_tool_specs(session));
-        specs
-    }
-
-    /// The instructions of the offered tools, for the system prompt.
-    pub fn tool_instructions(&self, session: &str) -> Vec<String> {
-        self.offered_tools(session).into_iter().filter_map(|t| t.instruction.map(str::to_owned)).collect()
-    }
-
-    /// The definitions `SessionState.serverTools` reports.
-    pub fn server_tools(&self, session: &str) -> Vec<ToolDefinition> {
-        self.offered_tools(session).into_iter().map(|t| t.definition).collect()
-    }
+/// The host tools offered to a session, after every switch and the session's own wording.
+pub fn offered(core: &Core, session: &str) -> Vec<ToolInfo> {
+    let Some(provider) = core.session_state(session).map(|s| s.provider.clone()) else { return Vec::new() };
+    let settings = core.settings();
+    let session_tools = settings.session_tools
+        && (settings.session_tools_providers.is_empty() || settings.session_tools_providers.contains(&provider));
+    catalog()
+        .iter()
+        .filter(|t| !t.advanced_permission || settings.advanced_tools)
+        .filter(|t| t.group != Group::Session || session_tools)
+        .filter_map(|t| t.tailored(core, Some(session)))
+        .collect()
 }
 
 /// Checks that whoever is behind a call holds `grant` (seed 000 "Grants"). A host with no users
 /// directory has nobody to ask, and its tools act as they always did; the users directory (issue
 /// 10) answers here in the host's own words: `<person> may not <grant> here`, or `this turn may not
 /// session:write here` where nobody is behind the call.
-pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), String> {
+pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), Refusal> {
     use crate::users::Principal;
-    if core.users.is_none() {
+    if !core.has_users() {
         return Ok(());
     }
     let principal = match &call.caller {
@@ -392,29 +418,29 @@ pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), String
         return if crate::users::covers("*:read", grant) {
             Ok(())
         } else {
-            Err(format!("this turn may not {grant} here"))
+            Err(format!("this turn may not {grant} here").into())
         };
     }
     if core.allows(&principal, grant) {
         Ok(())
     } else {
-        Err(crate::host::grants::refusal(&principal, grant))
+        Err(crate::host::facade::refusal(&principal, grant).into())
     }
 }
 
 /// Reads a required string argument, or says which one is missing, in the reference host's words.
-pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, String> {
+pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, Refusal> {
     match input.get(field) {
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
     }
 }
 
 /// Reads an optional string argument.
-pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, String> {
+pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, Refusal> {
     match input.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.").into()),
     }
 }

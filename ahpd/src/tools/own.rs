@@ -9,7 +9,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::{Group, ToolCall, ToolInfo, ToolResult};
-use crate::host::requests::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+use crate::host::facade::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use crate::host::Host;
 
 const RESOURCE: &str = "ahp_resource";
@@ -56,12 +56,12 @@ pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult>
 async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
     let uri = match call.input.get("uri") {
         Some(Value::String(uri)) if !uri.trim().is_empty() => uri.trim().to_owned(),
-        _ => return Err(format!("Invalid {RESOURCE} input: uri must be a non-empty string.")),
+        _ => return Err(format!("Invalid {RESOURCE} input: uri must be a non-empty string.").into()),
     };
     let Some((scheme, rest)) = uri.split_once(':').filter(|(s, _)| valid_scheme(s)) else {
         return Err(format!(
             "Invalid {RESOURCE} input: uri must be an absolute URI including its scheme, such as 'file:///path/to/file'."
-        ));
+        ).into());
     };
     let scheme = scheme.to_ascii_lowercase();
     if scheme == "file" {
@@ -72,7 +72,7 @@ async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
         Some(client) if !client.is_empty() && !scheme.starts_with("ahp-") => read_published(host, client, &uri).await,
         _ => Err(format!(
             "{RESOURCE} reads files under this session's folders and resources a connected client publishes at <scheme>://<client>/<path>; {uri} is neither."
-        )),
+        ).into()),
     }
 }
 
@@ -126,19 +126,19 @@ fn lexically_normal(path: &Path) -> PathBuf {
 
 async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
     let Some(path) = path_of_file_uri(uri) else {
-        return Err(format!("Invalid {RESOURCE} input: {uri} does not name an absolute path."));
+        return Err(format!("Invalid {RESOURCE} input: {uri} does not name an absolute path.").into());
     };
     let folders: Vec<PathBuf> = {
         let mut core = host.lock();
         match &call.session {
             Some(session) if host.ensure_loaded(&mut core, session) => {
-                core.sessions.get(session).and_then(|m| m.working_directory.clone()).into_iter().collect()
+                core.session(session).and_then(|m| m.working_directory.clone()).into_iter().collect()
             }
             _ => Vec::new(),
         }
     };
     if folders.is_empty() {
-        return Err(format!("This session has no folder, so {RESOURCE} reads no files."));
+        return Err(format!("This session has no folder, so {RESOURCE} reads no files.").into());
     }
     let roots: Vec<PathBuf> = folders.iter().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())).collect();
     let outside = || {
@@ -151,21 +151,21 @@ async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
         Err(_) => {
             let normal = lexically_normal(&path);
             return Err(if roots.iter().chain(folders.iter()).any(|r| normal.starts_with(r)) {
-                format!("There is no file at {uri}.")
+                format!("There is no file at {uri}.").into()
             } else {
-                outside()
+                outside().into()
             });
         }
     };
     if !roots.iter().any(|r| real.starts_with(r)) {
-        return Err(outside());
+        return Err(outside().into());
     }
     let meta = tokio::fs::metadata(&real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
     if meta.is_dir() {
         return list_dir(&real, uri).await;
     }
     if meta.len() > MAX_FILE {
-        return Err(format!("{uri} is {} bytes, more than {RESOURCE} reads ({} bytes).", meta.len(), MAX_FILE));
+        return Err(format!("{uri} is {} bytes, more than {RESOURCE} reads ({} bytes).", meta.len(), MAX_FILE).into());
     }
     let bytes = tokio::fs::read(&real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
     Ok(text_or_base64(uri, bytes, None))
@@ -220,13 +220,15 @@ async fn read_published(host: &Host, client: &str, uri: &str) -> ToolResult {
             }
         }
         Err(ClientRequestError::NotConnected) => {
-            Err(format!("No connected client publishes {uri}: no client {client} is connected to this host."))
+            Err(format!("No connected client publishes {uri}: no client {client} is connected to this host.").into())
         }
         // The client's own refusal, as it said it: this host has no standing to soften it.
-        Err(ClientRequestError::Refused(why)) => Err(format!("{client} could not read {uri}: {why}")),
-        Err(ClientRequestError::Disconnected) => Err(format!("{client} disconnected before answering for {uri}.")),
+        Err(ClientRequestError::Refused(why)) => Err(format!("{client} could not read {uri}: {why}").into()),
+        Err(ClientRequestError::Disconnected) => {
+            Err(format!("{client} disconnected before answering for {uri}.").into())
+        }
         Err(ClientRequestError::TimedOut) => {
-            Err(format!("{client} did not answer for {uri} within {} s.", CLIENT_REQUEST_TIMEOUT.as_secs()))
+            Err(format!("{client} did not answer for {uri} within {} s.", CLIENT_REQUEST_TIMEOUT.as_secs()).into())
         }
     }
 }

@@ -42,7 +42,7 @@ pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult>
 fn list_agents(host: &Host) -> String {
     let core = host.lock();
     let agents: Vec<Value> = core
-        .agents
+        .agents()
         .iter()
         .filter_map(|a| {
             let d = a.descriptor.as_ref()?;
@@ -83,17 +83,18 @@ fn list_models(host: &Host, call: &ToolCall) -> ToolResult {
     let agent = optional_str("list_models", &call.input, "agent")?;
     let core = host.lock();
     if let Some(agent) = agent {
-        if !core.agents.iter().any(|a| a.provider == agent && a.descriptor.is_some()) {
+        if !core.agents().iter().any(|a| a.provider == agent && a.descriptor.is_some()) {
             let offered: Vec<&str> =
-                core.agents.iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.as_str()).collect();
+                core.agents().iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.as_str()).collect();
             return Err(format!(
                 "Invalid list_models input: agent must be one of the agents this host offers ({}).",
                 offered.join(", ")
-            ));
+            )
+            .into());
         }
     }
     let models: Vec<Value> = core
-        .agents
+        .agents()
         .iter()
         .filter(|a| agent.is_none_or(|x| x == a.provider))
         .flat_map(|a| a.models.iter().map(move |m| json!({ "agent": a.provider, "id": m.id, "name": m.name })))

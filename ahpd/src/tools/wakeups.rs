@@ -22,9 +22,9 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
 use serde_json::{json, Value};
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::clock::iso;
-use crate::host::core::Committed;
+use crate::host::facade::{host_turn, new_id, Committed};
 use crate::host::{Core, Host};
 use crate::store::WakeupRecord;
 
@@ -63,10 +63,10 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
     let stop = match call.input.get("stop") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.")),
+        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.").into()),
     };
     let (Some(chat), Some(session)) = (call.chat.clone(), call.session.clone()) else {
-        return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none."));
+        return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none.").into());
     };
     if stop {
         return cancel(host, &chat);
@@ -81,7 +81,7 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
         })?;
     let prompt = match call.input.get("prompt") {
         Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
-        _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.")),
+        _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.").into()),
     };
     let clock = &host.config().clock;
     // Within the bounds checked above, so it fits.
@@ -95,13 +95,12 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
         scheduled_at: clock.now_iso(),
         // The wake's turn acts as the person whose turn asked for it, and never as more.
         sender: match &call.caller {
-            crate::tools::Caller::Turn(sender) => sender.clone(),
+            super::Caller::Turn(sender) => sender.clone(),
             _ => None,
         },
     };
-    let core = host.lock();
-    let replaced = core.store.save_wakeup(&record).map_err(|e| format!("The wakeup could not be kept: {e}"))?;
-    core.wakeup_timer.notify_one();
+    let replaced =
+        host.lock().store().save_wakeup(&record).map_err(|e| format!("The wakeup could not be kept: {e}"))?;
     let mut said = format!(
         "Wakeup scheduled: this chat begins a new turn at {} ({} seconds from now) with your prompt.",
         iso(record.due_at_ms),
@@ -114,9 +113,8 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
 }
 
 fn cancel(host: &Host, chat: &str) -> ToolResult {
-    let core = host.lock();
-    let gone = core.store.delete_wakeup(chat).map_err(|e| format!("The wakeup could not be cancelled: {e}"))?;
-    core.wakeup_timer.notify_one();
+    let gone =
+        host.lock().store().delete_wakeup(chat).map_err(|e| format!("The wakeup could not be cancelled: {e}"))?;
     Ok(match gone {
         Some(w) => format!("Wakeup cancelled; it was due at {}.", iso(w.due_at_ms)),
         None => "This chat has no wakeup to cancel.".to_owned(),
@@ -135,7 +133,7 @@ impl Host {
         self.fire_due_wakeups(&mut refused);
         let host = self.clone();
         self.spawn("wakeups", async move {
-            let notify: Arc<tokio::sync::Notify> = host.lock().wakeup_timer.clone();
+            let notify: Arc<tokio::sync::Notify> = host.lock().store().wakeup_changes();
             let clock = host.config().clock.clone();
             loop {
                 match host.next_wakeup(&refused) {
@@ -155,7 +153,7 @@ impl Host {
     /// When the soonest wakeup not refused is due.
     fn next_wakeup(&self, refused: &Refused) -> Option<u64> {
         let core = self.lock();
-        let all = core.store.wakeups().unwrap_or_else(|e| {
+        let all = core.store().wakeups().unwrap_or_else(|e| {
             tracing::error!("could not read the wakeups: {e}");
             Vec::new()
         });
@@ -166,7 +164,7 @@ impl Host {
     fn fire_due_wakeups(&self, refused: &mut Refused) {
         let now = self.config().clock.now();
         let mut core = self.lock();
-        let due: Vec<WakeupRecord> = match core.store.wakeups() {
+        let due: Vec<WakeupRecord> = match core.store().wakeups() {
             Ok(all) => all.into_iter().filter(|w| w.due_at_ms <= now).collect(),
             Err(e) => {
                 tracing::error!("could not read the wakeups: {e}");
@@ -192,28 +190,27 @@ impl Host {
     }
 
     /// Begins one wakeup's turn (or queues its prompt), forgetting it in the same savepoint.
-    fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, String> {
+    fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, Refusal> {
         if !self.ensure_loaded(core, &wakeup.chat) {
-            return Err("its chat could not be loaded".to_owned());
+            return Err("its chat could not be loaded".into());
         }
         let provider = core
-            .chats
-            .get(&wakeup.chat)
-            .and_then(|m| core.sessions.get(&m.session))
+            .chat(&wakeup.chat)
+            .and_then(|m| core.session(&m.session))
             .map(|s| s.provider.clone())
             .unwrap_or_default();
         // The worker's own state, not what its `Ready` said: at start-up that event may still be
         // on its way to the host when the first wakeups fire.
         if self.supervisor().current(&provider).is_none() {
-            return Err(format!("the {provider} agent is not running, so the session cannot resume"));
+            return Err(format!("the {provider} agent is not running, so the session cannot resume").into());
         }
         let message = wakeup_message(wakeup);
         const SAVEPOINT: &str = "wakeup";
-        core.store.savepoint(SAVEPOINT).map_err(|e| e.to_string())?;
+        core.store().savepoint(SAVEPOINT).map_err(|e| e.to_string())?;
         let fired = self.begin_or_queue(core, wakeup, message);
         let kept = match fired {
-            Ok(_) => core.store.release(SAVEPOINT),
-            Err(_) => core.store.roll_back(SAVEPOINT),
+            Ok(_) => core.store().release(SAVEPOINT),
+            Err(_) => core.store().roll_back(SAVEPOINT),
         };
         // A store that could not keep the outcome may still hold the wakeup: it is not tried
         // again in this process, so the timer cannot spin on it.
@@ -221,11 +218,16 @@ impl Host {
         fired
     }
 
-    fn begin_or_queue(&self, core: &mut Core, wakeup: &WakeupRecord, message: Message) -> Result<&'static str, String> {
-        core.store.delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
-        let running = core.ch.chats.get(&wakeup.chat).is_some_and(|c| c.active_turn.is_some());
+    fn begin_or_queue(
+        &self,
+        core: &mut Core,
+        wakeup: &WakeupRecord,
+        message: Message,
+    ) -> Result<&'static str, Refusal> {
+        core.store().delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
+        let running = core.running_turn(&wakeup.chat).is_some();
         if running {
-            let id = crate::host::new_id();
+            let id = new_id();
             if let Some(sender) = wakeup.sender.clone() {
                 core.note_sender(&wakeup.chat, &id, sender);
             }
@@ -234,23 +236,22 @@ impl Host {
                 id,
                 message,
             });
-            return match self.commit_chat(core, &wakeup.chat, action, None, None) {
+            return match core.apply(&wakeup.chat, action, None, None) {
                 Committed::Sent { .. } => Ok("its prompt is queued behind the running turn"),
-                _ => Err("the chat would not queue its prompt".to_owned()),
+                _ => Err("the chat would not queue its prompt".into()),
             };
         }
-        let start = crate::host::turns::host_turn(message, None);
+        let start = host_turn(message, None);
         let turn_id = start.turn_id.clone();
         if let Some(sender) = wakeup.sender.clone() {
             core.note_sender(&wakeup.chat, &turn_id, sender);
         }
-        self.start_turn(core, &wakeup.chat, start, None);
-        let began =
-            core.ch.chats.get(&wakeup.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+        core.start_turn(&wakeup.chat, start, None);
+        let began = core.running_turn(&wakeup.chat).as_deref() == Some(turn_id.as_str());
         if began {
             Ok("its turn began")
         } else {
-            Err("the chat would not take the turn".to_owned())
+            Err("the chat would not take the turn".into())
         }
     }
 }

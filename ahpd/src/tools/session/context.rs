@@ -5,7 +5,7 @@
 use ahp_types::state::{ChatState, Message, ResponsePart, ToolCallState, Turn, TurnState};
 use serde_json::{json, Map, Value};
 
-use super::super::{authorize, optional_str, required_str, ToolCall, ToolResult};
+use super::super::{authorize, optional_str, required_str, Refusal, ToolCall, ToolResult};
 use super::{harness_of, link_of, resolve};
 use crate::host::Host;
 
@@ -44,13 +44,13 @@ pub fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
     let detail = match input.get("detail") {
         None | Some(Value::Null) => "summary",
         Some(Value::String(d)) if DETAILS.contains(&d.as_str()) => d.as_str(),
-        Some(_) => return Err(format!("Invalid {TOOL} input: detail must be one of {}.", DETAILS.join(", "))),
+        Some(_) => return Err(format!("Invalid {TOOL} input: detail must be one of {}.", DETAILS.join(", ")).into()),
     };
     let limit = match input.get("transcriptLimit") {
         None | Some(Value::Null) => DEFAULT_LIMIT,
         Some(v) => match v.as_f64() {
             Some(n) if n.is_finite() && n >= 1.0 => (n.floor() as usize).min(MAX_LIMIT),
-            _ => return Err(format!("Invalid {TOOL} input: transcriptLimit must be a positive number.")),
+            _ => return Err(format!("Invalid {TOOL} input: transcriptLimit must be a positive number.").into()),
         },
     };
     let response_turn = optional_str(TOOL, input, "responseTurnId")?;
@@ -60,9 +60,7 @@ pub fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
     })?;
     authorize(&core, call, "session:read")?;
     let state = core
-        .ch
-        .chats
-        .get(&target.chat)
+        .chat_state(&target.chat)
         .ok_or_else(|| format!("Invalid {TOOL} input: {asked} is not a chat this host is running."))?;
     let mut out = Map::new();
     out.insert("session".into(), json!(target.session));
@@ -97,14 +95,16 @@ fn reply_of(state: &ChatState, turn_id: &str) -> Option<String> {
 
 /// One page of a reply: `responseLength`, the text, `nextResponseOffset` while more remains, and
 /// `truncated`.
-fn page(out: &mut Map<String, Value>, turn_id: &str, text: &str, offset: Option<&Value>) -> Result<(), String> {
+fn page(out: &mut Map<String, Value>, turn_id: &str, text: &str, offset: Option<&Value>) -> Result<(), Refusal> {
     let length = text.chars().count();
     let offset = match offset {
         None | Some(Value::Null) => 0,
         Some(v) => match v.as_f64() {
             Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && (n as usize) <= length => n as usize,
             _ => {
-                return Err(format!("Invalid {TOOL} input: responseOffset must be a whole number from 0 to {length}."))
+                return Err(
+                    format!("Invalid {TOOL} input: responseOffset must be a whole number from 0 to {length}.").into()
+                )
             }
         },
     };

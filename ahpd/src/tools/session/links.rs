@@ -2,7 +2,7 @@
 //! (and its default chat), with `?chat=<id>` for any other chat — VS Code's open-session link,
 //! rearranged from this host's `ahp-session:/<id>` and `ahp-chat:/<id>`.
 
-use crate::host::uri_id;
+use crate::host::facade::uri_id;
 
 /// The scheme of an open link.
 pub const SCHEME: &str = "agent-host-session";

@@ -7,26 +7,16 @@
 
 use std::path::PathBuf;
 
-use ahp_types::actions::{
-    ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, SessionWorkingDirectoryReplacedAction,
-    SessionWorkingDirectorySetAction, StateAction,
-};
+use ahp_types::actions::{ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
 use serde_json::{json, Value};
 
-use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, optional_bool, resolve, title_arg};
-use crate::host::driver::Op;
-use crate::host::requests::file_uri;
-use crate::host::turns::host_turn;
+use crate::host::facade::{file_uri, host_turn, CHAT_MOVES_OFF};
 use crate::host::{Core, Host};
 use crate::users::Principal;
-
-/// What a move is refused with while chat moves are off — the tool and a client's `moveChat`
-/// alike.
-pub const CHAT_MOVES_OFF: &str =
-    "Moving chats is turned off on this host (chatMoves.enabled is off), so nothing was moved.";
 
 /// A workspace change waiting for the turn that asked for it to end.
 #[derive(Debug, Clone)]
@@ -73,7 +63,7 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
             })?;
             if let Some(s) = asked_session {
                 if known_session(&mut core, s)? != target.session {
-                    return Err(format!("Invalid {TOOL} input: session must match the owning session of chat."));
+                    return Err(format!("Invalid {TOOL} input: session must match the owning session of chat.").into());
                 }
             }
             target.chat
@@ -82,21 +72,21 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
             let (Some(session), Some(chat)) = (call.session.clone(), call.chat.clone()) else {
                 return Err(format!(
                     "Invalid {TOOL} input: chat must target a known chat, or the tool must run inside that chat."
-                ));
+                )
+                .into());
             };
             if let Some(s) = asked_session {
                 if known_session(&mut core, s)? != session {
-                    return Err(format!("Invalid {TOOL} input: session must match the current chat's owning session."));
+                    return Err(
+                        format!("Invalid {TOOL} input: session must match the current chat's owning session.").into()
+                    );
                 }
             }
             chat
         }
     };
     authorize(&core, call, "session:write")?;
-    core.set_chat_title(&chat, &title);
-    if let Some(meta) = core.chats.get_mut(&chat) {
-        meta.titled = true;
-    }
+    core.name_chat(&chat, &title);
     Ok(format!("Renamed chat to \"{title}\"."))
 }
 
@@ -113,31 +103,31 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
     let link = link_of(&core, &target.session, &target.chat);
     if target.is_default {
         if call.session.as_deref() == Some(target.session.as_str()) {
-            return Err(format!("Invalid {TOOL} input: refusing to archive the main chat of the current session."));
+            return Err(
+                format!("Invalid {TOOL} input: refusing to archive the main chat of the current session.").into()
+            );
         }
         authorize(&core, call, "session:mark")?;
         let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
-        core.ch.commit(&target.session, action, None, None);
-        core.persist_session(&target.session);
-        core.sync_summary(&target.session);
+        core.apply(&target.session, action, None, None);
         return Ok(format!("Archived session ({link})."));
     }
     if call.chat.as_deref() == Some(target.chat.as_str()) {
-        return Err(format!("Invalid {TOOL} input: refusing to archive the current chat."));
+        return Err(format!("Invalid {TOOL} input: refusing to archive the current chat.").into());
     }
     authorize(&core, call, "chat:mark")?;
     let action = StateAction::ChatIsArchivedChanged(ChatIsArchivedChangedAction { is_archived: true });
-    host.commit_chat(&mut core, &target.chat, action, None, None);
+    core.apply(&target.chat, action, None, None);
     Ok(format!("Archived chat ({link})."))
 }
 
 // --- set_workspace and isolate_session -------------------------------------------------------
 
 /// `set_workspace`: recorded now, carried out when the turn completes.
-pub fn set_workspace(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "set_workspace";
     let (Some(chat), Some(turn_id)) = (call.chat.clone(), call.turn_id.clone()) else {
-        return Err(format!("{TOOL} must run from an active chat turn."));
+        return Err(format!("{TOOL} must run from an active chat turn.").into());
     };
     let asked = required_str(TOOL, &call.input, "workspaceFolder")?;
     let folder = local_folder(asked)
@@ -147,19 +137,19 @@ pub fn set_workspace(host: &Host, call: &ToolCall) -> ToolResult {
     if isolation {
         return Err(format!(
             "Invalid {TOOL} input: this host cannot make an isolated worktree; call {TOOL} again with isolation false to work in the folder itself."
-        ));
+        ).into());
     }
     if !folder.is_dir() {
-        return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()));
+        return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()).into());
     }
-    let mut core = host.lock();
+    let core = host.lock();
     authorize(&core, call, "session:write")?;
-    let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+    let running = core.chat_state(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
     if !running {
-        return Err(format!("{TOOL} must run from an active chat turn."));
+        return Err(format!("{TOOL} must run from an active chat turn.").into());
     }
     let uri = file_uri(&folder);
-    core.tools.workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
+    tools.state().workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
     Ok(format!(
         "Workspace will be set to {uri} after this turn ends. End this turn now without calling more tools or replying; the host will continue the original task automatically in the selected workspace."
     ))
@@ -186,67 +176,40 @@ pub fn isolate_session_for(_core: &Core, _session: Option<&str>, _info: ToolInfo
 
 /// `isolate_session`, should a call reach it anyway.
 pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
-    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".to_owned())
+    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".into())
 }
 
 /// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
-/// dropped when it was cancelled or failed; a chat waiting to restart in its session's new folder
-/// restarts now.
-pub fn turn_ended(host: &Host, core: &mut Core, chat: &str, ended: &str) {
-    if core.tools.pending_restarts.remove(chat) {
-        if let Some(meta) = core.chats.get(chat) {
-            let _ = meta.driver.send(Op::Restart);
-        }
-    }
-    let Some(request) = core.tools.workspace_requests.remove(chat) else { return };
-    if request.turn_id != ended {
-        core.tools.workspace_requests.insert(chat.to_owned(), request);
-        return;
-    }
+/// dropped when it was cancelled or failed.
+pub fn turn_ended(tools: &HostTools, core: &mut Core, chat: &str, ended: &str) {
+    let Some(request) = take_request(tools, chat, ended) else { return };
     let completed = core
-        .ch
-        .chats
-        .get(chat)
+        .chat_state(chat)
         .and_then(|c| c.turns.iter().rev().find(|t| t.id == ended))
         .is_some_and(|t| t.state == TurnState::Complete);
     if !completed {
         tracing::info!(chat, turn = ended, "the turn did not complete; its workspace change is dropped");
         return;
     }
-    move_session_folder(host, core, chat, request);
+    move_session_folder(core, chat, request);
+}
+
+/// The workspace change the turn `ended` asked for in `chat`, taken out of the waiting ones.
+fn take_request(tools: &HostTools, chat: &str, ended: &str) -> Option<WorkspaceRequest> {
+    let mut state = tools.state();
+    let waiting = state.workspace_requests.get(chat)?;
+    if waiting.turn_id != ended {
+        return None;
+    }
+    state.workspace_requests.remove(chat)
 }
 
 /// Moves the chat's session to the requested folder: its record and state, every chat's backend
 /// restarted there (a busy one when its turn ends), and the calling chat continued.
-fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: WorkspaceRequest) {
-    let Some(session) = core.chats.get(chat).map(|m| m.session.clone()) else { return };
+fn move_session_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
+    let Some(session) = core.chat(chat).map(|m| m.session.clone()) else { return };
     let new_uri = file_uri(&request.folder);
-    let old_uri = core.ch.sessions.get(&session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
-    let action = match old_uri {
-        Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
-            directory,
-            replacement: new_uri.clone(),
-        }),
-        None => {
-            StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: new_uri.clone() })
-        }
-    };
-    if let Some(meta) = core.sessions.get_mut(&session) {
-        meta.working_directory = Some(request.folder.clone());
-    }
-    core.ch.commit(&session, action, None, None);
-    core.persist_session(&session);
-    core.sync_summary(&session);
-    let chats: Vec<String> = core.chats_of(&session);
-    for other in chats {
-        let busy = other != chat && core.ch.chats.get(&other).is_some_and(|c| c.active_turn.is_some());
-        if busy {
-            core.tools.pending_restarts.insert(other);
-        } else if let Some(meta) = core.chats.get(&other) {
-            let _ = meta.driver.send(Op::Restart);
-        }
-    }
-    tracing::info!(session, folder = %request.folder.display(), "moved to a new workspace");
+    core.move_session_folder(&session, &request.folder);
     // The host continues the task the turn was doing, in the new folder.
     let mut meta = JsonObject::new();
     meta.insert("vscode.chat.requestHiddenFromTranscript".into(), json!(true));
@@ -260,7 +223,7 @@ fn move_session_folder(host: &Host, core: &mut Core, chat: &str, request: Worksp
         agent: None,
         meta: Some(meta),
     };
-    host.start_turn(core, chat, host_turn(message, None), None);
+    core.start_turn(chat, host_turn(message, None), None);
 }
 
 // --- delete_session and move_session ---------------------------------------------------------
@@ -276,18 +239,18 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
             format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
         })?;
         if call.session.as_deref() == Some(target.session.as_str()) {
-            return Err(format!("Invalid {TOOL} input: refusing to delete the current session."));
+            return Err(format!("Invalid {TOOL} input: refusing to delete the current session.").into());
         }
         authorize(&core, call, "session:write")?;
         // Deleting is the owner's own say, asked of the person the call acts as.
         let principal = acting(call);
-        if principal == Principal::Nobody && core.users.is_some() {
-            return Err("this turn may not session:write here".to_owned());
+        if principal == Principal::Nobody && core.has_users() {
+            return Err("this turn may not session:write here".into());
         }
         core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;
         target.session
     };
-    host.dispose_session(json!({ "channel": session })).map_err(|e| e.message)?;
+    host.dispose_session(&session).map_err(|e| e.message)?;
     Ok(format!("Deleted session {session}. Reply with one short sentence confirming the session was deleted."))
 }
 
@@ -301,16 +264,16 @@ pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
     let independent = match optional_str(TOOL, input, "relationship")? {
         None => false,
         Some("independent") => true,
-        Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".")),
+        Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".").into()),
     };
     match (into, independent) {
         (Some(_), true) => {
-            return Err(format!("Invalid {TOOL} input: pass into or relationship \"independent\", not both."))
+            return Err(format!("Invalid {TOOL} input: pass into or relationship \"independent\", not both.").into())
         }
         (None, false) => {
             return Err(format!(
                 "Invalid {TOOL} input: pass into for the destination session, or relationship \"independent\" for a session of its own."
-            ))
+            ).into())
         }
         _ => {}
     }
@@ -324,5 +287,5 @@ pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
         })?;
     }
     authorize(&core, call, "session:write")?;
-    Err(CHAT_MOVES_OFF.to_owned())
+    Err(CHAT_MOVES_OFF.into())
 }

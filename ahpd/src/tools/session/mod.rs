@@ -18,8 +18,8 @@ mod spawn;
 use ahp_types::state::ToolAnnotations;
 use serde_json::{json, Value};
 
-pub use self::manage::{turn_ended, WorkspaceRequest, CHAT_MOVES_OFF};
-use super::{readers, Caller, Group, ToolCall, ToolInfo, ToolResult};
+pub use self::manage::{turn_ended, WorkspaceRequest};
+use super::{readers, Caller, Group, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -44,17 +44,17 @@ pub fn tools() -> Vec<ToolInfo> {
 }
 
 /// Runs one of the session tools; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
+pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
     Some(match name {
         "list_sessions" => rows::list_sessions(host, call),
         "get_current_session" => rows::get_current_session(host, call),
         "get_session_context" => context::get_session_context(host, call),
-        "send_message" => spawn::send_message(host, call),
-        "create_session" => spawn::create_session(host, call).await,
-        "create_chat" => spawn::create_chat(host, call),
+        "send_message" => spawn::send_message(tools, host, call),
+        "create_session" => spawn::create_session(tools, host, call).await,
+        "create_chat" => spawn::create_chat(tools, host, call),
         "rename_chat" => manage::rename_chat(host, call),
         "archive_chat" => manage::archive_chat(host, call),
-        "set_workspace" => manage::set_workspace(host, call),
+        "set_workspace" => manage::set_workspace(tools, host, call),
         "isolate_session" => manage::isolate_session(host, call),
         "delete_session" => manage::delete_session(host, call),
         "move_session" => manage::move_session(host, call),
@@ -336,8 +336,8 @@ fn move_session() -> ToolInfo {
 }
 
 /// The calling session, or the refusal a call with none gets.
-fn calling_session<'a>(call: &'a ToolCall, refusal: &str) -> Result<&'a str, String> {
-    call.session.as_deref().ok_or_else(|| refusal.to_owned())
+fn calling_session<'a>(call: &'a ToolCall, refusal: &str) -> Result<&'a str, Refusal> {
+    call.session.as_deref().ok_or_else(|| refusal.into())
 }
 
 /// A session and, within it, the chat a tool's argument names.
@@ -353,33 +353,33 @@ struct Resolved {
 /// Resolves a `session` (or `chat`) argument to a session this host runs, loading it from the
 /// store if it sleeps there, and the chat it names; `unknown` is the refusal for a session or chat
 /// this host does not run.
-fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> String) -> Result<Resolved, String> {
+fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> String) -> Result<Resolved, Refusal> {
     let target = links::parse(input).ok_or_else(unknown)?;
     let session = if target.session.is_empty() {
         // A bare chat URI: its session is the one that holds it.
         let chat = target.chat.clone().unwrap_or_default();
         if !host.ensure_loaded(core, &chat) {
-            return Err(unknown());
+            return Err(unknown().into());
         }
-        core.chats.get(&chat).map(|m| m.session.clone()).ok_or_else(unknown)?
+        core.chat(&chat).map(|m| m.session.clone()).ok_or_else(unknown)?
     } else {
         target.session.clone()
     };
     if !host.ensure_loaded(core, &session) {
-        return Err(unknown());
+        return Err(unknown().into());
     }
-    let state = core.ch.sessions.get(&session).ok_or_else(unknown)?;
+    let state = core.session_state(&session).ok_or_else(unknown)?;
     let default = state.default_chat.clone().unwrap_or_default();
     let chat = target.chat.unwrap_or_else(|| default.clone());
     if !state.chats.iter().any(|c| c.resource == chat) {
-        return Err(unknown());
+        return Err(unknown().into());
     }
     Ok(Resolved { is_default: chat == default, session, chat })
 }
 
 /// The provider a session runs.
 fn provider_of(core: &Core, session: &str) -> String {
-    core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default()
+    core.session(session).map(|m| m.provider.clone()).unwrap_or_default()
 }
 
 /// Who a call acts as: the caller with no session; inside one, the person who sent the running
@@ -395,32 +395,32 @@ fn acting(call: &ToolCall) -> Principal {
 
 /// The agent of a chat that runs another one than its session's.
 fn harness_of(core: &Core, chat: &str) -> Option<String> {
-    core.chats.get(chat)?.harness.as_ref().map(|h| h.provider.clone())
+    core.chat(chat)?.harness.as_ref().map(|h| h.provider.clone())
 }
 
 /// The open link of a chat (its session's link for the default chat).
 fn link_of(core: &Core, session: &str, chat: &str) -> String {
-    let default = core.ch.sessions.get(session).and_then(|s| s.default_chat.as_deref());
+    let default = core.session_state(session).and_then(|s| s.default_chat.as_deref());
     links::chat_link(&provider_of(core, session), session, chat, default)
 }
 
 /// Reads an optional boolean argument.
-fn optional_bool(tool: &str, input: &Value, field: &str) -> Result<Option<bool>, String> {
+fn optional_bool(tool: &str, input: &Value, field: &str) -> Result<Option<bool>, Refusal> {
     match input.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be a boolean.").into()),
     }
 }
 
 /// A title as a tool takes it: whitespace collapsed, not empty, at most 200 characters.
-fn title_arg(tool: &str, title: &str) -> Result<String, String> {
+fn title_arg(tool: &str, title: &str) -> Result<String, Refusal> {
     let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
     if title.is_empty() {
-        return Err(format!("Invalid {tool} input: title must contain non-whitespace characters."));
+        return Err(format!("Invalid {tool} input: title must contain non-whitespace characters.").into());
     }
     if title.chars().count() > 200 {
-        return Err(format!("Invalid {tool} input: title must not exceed 200 characters."));
+        return Err(format!("Invalid {tool} input: title must not exceed 200 characters.").into());
     }
     Ok(title)
 }

@@ -5,9 +5,9 @@
 use ahp_types::state::{ChatInteractivity, ChatOrigin, SessionChatSummary, SessionSummary};
 use serde_json::{json, Map, Value};
 
-use super::super::{authorize, optional_str, ToolCall, ToolResult};
+use super::super::{authorize, optional_str, Refusal, ToolCall, ToolResult};
 use super::{calling_session, links, optional_bool};
-use crate::host::catalog::status;
+use crate::host::facade::status;
 use crate::host::{Core, Host};
 
 /// The status names `list_sessions` filters by.
@@ -64,12 +64,14 @@ pub fn get_current_session(host: &Host, call: &ToolCall) -> ToolResult {
 
 /// Every stored session's summary, newest first (the store is the catalogue: sessions in memory
 /// write theirs whenever it changes).
-fn catalogue(core: &Core) -> Result<Vec<SessionSummary>, String> {
+fn catalogue(core: &Core) -> Result<Vec<SessionSummary>, Refusal> {
     let mut all = Vec::new();
     let mut after: Option<(String, String)> = None;
     loop {
-        let page =
-            core.store.page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), 1000).map_err(|e| e.to_string())?;
+        let page = core
+            .store()
+            .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), 1000)
+            .map_err(|e| e.to_string())?;
         all.extend(page.items.into_iter().filter_map(|v| serde_json::from_value::<SessionSummary>(v).ok()));
         match page.next {
             Some(next) => after = Some(next),
@@ -170,7 +172,7 @@ struct Filters {
 }
 
 impl Filters {
-    fn parse(input: &Value) -> Result<Self, String> {
+    fn parse(input: &Value) -> Result<Self, Refusal> {
         const TOOL: &str = "list_sessions";
         let status = match input.get("status") {
             None | Some(Value::Null) => None,
@@ -183,11 +185,12 @@ impl Filters {
                         "Invalid {TOOL} input: unknown status value(s) {}. Valid values: {}.",
                         invalid.join(", "),
                         STATUS_VALUES.join(", ")
-                    ));
+                    )
+                    .into());
                 }
                 Some(names)
             }
-            Some(_) => return Err(format!("Invalid {TOOL} input: status must be an array of status names.")),
+            Some(_) => return Err(format!("Invalid {TOOL} input: status must be an array of status names.").into()),
         };
         Ok(Self {
             session: non_empty(TOOL, input, "session")?,
@@ -241,20 +244,21 @@ impl Filters {
     }
 }
 
-fn non_empty(tool: &str, input: &Value, field: &str) -> Result<Option<String>, String> {
+fn non_empty(tool: &str, input: &Value, field: &str) -> Result<Option<String>, Refusal> {
     match optional_str(tool, input, field)? {
-        Some("") => Err(format!("Invalid {tool} input: {field} must be a non-empty string.")),
+        Some("") => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
         other => Ok(other.map(str::to_owned)),
     }
 }
 
-fn timestamp(tool: &str, input: &Value, field: &str) -> Result<Option<i64>, String> {
+fn timestamp(tool: &str, input: &Value, field: &str) -> Result<Option<i64>, Refusal> {
     match input.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => s.parse::<jiff::Timestamp>().map(|t| Some(t.as_millisecond())).map_err(|_| {
             format!("Invalid {tool} input: {field} must be a valid ISO-8601 timestamp (e.g. 2025-01-31T00:00:00Z).")
+                .into()
         }),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be an ISO-8601 timestamp string.")),
+        Some(_) => Err(format!("Invalid {tool} input: {field} must be an ISO-8601 timestamp string.").into()),
     }
 }
 

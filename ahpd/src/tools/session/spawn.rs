@@ -16,12 +16,10 @@ use protocol::SchemaResult;
 use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
-use super::super::{authorize, optional_str, required_str, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
-use crate::host::catalog::{check_config_value, path_of, resolve_config, NewSession};
-use crate::host::driver::Op;
-use crate::host::turns::host_turn;
-use crate::host::{new_id, now_iso, Core, Host};
+use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, NewSession};
+use crate::host::{Core, Host};
 use crate::store::records::Harness;
 
 /// The `_meta` key that says which session, chat and turn a tool's message came from.
@@ -37,7 +35,7 @@ pub const NEEDS_SESSION: &str = "currentSession needs a calling session; use ind
 /// The agents a caller may start: every agent that is up (a users directory would narrow it to
 /// the ones no record holds for somebody else).
 fn startable(core: &Core) -> Vec<(String, String, String)> {
-    core.agents
+    core.agents()
         .iter()
         .filter_map(|a| {
             let d = a.descriptor.as_ref()?;
@@ -103,31 +101,68 @@ fn tool_message(call: &ToolCall, text: &str, model: Option<ModelSelection>) -> M
     Message { text: text.to_owned(), origin: MessageOrigin { kind }, attachments: None, model, agent: None, meta }
 }
 
-/// The key and scope a call's counts are kept under, or `None` when nothing is counted: limits
-/// off, or a call with no session (which has no tree to charge).
-fn budget_key(host: &Host, core: &mut Core, call: &ToolCall) -> Option<(String, Scope)> {
-    let session = call.session.as_deref()?;
-    if !core.settings.orchestration_limits {
-        return None;
+/// Where a call's counts are kept: under its tree's root (or its session, when the limits count
+/// per session) in the tools' limits, or nowhere when nothing is counted (limits off, or a call
+/// with no session, which has no tree to charge).
+struct Account<'t> {
+    tools: &'t HostTools,
+    key: Option<(String, Scope)>,
+}
+
+impl<'t> Account<'t> {
+    fn of(tools: &'t HostTools, host: &Host, core: &mut Core, call: &ToolCall) -> Self {
+        let key = call.session.as_deref().and_then(|session| {
+            if !core.settings().orchestration_limits {
+                return None;
+            }
+            if core.settings().limits_per_session {
+                return Some((session.to_owned(), Scope::Session));
+            }
+            Some((tree_root(tools, host, core, session), Scope::Tree))
+        });
+        Self { tools, key }
     }
-    if core.settings.limits_per_session {
-        return Some((session.to_owned(), Scope::Session));
+
+    /// True when the call is counted at all.
+    fn counts(&self) -> bool {
+        self.key.is_some()
     }
-    Some((tree_root(host, core, session), Scope::Tree))
+
+    /// Refuses when the budget is spent.
+    fn check(&self, core: &Core, budget: Budget) -> Result<(), Refusal> {
+        let Some((key, scope)) = &self.key else { return Ok(()) };
+        let now = core.clock().now();
+        self.tools.state().limits.check(key, budget, *scope, now)
+    }
+
+    /// Counts what happened.
+    fn spend(&self, core: &Core, budget: Budget) {
+        if let Some((key, _)) = &self.key {
+            let now = core.clock().now();
+            self.tools.state().limits.spend(key, budget, now);
+        }
+    }
+
+    /// Remembers that a new session belongs to the tree this call is counted in.
+    fn adopt(&self, session: &str) {
+        if let Some((root, Scope::Tree)) = &self.key {
+            self.tools.state().limits.note_root(session, root);
+        }
+    }
 }
 
 /// The session at the top of `session`'s tree: the one nothing started, read through the parent
 /// links the store keeps. A parent that was deleted still names the tree.
-fn tree_root(host: &Host, core: &mut Core, session: &str) -> String {
-    if let Some(root) = core.tools.limits.known_root(session) {
-        return root.to_owned();
+fn tree_root(tools: &HostTools, host: &Host, core: &mut Core, session: &str) -> String {
+    if let Some(root) = tools.state().limits.known_root(session).map(str::to_owned) {
+        return root;
     }
     let mut current = session.to_owned();
     // A chain is four sessions long at most while the limits are on; the bound only guards a
     // store somebody edited into a loop.
     for _ in 0..64 {
         host.ensure_loaded(core, &current);
-        match core.sessions.get(&current).and_then(|m| m.parent.clone()) {
+        match core.session(&current).and_then(|m| m.parent.clone()) {
             Some(parent) => current = parent,
             None => break,
         }
@@ -135,30 +170,15 @@ fn tree_root(host: &Host, core: &mut Core, session: &str) -> String {
     current
 }
 
-/// Refuses when the budget is spent.
-fn check(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) -> Result<(), String> {
-    let Some((key, scope)) = key else { return Ok(()) };
-    let now = core.clock.now();
-    core.tools.limits.check(key, budget, *scope, now)
-}
-
-/// Counts what happened.
-fn spend(core: &mut Core, key: &Option<(String, Scope)>, budget: Budget) {
-    if let Some((key, _)) = key {
-        let now = core.clock.now();
-        core.tools.limits.spend(key, budget, now);
-    }
-}
-
 /// The agent a chat runs.
 fn chat_provider(core: &Core, chat: &str) -> Option<String> {
-    let meta = core.chats.get(chat)?;
+    let meta = core.chat(chat)?;
     Some(meta.harness.as_ref().map(|h| h.provider.clone()).unwrap_or_else(|| provider_of(core, &meta.session)))
 }
 
 /// The calling chat's model: its running turn's, else its draft's, else its last turn's.
 fn chat_model(core: &Core, chat: &str) -> Option<ModelSelection> {
-    let state = core.ch.chats.get(chat)?;
+    let state = core.chat_state(chat)?;
     state
         .active_turn
         .as_ref()
@@ -173,9 +193,9 @@ fn resolve_model(
     tool: &str,
     asked: &str,
     provider: Option<&str>,
-) -> Result<(String, ModelSelection), String> {
+) -> Result<(String, ModelSelection), Refusal> {
     let candidates: Vec<(&str, &ahp_types::state::SessionModelInfo)> = core
-        .agents
+        .agents()
         .iter()
         .filter(|a| a.descriptor.is_some() && provider.is_none_or(|p| p == a.provider))
         .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m)))
@@ -187,32 +207,26 @@ fn resolve_model(
         [] => Err(format!(
             "Invalid {tool} input: model must match an available model id or name{}.",
             provider.map(|p| format!(" for provider \"{p}\"")).unwrap_or_default()
-        )),
+        )
+        .into()),
         many => Err(format!(
             "Invalid {tool} input: model \"{asked}\" is ambiguous; use one of these model ids: {}.",
             many.iter().map(|(_, m)| m.id.as_str()).collect::<Vec<_>>().join(", ")
-        )),
-    }
-}
-
-/// Names a chat for good: its title is not taken from its first message afterwards.
-fn name_chat(core: &mut Core, chat: &str, title: &str) {
-    core.set_chat_title(chat, title);
-    if let Some(meta) = core.chats.get_mut(chat) {
-        meta.titled = true;
+        )
+        .into()),
     }
 }
 
 /// Starts `message` in `chat` now when it is free, or queues it behind what runs or waits there.
 /// Answers whether it was queued.
-fn deliver(host: &Host, core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
-    let busy = core.ch.chats.get(chat).is_some_and(|c| {
+fn deliver(core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
+    let busy = core.chat_state(chat).is_some_and(|c| {
         c.active_turn.is_some()
             || c.steering_message.is_some()
             || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
     });
     if !busy {
-        start(host, core, chat, message, sender);
+        start(core, chat, message, sender);
         return false;
     }
     if message.meta.is_some() {
@@ -227,19 +241,19 @@ fn deliver(host: &Host, core: &mut Core, chat: &str, mut message: Message, sende
         id,
         message,
     });
-    host.commit_chat(core, chat, action, None, None);
-    host.start_next(core, chat);
+    core.apply(chat, action, None, None);
+    core.start_next(chat);
     true
 }
 
 /// Starts a turn of `message` in `chat`, as `sender`'s: a turn a session tool begins carries the
 /// person of the turn that began it.
-fn start(host: &Host, core: &mut Core, chat: &str, message: Message, sender: Option<String>) {
+fn start(core: &mut Core, chat: &str, message: Message, sender: Option<String>) {
     let turn = host_turn(message, None);
     if let Some(sender) = sender {
         core.note_sender(chat, &turn.turn_id, sender);
     }
-    host.start_turn(core, chat, turn, None);
+    core.start_turn(chat, turn, None);
 }
 
 /// Opens a chat in `session` and starts `message` there.
@@ -253,37 +267,27 @@ fn open_chat(
     harness: Option<Harness>,
 ) -> String {
     let chat = format!("ahp-chat:/{}", new_id());
-    host.add_chat_with(core, session, &chat, &now_iso(), false, harness);
-    if let Some(meta) = core.chats.get(&chat) {
-        let _ = meta.driver.send(Op::Ensure { announce_ready: false });
-    }
-    core.sync_summary(session);
+    host.open_chat(core, session, &chat, harness);
     if let Some(title) = title {
-        name_chat(core, &chat, title);
+        core.name_chat(&chat, title);
     }
-    start(host, core, &chat, message, sender);
+    start(core, &chat, message, sender);
     chat
 }
 
 /// Refuses a second chat on an agent that holds one per session, in `createChat`'s words.
-fn can_open_chat(core: &Core, provider: &str) -> Result<(), String> {
-    let capable = core
-        .agent(provider)
-        .and_then(|a| a.descriptor.as_ref())
-        .and_then(|d| d.capabilities.as_ref())
-        .and_then(|c| c.multiple_chats.as_ref())
-        .is_some();
-    if capable {
+fn can_open_chat(core: &Core, provider: &str) -> Result<(), Refusal> {
+    if core.holds_many_chats(provider) {
         Ok(())
     } else {
-        Err(format!("The {provider} agent holds one chat per session; it cannot open another"))
+        Err(format!("The {provider} agent holds one chat per session; it cannot open another").into())
     }
 }
 
 // --- send_message ----------------------------------------------------------------------------
 
 /// `send_message`.
-pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn send_message(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "send_message";
     let text = required_str(TOOL, &call.input, "message")?;
     let asked = required_str(TOOL, &call.input, "session")?;
@@ -292,15 +296,15 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
         format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
     })?;
     if call.chat.as_deref() == Some(target.chat.as_str()) {
-        return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat."));
+        return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat.").into());
     }
     authorize(&core, call, "session:write")?;
-    let key = budget_key(host, &mut core, call);
-    check(&mut core, &key, Budget::Messages)?;
+    let account = Account::of(tools, host, &mut core, call);
+    account.check(&core, Budget::Messages)?;
     let message = tool_message(call, text, None);
     let sender = acting(call).as_sender();
-    let queued = deliver(host, &mut core, &target.chat, message, sender);
-    spend(&mut core, &key, Budget::Messages);
+    let queued = deliver(&mut core, &target.chat, message, sender);
+    account.spend(&core, Budget::Messages);
     let link = link_of(&core, &target.session, &target.chat);
     Ok(format!("Message {} ({link}).", if queued { "queued" } else { "sent" }))
 }
@@ -308,7 +312,7 @@ pub fn send_message(host: &Host, call: &ToolCall) -> ToolResult {
 // --- create_chat -----------------------------------------------------------------------------
 
 /// `create_chat`.
-pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn create_chat(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "create_chat";
     let input = &call.input;
     let prompt = required_str(TOOL, input, "prompt")?;
@@ -327,7 +331,8 @@ pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
         (None, None) => {
             return Err(format!(
                 "Invalid {TOOL} input: no session provided and the current session could not be determined."
-            ))
+            )
+            .into())
         }
     };
     authorize(&core, call, "session:write")?;
@@ -341,12 +346,12 @@ pub fn create_chat(host: &Host, call: &ToolCall) -> ToolResult {
             .and_then(|c| chat_model(&core, c)),
     };
     can_open_chat(&core, &provider)?;
-    let key = budget_key(host, &mut core, call);
-    check(&mut core, &key, Budget::Chats)?;
+    let account = Account::of(tools, host, &mut core, call);
+    account.check(&core, Budget::Chats)?;
     let message = tool_message(call, prompt, model);
     let sender = acting(call).as_sender();
     let chat = open_chat(host, &mut core, &session, title.as_deref(), message, sender, None);
-    spend(&mut core, &key, Budget::Chats);
+    account.spend(&core, Budget::Chats);
     Ok(format!("Chat created ({}).", link_of(&core, &session, &chat)))
 }
 
@@ -366,7 +371,7 @@ struct CreateArgs<'a> {
 const CREATE: &str = "create_session";
 
 impl<'a> CreateArgs<'a> {
-    fn parse(call: &'a ToolCall) -> Result<Self, String> {
+    fn parse(call: &'a ToolCall) -> Result<Self, Refusal> {
         let input = &call.input;
         let independent = match optional_str(CREATE, input, "relationship")? {
             None | Some("currentSession") => false,
@@ -374,11 +379,12 @@ impl<'a> CreateArgs<'a> {
             Some(_) => {
                 return Err(format!(
                     "Invalid {CREATE} input: relationship must be \"currentSession\" or \"independent\"."
-                ))
+                )
+                .into())
             }
         };
         if !independent && call.session.is_none() {
-            return Err(NEEDS_SESSION.to_owned());
+            return Err(NEEDS_SESSION.into());
         }
         let prompt = required_str(CREATE, input, "prompt")?;
         let title = title_arg(CREATE, required_str(CREATE, input, "title")?)?;
@@ -387,20 +393,21 @@ impl<'a> CreateArgs<'a> {
         if !independent && (workspace.is_some() || worktree.is_some()) {
             return Err(format!(
                 "Invalid {CREATE} input: workspace and worktree are only valid with relationship \"independent\"."
-            ));
+            )
+            .into());
         }
         if worktree.is_some() && workspace.is_none() {
-            return Err(format!("Invalid {CREATE} input: worktree requires workspace."));
+            return Err(format!("Invalid {CREATE} input: worktree requires workspace.").into());
         }
         if worktree == Some(true) {
             return Err(format!(
                 "Invalid {CREATE} input: this host cannot make an isolated worktree; omit worktree, or set it to false to work in the folder itself."
-            ));
+            ).into());
         }
         let config = match input.get("config") {
             None | Some(Value::Null) => JsonObject::new(),
             Some(Value::Object(map)) => map.clone(),
-            Some(_) => return Err(format!("Invalid {CREATE} input: config must be an object.")),
+            Some(_) => return Err(format!("Invalid {CREATE} input: config must be an object.").into()),
         };
         Ok(Self {
             independent,
@@ -426,7 +433,7 @@ struct Plan {
 }
 
 /// `create_session`.
-pub async fn create_session(host: &Host, call: &ToolCall) -> ToolResult {
+pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     let args = CreateArgs::parse(call)?;
     let plan = {
         let mut core = host.lock();
@@ -440,20 +447,23 @@ pub async fn create_session(host: &Host, call: &ToolCall) -> ToolResult {
     let mut core = host.lock();
     let values = settings(&plan.schema, inherited, &args.config)?;
     if args.independent {
-        create_independent(host, &mut core, call, &args, plan, values)
+        let account = Account::of(tools, host, &mut core, call);
+        create_independent(&account, host, &mut core, call, &args, plan, values)
     } else {
-        create_in_current(host, &mut core, call, &args, plan, values)
+        let account = Account::of(tools, host, &mut core, call);
+        create_in_current(&account, host, &mut core, call, &args, plan, values)
     }
 }
 
-fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) -> Result<Plan, String> {
+fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) -> Result<Plan, Refusal> {
     let offered: Vec<String> = startable(core).into_iter().map(|(id, _, _)| id).collect();
     if let Some(agent) = args.agent {
         if !offered.iter().any(|p| p == agent) {
             return Err(format!(
                 "Invalid {CREATE} input: agent must be one of the agents this host offers ({}).",
                 if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
-            ));
+            )
+            .into());
         }
     }
     let calling_provider = call.chat.as_deref().and_then(|c| chat_provider(core, c));
@@ -490,25 +500,23 @@ fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) ->
 
 /// The settings a chat runs on: its own, or its session's.
 fn chat_settings(core: &Core, chat: &str) -> JsonObject {
-    let Some(meta) = core.chats.get(chat) else { return JsonObject::new() };
+    let Some(meta) = core.chat(chat) else { return JsonObject::new() };
     if let Some(h) = &meta.harness {
         return h.settings.clone();
     }
-    core.ch.sessions.get(&meta.session).and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default()
+    core.session_state(&meta.session).and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default()
 }
 
 /// The folder a new session works in: the one asked for, else the calling session's, else the
 /// host's default.
-fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> Result<Option<PathBuf>, String> {
+fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> Result<Option<PathBuf>, Refusal> {
     let Some(asked) = asked else {
-        let calling =
-            call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.working_directory.clone());
+        let calling = call.session.as_deref().and_then(|s| core.session(s)).and_then(|m| m.working_directory.clone());
         return Ok(calling.or_else(|| host.config().default_directory.clone()));
     };
     let by_project = core
-        .ch
-        .sessions
-        .values()
+        .session_states()
+        .map(|(_, s)| s)
         .filter_map(|s| s.project.as_ref())
         .find(|p| p.display_name.eq_ignore_ascii_case(asked))
         .and_then(|p| path_of(&p.uri));
@@ -516,7 +524,7 @@ fn workspace(host: &Host, core: &Core, call: &ToolCall, asked: Option<&str>) -> 
         Some(path) if path.is_dir() => Ok(Some(path)),
         _ => Err(format!(
             "Invalid {CREATE} input: workspace must match a unique known project name, project URI, working directory, absolute path, or valid URI string."
-        )),
+        ).into()),
     }
 }
 
@@ -547,7 +555,7 @@ async fn inherited_config(host: &Host, provider: &str, config: &JsonObject) -> J
 
 /// The new session's settings: the schema's defaults, under what it inherits, under what the call
 /// names — each checked against the schema; a value of the call's it rules out refuses the call.
-fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) -> Result<JsonObject, String> {
+fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) -> Result<JsonObject, Refusal> {
     let mut given = JsonObject::new();
     for (key, value) in inherited {
         match check_config_value(schema, &key, &value) {
@@ -561,10 +569,11 @@ fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) ->
         check_config_value(schema, key, value).map_err(|e| format!("Invalid {CREATE} input: {}", e.message))?;
         given.insert(key.clone(), value.clone());
     }
-    resolve_config(schema, Some(&given)).map_err(|e| format!("Invalid {CREATE} input: {}", e.message))
+    resolve_config(schema, Some(&given)).map_err(|e| format!("Invalid {CREATE} input: {}", e.message).into())
 }
 
 fn create_independent(
+    account: &Account<'_>,
     host: &Host,
     core: &mut Core,
     call: &ToolCall,
@@ -572,12 +581,11 @@ fn create_independent(
     plan: Plan,
     values: JsonObject,
 ) -> ToolResult {
-    let key = budget_key(host, core, call);
-    let parent_depth = call.session.as_deref().and_then(|s| core.sessions.get(s)).map_or(0, |m| m.depth);
-    if key.is_some() && parent_depth >= MAX_SPAWN_DEPTH {
-        return Err(depth_refusal(parent_depth));
+    let parent_depth = call.session.as_deref().and_then(|s| core.session(s)).map_or(0, |m| m.depth);
+    if account.counts() && parent_depth >= MAX_SPAWN_DEPTH {
+        return Err(depth_refusal(parent_depth).into());
     }
-    check(core, &key, Budget::Sessions)?;
+    account.check(core, Budget::Sessions)?;
     let uri = format!("ahp-session:/{}", new_id());
     let owner = owner_for(core, call);
     let new = NewSession {
@@ -590,18 +598,17 @@ fn create_independent(
         depth: if call.session.is_some() { parent_depth + 1 } else { 0 },
     };
     let chat = host.open_session(core, new, |_| {});
-    name_chat(core, &chat, &args.title);
+    core.name_chat(&chat, &args.title);
     let message = tool_message(call, args.prompt, plan.model);
     let sender = acting(call).as_sender();
-    start(host, core, &chat, message, sender);
-    if let Some((root, Scope::Tree)) = &key {
-        core.tools.limits.note_root(&uri, root);
-    }
-    spend(core, &key, Budget::Sessions);
+    start(core, &chat, message, sender);
+    account.adopt(&uri);
+    account.spend(core, Budget::Sessions);
     Ok(format!("New session created ({}).", links::session_link(&plan.provider, &uri)))
 }
 
 fn create_in_current(
+    account: &Account<'_>,
     host: &Host,
     core: &mut Core,
     call: &ToolCall,
@@ -618,20 +625,19 @@ fn create_in_current(
     if harness.is_none() {
         can_open_chat(core, &session_provider).map_err(|e| format!("Invalid {CREATE} input: {e}."))?;
     }
-    let key = budget_key(host, core, call);
-    check(core, &key, Budget::Chats)?;
+    account.check(core, Budget::Chats)?;
     let message = tool_message(call, args.prompt, plan.model);
     let sender = acting(call).as_sender();
     let chat = open_chat(host, core, &session, Some(&args.title), message, sender, harness);
-    spend(core, &key, Budget::Chats);
+    account.spend(core, Budget::Chats);
     Ok(format!("Chat created in the current session ({}).", link_of(core, &session, &chat)))
 }
 
 /// Who owns what a call makes, under a users directory: the person who asked for it (the sender
 /// of the calling turn, or the caller with no session), else the calling session's owner.
 fn owner_for(core: &Core, call: &ToolCall) -> Option<String> {
-    core.users.as_ref()?;
+    core.has_users().then_some(())?;
     acting(call)
         .as_sender()
-        .or_else(|| call.session.as_deref().and_then(|s| core.sessions.get(s)).and_then(|m| m.owner.clone()))
+        .or_else(|| call.session.as_deref().and_then(|s| core.session(s)).and_then(|m| m.owner.clone()))
 }

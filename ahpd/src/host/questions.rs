@@ -1,6 +1,7 @@
-//! Questions a host tool asks a person in the calling turn (`viewUnreviewedComments` asks before it
-//! shows comments): raised as a `chat/inputRequested` of the running turn, answered by a client's
-//! `chat/inputCompleted`, which the host routes here rather than to the backend.
+//! Questions the host asks a person in a chat's running turn for one of its tools
+//! (`viewUnreviewedComments` asks before it shows comments): raised as a `chat/inputRequested` of
+//! the running turn, answered by a client's `chat/inputCompleted`, which the host routes here
+//! rather than to the backend.
 //!
 //! **Invariant:** a question is waited on only while its turn runs. When the turn ends the host
 //! forgets the chat's questions, and each waiting tool is told the question was withdrawn.
@@ -11,7 +12,7 @@ use ahp_types::actions::{ChatInputCompletedAction, ChatInputRequestedAction, Sta
 use ahp_types::state::{ChatInputAnswer, ChatInputRequest, ChatInputResponseKind};
 use tokio::sync::oneshot;
 
-use crate::host::Host;
+use super::Host;
 
 /// A person's answer to a host question.
 #[derive(Debug, Clone)]
@@ -57,35 +58,38 @@ pub enum Unanswered {
     Withdrawn,
 }
 
-/// Asks `request` in the running turn of `chat` (which must be `turn_id` when that is known) and
-/// waits for the answer.
-pub async fn ask(
-    host: &Host,
-    chat: &str,
-    turn_id: Option<&str>,
-    request: ChatInputRequest,
-) -> Result<Answer, Unanswered> {
-    let request_id = request.id.clone();
-    let answer = {
-        let mut core = host.lock();
-        let running = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).map(|t| t.id.clone());
-        match (&running, turn_id) {
-            (None, _) => return Err(Unanswered::NoTurn),
-            (Some(running), Some(asked)) if running != asked => return Err(Unanswered::NoTurn),
-            _ => {}
-        }
-        let (tx, rx) = oneshot::channel();
-        core.questions.waiting.insert((chat.to_owned(), request_id.clone()), tx);
-        let action = StateAction::ChatInputRequested(ChatInputRequestedAction { request });
-        host.commit_chat(&mut core, chat, action, None, None);
-        rx
-    };
-    // However the wait ends (an answer, the turn ending, the tool's deadline), the question
-    // must not stay open in the turn.
-    let guard = Settle { host, chat, request_id: &request_id };
-    let answer = answer.await.map_err(|_| Unanswered::Withdrawn);
-    drop(guard);
-    answer
+impl Host {
+    /// Asks `request` in the running turn of `chat` (which must be `turn_id` when that is known)
+    /// and waits for the answer.
+    pub async fn ask_person(
+        &self,
+        chat: &str,
+        turn_id: Option<&str>,
+        request: ChatInputRequest,
+    ) -> Result<Answer, Unanswered> {
+        let host = self;
+        let request_id = request.id.clone();
+        let answer = {
+            let mut core = host.lock();
+            let running = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).map(|t| t.id.clone());
+            match (&running, turn_id) {
+                (None, _) => return Err(Unanswered::NoTurn),
+                (Some(running), Some(asked)) if running != asked => return Err(Unanswered::NoTurn),
+                _ => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            core.questions.waiting.insert((chat.to_owned(), request_id.clone()), tx);
+            let action = StateAction::ChatInputRequested(ChatInputRequestedAction { request });
+            core.apply(chat, action, None, None);
+            rx
+        };
+        // However the wait ends (an answer, the turn ending, the tool's deadline), the question
+        // must not stay open in the turn.
+        let guard = Settle { host, chat, request_id: &request_id };
+        let answer = answer.await.map_err(|_| Unanswered::Withdrawn);
+        drop(guard);
+        answer
+    }
 }
 
 /// Closes a question nobody answered, so the session does not report input needed for it.
@@ -111,7 +115,7 @@ impl Drop for Settle<'_> {
                 response: ChatInputResponseKind::Cancel,
                 answers: None,
             });
-            self.host.commit_chat(&mut core, self.chat, action, None, None);
+            core.apply(self.chat, action, None, None);
         }
     }
 }

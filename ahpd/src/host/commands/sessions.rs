@@ -1,0 +1,208 @@
+//! Sessions: `createSession`, `disposeSession` and `listSessions` (the store's catalogue, with the
+//! agents' own sessions merged in when an agent keeps some).
+
+use ahp_types::actions::{SessionActiveClientSetAction, StateAction};
+use ahp_types::commands::{CreateSessionParams, DisposeSessionParams, ListSessionsParams};
+use ahp_types::notifications::SessionRemovedParams;
+use ahp_types::state::SessionConfigState;
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::Value;
+
+use super::{check_root_channel, Reply};
+use crate::host::catalog::{path_of, resolve_config, Farewell, NewSession};
+use crate::host::core::{channel_kind, notification, ChannelKind};
+use crate::host::errors::AhpError;
+use crate::host::requests::ConnState;
+use crate::host::Host;
+
+/// One page of stored sessions, and what asked for it.
+pub struct StorePage {
+    /// The summaries.
+    pub items: Vec<Value>,
+    /// Where the next page starts, when there is one.
+    pub next: Option<(String, String)>,
+    /// True when the store holds more after these.
+    pub store_has_more: bool,
+    /// The page size asked for.
+    pub limit: usize,
+    /// The row this page starts after (modifiedAt, uri).
+    pub after: Option<(String, String)>,
+}
+
+impl Host {
+    pub(super) fn create_session(&self, conn: &mut ConnState, reply: Reply, params: CreateSessionParams) {
+        let now = self.config().clock.now();
+        let result = conn
+            .created
+            .check(now, conn.limits.max_sessions_per_minute)
+            .and_then(|()| self.try_create_session(conn, params));
+        if let Err(e) = result {
+            return reply.send(self, Err(e));
+        }
+        conn.created.record(now);
+        reply.send(self, Ok(Value::Null));
+    }
+
+    fn try_create_session(&self, conn: &ConnState, params: CreateSessionParams) -> Result<(), AhpError> {
+        let uri = params.channel.clone();
+        if channel_kind(&uri) != Some(ChannelKind::Session) {
+            return Err(AhpError::invalid_params(format!(
+                "Invalid createSession params: channel must be an ahp-session:/<id> URI, not {uri}"
+            )));
+        }
+        let working_directory = match params.working_directories.as_ref().and_then(|d| d.first()) {
+            None => self.config().default_directory.clone(),
+            Some(dir) => {
+                let path = path_of(dir).ok_or_else(|| {
+                    AhpError::invalid_params(format!(
+                        "Invalid createSession params: {dir} is not a file:// URI of an absolute path"
+                    ))
+                })?;
+                if !path.is_dir() {
+                    return Err(AhpError::invalid_params(format!(
+                        "Invalid createSession params: {} is not a directory",
+                        path.display()
+                    )));
+                }
+                Some(path)
+            }
+        };
+        let mut core = self.lock();
+        if core.ch.sessions.contains_key(&uri) || core.store.has_session(&uri).unwrap_or(false) {
+            return Err(AhpError::session_exists(&uri));
+        }
+        let provider = core.pick_provider(params.provider.as_deref())?;
+        let schema = core.started_schema(&provider)?;
+        let values = resolve_config(&schema, params.config.as_ref())?;
+        if let Some(active) = &params.active_client {
+            if conn.client_id.as_deref() != Some(active.client_id.as_str()) {
+                return Err(AhpError::invalid_params(
+                    "Invalid createSession params: activeClient.clientId must be this connection's clientId",
+                ));
+            }
+        }
+        let active_client = params.active_client;
+        let new = NewSession {
+            uri: uri.clone(),
+            provider,
+            config: SessionConfigState { schema: schema.schema.clone(), values },
+            working_directory,
+            // Under a users directory the person who opened it owns it: deleting is their say.
+            owner: core.users.as_ref().and(conn.principal.as_sender()),
+            parent: None,
+            depth: 0,
+        };
+        self.open_session(&mut core, new, |core| {
+            if let Some(active) = active_client {
+                let action =
+                    StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
+                core.apply(&uri, action, None, None);
+            }
+        });
+        Ok(())
+    }
+
+    pub(super) fn dispose_session_command(
+        &self,
+        _conn: &mut ConnState,
+        params: DisposeSessionParams,
+    ) -> Result<Value, AhpError> {
+        self.dispose_session(&params.channel).map(|()| Value::Null)
+    }
+
+    /// Deletes a session: out of memory (its chats' backend sessions closed) and out of the store,
+    /// and root subscribers told.
+    pub fn dispose_session(&self, uri: &str) -> Result<(), AhpError> {
+        let mut core = self.lock();
+        if !self.ensure_loaded(&mut core, uri) {
+            return Err(AhpError::session_not_found(uri));
+        }
+        core.remove_session_state(uri, Farewell::Close);
+        if let Err(e) = core.store.delete_session(uri) {
+            tracing::error!("{e}");
+        }
+        core.publish_session_count();
+        let frame = notification(
+            "root/sessionRemoved",
+            &SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri.to_owned() },
+        );
+        core.announce_session(&frame);
+        Ok(())
+    }
+
+    pub(super) fn list_sessions(&self, _conn: &mut ConnState, reply: Reply, params: ListSessionsParams) {
+        if !self.has_catalogue() {
+            return reply.send(self, self.list_stored_sessions(params));
+        }
+        let host = self.clone();
+        self.spawn("list sessions with the agents' own", async move {
+            let result = host.list_with_catalogue(params).await;
+            reply.send(&host, result);
+        });
+    }
+
+    fn list_stored_sessions(&self, params: ListSessionsParams) -> Result<Value, AhpError> {
+        let page = self.list_sessions_page(params)?;
+        let mut result = serde_json::json!({ "items": page.items });
+        if let Some((modified, uri)) = page.next {
+            result["nextCursor"] = Value::String(encode_cursor(&modified, &uri));
+        }
+        Ok(result)
+    }
+
+    /// One page of the store's sessions for `listSessions` params.
+    pub(crate) fn list_sessions_page(&self, params: ListSessionsParams) -> Result<StorePage, AhpError> {
+        check_root_channel("listSessions", &params.channel)?;
+        let limit = match params.limit {
+            None => 1000,
+            Some(n) if n >= 1 => usize::try_from(n.min(1000)).unwrap_or(1000),
+            Some(n) => {
+                return Err(AhpError::invalid_params(format!(
+                    "Invalid listSessions params: limit must be at least 1, not {n}"
+                )))
+            }
+        };
+        let after = match params.cursor.as_deref() {
+            None => None,
+            Some(cursor) => Some(decode_cursor(cursor).ok_or_else(|| {
+                AhpError::invalid_params(format!(
+                    "Invalid listSessions params: cursor {cursor} is not one this host gave"
+                ))
+            })?),
+        };
+        // The store is the catalogue: sessions not used since start-up are listed from it without
+        // being loaded, and the live ones write their summary there whenever it changes.
+        let core = self.lock();
+        let page = core
+            .store
+            .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), limit)
+            .map_err(|e| AhpError::internal(e.to_string()))?;
+        Ok(StorePage { store_has_more: page.next.is_some(), items: page.items, next: page.next, limit, after })
+    }
+}
+
+/// The cursor of the listing page that starts after (`modified_at`, `uri`).
+pub(crate) fn encode_cursor(modified_at: &str, uri: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{modified_at}\n{uri}"))
+}
+
+fn decode_cursor(cursor: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (modified, uri) = text.split_once('\n')?;
+    Some((modified.to_owned(), uri.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        let c = encode_cursor("2026-01-01T00:00:00.000Z", "ahp-session:/x");
+        assert_eq!(decode_cursor(&c), Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into())));
+        assert_eq!(decode_cursor("garbage!"), None);
+    }
+}

@@ -1,0 +1,79 @@
+//! The one write path: [`Core::apply`] is how every change reaches a channel — a client's action,
+//! a backend's, the host's own upkeep, a tool's — and the only caller of
+//! [`Channels::commit`](super::core::Channels::commit). It commits the action (folded through the
+//! official reducer, numbered, kept for replay, said to every subscriber) and then does what the
+//! channel's kind needs, so no caller decides that for itself:
+//!
+//! - a session: its record is written and its root summary told, when changed;
+//! - annotations: their state is written;
+//! - a chat: its record and turns are written as `persist.rs` says, the session's `inputNeeded`
+//!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
+//!   what waits behind it (the turn engine, `turns.rs`);
+//! - the root: nothing more.
+
+use ahp_types::actions::{ActionOrigin, StateAction};
+
+use super::core::{channel_kind, ChannelKind, Committed, ConnId};
+use super::Core;
+
+impl Core {
+    /// Applies `action` to `channel` and keeps everything that depends on it. `origin` is the
+    /// client whose action it is; `extra` is a connection that is told even when it does not
+    /// watch the channel (the client that dispatched it).
+    pub fn apply(
+        &mut self,
+        channel: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        extra: Option<ConnId>,
+    ) -> Committed {
+        match channel_kind(channel) {
+            Some(ChannelKind::Chat) => self.apply_to_chat(channel, action, origin, extra),
+            kind => {
+                let committed = self.ch.commit(channel, action, origin, extra);
+                if matches!(committed, Committed::Sent { .. }) {
+                    match kind {
+                        Some(ChannelKind::Session) => {
+                            self.persist_session(channel);
+                            self.tell_summary(channel);
+                        }
+                        Some(ChannelKind::Annotations) => self.persist_annotations(channel),
+                        _ => {}
+                    }
+                }
+                committed
+            }
+        }
+    }
+
+    /// A chat action: written as it needs, the session's view of the chat kept in step, and a
+    /// turn that ended followed by what waits behind it.
+    fn apply_to_chat(
+        &mut self,
+        chat: &str,
+        action: StateAction,
+        origin: Option<ActionOrigin>,
+        extra: Option<ConnId>,
+    ) -> Committed {
+        let before = self.running_turn(chat);
+        let started = matches!(action, StateAction::ChatTurnStarted(_));
+        let changes_record = super::persist::changes_chat_record(&action);
+        let committed = self.ch.commit(chat, action, origin, extra);
+        if !matches!(committed, Committed::Sent { .. }) {
+            return committed;
+        }
+        let ended = before.filter(|b| self.running_turn(chat).as_ref() != Some(b));
+        self.persist_after(chat, started, changes_record, ended.is_some());
+        self.sync_input_needed(chat);
+        self.sync_chat(chat);
+        if let Some(ended) = ended {
+            self.turn_ended(chat, ended);
+        }
+        committed
+    }
+
+    /// The id of the turn running in `chat`, if one runs.
+    pub fn running_turn(&self, chat: &str) -> Option<String> {
+        self.ch.chats.get(chat)?.active_turn.as_ref().map(|t| t.id.clone())
+    }
+}
