@@ -6,13 +6,13 @@
 //! `docs/workers.md`.
 
 pub mod backoff;
-pub mod process;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agent_runner::child::{describe_exit, Child, ChildCommand};
 use agent_runner::rpc::{Incoming, Peer, PeerEnd, Responder};
 use ahp_types::common::JsonObject;
 use protocol::methods::{parent, worker};
@@ -23,8 +23,6 @@ use protocol::{
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-use self::process::{describe_exit, WorkerProcess};
 
 /// How a worker is run.
 #[derive(Debug, Clone)]
@@ -472,7 +470,7 @@ enum RunEnd {
 
 /// How a launched worker ends: a process, or an in-process task.
 enum Exit {
-    Process(WorkerProcess),
+    Process(Child),
     Task(tokio::task::JoinHandle<()>),
 }
 
@@ -480,17 +478,14 @@ impl Exit {
     async fn wait(&mut self, within: Duration) -> String {
         match self {
             Exit::Process(p) => {
-                let said = match tokio::time::timeout(within, p.wait()).await {
-                    Ok(status) => describe_exit(status.ok()),
-                    Err(_) => {
-                        // Its output closed but it lingers: it is broken, not running.
-                        let status = p.stop(Duration::from_millis(500)).await;
-                        describe_exit(status)
-                    }
+                let status = match tokio::time::timeout(within, p.wait()).await {
+                    Ok(status) => status,
+                    // Its output closed but it lingers: it is broken, not running.
+                    Err(_) => p.stop(Duration::from_millis(500)).await,
                 };
                 // Its last words (read by `last_words`) may still be on their way.
                 p.stderr_read(STDERR_AFTER_EXIT).await;
-                said
+                describe_exit(status)
             }
             Exit::Task(task) => {
                 let _ = tokio::time::timeout(within, task).await;
@@ -502,10 +497,9 @@ impl Exit {
     async fn kill(&mut self) -> String {
         match self {
             Exit::Process(p) => {
-                p.signal_group(nix::sys::signal::Signal::SIGKILL);
-                let said = describe_exit(p.wait().await.ok());
+                let status = p.kill().await;
                 p.stderr_read(STDERR_AFTER_EXIT).await;
-                said
+                describe_exit(status)
             }
             Exit::Task(task) => {
                 task.abort();
@@ -535,7 +529,7 @@ impl Exit {
     fn last_words(&self) -> String {
         match self {
             Exit::Process(p) => {
-                let tail = p.tail.last(8);
+                let tail = p.tail().last_lines(8);
                 if tail.trim().is_empty() {
                     String::new()
                 } else {
@@ -550,12 +544,16 @@ impl Exit {
 fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>, Exit), String> {
     match &spec.launch {
         Launch::Exec { program, args, env } => {
-            let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            // Names the worker in `ps e` and /proc, where several run the same binary.
-            env.push(("AHPD_WORKER_PROVIDER".into(), spec.provider.clone()));
-            let (process, stdin, stdout) = process::spawn(&spec.provider, program, args, &env)
-                .map_err(|e| format!("could not be started ({}: {e})", program.display()))?;
-            let io = Peer::start(stdout, stdin);
+            let (process, pipes) = ChildCommand::new(program)
+                .args(args)
+                .envs(env)
+                // Names the worker in `ps e` and /proc, where several run the same binary.
+                .envs([("AHPD_WORKER_PROVIDER", &spec.provider)])
+                .log_stderr(&spec.provider, tracing::Level::INFO)
+                .spawn()
+                .map_err(|e| format!("could not be started: {e}"))?;
+            let stdin = pipes.stdin.ok_or("could not be started: it has no stdin")?;
+            let io = Peer::start(pipes.stdout, stdin);
             Ok((io.peer, io.incoming, Exit::Process(process)))
         }
         Launch::InProcess { kind } => {
