@@ -1,25 +1,27 @@
-//! One running `claude` process: its stdin as a line writer, its stdout as parsed lines, its
-//! stderr as a bounded tail, the host side of its control channel, and a graceful stop.
+//! One running `claude` process: its stdin as a line writer, its stdout as parsed lines, and the
+//! host side of its control channel.
 //!
-//! The process runs in its own process group, so stopping it (close stdin, wait, SIGTERM to the
-//! group, SIGKILL, reap) also stops whatever it started (shells, MCP servers).
+//! How it lives is `agent_runner::child`'s: its own process group, so stopping it (close stdin,
+//! wait, SIGTERM to the group, SIGKILL, reap) also stops whatever it started (shells, MCP servers).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::child::{describe_exit, Child, ChildCommand, SpawnError};
+use agent_runner::lock;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin};
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-/// How much of the CLI's stderr is kept for the errors a person sees.
-const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// How much of the CLI's stderr tail goes into the errors a person sees.
+const STDERR_SHOWN: usize = 8 * 1024;
 /// The longest stdout line read (a tool result can be large).
 const MAX_LINE_BYTES: usize = 64 << 20;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
@@ -36,30 +38,6 @@ pub struct Launch {
     pub env: BTreeMap<String, String>,
     /// Where it runs.
     pub cwd: PathBuf,
-}
-
-/// Why the CLI could not be started, in words a person reads.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LaunchError {
-    /// The program is not there.
-    #[error("{0} was not found; install it, or put its directory on the PATH the daemon runs with")]
-    NotFound(String),
-    /// The working directory is not there.
-    #[error("{command} could not be started in {cwd}, which does not exist")]
-    NoSuchDirectory {
-        /// The program.
-        command: String,
-        /// The missing folder.
-        cwd: String,
-    },
-    /// Anything else the system said.
-    #[error("{command} could not be started: {why}")]
-    Other {
-        /// The program.
-        command: String,
-        /// What the system said.
-        why: String,
-    },
 }
 
 /// What the CLI printed, apart from answers to our own control requests.
@@ -95,46 +73,22 @@ pub struct Cli {
     writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
     pending: Arc<Pending>,
     next_request: AtomicU64,
-    stderr: Arc<Mutex<String>>,
-    pid: Option<u32>,
-    child: tokio::sync::Mutex<Option<Child>>,
-    status: Mutex<Option<ExitStatus>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    child: Child,
 }
 
 impl Cli {
     /// Starts the CLI; its output arrives on the returned channel, ending with [`CliEvent::Ended`]
     /// (or a [`CliEvent::Garbage`]).
-    pub fn spawn(launch: &Launch) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), LaunchError> {
-        if !launch.cwd.is_dir() {
-            return Err(LaunchError::NoSuchDirectory {
-                command: launch.command.clone(),
-                cwd: launch.cwd.display().to_string(),
-            });
-        }
-        let mut command = tokio::process::Command::new(&launch.command);
-        command
+    pub fn spawn(launch: &Launch) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), SpawnError> {
+        let (child, pipes) = ChildCommand::new(&launch.command)
             .args(&launch.args)
             .envs(&launch.env)
-            .current_dir(&launch.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => LaunchError::NotFound(launch.command.clone()),
-            _ => LaunchError::Other { command: launch.command.clone(), why: e.to_string() },
-        })?;
-        let missing =
-            |what: &str| LaunchError::Other { command: launch.command.clone(), why: format!("no {what} pipe") };
-        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
-
+            .cwd(&launch.cwd)
+            .log_stderr("claude", tracing::Level::DEBUG)
+            .spawn()?;
+        let stdin = pipes
+            .stdin
+            .ok_or_else(|| SpawnError::Other { program: launch.command.clone(), why: "no stdin pipe".into() })?;
         let (line_tx, line_rx) = mpsc::unbounded_channel();
         let (event_tx, event_rx) = mpsc::unbounded_channel();
         let cli = Arc::new(Cli {
@@ -142,17 +96,13 @@ impl Cli {
             writer: Mutex::new(Some(line_tx)),
             pending: Arc::new(Mutex::new(HashMap::new())),
             next_request: AtomicU64::new(1),
-            stderr: Arc::new(Mutex::new(String::new())),
-            pid: child.id(),
-            child: tokio::sync::Mutex::new(Some(child)),
-            status: Mutex::new(None),
+            child,
         });
-        // These three tasks end on their own when the process's pipes close, which `stop` and
-        // `kill_on_drop` guarantee.
+        // These two tasks end on their own when the process's pipes close, which `stop` and
+        // dropping the guard guarantee.
         tokio::spawn(write_lines(stdin, line_rx));
-        tokio::spawn(keep_tail(stderr, cli.stderr.clone()));
-        tokio::spawn(read_lines(stdout, cli.pending.clone(), event_tx));
-        tracing::debug!(pid = ?cli.pid, command = %launch.command, args = ?launch.args, "started claude");
+        tokio::spawn(read_lines(pipes.stdout, cli.pending.clone(), event_tx));
+        tracing::debug!(pid = cli.child.pid(), command = %launch.command, args = ?launch.args, "started claude");
         Ok((cli, event_rx))
     }
 
@@ -199,70 +149,31 @@ impl Cli {
 
     /// The last few KiB of what the CLI wrote to stderr.
     pub fn stderr_tail(&self) -> String {
-        lock(&self.stderr).trim().to_owned()
+        self.child.tail().text_within(STDERR_SHOWN)
     }
 
     /// Waits at most `within` for the process to exit on its own, and says how it ended.
     pub async fn wait_exit(&self, within: Duration) -> Option<ExitStatus> {
-        if let Some(status) = *lock(&self.status) {
-            return Some(status);
-        }
-        let mut child = self.child.lock().await;
-        let status = match child.as_mut() {
-            Some(c) => tokio::time::timeout(within, c.wait()).await.ok().and_then(Result::ok),
-            None => None,
-        };
-        if let Some(status) = status {
-            *lock(&self.status) = Some(status);
-            *child = None;
-        }
-        status
+        self.child.wait_within(within).await
     }
 
     /// Stops the process gracefully: close stdin, wait, SIGTERM to its group, wait, SIGKILL, reap.
     pub async fn stop(&self) {
         lock(&self.writer).take();
-        if self.wait_exit(STOP_GRACE).await.is_some() {
-            return;
-        }
-        self.signal_group(nix::sys::signal::Signal::SIGTERM);
-        if self.wait_exit(STOP_GRACE).await.is_some() {
-            return;
-        }
-        self.signal_group(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.wait_exit(STOP_GRACE).await;
+        self.child.stop(STOP_GRACE).await;
     }
 
     /// Kills the process group at once (a CLI that printed garbage is in no state to be asked).
     pub async fn kill(&self) {
         lock(&self.writer).take();
-        self.signal_group(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.wait_exit(STOP_GRACE).await;
-    }
-
-    fn signal_group(&self, signal: nix::sys::signal::Signal) {
-        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else { return };
-        // The child leads its own group (process_group(0)), so its pid is the group id.
-        if let Err(e) = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal) {
-            tracing::debug!(pid, ?signal, error = %e, "could not signal the claude process group");
-        }
+        self.child.kill().await;
     }
 }
 
-/// Describes how a process ended, for a person.
-pub fn describe_exit(command: &str, status: Option<ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
+/// Says how the CLI ended, for a person: `None` is one that closed its output and lives on.
+pub fn describe_end(command: &str, status: Option<ExitStatus>) -> String {
     match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => format!("{command} exited with code {code}"),
-            (None, Some(signal)) => {
-                let name = nix::sys::signal::Signal::try_from(signal)
-                    .map(|s| s.as_str().to_owned())
-                    .unwrap_or(signal.to_string());
-                format!("{command} exited on {name}")
-            }
-            _ => format!("{command} exited"),
-        },
+        Some(_) => format!("{command} {}", describe_exit(status)),
         None => format!("{command} closed its output"),
     }
 }
@@ -282,29 +193,6 @@ async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<S
         }
     }
     // Every sender is gone: dropping stdin closes it, which asks the CLI to exit.
-}
-
-async fn keep_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let n = match stderr.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let text = String::from_utf8_lossy(&buf[..n]);
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            tracing::debug!(target: "claude_stderr", "{line}");
-        }
-        let mut kept = lock(&tail);
-        kept.push_str(&text);
-        if kept.len() > STDERR_TAIL_BYTES {
-            let mut cut = kept.len() - STDERR_TAIL_BYTES;
-            while !kept.is_char_boundary(cut) {
-                cut += 1;
-            }
-            kept.drain(..cut);
-        }
-    }
 }
 
 async fn read_lines(
@@ -393,7 +281,7 @@ mod tests {
         assert_eq!(answer, Ok(json!({"ok": true})));
         assert_eq!(events.recv().await, Some(CliEvent::Garbage("not-json".into())));
         let status = cli.wait_exit(Duration::from_secs(10)).await;
-        assert_eq!(describe_exit("sh", status), "sh exited with code 0");
+        assert_eq!(describe_end("sh", status), "sh exited with code 0");
         assert_eq!(cli.stderr_tail(), "oops");
     }
 

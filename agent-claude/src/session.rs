@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use crate::mapper::TurnMapper;
 use crate::mcp::{self, McpReply};
 use crate::permissions;
-use crate::process::{describe_exit, Cli, CliEvent, ControlError, Launch};
+use crate::process::{describe_end, Cli, CliEvent, ControlError, Launch};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
 
@@ -382,7 +382,7 @@ impl Core {
             Err(e) => {
                 let why = match e {
                     ControlError::Refused(why) => format!("Claude Code would not start the conversation: {why}"),
-                    ControlError::Gone => describe_exit(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
+                    ControlError::Gone => describe_end(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
                     ControlError::Timeout => "Claude Code did not answer when it was started".to_owned(),
                 };
                 {
@@ -416,7 +416,7 @@ impl Core {
                         Some(cli) => Some(cli.wait_exit(Duration::from_secs(2)).await),
                         None => None,
                     };
-                    let why = describe_exit("Claude Code", status.flatten());
+                    let why = describe_end("Claude Code", status.flatten());
                     self.broken(generation, "claudeExited", why, false).await;
                     return;
                 }
