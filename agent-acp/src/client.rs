@@ -15,7 +15,8 @@ use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::process::{lock, signal_name, Process, Spawn};
+use agent_runner::child::{signal_name, Child, ChildCommand};
+use agent_runner::lock;
 
 fn invalid(message: impl Into<String>) -> RpcError {
     RpcError::new(codes::INVALID_PARAMS, message)
@@ -181,7 +182,7 @@ impl Output {
 }
 
 struct Terminal {
-    process: Process,
+    process: Child,
     output: Arc<Mutex<Output>>,
     readers_done: Arc<tokio::sync::Notify>,
     readers_left: Arc<std::sync::atomic::AtomicUsize>,
@@ -325,15 +326,16 @@ impl Terminals {
         } else {
             (create.command.clone(), create.args)
         };
-        let spawn = Spawn {
-            program: &program,
-            args: &args,
-            env: create.env.into_iter().map(|v| (v.name, v.value)).collect(),
-            cwd: &cwd,
-            stdin: false,
-            merge_stderr: true,
-        };
-        let (process, pipes) = Process::spawn(spawn, &self.tracker, &self.cancel).map_err(|e| failed(e.0))?;
+        // What the command leaves running when it ends (a background job) ends with it.
+        let (process, pipes) = ChildCommand::new(&program)
+            .args(&args)
+            .envs(create.env.into_iter().map(|v| (v.name, v.value)))
+            .cwd(&cwd)
+            .stdin_null()
+            .stderr_to_caller()
+            .end_group_with_leader()
+            .spawn()
+            .map_err(|e| failed(e.to_string()))?;
         let limit = create.output_byte_limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(DEFAULT_OUTPUT_LIMIT);
         let output = Arc::new(Mutex::new(Output { bytes: Vec::new(), truncated: false, limit }));
         let readers_done = Arc::new(tokio::sync::Notify::new());

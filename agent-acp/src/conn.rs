@@ -18,7 +18,7 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::process::lock;
+use agent_runner::lock;
 
 /// The longest line taken from an agent.
 const MAX_LINE: usize = 64 * 1024 * 1024;

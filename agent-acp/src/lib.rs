@@ -21,7 +21,6 @@ pub mod config;
 pub mod conn;
 pub mod mapping;
 pub mod options;
-pub mod process;
 pub mod session;
 
 use std::path::PathBuf;

@@ -26,7 +26,8 @@ use crate::conn::{CallError, Conn, FromAgent};
 use crate::mapping::{
     chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
 };
-use crate::process::{lock, Process, Spawn};
+use agent_runner::child::{describe_exit, Child, ChildCommand};
+use agent_runner::lock;
 
 /// The ACP protocol version this client speaks.
 const ACP_VERSION: u64 = 1;
@@ -78,7 +79,7 @@ impl Caps {
 #[derive(Clone)]
 struct Link {
     conn: Conn,
-    process: Arc<Process>,
+    process: Arc<Child>,
     caps: Caps,
     generation: u64,
 }
@@ -223,15 +224,13 @@ impl AcpSession {
         let options = &shared.options;
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let process_cwd = options.cwd.clone().unwrap_or_else(|| self.inner.cwd.clone());
-        let spawn = Spawn {
-            program: &options.command,
-            args: &options.args,
-            env: options.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            cwd: &process_cwd,
-            stdin: true,
-            merge_stderr: false,
-        };
-        let (process, pipes) = Process::spawn(spawn, &self.inner.tracker, &self.inner.cancel)
+        // Something the agent left behind when it ends (a helper holding its stdout) ends with it.
+        let (process, pipes) = ChildCommand::new(&options.command)
+            .args(&options.args)
+            .envs(&options.env)
+            .cwd(&process_cwd)
+            .end_group_with_leader()
+            .spawn()
             .map_err(|e| format!("{}: {e}", self.provider()))?;
         let process = Arc::new(process);
         let stdin = pipes.stdin.ok_or_else(|| format!("{}: the agent has no stdin", self.provider()))?;
@@ -251,7 +250,7 @@ impl AcpSession {
                 conn.end();
                 // A refusal needs no stderr beside it; anything else might.
                 let quiet = process.tail().is_blank();
-                Err(if quiet { sentence } else { process.with_tail(sentence) })
+                Err(if quiet { sentence } else { with_tail(&process, sentence) })
             }
         }
     }
@@ -274,10 +273,7 @@ impl AcpSession {
             Ok(Err(CallError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
             Ok(Err(CallError::Closed)) => {
                 link.process.settle(Duration::from_secs(1)).await;
-                Err(format!(
-                    "{provider}: {command} {} before it answered {method}",
-                    crate::process::describe_status(link.process.status())
-                ))
+                Err(format!("{provider}: {command} {} before it answered {method}", how_it_ended(&link.process)))
             }
             Err(_) => Err(format!(
                 "{provider}: {command} did not answer {method} within {} s, so it was stopped",
@@ -503,7 +499,7 @@ impl AcpSession {
     }
 
     /// Notices the agent's end while no turn is waiting on it, so the next message starts it again.
-    fn watch(&self, conn: Conn, process: Arc<Process>, generation: u64) {
+    fn watch(&self, conn: Conn, process: Arc<Child>, generation: u64) {
         let session = self.clone();
         let cancel = self.inner.cancel.clone();
         self.inner.tracker.spawn(async move {
@@ -783,12 +779,15 @@ impl AcpSession {
             }
             Err(CallError::Closed) => {
                 link.process.settle(Duration::from_secs(1)).await;
-                let sentence = link.process.with_tail(format!(
-                    "{}: {} {} in the middle of the turn; the next message starts it again",
-                    self.provider(),
-                    self.inner.shared.options.command_line(),
-                    crate::process::describe_status(link.process.status())
-                ));
+                let sentence = with_tail(
+                    &link.process,
+                    format!(
+                        "{}: {} {} in the middle of the turn; the next message starts it again",
+                        self.provider(),
+                        self.inner.shared.options.command_line(),
+                        how_it_ended(&link.process)
+                    ),
+                );
                 {
                     let mut state = self.state();
                     if state.link.as_ref().is_some_and(|l| l.generation == link.generation) {
@@ -1071,6 +1070,28 @@ impl Session for AcpSession {
 
     async fn close(&self) {
         self.shut().await;
+    }
+}
+
+/// How much of the agent's stderr tail goes into a message a person reads.
+const TAIL_SHOWN: usize = 2 * 1024;
+
+/// How the agent ended, in words, or that it closed its output while it lives on.
+fn how_it_ended(process: &Child) -> String {
+    if process.has_exited() {
+        describe_exit(process.status())
+    } else {
+        "closed its output".to_owned()
+    }
+}
+
+/// `sentence`, then the tail of the agent's stderr, for a message a person reads.
+fn with_tail(process: &Child, sentence: String) -> String {
+    let tail = process.tail().text_within(TAIL_SHOWN);
+    if tail.is_empty() {
+        format!("{sentence}. It said nothing on stderr.")
+    } else {
+        format!("{sentence}. Its stderr ended with:\n{tail}")
     }
 }
 
