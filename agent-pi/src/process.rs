@@ -1,24 +1,23 @@
-//! One `pi --mode rpc` child: spawned in its own process group, commands written as JSON lines,
-//! answers matched by `id`, every record forwarded in order, stderr kept as a bounded tail, and a
-//! graceful stop (close stdin, wait, SIGTERM to the group, SIGKILL, reap).
+//! One `pi --mode rpc` child: commands written as JSON lines, answers matched by `id`, every record
+//! forwarded in order. How it lives (its own process group, its stderr tail, the graceful stop:
+//! close stdin, wait, SIGTERM to the group, SIGKILL, reap) is `agent_runner::child`'s.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::child::{Child, ChildCommand, SpawnError, Tail};
+use agent_runner::lock;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::event::PiRecord;
 
-/// How much of pi's stderr is kept for the errors a person sees.
-const STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
@@ -26,13 +25,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PiError {
     /// pi could not be started.
-    #[error("pi could not be started ({program}): {reason}")]
-    Spawn {
-        /// The program run.
-        program: String,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
     /// pi exited or closed its output; the tail of its stderr says why.
     #[error("pi stopped: {0}")]
     Gone(String),
@@ -82,82 +76,39 @@ pub enum Output {
 
 type Waiters = Mutex<HashMap<String, oneshot::Sender<Result<Answer, PiError>>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The last bytes pi wrote on stderr.
-#[derive(Default)]
-struct Tail {
-    bytes: VecDeque<u8>,
-}
-
-impl Tail {
-    fn push_line(&mut self, line: &str) {
-        self.bytes.extend(line.as_bytes());
-        self.bytes.push_back(b'\n');
-        while self.bytes.len() > STDERR_TAIL_BYTES {
-            self.bytes.pop_front();
-        }
-    }
-
-    fn text(&self) -> String {
-        let (a, b) = self.bytes.as_slices();
-        let mut all = a.to_vec();
-        all.extend_from_slice(b);
-        String::from_utf8_lossy(&all).trim().to_owned()
-    }
-}
-
 /// A running pi. Cheap to share; [`PiProcess::stop`] ends it.
 pub struct PiProcess {
     lines: Mutex<Option<mpsc::UnboundedSender<String>>>,
     waiters: Arc<Waiters>,
     next_id: AtomicU64,
-    stderr: Arc<Mutex<Tail>>,
-    child: tokio::sync::Mutex<Option<Child>>,
-    pid: Option<u32>,
+    child: Child,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl PiProcess {
     /// Starts pi; its records arrive on the returned channel in the order pi wrote them.
     pub fn spawn(launch: &Launch) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<Output>), PiError> {
-        let mut command = Command::new(&launch.program);
-        command
+        let (child, pipes) = ChildCommand::new(&launch.program)
             .args(&launch.args)
-            .current_dir(&launch.cwd)
-            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child =
-            command.spawn().map_err(|e| PiError::Spawn { program: launch.program.clone(), reason: e.to_string() })?;
-        let missing =
-            |what: &str| PiError::Spawn { program: launch.program.clone(), reason: format!("no {what} pipe") };
-        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
-        let pid = child.id();
-
+            .cwd(&launch.cwd)
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .log_stderr("pi", tracing::Level::DEBUG)
+            .spawn()?;
+        let stdin = pipes
+            .stdin
+            .ok_or_else(|| SpawnError::Other { program: launch.program.clone(), why: "no stdin pipe".into() })?;
         let (lines_tx, lines_rx) = mpsc::unbounded_channel();
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let waiters: Arc<Waiters> = Arc::new(Mutex::new(HashMap::new()));
-        let tail = Arc::new(Mutex::new(Tail::default()));
         let tasks = vec![
             tokio::spawn(write_lines(stdin, lines_rx)),
-            tokio::spawn(read_stderr(stderr, tail.clone())),
-            tokio::spawn(read_records(stdout, waiters.clone(), tail.clone(), out_tx)),
+            tokio::spawn(read_records(pipes.stdout, waiters.clone(), child.tail().clone(), out_tx)),
         ];
         let process = Arc::new(Self {
             lines: Mutex::new(Some(lines_tx)),
             waiters,
             next_id: AtomicU64::new(1),
-            stderr: tail,
-            child: tokio::sync::Mutex::new(Some(child)),
-            pid,
+            child,
             tasks: Mutex::new(tasks),
         });
         Ok((process, out_rx))
@@ -165,7 +116,7 @@ impl PiProcess {
 
     /// The last lines pi wrote on stderr.
     pub fn stderr_tail(&self) -> String {
-        lock(&self.stderr).text()
+        self.child.tail().text()
     }
 
     /// Writes one command without waiting for anything (an `extension_ui_response`, an abort).
@@ -230,28 +181,12 @@ impl PiProcess {
     /// Stops pi: closes stdin, waits, SIGTERM to its group, SIGKILL, reaps. Idempotent.
     pub async fn stop(&self) {
         lock(&self.lines).take();
-        let child = self.child.lock().await.take();
-        if let Some(mut child) = child {
-            if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                self.signal_group(nix::sys::signal::Signal::SIGTERM);
-                if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                    self.signal_group(nix::sys::signal::Signal::SIGKILL);
-                    let _ = child.wait().await;
-                }
-            }
-            // Whatever pi left in its group (a shell a tool started) goes with it.
-            self.signal_group(nix::sys::signal::Signal::SIGKILL);
-        }
+        self.child.stop(STOP_GRACE).await;
         let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
         for task in tasks {
             task.abort();
             let _ = task.await;
         }
-    }
-
-    fn signal_group(&self, signal: nix::sys::signal::Signal) {
-        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else { return };
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 
@@ -276,19 +211,11 @@ async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<S
     // Dropping stdin closes it: pi's orderly shutdown.
 }
 
-async fn read_stderr(stderr: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(target: "pi", "{line}");
-        lock(&tail).push_line(&line);
-    }
-}
-
 /// Reads pi's stdout: strict JSONL split on LF only (strings may hold U+2028).
 async fn read_records(
     stdout: impl AsyncRead + Unpin,
     waiters: Arc<Waiters>,
-    tail: Arc<Mutex<Tail>>,
+    tail: Tail,
     out: mpsc::UnboundedSender<Output>,
 ) {
     let mut reader = BufReader::with_capacity(1 << 16, stdout);
@@ -329,7 +256,7 @@ async fn read_records(
     };
     // Every waiter fails now rather than waiting for an answer nobody will give.
     lock(&waiters).clear();
-    let said = lock(&tail).text();
+    let said = tail.text();
     let sentence = if said.is_empty() { why } else { format!("{why}; it said: {said}") };
     let _ = out.send(Output::Ended(sentence));
 }
@@ -337,17 +264,6 @@ async fn read_records(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes() {
-        let mut tail = Tail::default();
-        for i in 0..2000 {
-            tail.push_line(&format!("line {i}"));
-        }
-        let text = tail.text();
-        assert!(text.len() <= STDERR_TAIL_BYTES);
-        assert!(text.ends_with("line 1999"));
-    }
 
     #[tokio::test]
     async fn answers_are_matched_by_id_and_records_keep_their_order() {
