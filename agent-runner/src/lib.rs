@@ -16,6 +16,7 @@ pub mod child;
 pub mod echo;
 pub mod host;
 pub mod notes;
+pub mod parent;
 pub mod rpc;
 pub mod runtime;
 pub mod sync;

@@ -257,6 +257,38 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Every process below `pid`: its children, theirs, and so on (from /proc).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let children = children_of(parent);
+        next.extend(&children);
+        found.extend(children);
+    }
+    found
+}
+
+/// A process's command line, its arguments joined with spaces (from /proc); empty once it is gone.
+pub fn cmdline(pid: i32) -> String {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).split('\0').filter(|a| !a.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Polls /proc until none of `pids` is alive, with a generous failure bound, and prints how long
+/// that took after `since` (a measurement to read, not a limit asserted). Answers those still alive.
+pub async fn until_all_gone(pids: &[i32], since: &str) -> Vec<i32> {
+    let started = std::time::Instant::now();
+    let alive_of = || pids.iter().copied().filter(|p| alive(*p)).collect::<Vec<_>>();
+    let mut left = alive_of();
+    while !left.is_empty() && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        left = alive_of();
+    }
+    eprintln!("{} of {} processes gone {:?} after {since}", pids.len() - left.len(), pids.len(), started.elapsed());
+    left
+}
+
 /// A process's parent (from /proc).
 pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

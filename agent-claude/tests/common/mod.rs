@@ -23,20 +23,8 @@ use serde_json::{json, Value};
 pub const TURN: Duration = Duration::from_secs(90);
 
 /// The real `claude`, installed by `scripts/test`.
-pub fn claude_bin() -> PathBuf {
-    if let Ok(bin) = std::env::var("AHPD_CLAUDE_BIN") {
-        return PathBuf::from(bin);
-    }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|_| repo.join(".cache"));
-    let bin = cache.join("claude/node_modules/.bin/claude");
-    assert!(
-        bin.exists(),
-        "the claude CLI is not installed at {}: run scripts/test (or scripts/deps/claude.sh) to install it",
-        bin.display()
-    );
-    bin
-}
+#[allow(unused_imports)] // not every test binary runs the real CLI
+pub use tests::installed::claude_bin;
 
 /// The scripted stand-in for edge cases.
 pub fn fake_bin() -> PathBuf {

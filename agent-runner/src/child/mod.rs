@@ -3,9 +3,16 @@
 //! reaps it and says how it ended, the graceful stop (close stdin, wait, SIGTERM to the group,
 //! wait, SIGKILL, reap), and its group killed at once when the guard is dropped.
 //!
+//! Nothing outlives a dead parent: on Linux every child is started with `PR_SET_PDEATHSIG`
+//! (SIGTERM when the thread that started it ends, which for a tokio worker thread is when the
+//! process ends); every live group is in this process's register ([`groups`]), so a worker whose
+//! parent died ends them all before it exits; and what a child reports it started
+//! ([`Child::reported`]) is ended when that child dies.
+//!
 //! The daemon's supervisor and every backend start their processes here; what each says to its
 //! process (the worker protocol, stream-json, ACP, pi's RPC) is theirs.
 
+pub mod groups;
 mod tail;
 
 use std::ffi::{OsStr, OsString};
@@ -22,6 +29,7 @@ use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use groups::ProcessGroup;
 pub use tail::{Tail, TAIL_BYTES};
 
 /// How long a killed group is waited for before its leader is given up on (a process stuck in
@@ -135,16 +143,20 @@ impl ChildCommand {
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
         }
+        dies_with_this_process(&mut command);
         let mut child = command.spawn().map_err(|e| SpawnError::from_io(&program, &e))?;
         let pid = child.id().and_then(|id| i32::try_from(id).ok()).filter(|id| *id > 0);
         let Some(pid) = pid else {
             return Err(SpawnError::Other { program, why: "it has no process id".into() });
         };
         let pgid = Pid::from_raw(pid);
-        let missing = |what: &str| SpawnError::Other { program: program.clone(), why: format!("no {what} pipe") };
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            // Piped above, so never; but a process nobody can talk to must not run on.
+            let _ = killpg(pgid, Signal::SIGKILL);
+            return Err(SpawnError::Other { program, why: "no stdout or stderr pipe".into() });
+        };
+        groups::register(ProcessGroup { pgid: pid, leader_start: groups::leader_start(pid).unwrap_or_default() });
 
         let dropped = CancellationToken::new();
         let swept = Arc::new(AtomicBool::new(false));
@@ -161,6 +173,8 @@ impl ChildCommand {
         let (sweep_on_exit, reaper_swept) = (self.end_group_with_leader, swept.clone());
         tokio::spawn(async move {
             let status = child.wait().await.ok();
+            // It is dead: nothing is left to stop what it said it started.
+            groups::end_reported(pid);
             if sweep_on_exit {
                 sweep(pgid, &reaper_swept);
             }
@@ -310,6 +324,13 @@ impl Child {
         self.status()
     }
 
+    /// Notes what this child said its own tree runs in now (a worker's `process/groups`): those
+    /// groups are in the register, and they are ended (after checking they are still those
+    /// groups) when this child dies or its guard is dropped.
+    pub fn reported(&self, groups: Vec<ProcessGroup>) {
+        groups::report(self.pid(), groups);
+    }
+
     /// Sends `signal` to its whole group; a group that is gone already is fine.
     pub fn signal(&self, signal: Signal) {
         if self.swept.load(Ordering::Acquire) {
@@ -359,6 +380,7 @@ impl Drop for Child {
         // Synchronously, so nothing of the group outlives whoever held the guard, even when the
         // runtime is going away with it.
         self.signal(Signal::SIGKILL);
+        groups::unregister(self.pid());
     }
 }
 
@@ -366,8 +388,34 @@ impl Drop for Child {
 fn sweep(pgid: Pid, swept: &AtomicBool) {
     if !swept.swap(true, Ordering::AcqRel) {
         let _ = killpg(pgid, Signal::SIGKILL);
+        groups::unregister(pgid.as_raw());
     }
 }
+
+/// On Linux, asks the kernel to send the child SIGTERM when the thread starting it ends, and
+/// refuses to start it when this process died while it was being forked.
+#[cfg(target_os = "linux")]
+fn dies_with_this_process(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    let refuse = |errno: nix::errno::Errno| std::io::Error::from_raw_os_error(errno as i32);
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls may be made: it makes two plain system calls (prctl, getppid) and allocates nothing
+    // (an io::Error from a raw errno holds no heap memory).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(refuse)?;
+            if nix::unistd::getppid() != parent {
+                return Err(refuse(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere a worker watches its parent's pid instead (`agent_runner::parent`).
+#[cfg(not(target_os = "linux"))]
+fn dies_with_this_process(_command: &mut tokio::process::Command) {}
 
 /// How a process ended, in words: "exited with code 3", "was killed by signal 9 (SIGKILL)".
 pub fn describe_exit(status: Option<ExitStatus>) -> String {

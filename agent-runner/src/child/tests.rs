@@ -125,3 +125,64 @@ fn exits_in_words() {
     assert_eq!(describe_exit(None), "ended (its exit status could not be read)");
     assert_eq!(signal_name(15), "SIGTERM");
 }
+
+/// A `sleep` in a process group of its own, started without the guard (as a grandchild would be).
+fn stranger() -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new("sleep").arg("600").process_group(0).spawn().expect("spawn sleep")
+}
+
+fn named(pid: u32) -> ProcessGroup {
+    let pgid = i32::try_from(pid).expect("a pid");
+    ProcessGroup { pgid, leader_start: groups::leader_start(pgid).expect("it runs") }
+}
+
+#[tokio::test]
+async fn a_named_group_is_ended_only_while_it_is_still_that_group() {
+    let mut sleeper = stranger();
+    let group = named(sleeper.id());
+    let impostor = ProcessGroup { leader_start: "another start".into(), ..group.clone() };
+    assert_eq!(groups::end_if_ours(&impostor), groups::GroupEnd::NotOurs);
+    assert_eq!(group_members(group.pgid).len(), 1, "a group whose leader is another process is left alone");
+    assert_eq!(groups::end_if_ours(&group), groups::GroupEnd::Ended);
+    let _ = sleeper.wait();
+    assert_eq!(groups::end_if_ours(&group), groups::GroupEnd::Gone);
+    let own = ProcessGroup { pgid: nix::unistd::getpgrp().as_raw(), leader_start: String::new() };
+    assert_eq!(groups::end_if_ours(&own), groups::GroupEnd::NotOurs, "never this process's own group");
+}
+
+#[tokio::test]
+async fn a_group_whose_leader_is_gone_is_ended_while_its_members_run() {
+    // The shell leads the group and exits; the sleep it started stays in the group.
+    let mut shell = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sh")
+            .args(["-c", "sleep 600 & echo started"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh")
+    };
+    let group = named(shell.id());
+    let _ = shell.wait();
+    assert_eq!(group_members(group.pgid).len(), 1, "the sleep outlived its shell");
+    assert_eq!(groups::end_if_ours(&group), groups::GroupEnd::Ended);
+    assert!(until_group_gone(group.pgid).await.is_empty());
+}
+
+#[tokio::test]
+async fn what_a_child_reported_ends_when_it_dies_and_is_in_the_register_until_then() {
+    let mut grandchild = stranger();
+    let reported = named(grandchild.id());
+    let (child, mut pipes) = sh("read line").spawn().expect("spawn sh");
+    child.reported(vec![reported.clone()]);
+    let recorded = groups::recorded();
+    assert!(recorded.iter().any(|g| g.pgid == child.pid()), "its own group: {recorded:?}");
+    assert!(recorded.contains(&reported), "what it reported: {recorded:?}");
+    drop(pipes.stdin.take());
+    child.wait().await;
+    let left = until_group_gone(reported.pgid).await;
+    assert!(left.is_empty(), "the reported group ended with its reporter: {left:?}");
+    assert!(!groups::recorded().contains(&reported));
+    let _ = grandchild.wait();
+}

@@ -26,6 +26,10 @@ pub struct Record {
     pub version: String,
     /// Its control socket.
     pub socket: PathBuf,
+    /// The process groups of its tree (its workers', and what they started), kept current while it
+    /// runs, so that what a daemon killed with SIGKILL left running can be ended after it.
+    #[serde(default)]
+    pub groups: Vec<agent_runner::child::ProcessGroup>,
 }
 
 /// A record that could not be read.
@@ -109,6 +113,7 @@ mod tests {
             detached: true,
             version: "0.1.0".into(),
             socket: PathBuf::from("/tmp/ahpd.sock"),
+            groups: Vec::new(),
         }
     }
 

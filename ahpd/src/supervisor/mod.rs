@@ -9,7 +9,7 @@ pub mod backoff;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use agent_runner::child::{describe_exit, Child, ChildCommand};
@@ -18,7 +18,7 @@ use ahp_types::common::JsonObject;
 use protocol::methods::{parent, worker};
 use protocol::{
     AgentDescriptor, EmitParams, InitializeParams, InitializeResult, KeepResourceParams, PeerInfo, ProbeResult,
-    SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
+    ProcessGroupsParams, SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -272,7 +272,7 @@ impl Supervisor {
             Ok(launched) => launched,
             Err(e) => return RunEnd::Died(e),
         };
-        let forwarder = self.forward(spec.provider.clone(), incarnation, incoming);
+        let forwarder = self.forward(spec.provider.clone(), incarnation, incoming, exit.process());
         let handshake = tokio::select! {
             _ = self.cancel.cancelled() => {
                 exit.stop(&peer).await;
@@ -367,6 +367,7 @@ impl Supervisor {
         provider: String,
         incarnation: u64,
         mut incoming: mpsc::UnboundedReceiver<Incoming>,
+        process: Option<Weak<Child>>,
     ) -> tokio::task::JoinHandle<()> {
         let events = self.events.clone();
         let this = self.clone();
@@ -388,6 +389,17 @@ impl Supervisor {
                                 continue;
                             }
                         },
+                        worker::PROCESS_GROUPS => {
+                            match serde_json::from_value::<ProcessGroupsParams>(params) {
+                                Ok(params) => {
+                                    if let Some(process) = process.as_ref().and_then(Weak::upgrade) {
+                                        process.reported(params.groups);
+                                    }
+                                }
+                                Err(e) => tracing::warn!("worker {provider} sent a bad process/groups: {e}"),
+                            }
+                            continue;
+                        }
                         worker::PROBE_CHANGED => {
                             if let Some(handle) = this.current(&provider) {
                                 this.probe(provider.clone(), handle.peer, true);
@@ -470,11 +482,19 @@ enum RunEnd {
 
 /// How a launched worker ends: a process, or an in-process task.
 enum Exit {
-    Process(Child),
+    Process(Arc<Child>),
     Task(tokio::task::JoinHandle<()>),
 }
 
 impl Exit {
+    /// The worker's process, for what it reports about its own.
+    fn process(&self) -> Option<Weak<Child>> {
+        match self {
+            Exit::Process(p) => Some(Arc::downgrade(p)),
+            Exit::Task(_) => None,
+        }
+    }
+
     async fn wait(&mut self, within: Duration) -> String {
         match self {
             Exit::Process(p) => {
@@ -554,7 +574,7 @@ fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>,
                 .map_err(|e| format!("could not be started: {e}"))?;
             let stdin = pipes.stdin.ok_or("could not be started: it has no stdin")?;
             let io = Peer::start(pipes.stdout, stdin);
-            Ok((io.peer, io.incoming, Exit::Process(process)))
+            Ok((io.peer, io.incoming, Exit::Process(Arc::new(process))))
         }
         Launch::InProcess { kind } => {
             let factory =

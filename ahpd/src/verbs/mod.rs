@@ -136,6 +136,7 @@ pub async fn find(paths: &Paths) -> Found {
 
 /// Removes a stale record and says so.
 pub fn forget_stale(paths: &Paths, why: &str) {
+    crate::control::tree::end_leftovers(paths);
     record::remove(&paths.record());
     eprintln!("Removed a stale record: {why}.");
 }

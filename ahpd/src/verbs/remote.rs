@@ -247,6 +247,7 @@ mod tests {
             detached: false,
             version: String::new(),
             socket: dir.path().join("sock"),
+            groups: Vec::new(),
         };
         if std::env::var_os("AHPD_TOKEN").is_none() {
             assert_eq!(token(&ClientArgs::default(), &paths, Some(&record)).expect("line"), Some("abc".into()));
