@@ -224,7 +224,7 @@ async fn tiny_tools_endpoint(token: &'static str) -> (String, std::sync::Arc<std
                                                   "inputSchema": {"type": "object", "properties": {}}}]})
                 }
                 "tools/call" => {
-                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(message["params"].clone());
+                    agent_runner::lock(&seen).push(message["params"].clone());
                     json!({"content": [{"type": "text", "text": "sessions: alpha, beta"}]})
                 }
                 other => {
@@ -268,7 +268,7 @@ async fn claude_agent_acp_calls_a_host_tool_through_the_tools_endpoint() {
     let done = parent.until_idle(chat, PATIENCE).await.expect("the turn ends");
     assert_eq!(done.state, TurnState::Complete, "{done:?}");
     assert!(markdown(&done.response_parts).contains("sessions: alpha, beta"), "the tool's real answer: {done:?}");
-    assert_eq!(calls.lock().unwrap_or_else(|p| p.into_inner()).len(), 1, "called once, with the bearer token");
+    assert_eq!(agent_runner::lock(&calls).len(), 1, "called once, with the bearer token");
     let turn_request = mock.turn_requests().pop().expect("a request");
     assert!(
         turn_request.tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"),

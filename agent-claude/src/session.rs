@@ -34,6 +34,7 @@ use crate::permissions;
 use crate::process::{describe_end, Cli, CliEvent, ControlError, Launch};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
+use agent_runner::lock;
 
 /// How long the CLI may take to answer `initialize` (it starts MCP servers first).
 const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
@@ -202,10 +203,6 @@ pub(crate) struct Core {
     wake: Notify,
     cancel: CancellationToken,
     tasks: TaskTracker,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The chat, as the runtime holds it.

@@ -27,6 +27,7 @@ use crate::mapper::{display_name_of, HostTool, Step, ToolCatalog, TurnMapper};
 use crate::models::{split_model_id, thinking_level};
 use crate::options::{path_string, PiOptions};
 use crate::process::{Launch, Output, PiError, PiProcess, UiAnswer};
+use agent_runner::lock;
 
 /// The bridge's dialog title and status key.
 const BRIDGE: &str = "ahpd";
@@ -37,10 +38,6 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub const ASK: [&str; 3] = ["never", "writes", "always"];
 /// pi's tools that only read.
 const READ_ONLY_TOOLS: [&str; 4] = ["read", "grep", "find", "ls"];
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// The turn pi is working on.
 struct Live {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::lock;
 use futures_util::StreamExt;
 use protocol::{codes, Frame, FrameError, RpcError, MAX_FRAME_BYTES};
 use serde::de::DeserializeOwned;
@@ -237,11 +238,6 @@ impl Peer {
     pub fn is_ended(&self) -> bool {
         self.shared.ended.borrow().is_some()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding this lock leaves a map that is still consistent, so keep going.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(

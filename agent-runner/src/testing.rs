@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::rpc::{Incoming, Peer, PeerError};
 use crate::runtime::{serve, AgentFactory};
+use crate::sync::lock;
 use crate::turn::now_iso;
 
 /// Answers a `tool/run` the worker asks.
@@ -43,10 +44,6 @@ pub struct TestParent {
     said: mpsc::UnboundedReceiver<Said>,
     chats: Arc<Mutex<HashMap<String, ChatState>>>,
     child: Option<tokio::process::Child>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An empty chat state, as the host creates one.

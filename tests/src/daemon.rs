@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::lock;
 use anyhow::{anyhow, bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -118,7 +119,7 @@ impl Daemon {
                     if std::env::var_os("AHPD_TEST_ECHO_LOG").is_some() {
                         eprintln!("[ahpd] {line}");
                     }
-                    err_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                    lock(&err_lines).push(line);
                 }
             });
         }
@@ -128,7 +129,7 @@ impl Daemon {
             Ok(Ok(Some(line))) => line,
             other => {
                 let status = child.try_wait().ok().flatten();
-                let log = err_lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+                let log = lock(&err_lines).join("\n");
                 bail!("ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}");
             }
         };
@@ -139,7 +140,7 @@ impl Daemon {
             let out_lines = out_lines.clone();
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
-                    out_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                    lock(&out_lines).push(line);
                 }
             });
         }
@@ -186,16 +187,14 @@ impl Daemon {
 
     /// Its stderr so far.
     pub fn log(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+        lock(&self.stderr).join("\n")
     }
 
     /// Waits until its stderr has a line containing `needle`.
     pub async fn wait_for_log(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(line) =
-                self.stderr.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle))
-            {
+            if let Some(line) = lock(&self.stderr).iter().find(|l| l.contains(needle)) {
                 return Ok(line.clone());
             }
             if tokio::time::Instant::now() > deadline {

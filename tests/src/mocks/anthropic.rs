@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::lock;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -154,10 +155,6 @@ struct Shared {
     /// How many streamed replies lost their client before their last event.
     cut_off: std::sync::atomic::AtomicUsize,
     cut: Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MockAnthropic {
