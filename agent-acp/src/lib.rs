@@ -8,17 +8,17 @@
 //! it asks of its client - files inside the session's folders, terminals - is served here
 //! ([`client`]).
 //!
-//! The JSON-RPC is written here ([`conn`]) rather than taken from the `agent-client-protocol`
-//! crate: that crate needs Rust 1.88 (this workspace promises 1.85), and an agent is someone
-//! else's program - string ids, stray lines on stdout and update kinds newer than any schema
-//! must not end a conversation, so everything is read leniently from JSON.
+//! The JSON-RPC is `agent_runner::rpc`'s peer, started for a foreign program
+//! (`Peer::start_foreign`), rather than the `agent-client-protocol` crate: that crate needs Rust
+//! 1.88 (this workspace promises 1.85), and an agent is someone else's program - string ids, stray
+//! lines on stdout and update kinds newer than any schema must not end a conversation, so
+//! everything is read leniently from JSON.
 //!
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 
 pub mod agent;
 pub mod client;
 pub mod config;
-pub mod conn;
 pub mod mapping;
 pub mod options;
 pub mod session;
