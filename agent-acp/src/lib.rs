@@ -34,7 +34,7 @@ pub use options::{AcpOptions, PRESETS};
 /// The factory `ahpd worker acp` runs: reads the entry's options and builds the agent.
 pub fn factory() -> AgentFactory {
     Box::new(|init, context| {
-        let options = AcpOptions::from_options(&init.options).map_err(AgentError::Failed)?;
+        let options = AcpOptions::from_options(&init.options).map_err(|e| AgentError::Failed(e.to_string()))?;
         let data_dir = init.data_dir.as_ref().map(PathBuf::from);
         Ok(Arc::new(AcpAgent::new(init.provider.clone(), options, data_dir, context)) as Arc<dyn Agent>)
     })

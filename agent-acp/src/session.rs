@@ -444,7 +444,7 @@ impl AcpSession {
                     }
                 }
                 Err(why) => {
-                    tracing::warn!(provider = self.provider(), why, "the model this session asked for was not set")
+                    tracing::warn!(provider = self.provider(), %why, "the model this session asked for was not set")
                 }
             }
         }
@@ -979,7 +979,8 @@ impl Session for AcpSession {
     async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
         let (ask, link) = {
             let state = self.state();
-            let ask = state.offers.ask_model(self.provider(), &model.id).map_err(AgentError::Refused)?;
+            let ask =
+                state.offers.ask_model(self.provider(), &model.id).map_err(|e| AgentError::Refused(e.to_string()))?;
             (ask, state.link.clone().filter(|l| !l.peer.is_ended()))
         };
         match link {
