@@ -224,7 +224,7 @@ impl AcpSession {
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let process_cwd = options.cwd.clone().unwrap_or_else(|| self.inner.cwd.clone());
         // Something the agent left behind when it ends (a helper holding its stdout) ends with it.
-        let (process, pipes) = ChildCommand::new(&options.command)
+        let (process, mut pipes) = ChildCommand::new(&options.command)
             .args(&options.args)
             .envs(&options.env)
             .cwd(&process_cwd)
@@ -232,7 +232,7 @@ impl AcpSession {
             .spawn()
             .map_err(|e| format!("{}: {e}", self.provider()))?;
         let process = Arc::new(process);
-        let stdin = pipes.stdin.ok_or_else(|| format!("{}: the agent has no stdin", self.provider()))?;
+        let stdin = pipes.take_stdin().map_err(|e| format!("{}: {e}", self.provider()))?;
         let handler = self.clone();
         let peer = Peer::start_foreign(pipes.stdout, stdin, move |message| handler.on_message(generation, message));
         self.watch(peer.clone(), process.clone(), generation);

@@ -4,20 +4,15 @@
 //! How it lives is `agent_runner::child`'s: its own process group, so stopping it (close stdin,
 //! wait, SIGTERM to the group, SIGKILL, reap) also stops whatever it started (shells, MCP servers).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runner::child::{describe_exit, Child, ChildCommand, SpawnError};
-use agent_runner::lock;
+use agent_runner::lines::{LineWriter, Waiting};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
-use tokio::process::ChildStdin;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 /// How much of the CLI's stderr tail goes into the errors a person sees.
@@ -26,19 +21,6 @@ const STDERR_SHOWN: usize = 8 * 1024;
 const MAX_LINE_BYTES: usize = 64 << 20;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// The program (a path or a name on the PATH).
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables over the worker's own environment.
-    pub env: BTreeMap<String, String>,
-    /// Where it runs.
-    pub cwd: PathBuf,
-}
 
 /// What the CLI printed, apart from answers to our own control requests.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,74 +47,55 @@ pub enum ControlError {
     Timeout,
 }
 
-type Pending = Mutex<HashMap<String, oneshot::Sender<Result<Value, ControlError>>>>;
+/// Our control requests waiting for the CLI's answers.
+type Pending = Waiting<Result<Value, ControlError>>;
 
 /// A running CLI. Cheap to share; [`Cli::stop`] ends it.
 pub struct Cli {
-    command: String,
-    writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    stdin: LineWriter,
     pending: Arc<Pending>,
-    next_request: AtomicU64,
     child: Child,
 }
 
 impl Cli {
     /// Starts the CLI; its output arrives on the returned channel, ending with [`CliEvent::Ended`]
     /// (or a [`CliEvent::Garbage`]).
-    pub fn spawn(launch: &Launch) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), SpawnError> {
-        let (child, pipes) = ChildCommand::new(&launch.command)
-            .args(&launch.args)
-            .envs(&launch.env)
-            .cwd(&launch.cwd)
-            .log_stderr("claude", tracing::Level::DEBUG)
-            .spawn()?;
-        let stdin = pipes
-            .stdin
-            .ok_or_else(|| SpawnError::Other { program: launch.command.clone(), why: "no stdin pipe".into() })?;
-        let (line_tx, line_rx) = mpsc::unbounded_channel();
+    pub fn spawn(command: ChildCommand) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), SpawnError> {
+        let (child, mut pipes) = command.log_stderr("claude", tracing::Level::DEBUG).spawn()?;
+        let stdin = LineWriter::start(pipes.take_stdin()?);
         let (event_tx, event_rx) = mpsc::unbounded_channel();
-        let cli = Arc::new(Cli {
-            command: launch.command.clone(),
-            writer: Mutex::new(Some(line_tx)),
-            pending: Arc::new(Mutex::new(HashMap::new())),
-            next_request: AtomicU64::new(1),
-            child,
-        });
-        // These two tasks end on their own when the process's pipes close, which `stop` and
-        // dropping the guard guarantee.
-        tokio::spawn(write_lines(stdin, line_rx));
+        let cli = Arc::new(Cli { stdin, pending: Arc::new(Waiting::new("ahpd_")), child });
+        // It ends on its own when the process's stdout closes, which `stop` and dropping the
+        // guard guarantee.
         tokio::spawn(read_lines(pipes.stdout, cli.pending.clone(), event_tx));
-        tracing::debug!(pid = cli.child.pid(), command = %launch.command, args = ?launch.args, "started claude");
+        tracing::debug!(pid = cli.child.pid(), command = cli.command(), "started claude");
         Ok((cli, event_rx))
     }
 
     /// The program's name, for messages.
     pub fn command(&self) -> &str {
-        &self.command
+        self.child.program()
     }
 
     /// Writes one JSON line to the CLI's stdin; false once stdin is closed.
     pub fn send(&self, line: &Value) -> bool {
-        match lock(&self.writer).as_ref() {
-            Some(writer) => writer.send(format!("{line}\n")).is_ok(),
-            None => false,
-        }
+        self.stdin.send(line)
     }
 
     /// Sends a control request and waits (at most `within`) for its answer.
     pub async fn control(&self, request: Value, within: Duration) -> Result<Value, ControlError> {
-        let id = format!("ahpd_{}", self.next_request.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id.clone(), tx);
+        let id = self.pending.next_id();
+        let answer = self.pending.wait_for(&id);
         if !self.send(&json!({"type": "control_request", "request_id": id, "request": request})) {
-            lock(&self.pending).remove(&id);
+            self.pending.forget(&id);
             return Err(ControlError::Gone);
         }
-        match tokio::time::timeout(within, rx).await {
+        match tokio::time::timeout(within, answer).await {
             Ok(Ok(answer)) => answer,
+            // Its output ended: nobody will answer.
             Ok(Err(_)) => Err(ControlError::Gone),
             Err(_) => {
-                lock(&self.pending).remove(&id);
+                self.pending.forget(&id);
                 Err(ControlError::Timeout)
             }
         }
@@ -159,13 +122,13 @@ impl Cli {
 
     /// Stops the process gracefully: close stdin, wait, SIGTERM to its group, wait, SIGKILL, reap.
     pub async fn stop(&self) {
-        lock(&self.writer).take();
+        self.stdin.close();
         self.child.stop(STOP_GRACE).await;
     }
 
     /// Kills the process group at once (a CLI that printed garbage is in no state to be asked).
     pub async fn kill(&self) {
-        lock(&self.writer).take();
+        self.stdin.close();
         self.child.kill().await;
     }
 }
@@ -176,23 +139,6 @@ pub fn describe_end(command: &str, status: Option<ExitStatus>) -> String {
         Some(_) => format!("{command} {}", describe_exit(status)),
         None => format!("{command} closed its output"),
     }
-}
-
-async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
-    while let Some(line) = lines.recv().await {
-        if stdin.write_all(line.as_bytes()).await.is_err() {
-            return;
-        }
-        while let Ok(more) = lines.try_recv() {
-            if stdin.write_all(more.as_bytes()).await.is_err() {
-                return;
-            }
-        }
-        if stdin.flush().await.is_err() {
-            return;
-        }
-    }
-    // Every sender is gone: dropping stdin closes it, which asks the CLI to exit.
 }
 
 async fn read_lines(
@@ -226,44 +172,33 @@ async fn read_lines(
         }
     };
     // Nobody will answer the requests still waiting.
-    let waiting: Vec<_> = lock(&pending).drain().collect();
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(ControlError::Gone));
-    }
+    pending.fail_all();
     let _ = events.send(last);
 }
 
 fn answer_pending(pending: &Pending, response: &Value) {
     let Some(id) = response["request_id"].as_str() else { return };
-    let Some(tx) = lock(pending).remove(id) else {
-        tracing::debug!(id, "a control response to nothing we asked");
-        return;
-    };
     let answer = if response["subtype"] == "success" {
         Ok(response.get("response").cloned().unwrap_or(Value::Null))
     } else {
         Err(ControlError::Refused(response["error"].as_str().unwrap_or("Claude Code refused").to_owned()))
     };
-    let _ = tx.send(answer);
+    if !pending.answer(id, answer) {
+        tracing::debug!(id, "a control response to nothing we asked");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sh(script: &str) -> Launch {
-        Launch {
-            command: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            env: BTreeMap::new(),
-            cwd: std::env::temp_dir(),
-        }
+    fn sh(script: &str) -> ChildCommand {
+        ChildCommand::new("sh").args(["-c", script]).cwd(std::env::temp_dir())
     }
 
     #[tokio::test]
     async fn a_missing_program_says_how_to_fix_it() {
-        let launch = Launch { command: "no-such-claude-here".into(), ..sh("") };
-        let err = Cli::spawn(&launch).err().expect("an error");
+        let err = Cli::spawn(ChildCommand::new("no-such-claude-here")).err().expect("an error");
         assert_eq!(
             err.to_string(),
             "no-such-claude-here was not found; install it, or put its directory on the PATH the daemon runs with"
@@ -274,7 +209,7 @@ mod tests {
     async fn routes_control_answers_and_passes_the_rest_on() {
         // Echo each control request back as a success, after one line of its own.
         let script = r#"echo '{"type":"system","subtype":"init"}'; read line; id=$(echo "$line" | sed 's/.*"request_id":"\([^"]*\)".*/\1/'); echo "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"$id\",\"response\":{\"ok\":true}}}"; echo oops >&2; echo not-json"#;
-        let (cli, mut events) = Cli::spawn(&sh(script)).expect("spawn");
+        let (cli, mut events) = Cli::spawn(sh(script)).expect("spawn");
         let first = events.recv().await.expect("a line");
         assert_eq!(first, CliEvent::Line(json!({"type": "system", "subtype": "init"})));
         let answer = cli.control(json!({"subtype": "interrupt"}), Duration::from_secs(10)).await;
@@ -287,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn stop_ends_a_process_that_ignores_stdin() {
-        let (cli, _events) = Cli::spawn(&sh("sleep 30")).expect("spawn");
+        let (cli, _events) = Cli::spawn(sh("sleep 30")).expect("spawn");
         cli.stop().await;
         assert!(cli.wait_exit(Duration::from_millis(10)).await.is_some());
     }

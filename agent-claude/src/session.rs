@@ -31,9 +31,10 @@ use tokio_util::task::TaskTracker;
 use crate::mapper::TurnMapper;
 use crate::mcp::{self, McpReply};
 use crate::permissions;
-use crate::process::{describe_end, Cli, CliEvent, ControlError, Launch};
+use crate::process::{describe_end, Cli, CliEvent, ControlError};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
+use agent_runner::child::ChildCommand;
 use agent_runner::lock;
 
 /// How long the CLI may take to answer `initialize` (it starts MCP servers first).
@@ -350,15 +351,10 @@ impl Core {
             let mut state = lock(&self.state);
             state.generation += 1;
             let args = launch_args(&self.spec, state.exists, state.model.as_deref(), &state.permission_mode);
-            let launch = Launch {
-                command: self.spec.command.clone(),
-                args,
-                env: self.spec.env.clone(),
-                cwd: self.spec.cwd.clone(),
-            };
+            let launch = ChildCommand::new(&self.spec.command).args(args).envs(&self.spec.env).cwd(&self.spec.cwd);
             (launch, state.generation)
         };
-        let (cli, events) = Cli::spawn(&launch).map_err(|e| e.to_string())?;
+        let (cli, events) = Cli::spawn(launch).map_err(|e| e.to_string())?;
         let closed = {
             let mut state = lock(&self.state);
             if !state.closed {

@@ -2,18 +2,15 @@
 //! forwarded in order. How it lives (its own process group, its stderr tail, the graceful stop:
 //! close stdin, wait, SIGTERM to the group, SIGKILL, reap) is `agent_runner::child`'s.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runner::child::{Child, ChildCommand, SpawnError, Tail};
+use agent_runner::lines::{LineWriter, Waiting};
 use agent_runner::lock;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::ChildStdin;
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::event::PiRecord;
@@ -45,19 +42,6 @@ pub enum PiError {
     },
 }
 
-/// How to start pi.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// The program (`pi`, or a path).
-    pub program: String,
-    /// Its arguments after the program.
-    pub args: Vec<String>,
-    /// Its working directory.
-    pub cwd: PathBuf,
-    /// Variables set over the worker's own environment.
-    pub env: Vec<(String, String)>,
-}
-
 /// An answer pi gave.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -74,43 +58,26 @@ pub enum Output {
     Ended(String),
 }
 
-type Waiters = Mutex<HashMap<String, oneshot::Sender<Result<Answer, PiError>>>>;
+/// Our commands waiting for pi's answers.
+type Waiters = Waiting<Result<Answer, PiError>>;
 
 /// A running pi. Cheap to share; [`PiProcess::stop`] ends it.
 pub struct PiProcess {
-    lines: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    stdin: LineWriter,
     waiters: Arc<Waiters>,
-    next_id: AtomicU64,
     child: Child,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    reader: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl PiProcess {
     /// Starts pi; its records arrive on the returned channel in the order pi wrote them.
-    pub fn spawn(launch: &Launch) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<Output>), PiError> {
-        let (child, pipes) = ChildCommand::new(&launch.program)
-            .args(&launch.args)
-            .cwd(&launch.cwd)
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .log_stderr("pi", tracing::Level::DEBUG)
-            .spawn()?;
-        let stdin = pipes
-            .stdin
-            .ok_or_else(|| SpawnError::Other { program: launch.program.clone(), why: "no stdin pipe".into() })?;
-        let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+    pub fn spawn(command: &ChildCommand) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<Output>), PiError> {
+        let (child, mut pipes) = command.clone().log_stderr("pi", tracing::Level::DEBUG).spawn()?;
+        let stdin = LineWriter::start(pipes.take_stdin()?);
         let (out_tx, out_rx) = mpsc::unbounded_channel();
-        let waiters: Arc<Waiters> = Arc::new(Mutex::new(HashMap::new()));
-        let tasks = vec![
-            tokio::spawn(write_lines(stdin, lines_rx)),
-            tokio::spawn(read_records(pipes.stdout, waiters.clone(), child.tail().clone(), out_tx)),
-        ];
-        let process = Arc::new(Self {
-            lines: Mutex::new(Some(lines_tx)),
-            waiters,
-            next_id: AtomicU64::new(1),
-            child,
-            tasks: Mutex::new(tasks),
-        });
+        let waiters: Arc<Waiters> = Arc::new(Waiting::new("ahpd-"));
+        let reader = tokio::spawn(read_records(pipes.stdout, waiters.clone(), child.tail().clone(), out_tx));
+        let process = Arc::new(Self { stdin, waiters, child, reader: Mutex::new(Some(reader)) });
         Ok((process, out_rx))
     }
 
@@ -121,24 +88,20 @@ impl PiProcess {
 
     /// Writes one command without waiting for anything (an `extension_ui_response`, an abort).
     pub fn send(&self, command: Value) {
-        let sender = lock(&self.lines).clone();
-        if let Some(sender) = sender {
-            let _ = sender.send(command.to_string());
-        }
+        self.stdin.send(&command);
     }
 
     /// A fresh command id.
     pub fn next_id(&self) -> String {
-        format!("ahpd-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+        self.waiters.next_id()
     }
 
     /// Sends a command with a fresh id and waits for its answer; `success: false` is
     /// [`PiError::Refused`] with pi's sentence.
     pub async fn request(&self, mut command: Value) -> Result<Answer, PiError> {
         let id = self.next_id();
-        let (tx, rx) = oneshot::channel();
-        lock(&self.waiters).insert(id.clone(), tx);
-        command["id"] = Value::String(id.clone());
+        let rx = self.waiters.wait_for(&id);
+        command["id"] = Value::String(id);
         self.send(command);
         match rx.await {
             Ok(answer) => answer,
@@ -180,12 +143,13 @@ impl PiProcess {
 
     /// Stops pi: closes stdin, waits, SIGTERM to its group, SIGKILL, reaps. Idempotent.
     pub async fn stop(&self) {
-        lock(&self.lines).take();
+        // Closing stdin is pi's orderly shutdown.
+        self.stdin.close();
         self.child.stop(STOP_GRACE).await;
-        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
-        for task in tasks {
-            task.abort();
-            let _ = task.await;
+        let reader = lock(&self.reader).take();
+        if let Some(reader) = reader {
+            reader.abort();
+            let _ = reader.await;
         }
     }
 }
@@ -197,18 +161,6 @@ pub enum UiAnswer {
     Value(String),
     /// Dismissed.
     Cancelled,
-}
-
-async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
-    while let Some(line) = lines.recv().await {
-        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.write_all(b"\n").await.is_err() {
-            break;
-        }
-        if stdin.flush().await.is_err() {
-            break;
-        }
-    }
-    // Dropping stdin closes it: pi's orderly shutdown.
 }
 
 /// Reads pi's stdout: strict JSONL split on LF only (strings may hold U+2028).
@@ -240,22 +192,19 @@ async fn read_records(
             }
         };
         if let PiRecord::Response { id: Some(id), success, data, error, .. } = &record {
-            let waiter = lock(&waiters).remove(id);
-            if let Some(waiter) = waiter {
-                let answer = if *success {
-                    Ok(Answer { data: data.clone() })
-                } else {
-                    Err(PiError::Refused(error.clone().unwrap_or_else(|| "pi refused".to_owned())))
-                };
-                let _ = waiter.send(answer);
-            }
+            let answer = if *success {
+                Ok(Answer { data: data.clone() })
+            } else {
+                Err(PiError::Refused(error.clone().unwrap_or_else(|| "pi refused".to_owned())))
+            };
+            waiters.answer(id, answer);
         }
         if out.send(Output::Record(Box::new(record))).is_err() {
             break "nobody reads it any more".to_owned();
         }
     };
     // Every waiter fails now rather than waiting for an answer nobody will give.
-    lock(&waiters).clear();
+    waiters.fail_all();
     let said = tail.text();
     let sentence = if said.is_empty() { why } else { format!("{why}; it said: {said}") };
     let _ = out.send(Output::Ended(sentence));
@@ -269,12 +218,7 @@ mod tests {
     async fn answers_are_matched_by_id_and_records_keep_their_order() {
         // A stand-in for pi: answers every line with a response carrying its id, after an event.
         let script = r#"while IFS= read -r line; do id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'); printf '{"type":"agent_start"}\n{"type":"response","id":"%s","command":"get_state","success":true,"data":{"ok":1}}\n' "$id"; done"#;
-        let launch = Launch {
-            program: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            cwd: std::env::temp_dir(),
-            env: Vec::new(),
-        };
+        let launch = ChildCommand::new("sh").args(["-c", script]).cwd(std::env::temp_dir());
         let (pi, mut out) = PiProcess::spawn(&launch).expect("spawns");
         let answer = pi.request_within(json!({"type": "get_state"}), Duration::from_secs(10)).await.expect("answers");
         assert_eq!(answer.data, Some(json!({"ok": 1})));

@@ -26,7 +26,8 @@ use crate::event::PiRecord;
 use crate::mapper::{display_name_of, HostTool, Step, ToolCatalog, TurnMapper};
 use crate::models::{split_model_id, thinking_level};
 use crate::options::{path_string, PiOptions};
-use crate::process::{Launch, Output, PiError, PiProcess, UiAnswer};
+use crate::process::{Output, PiError, PiProcess, UiAnswer};
+use agent_runner::child::ChildCommand;
 use agent_runner::lock;
 
 /// The bridge's dialog title and status key.
@@ -69,7 +70,7 @@ pub struct PiSession {
 struct Inner {
     host: SessionHost,
     options: Arc<PiOptions>,
-    launch: Launch,
+    launch: ChildCommand,
     instructions: Vec<String>,
     state: Mutex<State>,
     cancel: CancellationToken,
@@ -158,7 +159,7 @@ impl PiSession {
             path_string(&options.bridge_path()),
         ];
         args.extend(options.args.iter().cloned());
-        let launch = Launch { program: options.command.clone(), args, cwd, env: options.pi_env() };
+        let launch = ChildCommand::new(&options.command).args(args).cwd(cwd).envs(options.pi_env());
         let tools = start.tools.clone();
         let inner = Arc::new(Inner {
             host,

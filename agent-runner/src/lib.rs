@@ -15,6 +15,7 @@ pub mod agent;
 pub mod child;
 pub mod echo;
 pub mod host;
+pub mod lines;
 pub mod notes;
 pub mod parent;
 pub mod rpc;

@@ -224,7 +224,7 @@ impl Peer {
             next_id: AtomicU64::new(1),
             ended: ended_rx,
         });
-        tokio::spawn(write_loop(writer, out_rx, close_output));
+        tokio::spawn(write_lines(writer, out_rx, close_output));
         tokio::spawn(read_loop(reader, shared.clone(), out_tx, deliver, dialect, ended_tx));
         Peer { shared }
     }
@@ -299,7 +299,10 @@ impl Peer {
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
+/// Writes each line `rx` gives (its newline included) to `writer`, until every sender is gone or
+/// `close` is cancelled (what is queued by then is written first), then shuts the writer: one
+/// process's stdin, or one side of the worker protocol.
+pub async fn write_lines<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
     close: tokio_util::sync::CancellationToken,
@@ -451,13 +454,17 @@ fn describe_violation(line: &str, error: &FrameError) -> String {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn requests_cross_in_both_directions() {
+    /// Two peers speaking the worker protocol to each other.
+    fn pair() -> (PeerIo, PeerIo) {
         let (a, b) = tokio::io::duplex(1024);
         let (ar, aw) = tokio::io::split(a);
         let (br, bw) = tokio::io::split(b);
-        let left = Peer::start(ar, aw);
-        let mut right = Peer::start(br, bw);
+        (Peer::start(ar, aw), Peer::start(br, bw))
+    }
+
+    #[tokio::test]
+    async fn requests_cross_in_both_directions() {
+        let (left, mut right) = pair();
         tokio::spawn(async move {
             while let Some(Incoming::Request(req)) = right.incoming.recv().await {
                 let n = req.params.as_i64().unwrap_or(0);
@@ -470,11 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_request_is_answered_with_an_error() {
-        let (a, b) = tokio::io::duplex(1024);
-        let (ar, aw) = tokio::io::split(a);
-        let (br, bw) = tokio::io::split(b);
-        let left = Peer::start(ar, aw);
-        let mut right = Peer::start(br, bw);
+        let (left, mut right) = pair();
         tokio::spawn(async move {
             while let Some(incoming) = right.incoming.recv().await {
                 drop(incoming);

@@ -181,8 +181,8 @@ impl ChildCommand {
             exit_tx.send_replace(Exit::Ended(status));
         });
         tracing::debug!(pid, program, "started a child process in its own group");
-        let guard = Child { program, pgid, exit, stderr_done, tail, swept, dropped };
-        Ok((guard, Pipes { stdin, stdout, stderr: stderr_for_caller }))
+        let pipes = Pipes { stdin, stdout, stderr: stderr_for_caller, program: program.clone() };
+        Ok((Child { program, pgid, exit, stderr_done, tail, swept, dropped }, pipes))
     }
 }
 
@@ -194,6 +194,16 @@ pub struct Pipes {
     pub stdout: ChildStdout,
     /// Its stderr, when the caller asked for it ([`ChildCommand::stderr_to_caller`]).
     pub stderr: Option<ChildStderr>,
+    program: String,
+}
+
+impl Pipes {
+    /// Takes its stdin, which a process started without [`ChildCommand::stdin_null`] has.
+    pub fn take_stdin(&mut self) -> Result<ChildStdin, SpawnError> {
+        self.stdin
+            .take()
+            .ok_or_else(|| SpawnError::Other { program: self.program.clone(), why: "no stdin pipe".into() })
+    }
 }
 
 /// Why a process could not be started, in words a person can act on.

@@ -564,7 +564,7 @@ impl Exit {
 fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>, Exit), String> {
     match &spec.launch {
         Launch::Exec { program, args, env } => {
-            let (process, pipes) = ChildCommand::new(program)
+            let (process, mut pipes) = ChildCommand::new(program)
                 .args(args)
                 .envs(env)
                 // Names the worker in `ps e` and /proc, where several run the same binary.
@@ -572,7 +572,7 @@ fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>,
                 .log_stderr(&spec.provider, tracing::Level::INFO)
                 .spawn()
                 .map_err(|e| format!("could not be started: {e}"))?;
-            let stdin = pipes.stdin.ok_or("could not be started: it has no stdin")?;
+            let stdin = pipes.take_stdin().map_err(|e| format!("could not be started: {e}"))?;
             let io = Peer::start(pipes.stdout, stdin);
             Ok((io.peer, io.incoming, Exit::Process(Arc::new(process))))
         }
