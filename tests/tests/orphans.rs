@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use ahp_types::state::{ResponsePart, TurnState};
 use serde_json::json;
-use tests::daemon::{alive, children_of, cmdline, descendants, until_all_gone};
+use tests::daemon::{alive, children_of, cmdline, descendants, run_ahpd, until_all_gone};
 use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_entry};
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{Daemon, DaemonOptions, TestClient};
@@ -116,17 +116,18 @@ async fn killing_the_claude_worker_mid_reply_ends_its_claude_and_the_next_messag
     Ok(())
 }
 
-#[tokio::test]
-async fn a_daemon_started_after_one_was_killed_ends_what_that_one_left_running() -> anyhow::Result<()> {
-    let home = tempfile::Builder::new().prefix("ahpd-orphans-").tempdir()?;
+/// Starts a daemon in `home` whose one worker ignores the signal of its parent's death and lingers
+/// once its stdin closes, checks the record names its group, kills the daemon with SIGKILL, and
+/// answers the worker's pid once it outlived the daemon.
+async fn killed_with_a_leftover(home: &std::path::Path) -> anyhow::Result<i32> {
     let stubborn = json!({ "agents": { "stubborn": {
         "kind": "command", "command": workers_dir().join("stubborn.sh") } } });
-    let mut first = Daemon::start_in(home.path(), DaemonOptions::with_config(stubborn)).await?;
+    let mut first = Daemon::start_in(home, DaemonOptions::with_config(stubborn)).await?;
     let worker = children_of(first.pid())
         .into_iter()
         .find(|pid| cmdline(*pid).contains("stubborn.sh"))
         .ok_or_else(|| anyhow::anyhow!("no stubborn worker"))?;
-    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(home.path().join("data/ahpd/daemon.json"))?)?;
+    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(home.join("data/ahpd/daemon.json"))?)?;
     let recorded: Vec<i64> =
         record["groups"].as_array().into_iter().flatten().filter_map(|g| g["pgid"].as_i64()).collect();
     assert!(recorded.contains(&i64::from(worker)), "the record names the worker's group: {record}");
@@ -139,12 +140,30 @@ async fn a_daemon_started_after_one_was_killed_ends_what_that_one_left_running()
         anyhow::ensure!(started.elapsed() < std::time::Duration::from_secs(30), "it never lingered");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    Ok(worker)
+}
 
+#[tokio::test]
+async fn a_daemon_started_after_one_was_killed_ends_what_that_one_left_running() -> anyhow::Result<()> {
+    let home = tempfile::Builder::new().prefix("ahpd-orphans-").tempdir()?;
+    let worker = killed_with_a_leftover(home.path()).await?;
     let echo = json!({ "agents": { "echo": { "kind": "echo" } } });
     let second = Daemon::start_in(home.path(), DaemonOptions::with_config(echo)).await?;
     let left = until_all_gone(&[worker], "the new daemon announced itself").await;
     assert!(left.is_empty(), "the predecessor's leftover still runs:\n{}", described(&left));
     let said = second.wait_for_log("left running by a daemon that died", tests::PATIENCE).await?;
     assert!(said.contains(&format!("process group {worker}")), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_verb_that_clears_a_killed_daemons_record_ends_what_it_left_running() -> anyhow::Result<()> {
+    let home = tempfile::Builder::new().prefix("ahpd-orphans-").tempdir()?;
+    let worker = killed_with_a_leftover(home.path()).await?;
+    let status = run_ahpd(home.path(), &["status"]).await?;
+    assert!(status.stderr.contains("Removed a stale record"), "{}", status.stderr);
+    assert!(status.stderr.contains("Ended 1 process group(s) it left running."), "{}", status.stderr);
+    let left = until_all_gone(&[worker], "ahpd status cleared the record").await;
+    assert!(left.is_empty(), "the killed daemon's leftover still runs:\n{}", described(&left));
     Ok(())
 }

@@ -28,32 +28,38 @@ pub async fn keep_recorded(facts: Arc<Facts>, cancel: CancellationToken) {
 }
 
 /// Ends what the daemon named by the record in `paths` left running, when that daemon is dead:
-/// each group it recorded that is still that group (see `agent_runner::child::groups`).
-pub fn end_leftovers(paths: &Paths) {
+/// each group it recorded that is still that group (see `agent_runner::child::groups`). Answers
+/// how many groups it ended.
+pub fn end_leftovers(paths: &Paths) -> usize {
     let record = match Record::read(&paths.record()) {
         Ok(Some(record)) => record,
-        Ok(None) => return,
+        Ok(None) => return 0,
         Err(e) => {
             tracing::warn!("{e}");
-            return;
+            return 0;
         }
     };
     let ours = record.pid == std::process::id();
     if !ours && process::alive(record.pid) && process::looks_like_ahpd(record.pid) {
         // It lives: its tree is its own.
-        return;
+        return 0;
     }
+    let mut ended = 0;
     for group in &record.groups {
         match groups::end_if_ours(group) {
-            GroupEnd::Ended => tracing::warn!(
-                "ended process group {} left running by a daemon that died (pid {})",
-                group.pgid,
-                record.pid
-            ),
+            GroupEnd::Ended => {
+                ended += 1;
+                tracing::warn!(
+                    "ended process group {} left running by a daemon that died (pid {})",
+                    group.pgid,
+                    record.pid
+                );
+            }
             GroupEnd::Gone => {}
             GroupEnd::NotOurs => {
                 tracing::debug!(pgid = group.pgid, "a recorded process group's id belongs to another process now")
             }
         }
     }
+    ended
 }
