@@ -12,8 +12,8 @@ use protocol::{AgentDescriptor, AgentFeatures, Policy, ProbeResult, SchemaResult
 
 use crate::config::Offers;
 use crate::options::AcpOptions;
-use crate::process::lock;
 use crate::session::AcpSession;
+use agent_runner::lock;
 
 /// What the agent learned from its sessions, for the schema and the probe.
 #[derive(Default)]

@@ -15,10 +15,27 @@ use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::process::{lock, signal_name, Process, Spawn};
+use agent_runner::child::{signal_name, Child, ChildCommand};
+use agent_runner::lock;
 
 fn invalid(message: impl Into<String>) -> RpcError {
     RpcError::new(codes::INVALID_PARAMS, message)
+}
+
+/// Why a path an agent named is refused, in the words the agent is answered with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefused {
+    /// ACP paths are absolute.
+    #[error("{0} is not an absolute path; ACP paths are absolute")]
+    NotAbsolute(String),
+    /// The path leads out of every folder of the session.
+    #[error("{path} is outside this session's folders ({roots}); ahpd reads and writes files only inside them")]
+    Outside {
+        /// The path as named.
+        path: String,
+        /// The session's folders, joined.
+        roots: String,
+    },
 }
 
 fn failed(message: impl Into<String>) -> RpcError {
@@ -84,21 +101,18 @@ impl Folders {
         self.roots.first().map(PathBuf::as_path)
     }
 
-    /// `raw` as a path inside one of the folders, or the sentence refusing it.
-    pub fn inside(&self, raw: &str) -> Result<PathBuf, String> {
+    /// `raw` as a path inside one of the folders, or why it is refused.
+    pub fn inside(&self, raw: &str) -> Result<PathBuf, PathRefused> {
         let path = Path::new(raw);
         if !path.is_absolute() {
-            return Err(format!("{raw} is not an absolute path; ACP paths are absolute"));
+            return Err(PathRefused::NotAbsolute(raw.to_owned()));
         }
         let resolved = real(&normalize(path));
         if self.roots.iter().any(|root| resolved.starts_with(root)) {
             Ok(resolved)
         } else {
             let roots: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
-            Err(format!(
-                "{raw} is outside this session's folders ({}); ahpd reads and writes files only inside them",
-                roots.join(", ")
-            ))
+            Err(PathRefused::Outside { path: raw.to_owned(), roots: roots.join(", ") })
         }
     }
 
@@ -111,7 +125,7 @@ impl Folders {
             limit: Option<u64>,
         }
         let read: Read = params("fs/read_text_file", value)?;
-        let path = self.inside(&read.path).map_err(invalid)?;
+        let path = self.inside(&read.path).map_err(|e| invalid(e.to_string()))?;
         let text = tokio::fs::read_to_string(&path).await.map_err(|e| failed(format!("{}: {e}", read.path)))?;
         let content = match (read.line, read.limit) {
             (None, None) => text,
@@ -132,7 +146,7 @@ impl Folders {
             content: String,
         }
         let write: Write = params("fs/write_text_file", value)?;
-        let path = self.inside(&write.path).map_err(invalid)?;
+        let path = self.inside(&write.path).map_err(|e| invalid(e.to_string()))?;
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(|e| failed(format!("{}: {e}", write.path)))?;
         }
@@ -181,7 +195,7 @@ impl Output {
 }
 
 struct Terminal {
-    process: Process,
+    process: Child,
     output: Arc<Mutex<Output>>,
     readers_done: Arc<tokio::sync::Notify>,
     readers_left: Arc<std::sync::atomic::AtomicUsize>,
@@ -311,7 +325,7 @@ impl Terminals {
         }
         let create: Create = params("terminal/create", value)?;
         let cwd = match &create.cwd {
-            Some(cwd) => self.folders.inside(cwd).map_err(invalid)?,
+            Some(cwd) => self.folders.inside(cwd).map_err(|e| invalid(e.to_string()))?,
             None => self
                 .folders
                 .cwd()
@@ -325,15 +339,16 @@ impl Terminals {
         } else {
             (create.command.clone(), create.args)
         };
-        let spawn = Spawn {
-            program: &program,
-            args: &args,
-            env: create.env.into_iter().map(|v| (v.name, v.value)).collect(),
-            cwd: &cwd,
-            stdin: false,
-            merge_stderr: true,
-        };
-        let (process, pipes) = Process::spawn(spawn, &self.tracker, &self.cancel).map_err(|e| failed(e.0))?;
+        // What the command leaves running when it ends (a background job) ends with it.
+        let (process, pipes) = ChildCommand::new(&program)
+            .args(&args)
+            .envs(create.env.into_iter().map(|v| (v.name, v.value)))
+            .cwd(&cwd)
+            .stdin_null()
+            .stderr_to_caller()
+            .end_group_with_leader()
+            .spawn()
+            .map_err(|e| failed(e.to_string()))?;
         let limit = create.output_byte_limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(DEFAULT_OUTPUT_LIMIT);
         let output = Arc::new(Mutex::new(Output { bytes: Vec::new(), truncated: false, limit }));
         let readers_done = Arc::new(tokio::sync::Notify::new());
@@ -392,7 +407,7 @@ mod tests {
         let inside = dir.join("a/b.txt");
         assert!(folders.inside(inside.to_str().expect("utf8")).is_ok());
         let escape = format!("{}/../escape.txt", dir.display());
-        assert!(folders.inside(&escape).expect_err("outside").contains("outside this session's folders"));
+        assert!(folders.inside(&escape).expect_err("outside").to_string().contains("outside this session's folders"));
         assert!(folders.inside("relative.txt").is_err());
         std::os::unix::fs::symlink("/etc", dir.join("link")).expect("symlink");
         assert!(folders.inside(&format!("{}/link/passwd", dir.display())).is_err());

@@ -95,6 +95,29 @@ pub struct Offers {
     pub legacy_models: Option<(String, Vec<Choice>)>,
 }
 
+/// Why a model cannot be chosen: a sentence a person reads as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelRefused {
+    /// The server names no models at all.
+    #[error("{provider}: this ACP server names no models, so \"{model}\" cannot be chosen")]
+    NoneNamed {
+        /// The provider.
+        provider: String,
+        /// The model asked for.
+        model: String,
+    },
+    /// The server names others.
+    #[error("{provider} does not offer model \"{model}\"; it offers {offered}")]
+    NotOffered {
+        /// The provider.
+        provider: String,
+        /// The model asked for.
+        model: String,
+        /// The ids it offers, joined.
+        offered: String,
+    },
+}
+
 /// A value the server does not offer for a key it does take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotOffered;
@@ -258,21 +281,22 @@ impl Offers {
     }
 
     /// How to point the server at `model`, or the sentence refusing it.
-    pub fn ask_model(&self, provider: &str, model: &str) -> Result<Ask, String> {
+    pub fn ask_model(&self, provider: &str, model: &str) -> Result<Ask, ModelRefused> {
         let offered = self.models(provider);
+        let (provider, model) = (provider.to_owned(), model.to_owned());
         if offered.is_empty() {
-            return Err(format!("{provider}: this ACP server names no models, so \"{model}\" cannot be chosen"));
+            return Err(ModelRefused::NoneNamed { provider, model });
         }
         if !offered.iter().any(|m| m.id == model) {
             let ids: Vec<&str> = offered.iter().map(|m| m.id.as_str()).collect();
-            return Err(format!("{provider} does not offer model \"{model}\"; it offers {}", ids.join(", ")));
+            return Err(ModelRefused::NotOffered { provider, model, offered: ids.join(", ") });
         }
-        if self.current_model().as_deref() == Some(model) {
+        if self.current_model().as_deref() == Some(model.as_str()) {
             return Ok(Ask::Nothing);
         }
         Ok(match self.option_of_category("model") {
             Some(option) => Ask::SetOption { config_id: option.id.clone(), value: Value::String(model.to_owned()) },
-            None => Ask::SetModel(model.to_owned()),
+            None => Ask::SetModel(model),
         })
     }
 
@@ -450,7 +474,7 @@ mod tests {
             offers.ask_model("claude", "opus"),
             Ok(Ask::SetOption { config_id: "model".into(), value: json!("opus") })
         );
-        assert!(offers.ask_model("claude", "gpt").expect_err("not offered").contains("default, opus"));
+        assert!(offers.ask_model("claude", "gpt").expect_err("not offered").to_string().contains("default, opus"));
     }
 
     #[test]
@@ -462,6 +486,6 @@ mod tests {
         assert_eq!(offers.ask(MODE_KEY, &json!("plan")), Ok(Some(Ask::SetMode("plan".into()))));
         assert_eq!(offers.ask_model("p", "haiku"), Ok(Ask::SetModel("haiku".into())));
         assert_eq!(offers.ask_model("p", "sonnet"), Ok(Ask::Nothing));
-        assert!(Offers::default().ask_model("p", "x").expect_err("none").contains("names no models"));
+        assert!(Offers::default().ask_model("p", "x").expect_err("none").to_string().contains("names no models"));
     }
 }

@@ -8,19 +8,18 @@
 //! it asks of its client - files inside the session's folders, terminals - is served here
 //! ([`client`]).
 //!
-//! The JSON-RPC is written here ([`conn`]) rather than taken from the `agent-client-protocol`
-//! crate: an agent is someone else's program - string ids, stray lines on stdout and update kinds
-//! newer than any schema must not end a conversation, so everything is read leniently from JSON.
+//! The JSON-RPC is `agent_runner::rpc`'s peer, started for a foreign program
+//! (`Peer::start_foreign`), rather than the `agent-client-protocol` crate: an agent is someone
+//! else's program - string ids, stray lines on stdout and update kinds newer than any schema must
+//! not end a conversation, so everything is read leniently from JSON.
 //!
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 
 pub mod agent;
 pub mod client;
 pub mod config;
-pub mod conn;
 pub mod mapping;
 pub mod options;
-pub mod process;
 pub mod session;
 
 use std::path::PathBuf;
@@ -34,7 +33,7 @@ pub use options::{AcpOptions, PRESETS};
 /// The factory `ahpd worker acp` runs: reads the entry's options and builds the agent.
 pub fn factory() -> AgentFactory {
     Box::new(|init, context| {
-        let options = AcpOptions::from_options(&init.options).map_err(AgentError::Failed)?;
+        let options = AcpOptions::from_options(&init.options).map_err(|e| AgentError::Failed(e.to_string()))?;
         let data_dir = init.data_dir.as_ref().map(PathBuf::from);
         Ok(Arc::new(AcpAgent::new(init.provider.clone(), options, data_dir, context)) as Arc<dyn Agent>)
     })

@@ -114,31 +114,51 @@ pub struct AcpOptions {
 /// (claude-agent-acp) takes seconds on a small machine.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Why an entry's options do not say which ACP agent to run, in words a person can act on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OptionsError {
+    /// The options do not have the shape an `acp` entry takes.
+    #[error("acp options: {0}")]
+    Unreadable(String),
+    /// The preset named is not one this build knows.
+    #[error("acp options: there is no preset \"{name}\"; the presets are {known}")]
+    NoSuchPreset {
+        /// The name given.
+        name: String,
+        /// The presets there are, joined.
+        known: String,
+    },
+    /// `command` is there and empty.
+    #[error("acp options: command is empty")]
+    EmptyCommand,
+    /// Neither a command nor a preset.
+    #[error("acp options: give a command (the ACP agent to run) or a preset such as \"gemini\"")]
+    NoCommand,
+}
+
 impl AcpOptions {
     /// Reads an entry's options: a preset, a command, or a preset with some of it overridden.
     /// A preset's variables yield to the worker's own (the entry's `env` reaches the agent as the
     /// person wrote it).
-    pub fn from_options(options: &JsonObject) -> Result<Self, String> {
+    pub fn from_options(options: &JsonObject) -> Result<Self, OptionsError> {
         Self::from_options_over(options, |name| std::env::var_os(name).is_some())
     }
 
-    fn from_options_over(options: &JsonObject, worker_has: impl Fn(&str) -> bool) -> Result<Self, String> {
+    fn from_options_over(options: &JsonObject, worker_has: impl Fn(&str) -> bool) -> Result<Self, OptionsError> {
         let written: Written = serde_json::from_value(serde_json::Value::Object(options.clone()))
-            .map_err(|e| format!("acp options: {e}"))?;
+            .map_err(|e| OptionsError::Unreadable(e.to_string()))?;
         let preset = match &written.preset {
             Some(name) => Some(preset(name).ok_or_else(|| {
                 let known: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-                format!("acp options: there is no preset \"{name}\"; the presets are {}", known.join(", "))
+                OptionsError::NoSuchPreset { name: name.clone(), known: known.join(", ") }
             })?),
             None => None,
         };
         let command = match (&written.command, preset) {
             (Some(command), _) if !command.trim().is_empty() => command.clone(),
-            (Some(_), _) => return Err("acp options: command is empty".into()),
+            (Some(_), _) => return Err(OptionsError::EmptyCommand),
             (None, Some(p)) => p.command.to_owned(),
-            (None, None) => {
-                return Err("acp options: give a command (the ACP agent to run) or a preset such as \"gemini\"".into())
-            }
+            (None, None) => return Err(OptionsError::NoCommand),
         };
         let args = match (&written.args, preset) {
             (Some(args), _) => args.clone(),
@@ -188,7 +208,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn options(value: serde_json::Value) -> Result<AcpOptions, String> {
+    fn options(value: serde_json::Value) -> Result<AcpOptions, OptionsError> {
         let serde_json::Value::Object(map) = value else { panic!("an object") };
         AcpOptions::from_options(&map)
     }
@@ -225,8 +245,8 @@ mod tests {
 
     #[test]
     fn mistakes_are_sentences() {
-        assert!(options(json!({})).expect_err("no command").contains("give a command"));
-        assert!(options(json!({"preset": "nope"})).expect_err("no preset").contains("gemini"));
+        assert!(options(json!({})).expect_err("no command").to_string().contains("give a command"));
+        assert!(options(json!({"preset": "nope"})).expect_err("no preset").to_string().contains("gemini"));
         assert!(options(json!({"command": "x", "comand": "y"})).is_err());
         let auth = options(json!({"command": "x", "authenticate": {"methodId": "api-key"}})).expect("auth");
         assert_eq!(auth.authenticate, Some(Authenticate { method_id: "api-key".into() }));

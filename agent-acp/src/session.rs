@@ -22,11 +22,12 @@ use tokio_util::task::TaskTracker;
 use crate::agent::Shared;
 use crate::client::{Folders, Terminals};
 use crate::config::{request_of, Ask, Offers};
-use crate::conn::{CallError, Conn, FromAgent};
 use crate::mapping::{
     chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
 };
-use crate::process::{lock, Process, Spawn};
+use agent_runner::child::{describe_exit, Child, ChildCommand};
+use agent_runner::lock;
+use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
 
 /// The ACP protocol version this client speaks.
 const ACP_VERSION: u64 = 1;
@@ -77,8 +78,8 @@ impl Caps {
 /// A live agent process and the conversation with it.
 #[derive(Clone)]
 struct Link {
-    conn: Conn,
-    process: Arc<Process>,
+    peer: Peer,
+    process: Arc<Child>,
     caps: Caps,
     generation: u64,
 }
@@ -89,8 +90,7 @@ struct Running {
 
 /// A permission request waiting for a person.
 struct Parked {
-    conn: Conn,
-    id: Value,
+    responder: Responder,
     options: Vec<PermissionOption>,
 }
 
@@ -223,35 +223,31 @@ impl AcpSession {
         let options = &shared.options;
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let process_cwd = options.cwd.clone().unwrap_or_else(|| self.inner.cwd.clone());
-        let spawn = Spawn {
-            program: &options.command,
-            args: &options.args,
-            env: options.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            cwd: &process_cwd,
-            stdin: true,
-            merge_stderr: false,
-        };
-        let (process, pipes) = Process::spawn(spawn, &self.inner.tracker, &self.inner.cancel)
+        // Something the agent left behind when it ends (a helper holding its stdout) ends with it.
+        let (process, mut pipes) = ChildCommand::new(&options.command)
+            .args(&options.args)
+            .envs(&options.env)
+            .cwd(&process_cwd)
+            .end_group_with_leader()
+            .spawn()
             .map_err(|e| format!("{}: {e}", self.provider()))?;
         let process = Arc::new(process);
-        let stdin = pipes.stdin.ok_or_else(|| format!("{}: the agent has no stdin", self.provider()))?;
+        let stdin = pipes.take_stdin().map_err(|e| format!("{}: {e}", self.provider()))?;
         let handler = self.clone();
-        let conn = Conn::start(pipes.stdout, stdin, &self.inner.tracker, move |conn, message| {
-            handler.on_message(conn, generation, message);
-        });
-        self.watch(conn.clone(), process.clone(), generation);
-        let link = Link { conn: conn.clone(), process: process.clone(), caps: Caps::default(), generation };
+        let peer = Peer::start_foreign(pipes.stdout, stdin, move |message| handler.on_message(generation, message));
+        self.watch(peer.clone(), process.clone(), generation);
+        let link = Link { peer: peer.clone(), process: process.clone(), caps: Caps::default(), generation };
         match self.handshake(link, opening).await {
             Ok(()) => Ok(()),
             Err(sentence) => {
-                conn.close_stdin();
+                peer.close_output();
                 process.signal(nix::sys::signal::Signal::SIGTERM);
                 process.stop(Duration::from_millis(500)).await;
                 process.settle(Duration::from_secs(1)).await;
-                conn.end();
+                peer.end();
                 // A refusal needs no stderr beside it; anything else might.
                 let quiet = process.tail().is_blank();
-                Err(if quiet { sentence } else { process.with_tail(sentence) })
+                Err(if quiet { sentence } else { with_tail(&process, sentence) })
             }
         }
     }
@@ -261,23 +257,21 @@ impl AcpSession {
         let options = &self.inner.shared.options;
         let command = options.command_line();
         let provider = self.provider();
-        let asked = link.conn.request(method, params);
+        let asked = link.peer.request_value(method, params);
         let answer = tokio::select! {
             answer = tokio::time::timeout(options.start_timeout, asked) => answer,
             _ = self.inner.cancel.cancelled() => return Err(format!("{provider}: the session closed while {command} was starting")),
         };
         match answer {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(CallError::Rpc(error))) if error.code == AUTH_REQUIRED && method != "authenticate" => {
+            Ok(Err(PeerError::Rpc(error))) if error.code == AUTH_REQUIRED && method != "authenticate" => {
                 Err(self.sign_in_needed(&link.caps))
             }
-            Ok(Err(CallError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
-            Ok(Err(CallError::Closed)) => {
+            Ok(Err(PeerError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
+            Ok(Err(PeerError::Decode(why))) => Err(format!("{provider}: {command} answered {method} oddly: {why}")),
+            Ok(Err(PeerError::Closed)) => {
                 link.process.settle(Duration::from_secs(1)).await;
-                Err(format!(
-                    "{provider}: {command} {} before it answered {method}",
-                    crate::process::describe_status(link.process.status())
-                ))
+                Err(format!("{provider}: {command} {} before it answered {method}", how_it_ended(&link.process)))
             }
             Err(_) => Err(format!(
                 "{provider}: {command} did not answer {method} within {} s, so it was stopped",
@@ -450,7 +444,7 @@ impl AcpSession {
                     }
                 }
                 Err(why) => {
-                    tracing::warn!(provider = self.provider(), why, "the model this session asked for was not set")
+                    tracing::warn!(provider = self.provider(), %why, "the model this session asked for was not set")
                 }
             }
         }
@@ -478,7 +472,7 @@ impl AcpSession {
         let Some((method, params)) = request_of(ask, &acp_id) else {
             return Ok(());
         };
-        let answer = link.conn.request(method, params).await.map_err(|e| e.to_string())?;
+        let answer = link.peer.request_value(method, params).await.map_err(refusal)?;
         match ask {
             Ask::SetOption { .. } => {
                 if let Some(list) = answer.get("configOptions").filter(|l| l.is_array()) {
@@ -503,18 +497,18 @@ impl AcpSession {
     }
 
     /// Notices the agent's end while no turn is waiting on it, so the next message starts it again.
-    fn watch(&self, conn: Conn, process: Arc<Process>, generation: u64) {
+    fn watch(&self, peer: Peer, process: Arc<Child>, generation: u64) {
         let session = self.clone();
         let cancel = self.inner.cancel.clone();
         self.inner.tracker.spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = conn.ended() => {}
+                _ = peer.ended() => {}
                 _ = async {
                     process.wait().await;
                     // Something it left behind may hold its stdout open; its answers are over.
                     tokio::time::sleep(EXIT_GRACE).await;
-                } => conn.end(),
+                } => peer.end(),
             }
             let mut state = session.state();
             if state.link.as_ref().is_some_and(|l| l.generation == generation) {
@@ -529,18 +523,18 @@ impl AcpSession {
 
     /// What the agent sends: updates to the running turn or the session, its questions, and the
     /// client methods (run as tasks of their own, so a terminal waited on holds nothing up).
-    fn on_message(&self, conn: &Conn, generation: u64, message: FromAgent) {
+    fn on_message(&self, generation: u64, message: Incoming) {
         match message {
-            FromAgent::Notification { method, params } if method == "session/update" => {
+            Incoming::Notification { method, params } if method == "session/update" => {
                 if let Some(update) = params.get("update") {
                     self.on_update(generation, update);
                 }
             }
-            FromAgent::Notification { method, .. } => {
+            Incoming::Notification { method, .. } => {
                 tracing::debug!(method, "an ACP notification this host does not use")
             }
-            FromAgent::Request { id, method, params } => match method.as_str() {
-                "session/request_permission" => self.on_permission(conn, id, &params),
+            Incoming::Request(Request { method, params, responder }) => match method.as_str() {
+                "session/request_permission" => self.on_permission(responder, &params),
                 "fs/read_text_file"
                 | "fs/write_text_file"
                 | "terminal/create"
@@ -548,12 +542,8 @@ impl AcpSession {
                 | "terminal/wait_for_exit"
                 | "terminal/kill"
                 | "terminal/release" => {
-                    let (folders, terminals, conn, cancel) = (
-                        self.inner.folders.clone(),
-                        self.inner.terminals.clone(),
-                        conn.clone(),
-                        self.inner.cancel.clone(),
-                    );
+                    let (folders, terminals, cancel) =
+                        (self.inner.folders.clone(), self.inner.terminals.clone(), self.inner.cancel.clone());
                     self.inner.tracker.spawn(async move {
                         let served = async {
                             match method.as_str() {
@@ -567,17 +557,17 @@ impl AcpSession {
                                 if let Err(e) = &answer {
                                     tracing::info!(method, error = %e.message, "refused a client method");
                                 }
-                                conn.respond(id, answer);
+                                responder.respond(answer);
                             }
-                            _ = cancel.cancelled() => conn.respond(id, Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
+                            _ = cancel.cancelled() => responder.respond(Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
                         }
                     });
                 }
                 other => {
-                    conn.respond(
-                        id,
-                        Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))),
-                    );
+                    responder.respond(Err(RpcError::new(
+                        codes::METHOD_NOT_FOUND,
+                        format!("this client does not answer {other}"),
+                    )));
                 }
             },
         }
@@ -639,7 +629,7 @@ impl AcpSession {
         }
     }
 
-    fn on_permission(&self, conn: &Conn, id: Value, params: &Value) {
+    fn on_permission(&self, responder: Responder, params: &Value) {
         let options = permission_options(params.get("options").unwrap_or(&Value::Null));
         let tool_call = params.get("toolCall").cloned().unwrap_or(Value::Null);
         let mut state = self.state();
@@ -651,11 +641,11 @@ impl AcpSession {
         let Some(call_id) = asked else {
             drop(state);
             // Nobody is there to ask: the agent hears it was cancelled.
-            conn.respond(id, Ok(permission_answer(None)));
+            responder.respond(Ok(permission_answer(None)));
             return;
         };
-        if let Some(older) = state.parked.insert(call_id, Parked { conn: conn.clone(), id, options }) {
-            older.conn.respond(older.id, Ok(permission_answer(None)));
+        if let Some(older) = state.parked.insert(call_id, Parked { responder, options }) {
+            older.responder.respond(Ok(permission_answer(None)));
         }
     }
 
@@ -707,7 +697,7 @@ impl AcpSession {
         self.state().turn = Some(TurnMap::new(self.provider(), writer));
         let stopped = || abort.is_cancelled() || self.inner.cancel.is_cancelled();
 
-        let live = self.state().link.clone().filter(|l| !l.conn.is_ended());
+        let live = self.state().link.clone().filter(|l| !l.peer.is_ended());
         let link = match live {
             Some(link) => link,
             None => {
@@ -745,7 +735,7 @@ impl AcpSession {
             let first = std::mem::replace(&mut state.first_prompt, false);
             (state.acp_id.clone().unwrap_or_default(), self.prompt_blocks(&params, first, &link.caps))
         };
-        let asked = link.conn.request("session/prompt", json!({"sessionId": acp_id, "prompt": prompt}));
+        let asked = link.peer.request_value("session/prompt", json!({"sessionId": acp_id, "prompt": prompt}));
         tokio::pin!(asked);
         let answer = tokio::select! {
             answer = &mut asked => Some(answer),
@@ -772,23 +762,26 @@ impl AcpSession {
                 self.end_turn(end);
             }
             Err(_) if stopped() => self.end_turn(agent_runner::TurnEnd::Cancelled),
-            Err(CallError::Rpc(error)) if error.code == AUTH_REQUIRED => {
+            Err(PeerError::Rpc(error)) if error.code == AUTH_REQUIRED => {
                 self.fail_turn("authRequired", self.sign_in_needed(&link.caps));
             }
-            Err(CallError::Rpc(error)) => {
+            Err(error @ (PeerError::Rpc(_) | PeerError::Decode(_))) => {
                 self.fail_turn(
                     "agentError",
-                    format!("{}: the agent failed the turn: {}", self.provider(), error.message),
+                    format!("{}: the agent failed the turn: {}", self.provider(), refusal(error)),
                 );
             }
-            Err(CallError::Closed) => {
+            Err(PeerError::Closed) => {
                 link.process.settle(Duration::from_secs(1)).await;
-                let sentence = link.process.with_tail(format!(
-                    "{}: {} {} in the middle of the turn; the next message starts it again",
-                    self.provider(),
-                    self.inner.shared.options.command_line(),
-                    crate::process::describe_status(link.process.status())
-                ));
+                let sentence = with_tail(
+                    &link.process,
+                    format!(
+                        "{}: {} {} in the middle of the turn; the next message starts it again",
+                        self.provider(),
+                        self.inner.shared.options.command_line(),
+                        how_it_ended(&link.process)
+                    ),
+                );
                 {
                     let mut state = self.state();
                     if state.link.as_ref().is_some_and(|l| l.generation == link.generation) {
@@ -829,16 +822,16 @@ impl AcpSession {
             (state.link.take(), parked, state.acp_id.clone(), state.running.is_some())
         };
         for p in parked {
-            p.conn.respond(p.id, Ok(permission_answer(None)));
+            p.responder.respond(Ok(permission_answer(None)));
         }
         if let (Some(link), Some(acp_id), true) = (&link, &acp_id, running) {
-            link.conn.notify("session/cancel", json!({"sessionId": acp_id}));
+            link.peer.notify("session/cancel", json!({"sessionId": acp_id}));
         }
         self.inner.cancel.cancel();
         if let Some(link) = link {
-            link.conn.close_stdin();
+            link.peer.close_output();
             link.process.stop(EXIT_GRACE).await;
-            link.conn.end();
+            link.peer.end();
         }
         self.inner.terminals.kill_all();
         self.inner.tracker.close();
@@ -986,8 +979,9 @@ impl Session for AcpSession {
     async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
         let (ask, link) = {
             let state = self.state();
-            let ask = state.offers.ask_model(self.provider(), &model.id).map_err(AgentError::Refused)?;
-            (ask, state.link.clone().filter(|l| !l.conn.is_ended()))
+            let ask =
+                state.offers.ask_model(self.provider(), &model.id).map_err(|e| AgentError::Refused(e.to_string()))?;
+            (ask, state.link.clone().filter(|l| !l.peer.is_ended()))
         };
         match link {
             Some(link) => self.ask(&link, &ask).await.map_err(|why| {
@@ -1006,18 +1000,18 @@ impl Session for AcpSession {
             state.queue.clear();
             let parked: Vec<Parked> = state.parked.drain().map(|(_, p)| p).collect();
             let cancel = state.running.as_ref().map(|r| {
-                let target = state.link.as_ref().zip(state.acp_id.as_ref()).map(|(l, id)| (l.conn.clone(), id.clone()));
+                let target = state.link.as_ref().zip(state.acp_id.as_ref()).map(|(l, id)| (l.peer.clone(), id.clone()));
                 (r.abort.clone(), target)
             });
             (parked, cancel)
         };
         // The questions are answered `cancelled` first, then the turn is cancelled, as ACP asks.
         for p in parked {
-            p.conn.respond(p.id, Ok(permission_answer(None)));
+            p.responder.respond(Ok(permission_answer(None)));
         }
         if let Some((abort, target)) = cancel {
-            if let Some((conn, acp_id)) = target {
-                conn.notify("session/cancel", json!({"sessionId": acp_id}));
+            if let Some((peer, acp_id)) = target {
+                peer.notify("session/cancel", json!({"sessionId": acp_id}));
             }
             abort.cancel();
         }
@@ -1029,14 +1023,14 @@ impl Session for AcpSession {
             return Ok(false);
         };
         let option = chosen_option(&parked.options, params.approved, params.option_id.as_deref());
-        parked.conn.respond(parked.id, Ok(permission_answer(option)));
+        parked.responder.respond(Ok(permission_answer(option)));
         Ok(true)
     }
 
     async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
         let (ask, link) = {
             let state = self.state();
-            (state.offers.ask(&key, &value), state.link.clone().filter(|l| !l.conn.is_ended()))
+            (state.offers.ask(&key, &value), state.link.clone().filter(|l| !l.peer.is_ended()))
         };
         let ask = match ask {
             Ok(Some(ask)) => ask,
@@ -1071,6 +1065,37 @@ impl Session for AcpSession {
 
     async fn close(&self) {
         self.shut().await;
+    }
+}
+
+/// How much of the agent's stderr tail goes into a message a person reads.
+const TAIL_SHOWN: usize = 2 * 1024;
+
+/// What went wrong with a request to the agent, in words.
+fn refusal(error: PeerError) -> String {
+    match error {
+        PeerError::Rpc(error) => error.message,
+        PeerError::Closed => "the agent's output ended before it answered".to_owned(),
+        PeerError::Decode(why) => why,
+    }
+}
+
+/// How the agent ended, in words, or that it closed its output while it lives on.
+fn how_it_ended(process: &Child) -> String {
+    if process.has_exited() {
+        describe_exit(process.status())
+    } else {
+        "closed its output".to_owned()
+    }
+}
+
+/// `sentence`, then the tail of the agent's stderr, for a message a person reads.
+fn with_tail(process: &Child, sentence: String) -> String {
+    let tail = process.tail().text_within(TAIL_SHOWN);
+    if tail.is_empty() {
+        format!("{sentence}. It said nothing on stderr.")
+    } else {
+        format!("{sentence}. Its stderr ended with:\n{tail}")
     }
 }
 

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agent_runner::testing::TestParent;
 use ahp_types::actions::{ChatToolCallConfirmedAction, StateAction};
@@ -20,29 +20,12 @@ use protocol::ConfirmParams;
 use serde_json::{json, Value};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
 
-/// Where an adapter's executable is: `$<env>`, else `$AHPD_TEST_CACHE/acp/node_modules/.bin/<name>`.
-fn adapter(env: &str, name: &str) -> String {
-    if let Ok(path) = std::env::var(env) {
-        return path;
-    }
-    let cache = std::env::var("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.cache"));
-    let bin = cache.join("acp/node_modules/.bin").join(name);
-    assert!(
-        bin.exists(),
-        "{} is not installed: run scripts/test (or scripts/deps/acp.sh) to install the ACP adapters, or set {env}",
-        bin.display()
-    );
-    bin.display().to_string()
-}
-
 fn claude_agent_acp() -> String {
-    adapter("AHPD_CLAUDE_AGENT_ACP_BIN", "claude-agent-acp")
+    tests::installed::claude_agent_acp().display().to_string()
 }
 
 fn claude_code_acp() -> String {
-    adapter("AHPD_CLAUDE_CODE_ACP_BIN", "claude-code-acp")
+    tests::installed::claude_code_acp().display().to_string()
 }
 
 /// Options running `command` against `mock`, with a home of its own.
@@ -241,7 +224,7 @@ async fn tiny_tools_endpoint(token: &'static str) -> (String, std::sync::Arc<std
                                                   "inputSchema": {"type": "object", "properties": {}}}]})
                 }
                 "tools/call" => {
-                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(message["params"].clone());
+                    agent_runner::lock(&seen).push(message["params"].clone());
                     json!({"content": [{"type": "text", "text": "sessions: alpha, beta"}]})
                 }
                 other => {
@@ -285,7 +268,7 @@ async fn claude_agent_acp_calls_a_host_tool_through_the_tools_endpoint() {
     let done = parent.until_idle(chat, PATIENCE).await.expect("the turn ends");
     assert_eq!(done.state, TurnState::Complete, "{done:?}");
     assert!(markdown(&done.response_parts).contains("sessions: alpha, beta"), "the tool's real answer: {done:?}");
-    assert_eq!(calls.lock().unwrap_or_else(|p| p.into_inner()).len(), 1, "called once, with the bearer token");
+    assert_eq!(agent_runner::lock(&calls).len(), 1, "called once, with the bearer token");
     let turn_request = mock.turn_requests().pop().expect("a request");
     assert!(
         turn_request.tool_names().iter().any(|n| n == "mcp__ahp__list_sessions"),

@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runner::child::ChildCommand;
 use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo, Turn};
@@ -42,7 +43,7 @@ use protocol::{
 use serde_json::{json, Value};
 
 use crate::options::ClaudeOptions;
-use crate::process::{Cli, Launch};
+use crate::process::Cli;
 use crate::session::{ClaudeSession, Initial, SessionSpec};
 
 /// The session config key for Claude's permission mode.
@@ -197,17 +198,12 @@ impl Agent for Claude {
             }
             None => std::env::temp_dir(),
         };
-        let launch = Launch {
-            command: self.options.command.clone(),
-            args: ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain(self.options.args.iter().cloned())
-                .collect(),
-            env: self.options.env.clone(),
-            cwd,
-        };
-        let (cli, _events) = Cli::spawn(&launch).map_err(|e| AgentError::Failed(e.to_string()))?;
+        let launch = ChildCommand::new(&self.options.command)
+            .args(["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"])
+            .args(&self.options.args)
+            .envs(&self.options.env)
+            .cwd(cwd);
+        let (cli, _events) = Cli::spawn(launch).map_err(|e| AgentError::Failed(e.to_string()))?;
         let answer = cli.control(json!({"subtype": "initialize", "hooks": null}), Duration::from_secs(60)).await;
         cli.stop().await;
         let answer = answer.map_err(|e| {

@@ -1,66 +1,26 @@
-//! One running `claude` process: its stdin as a line writer, its stdout as parsed lines, its
-//! stderr as a bounded tail, the host side of its control channel, and a graceful stop.
+//! One running `claude` process: its stdin as a line writer, its stdout as parsed lines, and the
+//! host side of its control channel.
 //!
-//! The process runs in its own process group, so stopping it (close stdin, wait, SIGTERM to the
-//! group, SIGKILL, reap) also stops whatever it started (shells, MCP servers).
+//! How it lives is `agent_runner::child`'s: its own process group, so stopping it (close stdin,
+//! wait, SIGTERM to the group, SIGKILL, reap) also stops whatever it started (shells, MCP servers).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runner::child::{describe_exit, Child, ChildCommand, SpawnError};
+use agent_runner::lines::{LineWriter, Waiting};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-/// How much of the CLI's stderr is kept for the errors a person sees.
-const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// How much of the CLI's stderr tail goes into the errors a person sees.
+const STDERR_SHOWN: usize = 8 * 1024;
 /// The longest stdout line read (a tool result can be large).
 const MAX_LINE_BYTES: usize = 64 << 20;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// The program (a path or a name on the PATH).
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables over the worker's own environment.
-    pub env: BTreeMap<String, String>,
-    /// Where it runs.
-    pub cwd: PathBuf,
-}
-
-/// Why the CLI could not be started, in words a person reads.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LaunchError {
-    /// The program is not there.
-    #[error("{0} was not found; install it, or put its directory on the PATH the daemon runs with")]
-    NotFound(String),
-    /// The working directory is not there.
-    #[error("{command} could not be started in {cwd}, which does not exist")]
-    NoSuchDirectory {
-        /// The program.
-        command: String,
-        /// The missing folder.
-        cwd: String,
-    },
-    /// Anything else the system said.
-    #[error("{command} could not be started: {why}")]
-    Other {
-        /// The program.
-        command: String,
-        /// What the system said.
-        why: String,
-    },
-}
 
 /// What the CLI printed, apart from answers to our own control requests.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,102 +47,55 @@ pub enum ControlError {
     Timeout,
 }
 
-type Pending = Mutex<HashMap<String, oneshot::Sender<Result<Value, ControlError>>>>;
+/// Our control requests waiting for the CLI's answers.
+type Pending = Waiting<Result<Value, ControlError>>;
 
 /// A running CLI. Cheap to share; [`Cli::stop`] ends it.
 pub struct Cli {
-    command: String,
-    writer: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    stdin: LineWriter,
     pending: Arc<Pending>,
-    next_request: AtomicU64,
-    stderr: Arc<Mutex<String>>,
-    pid: Option<u32>,
-    child: tokio::sync::Mutex<Option<Child>>,
-    status: Mutex<Option<ExitStatus>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    child: Child,
 }
 
 impl Cli {
     /// Starts the CLI; its output arrives on the returned channel, ending with [`CliEvent::Ended`]
     /// (or a [`CliEvent::Garbage`]).
-    pub fn spawn(launch: &Launch) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), LaunchError> {
-        if !launch.cwd.is_dir() {
-            return Err(LaunchError::NoSuchDirectory {
-                command: launch.command.clone(),
-                cwd: launch.cwd.display().to_string(),
-            });
-        }
-        let mut command = tokio::process::Command::new(&launch.command);
-        command
-            .args(&launch.args)
-            .envs(&launch.env)
-            .current_dir(&launch.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => LaunchError::NotFound(launch.command.clone()),
-            _ => LaunchError::Other { command: launch.command.clone(), why: e.to_string() },
-        })?;
-        let missing =
-            |what: &str| LaunchError::Other { command: launch.command.clone(), why: format!("no {what} pipe") };
-        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
-
-        let (line_tx, line_rx) = mpsc::unbounded_channel();
+    pub fn spawn(command: ChildCommand) -> Result<(Arc<Cli>, mpsc::UnboundedReceiver<CliEvent>), SpawnError> {
+        let (child, mut pipes) = command.log_stderr("claude", tracing::Level::DEBUG).spawn()?;
+        let stdin = LineWriter::start(pipes.take_stdin()?);
         let (event_tx, event_rx) = mpsc::unbounded_channel();
-        let cli = Arc::new(Cli {
-            command: launch.command.clone(),
-            writer: Mutex::new(Some(line_tx)),
-            pending: Arc::new(Mutex::new(HashMap::new())),
-            next_request: AtomicU64::new(1),
-            stderr: Arc::new(Mutex::new(String::new())),
-            pid: child.id(),
-            child: tokio::sync::Mutex::new(Some(child)),
-            status: Mutex::new(None),
-        });
-        // These three tasks end on their own when the process's pipes close, which `stop` and
-        // `kill_on_drop` guarantee.
-        tokio::spawn(write_lines(stdin, line_rx));
-        tokio::spawn(keep_tail(stderr, cli.stderr.clone()));
-        tokio::spawn(read_lines(stdout, cli.pending.clone(), event_tx));
-        tracing::debug!(pid = ?cli.pid, command = %launch.command, args = ?launch.args, "started claude");
+        let cli = Arc::new(Cli { stdin, pending: Arc::new(Waiting::new("ahpd_")), child });
+        // It ends on its own when the process's stdout closes, which `stop` and dropping the
+        // guard guarantee.
+        tokio::spawn(read_lines(pipes.stdout, cli.pending.clone(), event_tx));
+        tracing::debug!(pid = cli.child.pid(), command = cli.command(), "started claude");
         Ok((cli, event_rx))
     }
 
     /// The program's name, for messages.
     pub fn command(&self) -> &str {
-        &self.command
+        self.child.program()
     }
 
     /// Writes one JSON line to the CLI's stdin; false once stdin is closed.
     pub fn send(&self, line: &Value) -> bool {
-        match lock(&self.writer).as_ref() {
-            Some(writer) => writer.send(format!("{line}\n")).is_ok(),
-            None => false,
-        }
+        self.stdin.send(line)
     }
 
     /// Sends a control request and waits (at most `within`) for its answer.
     pub async fn control(&self, request: Value, within: Duration) -> Result<Value, ControlError> {
-        let id = format!("ahpd_{}", self.next_request.fetch_add(1, Ordering::Relaxed));
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id.clone(), tx);
+        let id = self.pending.next_id();
+        let answer = self.pending.wait_for(&id);
         if !self.send(&json!({"type": "control_request", "request_id": id, "request": request})) {
-            lock(&self.pending).remove(&id);
+            self.pending.forget(&id);
             return Err(ControlError::Gone);
         }
-        match tokio::time::timeout(within, rx).await {
+        match tokio::time::timeout(within, answer).await {
             Ok(Ok(answer)) => answer,
+            // Its output ended: nobody will answer.
             Ok(Err(_)) => Err(ControlError::Gone),
             Err(_) => {
-                lock(&self.pending).remove(&id);
+                self.pending.forget(&id);
                 Err(ControlError::Timeout)
             }
         }
@@ -199,111 +112,32 @@ impl Cli {
 
     /// The last few KiB of what the CLI wrote to stderr.
     pub fn stderr_tail(&self) -> String {
-        lock(&self.stderr).trim().to_owned()
+        self.child.tail().text_within(STDERR_SHOWN)
     }
 
     /// Waits at most `within` for the process to exit on its own, and says how it ended.
     pub async fn wait_exit(&self, within: Duration) -> Option<ExitStatus> {
-        if let Some(status) = *lock(&self.status) {
-            return Some(status);
-        }
-        let mut child = self.child.lock().await;
-        let status = match child.as_mut() {
-            Some(c) => tokio::time::timeout(within, c.wait()).await.ok().and_then(Result::ok),
-            None => None,
-        };
-        if let Some(status) = status {
-            *lock(&self.status) = Some(status);
-            *child = None;
-        }
-        status
+        self.child.wait_within(within).await
     }
 
     /// Stops the process gracefully: close stdin, wait, SIGTERM to its group, wait, SIGKILL, reap.
     pub async fn stop(&self) {
-        lock(&self.writer).take();
-        if self.wait_exit(STOP_GRACE).await.is_some() {
-            return;
-        }
-        self.signal_group(nix::sys::signal::Signal::SIGTERM);
-        if self.wait_exit(STOP_GRACE).await.is_some() {
-            return;
-        }
-        self.signal_group(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.wait_exit(STOP_GRACE).await;
+        self.stdin.close();
+        self.child.stop(STOP_GRACE).await;
     }
 
     /// Kills the process group at once (a CLI that printed garbage is in no state to be asked).
     pub async fn kill(&self) {
-        lock(&self.writer).take();
-        self.signal_group(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.wait_exit(STOP_GRACE).await;
-    }
-
-    fn signal_group(&self, signal: nix::sys::signal::Signal) {
-        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else { return };
-        // The child leads its own group (process_group(0)), so its pid is the group id.
-        if let Err(e) = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal) {
-            tracing::debug!(pid, ?signal, error = %e, "could not signal the claude process group");
-        }
+        self.stdin.close();
+        self.child.kill().await;
     }
 }
 
-/// Describes how a process ended, for a person.
-pub fn describe_exit(command: &str, status: Option<ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
+/// Says how the CLI ended, for a person: `None` is one that closed its output and lives on.
+pub fn describe_end(command: &str, status: Option<ExitStatus>) -> String {
     match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => format!("{command} exited with code {code}"),
-            (None, Some(signal)) => {
-                let name = nix::sys::signal::Signal::try_from(signal)
-                    .map(|s| s.as_str().to_owned())
-                    .unwrap_or(signal.to_string());
-                format!("{command} exited on {name}")
-            }
-            _ => format!("{command} exited"),
-        },
+        Some(_) => format!("{command} {}", describe_exit(status)),
         None => format!("{command} closed its output"),
-    }
-}
-
-async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
-    while let Some(line) = lines.recv().await {
-        if stdin.write_all(line.as_bytes()).await.is_err() {
-            return;
-        }
-        while let Ok(more) = lines.try_recv() {
-            if stdin.write_all(more.as_bytes()).await.is_err() {
-                return;
-            }
-        }
-        if stdin.flush().await.is_err() {
-            return;
-        }
-    }
-    // Every sender is gone: dropping stdin closes it, which asks the CLI to exit.
-}
-
-async fn keep_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let n = match stderr.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let text = String::from_utf8_lossy(&buf[..n]);
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            tracing::debug!(target: "claude_stderr", "{line}");
-        }
-        let mut kept = lock(&tail);
-        kept.push_str(&text);
-        if kept.len() > STDERR_TAIL_BYTES {
-            let mut cut = kept.len() - STDERR_TAIL_BYTES;
-            while !kept.is_char_boundary(cut) {
-                cut += 1;
-            }
-            kept.drain(..cut);
-        }
     }
 }
 
@@ -338,44 +172,33 @@ async fn read_lines(
         }
     };
     // Nobody will answer the requests still waiting.
-    let waiting: Vec<_> = lock(&pending).drain().collect();
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(ControlError::Gone));
-    }
+    pending.fail_all();
     let _ = events.send(last);
 }
 
 fn answer_pending(pending: &Pending, response: &Value) {
     let Some(id) = response["request_id"].as_str() else { return };
-    let Some(tx) = lock(pending).remove(id) else {
-        tracing::debug!(id, "a control response to nothing we asked");
-        return;
-    };
     let answer = if response["subtype"] == "success" {
         Ok(response.get("response").cloned().unwrap_or(Value::Null))
     } else {
         Err(ControlError::Refused(response["error"].as_str().unwrap_or("Claude Code refused").to_owned()))
     };
-    let _ = tx.send(answer);
+    if !pending.answer(id, answer) {
+        tracing::debug!(id, "a control response to nothing we asked");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sh(script: &str) -> Launch {
-        Launch {
-            command: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            env: BTreeMap::new(),
-            cwd: std::env::temp_dir(),
-        }
+    fn sh(script: &str) -> ChildCommand {
+        ChildCommand::new("sh").args(["-c", script]).cwd(std::env::temp_dir())
     }
 
     #[tokio::test]
     async fn a_missing_program_says_how_to_fix_it() {
-        let launch = Launch { command: "no-such-claude-here".into(), ..sh("") };
-        let err = Cli::spawn(&launch).err().expect("an error");
+        let err = Cli::spawn(ChildCommand::new("no-such-claude-here")).err().expect("an error");
         assert_eq!(
             err.to_string(),
             "no-such-claude-here was not found; install it, or put its directory on the PATH the daemon runs with"
@@ -386,20 +209,20 @@ mod tests {
     async fn routes_control_answers_and_passes_the_rest_on() {
         // Echo each control request back as a success, after one line of its own.
         let script = r#"echo '{"type":"system","subtype":"init"}'; read line; id=$(echo "$line" | sed 's/.*"request_id":"\([^"]*\)".*/\1/'); echo "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"$id\",\"response\":{\"ok\":true}}}"; echo oops >&2; echo not-json"#;
-        let (cli, mut events) = Cli::spawn(&sh(script)).expect("spawn");
+        let (cli, mut events) = Cli::spawn(sh(script)).expect("spawn");
         let first = events.recv().await.expect("a line");
         assert_eq!(first, CliEvent::Line(json!({"type": "system", "subtype": "init"})));
         let answer = cli.control(json!({"subtype": "interrupt"}), Duration::from_secs(10)).await;
         assert_eq!(answer, Ok(json!({"ok": true})));
         assert_eq!(events.recv().await, Some(CliEvent::Garbage("not-json".into())));
         let status = cli.wait_exit(Duration::from_secs(10)).await;
-        assert_eq!(describe_exit("sh", status), "sh exited with code 0");
+        assert_eq!(describe_end("sh", status), "sh exited with code 0");
         assert_eq!(cli.stderr_tail(), "oops");
     }
 
     #[tokio::test]
     async fn stop_ends_a_process_that_ignores_stdin() {
-        let (cli, _events) = Cli::spawn(&sh("sleep 30")).expect("spawn");
+        let (cli, _events) = Cli::spawn(sh("sleep 30")).expect("spawn");
         cli.stop().await;
         assert!(cli.wait_exit(Duration::from_millis(10)).await.is_some());
     }

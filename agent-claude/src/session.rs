@@ -31,9 +31,11 @@ use tokio_util::task::TaskTracker;
 use crate::mapper::TurnMapper;
 use crate::mcp::{self, McpReply};
 use crate::permissions;
-use crate::process::{describe_exit, Cli, CliEvent, ControlError, Launch};
+use crate::process::{describe_end, Cli, CliEvent, ControlError};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
+use agent_runner::child::ChildCommand;
+use agent_runner::lock;
 
 /// How long the CLI may take to answer `initialize` (it starts MCP servers first).
 const INITIALIZE_WITHIN: Duration = Duration::from_secs(60);
@@ -204,10 +206,6 @@ pub(crate) struct Core {
     tasks: TaskTracker,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The chat, as the runtime holds it.
 pub struct ClaudeSession {
     core: Arc<Core>,
@@ -353,15 +351,10 @@ impl Core {
             let mut state = lock(&self.state);
             state.generation += 1;
             let args = launch_args(&self.spec, state.exists, state.model.as_deref(), &state.permission_mode);
-            let launch = Launch {
-                command: self.spec.command.clone(),
-                args,
-                env: self.spec.env.clone(),
-                cwd: self.spec.cwd.clone(),
-            };
+            let launch = ChildCommand::new(&self.spec.command).args(args).envs(&self.spec.env).cwd(&self.spec.cwd);
             (launch, state.generation)
         };
-        let (cli, events) = Cli::spawn(&launch).map_err(|e| e.to_string())?;
+        let (cli, events) = Cli::spawn(launch).map_err(|e| e.to_string())?;
         let closed = {
             let mut state = lock(&self.state);
             if !state.closed {
@@ -382,7 +375,7 @@ impl Core {
             Err(e) => {
                 let why = match e {
                     ControlError::Refused(why) => format!("Claude Code would not start the conversation: {why}"),
-                    ControlError::Gone => describe_exit(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
+                    ControlError::Gone => describe_end(cli.command(), cli.wait_exit(Duration::from_secs(1)).await),
                     ControlError::Timeout => "Claude Code did not answer when it was started".to_owned(),
                 };
                 {
@@ -416,7 +409,7 @@ impl Core {
                         Some(cli) => Some(cli.wait_exit(Duration::from_secs(2)).await),
                         None => None,
                     };
-                    let why = describe_exit("Claude Code", status.flatten());
+                    let why = describe_end("Claude Code", status.flatten());
                     self.broken(generation, "claudeExited", why, false).await;
                     return;
                 }

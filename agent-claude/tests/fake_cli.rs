@@ -31,7 +31,7 @@ fn error_message(ran: &Ran) -> String {
 
 #[tokio::test]
 async fn a_crash_mid_turn_ends_it_with_the_stderr_tail_and_the_next_message_resumes() {
-    let dir = TempDir::new("fake-crash");
+    let dir = temp_dir("fake-crash");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-crash";
     let start = chat_start(chat, dir.path());
@@ -53,7 +53,7 @@ async fn a_crash_mid_turn_ends_it_with_the_stderr_tail_and_the_next_message_resu
 
 #[tokio::test]
 async fn a_line_that_is_not_json_ends_the_turn_and_the_next_message_starts_afresh() {
-    let dir = TempDir::new("fake-garbage");
+    let dir = temp_dir("fake-garbage");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-garbage";
     parent.create(chat_start(chat, dir.path())).await.expect("create");
@@ -70,7 +70,7 @@ async fn a_line_that_is_not_json_ends_the_turn_and_the_next_message_starts_afres
 
 #[tokio::test]
 async fn a_control_request_the_worker_does_not_know_is_answered_with_an_error() {
-    let dir = TempDir::new("fake-unknown");
+    let dir = temp_dir("fake-unknown");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-unknown";
     parent.create(chat_start(chat, dir.path())).await.expect("create");
@@ -82,7 +82,7 @@ async fn a_control_request_the_worker_does_not_know_is_answered_with_an_error() 
 
 #[tokio::test]
 async fn a_missing_cli_says_how_to_install_it() {
-    let dir = TempDir::new("fake-missing");
+    let dir = temp_dir("fake-missing");
     let mut parent = parent_with(std::path::Path::new("claude-is-not-installed-here")).await;
     let chat = "ahp-chat:/fake-missing";
     parent.create(chat_start(chat, dir.path())).await.expect("create");
@@ -97,7 +97,7 @@ async fn a_missing_cli_says_how_to_install_it() {
 
 #[tokio::test]
 async fn one_process_serves_the_turns_and_each_records_its_prompt() {
-    let dir = TempDir::new("fake-one-process");
+    let dir = temp_dir("fake-one-process");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-one-process";
     parent.create(chat_start(chat, dir.path())).await.expect("create");
@@ -121,7 +121,7 @@ async fn one_process_serves_the_turns_and_each_records_its_prompt() {
 async fn turns_handed_while_one_runs_queue_behind_it() {
     use agent_runner::testing::{user_message, Said};
     use ahp_types::actions::StateAction;
-    let dir = TempDir::new("fake-queue");
+    let dir = temp_dir("fake-queue");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-queue";
     parent.create(chat_start(chat, dir.path())).await.expect("create");
@@ -153,7 +153,7 @@ async fn turns_handed_while_one_runs_queue_behind_it() {
 
 #[tokio::test]
 async fn a_resume_of_a_conversation_claude_never_wrote_down_starts_it() {
-    let dir = TempDir::new("fake-unrecorded");
+    let dir = temp_dir("fake-unrecorded");
     let mut parent = parent_with(&fake_bin()).await;
     let chat = "ahp-chat:/fake-unrecorded";
     let mut start = chat_start(chat, dir.path());

@@ -33,8 +33,8 @@ struct Real {
 impl Real {
     async fn new(label: &str) -> Self {
         let mock = MockAnthropic::start().await.expect("the mock model");
-        let home = TempDir::new(&format!("{label}-home"));
-        let work = TempDir::new(&format!("{label}-work"));
+        let home = temp_dir(&format!("{label}-home"));
+        let work = temp_dir(&format!("{label}-work"));
         let (parent, calls) = worker(&mock, &home).await;
         Self { parent, mock, home, work, calls }
     }
@@ -473,7 +473,7 @@ async fn the_deployments_mcp_servers_are_handed_over_but_not_a_stdio_one_started
         cwd: Some(cwd.display().to_string()),
         env: Default::default(),
     };
-    let elsewhere = TempDir::new("servers-elsewhere");
+    let elsewhere = temp_dir("servers-elsewhere");
     start.mcp_servers = Some(
         [("files".to_owned(), server(w.work.path())), ("faraway".to_owned(), server(elsewhere.path()))]
             .into_iter()

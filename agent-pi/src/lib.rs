@@ -21,6 +21,7 @@ pub mod transcript;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runner::child::ChildCommand;
 use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, Turn};
@@ -29,7 +30,7 @@ use protocol::{AgentDescriptor, AgentFeatures, At, Policy, ProbeResult, SchemaRe
 use serde_json::{json, Value};
 
 use crate::options::PiOptions;
-use crate::process::{Launch, PiProcess};
+use crate::process::PiProcess;
 use crate::session::{PiSession, ASK};
 
 /// The worker kind.
@@ -109,12 +110,10 @@ impl Agent for PiAgent {
     async fn probe(&self) -> Result<ProbeResult, AgentError> {
         let cwd = self.options.data_dir.join("probe");
         std::fs::create_dir_all(&cwd).map_err(|e| AgentError::Failed(format!("{}: {e}", cwd.display())))?;
-        let launch = Launch {
-            program: self.options.command.clone(),
-            args: vec!["--mode".into(), "rpc".into(), "--no-session".into()],
-            cwd,
-            env: self.options.pi_env(),
-        };
+        let launch = ChildCommand::new(&self.options.command)
+            .args(["--mode", "rpc", "--no-session"])
+            .cwd(cwd)
+            .envs(self.options.pi_env());
         let (pi, _records) = PiProcess::spawn(&launch).map_err(|e| AgentError::Failed(e.to_string()))?;
         let within = self.options.ready_timeout;
         let models = pi.request_within(json!({"type": "get_available_models"}), within).await;

@@ -1,24 +1,20 @@
-//! One `pi --mode rpc` child: spawned in its own process group, commands written as JSON lines,
-//! answers matched by `id`, every record forwarded in order, stderr kept as a bounded tail, and a
-//! graceful stop (close stdin, wait, SIGTERM to the group, SIGKILL, reap).
+//! One `pi --mode rpc` child: commands written as JSON lines, answers matched by `id`, every record
+//! forwarded in order. How it lives (its own process group, its stderr tail, the graceful stop:
+//! close stdin, wait, SIGTERM to the group, SIGKILL, reap) is `agent_runner::child`'s.
 
-use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::child::{Child, ChildCommand, SpawnError, Tail};
+use agent_runner::lines::{LineWriter, Waiting};
+use agent_runner::lock;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::event::PiRecord;
 
-/// How much of pi's stderr is kept for the errors a person sees.
-const STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
@@ -26,13 +22,8 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PiError {
     /// pi could not be started.
-    #[error("pi could not be started ({program}): {reason}")]
-    Spawn {
-        /// The program run.
-        program: String,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
     /// pi exited or closed its output; the tail of its stderr says why.
     #[error("pi stopped: {0}")]
     Gone(String),
@@ -51,19 +42,6 @@ pub enum PiError {
     },
 }
 
-/// How to start pi.
-#[derive(Debug, Clone)]
-pub struct Launch {
-    /// The program (`pi`, or a path).
-    pub program: String,
-    /// Its arguments after the program.
-    pub args: Vec<String>,
-    /// Its working directory.
-    pub cwd: PathBuf,
-    /// Variables set over the worker's own environment.
-    pub env: Vec<(String, String)>,
-}
-
 /// An answer pi gave.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -80,114 +58,50 @@ pub enum Output {
     Ended(String),
 }
 
-type Waiters = Mutex<HashMap<String, oneshot::Sender<Result<Answer, PiError>>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The last bytes pi wrote on stderr.
-#[derive(Default)]
-struct Tail {
-    bytes: VecDeque<u8>,
-}
-
-impl Tail {
-    fn push_line(&mut self, line: &str) {
-        self.bytes.extend(line.as_bytes());
-        self.bytes.push_back(b'\n');
-        while self.bytes.len() > STDERR_TAIL_BYTES {
-            self.bytes.pop_front();
-        }
-    }
-
-    fn text(&self) -> String {
-        let (a, b) = self.bytes.as_slices();
-        let mut all = a.to_vec();
-        all.extend_from_slice(b);
-        String::from_utf8_lossy(&all).trim().to_owned()
-    }
-}
+/// Our commands waiting for pi's answers.
+type Waiters = Waiting<Result<Answer, PiError>>;
 
 /// A running pi. Cheap to share; [`PiProcess::stop`] ends it.
 pub struct PiProcess {
-    lines: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    stdin: LineWriter,
     waiters: Arc<Waiters>,
-    next_id: AtomicU64,
-    stderr: Arc<Mutex<Tail>>,
-    child: tokio::sync::Mutex<Option<Child>>,
-    pid: Option<u32>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    child: Child,
+    reader: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl PiProcess {
     /// Starts pi; its records arrive on the returned channel in the order pi wrote them.
-    pub fn spawn(launch: &Launch) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<Output>), PiError> {
-        let mut command = Command::new(&launch.program);
-        command
-            .args(&launch.args)
-            .current_dir(&launch.cwd)
-            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child =
-            command.spawn().map_err(|e| PiError::Spawn { program: launch.program.clone(), reason: e.to_string() })?;
-        let missing =
-            |what: &str| PiError::Spawn { program: launch.program.clone(), reason: format!("no {what} pipe") };
-        let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
-        let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
-        let pid = child.id();
-
-        let (lines_tx, lines_rx) = mpsc::unbounded_channel();
+    pub fn spawn(command: &ChildCommand) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<Output>), PiError> {
+        let (child, mut pipes) = command.clone().log_stderr("pi", tracing::Level::DEBUG).spawn()?;
+        let stdin = LineWriter::start(pipes.take_stdin()?);
         let (out_tx, out_rx) = mpsc::unbounded_channel();
-        let waiters: Arc<Waiters> = Arc::new(Mutex::new(HashMap::new()));
-        let tail = Arc::new(Mutex::new(Tail::default()));
-        let tasks = vec![
-            tokio::spawn(write_lines(stdin, lines_rx)),
-            tokio::spawn(read_stderr(stderr, tail.clone())),
-            tokio::spawn(read_records(stdout, waiters.clone(), tail.clone(), out_tx)),
-        ];
-        let process = Arc::new(Self {
-            lines: Mutex::new(Some(lines_tx)),
-            waiters,
-            next_id: AtomicU64::new(1),
-            stderr: tail,
-            child: tokio::sync::Mutex::new(Some(child)),
-            pid,
-            tasks: Mutex::new(tasks),
-        });
+        let waiters: Arc<Waiters> = Arc::new(Waiting::new("ahpd-"));
+        let reader = tokio::spawn(read_records(pipes.stdout, waiters.clone(), child.tail().clone(), out_tx));
+        let process = Arc::new(Self { stdin, waiters, child, reader: Mutex::new(Some(reader)) });
         Ok((process, out_rx))
     }
 
     /// The last lines pi wrote on stderr.
     pub fn stderr_tail(&self) -> String {
-        lock(&self.stderr).text()
+        self.child.tail().text()
     }
 
     /// Writes one command without waiting for anything (an `extension_ui_response`, an abort).
     pub fn send(&self, command: Value) {
-        let sender = lock(&self.lines).clone();
-        if let Some(sender) = sender {
-            let _ = sender.send(command.to_string());
-        }
+        self.stdin.send(&command);
     }
 
     /// A fresh command id.
     pub fn next_id(&self) -> String {
-        format!("ahpd-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+        self.waiters.next_id()
     }
 
     /// Sends a command with a fresh id and waits for its answer; `success: false` is
     /// [`PiError::Refused`] with pi's sentence.
     pub async fn request(&self, mut command: Value) -> Result<Answer, PiError> {
         let id = self.next_id();
-        let (tx, rx) = oneshot::channel();
-        lock(&self.waiters).insert(id.clone(), tx);
-        command["id"] = Value::String(id.clone());
+        let rx = self.waiters.wait_for(&id);
+        command["id"] = Value::String(id);
         self.send(command);
         match rx.await {
             Ok(answer) => answer,
@@ -229,29 +143,14 @@ impl PiProcess {
 
     /// Stops pi: closes stdin, waits, SIGTERM to its group, SIGKILL, reaps. Idempotent.
     pub async fn stop(&self) {
-        lock(&self.lines).take();
-        let child = self.child.lock().await.take();
-        if let Some(mut child) = child {
-            if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                self.signal_group(nix::sys::signal::Signal::SIGTERM);
-                if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                    self.signal_group(nix::sys::signal::Signal::SIGKILL);
-                    let _ = child.wait().await;
-                }
-            }
-            // Whatever pi left in its group (a shell a tool started) goes with it.
-            self.signal_group(nix::sys::signal::Signal::SIGKILL);
+        // Closing stdin is pi's orderly shutdown.
+        self.stdin.close();
+        self.child.stop(STOP_GRACE).await;
+        let reader = lock(&self.reader).take();
+        if let Some(reader) = reader {
+            reader.abort();
+            let _ = reader.await;
         }
-        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
-        for task in tasks {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    fn signal_group(&self, signal: nix::sys::signal::Signal) {
-        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else { return };
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 
@@ -264,31 +163,11 @@ pub enum UiAnswer {
     Cancelled,
 }
 
-async fn write_lines(mut stdin: ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
-    while let Some(line) = lines.recv().await {
-        if stdin.write_all(line.as_bytes()).await.is_err() || stdin.write_all(b"\n").await.is_err() {
-            break;
-        }
-        if stdin.flush().await.is_err() {
-            break;
-        }
-    }
-    // Dropping stdin closes it: pi's orderly shutdown.
-}
-
-async fn read_stderr(stderr: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(target: "pi", "{line}");
-        lock(&tail).push_line(&line);
-    }
-}
-
 /// Reads pi's stdout: strict JSONL split on LF only (strings may hold U+2028).
 async fn read_records(
     stdout: impl AsyncRead + Unpin,
     waiters: Arc<Waiters>,
-    tail: Arc<Mutex<Tail>>,
+    tail: Tail,
     out: mpsc::UnboundedSender<Output>,
 ) {
     let mut reader = BufReader::with_capacity(1 << 16, stdout);
@@ -313,23 +192,20 @@ async fn read_records(
             }
         };
         if let PiRecord::Response { id: Some(id), success, data, error, .. } = &record {
-            let waiter = lock(&waiters).remove(id);
-            if let Some(waiter) = waiter {
-                let answer = if *success {
-                    Ok(Answer { data: data.clone() })
-                } else {
-                    Err(PiError::Refused(error.clone().unwrap_or_else(|| "pi refused".to_owned())))
-                };
-                let _ = waiter.send(answer);
-            }
+            let answer = if *success {
+                Ok(Answer { data: data.clone() })
+            } else {
+                Err(PiError::Refused(error.clone().unwrap_or_else(|| "pi refused".to_owned())))
+            };
+            waiters.answer(id, answer);
         }
         if out.send(Output::Record(Box::new(record))).is_err() {
             break "nobody reads it any more".to_owned();
         }
     };
     // Every waiter fails now rather than waiting for an answer nobody will give.
-    lock(&waiters).clear();
-    let said = lock(&tail).text();
+    waiters.fail_all();
+    let said = tail.text();
     let sentence = if said.is_empty() { why } else { format!("{why}; it said: {said}") };
     let _ = out.send(Output::Ended(sentence));
 }
@@ -338,27 +214,11 @@ async fn read_records(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_tail_keeps_the_last_bytes() {
-        let mut tail = Tail::default();
-        for i in 0..2000 {
-            tail.push_line(&format!("line {i}"));
-        }
-        let text = tail.text();
-        assert!(text.len() <= STDERR_TAIL_BYTES);
-        assert!(text.ends_with("line 1999"));
-    }
-
     #[tokio::test]
     async fn answers_are_matched_by_id_and_records_keep_their_order() {
         // A stand-in for pi: answers every line with a response carrying its id, after an event.
         let script = r#"while IFS= read -r line; do id=$(printf '%s' "$line" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p'); printf '{"type":"agent_start"}\n{"type":"response","id":"%s","command":"get_state","success":true,"data":{"ok":1}}\n' "$id"; done"#;
-        let launch = Launch {
-            program: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            cwd: std::env::temp_dir(),
-            env: Vec::new(),
-        };
+        let launch = ChildCommand::new("sh").args(["-c", script]).cwd(std::env::temp_dir());
         let (pi, mut out) = PiProcess::spawn(&launch).expect("spawns");
         let answer = pi.request_within(json!({"type": "get_state"}), Duration::from_secs(10)).await.expect("answers");
         assert_eq!(answer.data, Some(json!({"ok": 1})));

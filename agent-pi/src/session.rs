@@ -26,7 +26,9 @@ use crate::event::PiRecord;
 use crate::mapper::{display_name_of, HostTool, Step, ToolCatalog, TurnMapper};
 use crate::models::{split_model_id, thinking_level};
 use crate::options::{path_string, PiOptions};
-use crate::process::{Launch, Output, PiError, PiProcess, UiAnswer};
+use crate::process::{Output, PiError, PiProcess, UiAnswer};
+use agent_runner::child::ChildCommand;
+use agent_runner::lock;
 
 /// The bridge's dialog title and status key.
 const BRIDGE: &str = "ahpd";
@@ -37,10 +39,6 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 pub const ASK: [&str; 3] = ["never", "writes", "always"];
 /// pi's tools that only read.
 const READ_ONLY_TOOLS: [&str; 4] = ["read", "grep", "find", "ls"];
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// The turn pi is working on.
 struct Live {
@@ -72,7 +70,7 @@ pub struct PiSession {
 struct Inner {
     host: SessionHost,
     options: Arc<PiOptions>,
-    launch: Launch,
+    launch: ChildCommand,
     instructions: Vec<String>,
     state: Mutex<State>,
     cancel: CancellationToken,
@@ -161,7 +159,7 @@ impl PiSession {
             path_string(&options.bridge_path()),
         ];
         args.extend(options.args.iter().cloned());
-        let launch = Launch { program: options.command.clone(), args, cwd, env: options.pi_env() };
+        let launch = ChildCommand::new(&options.command).args(args).cwd(cwd).envs(options.pi_env());
         let tools = start.tools.clone();
         let inner = Arc::new(Inner {
             host,

@@ -38,39 +38,18 @@ fn pi_bin() -> PathBuf {
     bin
 }
 
-/// A folder removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("ahpd-pi-test-{}-{name}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a temp folder");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The mock, a data folder with pi's config pointing at it, and a folder to work in.
 struct World {
     mock: MockOpenAi,
-    data: TempDir,
+    data: tempfile::TempDir,
     work: PathBuf,
 }
 
 impl World {
     async fn new(name: &str) -> Self {
         let mock = MockOpenAi::start().await.expect("the mock starts");
-        let data = TempDir::new(name);
-        let agent = data.0.join("agent");
+        let data = tempfile::Builder::new().prefix(&format!("ahpd-pi-test-{name}-")).tempdir().expect("a temp folder");
+        let agent = data.path().join("agent");
         std::fs::create_dir_all(&agent).expect("agent folder");
         std::fs::write(agent.join("models.json"), mock.pi_models_json("mock").to_string()).expect("models.json");
         let settings = json!({
@@ -78,7 +57,7 @@ impl World {
             "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
         });
         std::fs::write(agent.join("settings.json"), settings.to_string()).expect("settings.json");
-        let work = data.0.join("work");
+        let work = data.path().join("work");
         std::fs::create_dir_all(&work).expect("work folder");
         Self { mock, data, work }
     }
@@ -86,12 +65,12 @@ impl World {
     fn options(&self) -> JsonObject {
         let mut options = JsonObject::new();
         options.insert("command".into(), Value::String(pi_bin().to_string_lossy().into_owned()));
-        options.insert("agentDir".into(), Value::String(self.data.0.join("agent").to_string_lossy().into_owned()));
+        options.insert("agentDir".into(), Value::String(self.data.path().join("agent").to_string_lossy().into_owned()));
         options
     }
 
     fn data_dir(&self) -> Option<String> {
-        Some(self.data.0.to_string_lossy().into_owned())
+        Some(self.data.path().to_string_lossy().into_owned())
     }
 
     async fn parent(&self, tools: ToolHandler) -> TestParent {

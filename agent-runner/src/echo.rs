@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
 use crate::host::SessionHost;
+use crate::sync::lock;
 use crate::turn::TurnWriter;
 
 const VOICES: [&str; 4] = ["plain", "shouty", "backwards", "whisper"];
@@ -123,10 +124,6 @@ struct EchoSession {
     chunk_words: usize,
     stamp: bool,
     state: Mutex<EchoState>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Says `text` in `voice`.

@@ -3,7 +3,8 @@
 //!
 //! A backend implements [`Agent`] and [`Session`]; [`run_stdio_worker`] serves it over the worker's
 //! stdin/stdout. [`TurnWriter`] keeps seed 004's rules for saying a turn. [`rpc::Peer`] is the
-//! line-delimited JSON-RPC peer both ends of the worker protocol use.
+//! line-delimited JSON-RPC peer both ends of the worker protocol use. [`child::ChildCommand`]
+//! starts every child process of the daemon and the backends, each in its own process group.
 //!
 //! **Invariant:** this crate knows nothing of WebSocket, clients or the daemon's state; stdout is
 //! frames only and every log line goes to stderr.
@@ -11,11 +12,15 @@
 #![deny(clippy::print_stdout)]
 
 pub mod agent;
+pub mod child;
 pub mod echo;
 pub mod host;
+pub mod lines;
 pub mod notes;
+pub mod parent;
 pub mod rpc;
 pub mod runtime;
+pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod turn;
@@ -23,6 +28,7 @@ pub mod turn;
 pub use agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
 pub use host::SessionHost;
 pub use runtime::{init_stderr_logging, run_stdio_worker, serve, AgentFactory, WorkerContext};
+pub use sync::lock;
 pub use turn::{error_info, now_iso, tool_result, Question, TurnEnd, TurnWriter};
 
 use std::sync::Arc;

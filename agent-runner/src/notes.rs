@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
 use crate::host::SessionHost;
+use crate::sync::lock;
 use crate::turn::{tool_result, Question, TurnWriter};
 
 const ASK: [&str; 3] = ["writes", "always", "never"];
@@ -169,10 +170,6 @@ struct NotesSession {
     host: SessionHost,
     dir: PathBuf,
     state: Mutex<NotesState>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 type Writer = Arc<Mutex<TurnWriter>>;

@@ -1,20 +1,26 @@
 //! A bidirectional JSON-RPC peer over a pair of byte streams, one message per line.
 //!
-//! Both ends of the worker protocol use it: a worker over its stdin/stdout, the parent over the
-//! worker's pipes. Requests go out with [`Peer::request`]; what the other side sends arrives on the
-//! [`Incoming`] channel; responses are matched to requests by id. When the reading side ends (EOF,
-//! an IO error, or a line that is not the protocol) every request still waiting fails at once and
-//! [`PeerIo::ended`] says why.
+//! Both ends of the worker protocol use it ([`Peer::start`]): a worker over its stdin/stdout, the
+//! parent over the worker's pipes. Requests go out with [`Peer::request`]; what the other side
+//! sends arrives on the [`Incoming`] channel; responses are matched to requests by id. When the
+//! reading side ends (EOF, an IO error, or a line that is not the protocol) every request still
+//! waiting fails at once and [`Peer::ended`] says why.
+//!
+//! The ACP backend speaks JSON-RPC with someone else's program through the same peer
+//! ([`Peer::start_foreign`]): there a request's id may be a string, a line that is not JSON-RPC (a
+//! stray log line) is logged and skipped rather than ending the conversation, and what arrives is
+//! handed to a callback in the order it was written, before any answer written after it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::lock;
 use futures_util::StreamExt;
 use protocol::{codes, Frame, FrameError, RpcError, MAX_FRAME_BYTES};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
@@ -61,10 +67,23 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Value, RpcError>>>>;
 struct Shared {
     out: mpsc::UnboundedSender<String>,
     close_output: tokio_util::sync::CancellationToken,
+    stop_reading: tokio_util::sync::CancellationToken,
     pending: Pending,
     next_id: AtomicU64,
     ended: watch::Receiver<Option<PeerEnd>>,
 }
+
+/// How the other side's lines are read.
+#[derive(Clone, Copy, PartialEq)]
+enum Dialect {
+    /// The worker protocol: every line a frame (`protocol::Frame`), or the peer ends.
+    Worker,
+    /// Someone else's JSON-RPC: ids of any kind, and lines that are not JSON-RPC skipped.
+    Foreign,
+}
+
+/// Where what the other side sends goes.
+type Deliver = Box<dyn Fn(Incoming) + Send + Sync>;
 
 /// The sending half of a connection; cheap to clone.
 #[derive(Clone)]
@@ -101,24 +120,21 @@ pub struct Request {
 /// never waits for an answer nobody will give.
 #[derive(Debug)]
 pub struct Responder {
-    id: u64,
+    /// The other side's id, as it sent it.
+    id: Value,
     out: Option<mpsc::UnboundedSender<String>>,
 }
 
 impl Responder {
-    /// The request's id.
-    pub fn id(&self) -> u64 {
-        self.id
+    /// The request's id, as the other side sent it.
+    pub fn id(&self) -> &Value {
+        &self.id
     }
 
     /// Answers with a result or an error.
     pub fn respond(mut self, result: Result<Value, RpcError>) {
         if let Some(out) = self.out.take() {
-            let frame = match result {
-                Ok(result) => Frame::Response { id: self.id, result },
-                Err(error) => Frame::Error { id: self.id, error },
-            };
-            let _ = out.send(frame.encode());
+            let _ = out.send(answer_line(&self.id, result));
         }
     }
 
@@ -139,9 +155,20 @@ impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(out) = self.out.take() {
             let error = RpcError::new(codes::INTERNAL_ERROR, "the request was dropped without an answer");
-            let _ = out.send(Frame::Error { id: self.id, error }.encode());
+            let _ = out.send(answer_line(&self.id, Err(error)));
         }
     }
+}
+
+/// The line answering request `id` (whatever kind of id the other side chose).
+fn answer_line(id: &Value, result: Result<Value, RpcError>) -> String {
+    let message = match result {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    };
+    let mut line = message.to_string();
+    line.push('\n');
+    line
 }
 
 /// A started peer: the sending half, what arrives, and a way to learn when reading stopped.
@@ -153,26 +180,53 @@ pub struct PeerIo {
 }
 
 impl Peer {
-    /// Starts reading `reader` and writing `writer` on the current tokio runtime.
+    /// Starts speaking the worker protocol: reading `reader` and writing `writer` on the current
+    /// tokio runtime.
     pub fn start<R, W>(reader: R, writer: W) -> PeerIo
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
         let (in_tx, in_rx) = mpsc::unbounded_channel::<Incoming>();
+        let deliver: Deliver = Box::new(move |message| {
+            let _ = in_tx.send(message);
+        });
+        let peer = Self::start_reading(reader, writer, Dialect::Worker, deliver);
+        PeerIo { peer, incoming: in_rx }
+    }
+
+    /// Starts speaking JSON-RPC with someone else's program (an ACP agent). What it sends that is
+    /// not an answer is handed to `on_message` in the order it was written, and before any answer
+    /// written after it is delivered, so a turn never ends ahead of the updates that preceded its
+    /// answer. `on_message` must not block.
+    pub fn start_foreign<R, W, F>(reader: R, writer: W, on_message: F) -> Peer
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+        F: Fn(Incoming) + Send + Sync + 'static,
+    {
+        Self::start_reading(reader, writer, Dialect::Foreign, Box::new(on_message))
+    }
+
+    fn start_reading<R, W>(reader: R, writer: W, dialect: Dialect, deliver: Deliver) -> Peer
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
         let (ended_tx, ended_rx) = watch::channel(None);
         let close_output = tokio_util::sync::CancellationToken::new();
         let shared = Arc::new(Shared {
             out: out_tx.clone(),
             close_output: close_output.clone(),
+            stop_reading: tokio_util::sync::CancellationToken::new(),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             ended: ended_rx,
         });
-        tokio::spawn(write_loop(writer, out_rx, close_output));
-        tokio::spawn(read_loop(reader, shared.clone(), out_tx, in_tx, ended_tx));
-        PeerIo { peer: Peer { shared }, incoming: in_rx }
+        tokio::spawn(write_lines(writer, out_rx, close_output));
+        tokio::spawn(read_loop(reader, shared.clone(), out_tx, deliver, dialect, ended_tx));
+        Peer { shared }
     }
 
     /// Sends a request and waits for its answer.
@@ -237,14 +291,18 @@ impl Peer {
     pub fn is_ended(&self) -> bool {
         self.shared.ended.borrow().is_some()
     }
+
+    /// Stops reading, failing every request still waiting: for a program that died while
+    /// something it left behind holds its output open.
+    pub fn end(&self) {
+        self.shared.stop_reading.cancel();
+    }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding this lock leaves a map that is still consistent, so keep going.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-async fn write_loop<W: AsyncWrite + Unpin>(
+/// Writes each line `rx` gives (its newline included) to `writer`, until every sender is gone or
+/// `close` is cancelled (what is queued by then is written first), then shuts the writer: one
+/// process's stdin, or one side of the worker protocol.
+pub async fn write_lines<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
     close: tokio_util::sync::CancellationToken,
@@ -279,12 +337,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
     reader: R,
     shared: Arc<Shared>,
     out: mpsc::UnboundedSender<String>,
-    incoming: mpsc::UnboundedSender<Incoming>,
+    deliver: Deliver,
+    dialect: Dialect,
     ended: watch::Sender<Option<PeerEnd>>,
 ) {
     let mut lines = FramedRead::new(reader, LinesCodec::new_with_max_length(MAX_FRAME_BYTES));
     let end = loop {
-        let line = match lines.next().await {
+        let line = tokio::select! {
+            _ = shared.stop_reading.cancelled() => break PeerEnd::Eof,
+            line = lines.next() => line,
+        };
+        let line = match line {
             None => break PeerEnd::Eof,
             Some(Ok(line)) => line,
             Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
@@ -295,34 +358,80 @@ async fn read_loop<R: AsyncRead + Unpin>(
         if line.trim().is_empty() {
             continue;
         }
-        match Frame::decode(&line) {
-            Ok(frame) => route(frame, &shared, &out, &incoming),
-            Err(e) => break PeerEnd::Violation(describe_violation(&line, &e)),
+        let message = match dialect {
+            Dialect::Worker => Frame::decode(&line).map(Message::from).map_err(|e| describe_violation(&line, &e)),
+            Dialect::Foreign => Message::foreign(&line),
+        };
+        match message {
+            Ok(Message::Incoming { id: Some(id), method, params }) => {
+                let responder = Responder { id, out: Some(out.clone()) };
+                deliver(Incoming::Request(Request { method, params, responder }));
+            }
+            Ok(Message::Incoming { id: None, method, params }) => deliver(Incoming::Notification { method, params }),
+            Ok(Message::Answer { id, result }) => answer(&shared, id, result),
+            Err(violation) if dialect == Dialect::Worker => break PeerEnd::Violation(violation),
+            Err(skipped) => {
+                tracing::warn!(line = %skipped, "a line that is not JSON-RPC, or answers nothing we asked; skipped")
+            }
         }
     };
     let _ = ended.send(Some(end));
-    let waiting: Vec<_> = lock(&shared.pending).drain().collect();
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(RpcError::new(codes::SHUTTING_DOWN, "the connection ended")));
+    // Every request still waiting fails now: nobody is left to answer it.
+    lock(&shared.pending).clear();
+}
+
+/// One line, read.
+enum Message {
+    /// A request (with an id) or a notification.
+    Incoming { id: Option<Value>, method: String, params: Value },
+    /// An answer to one of our requests.
+    Answer { id: u64, result: Result<Value, RpcError> },
+}
+
+impl From<Frame> for Message {
+    fn from(frame: Frame) -> Self {
+        match frame {
+            Frame::Request { id, method, params } => Message::Incoming { id: Some(Value::from(id)), method, params },
+            Frame::Notification { method, params } => Message::Incoming { id: None, method, params },
+            Frame::Response { id, result } => Message::Answer { id, result: Ok(result) },
+            Frame::Error { id, error } => Message::Answer { id, result: Err(error) },
+        }
     }
 }
 
-fn route(
-    frame: Frame,
-    shared: &Shared,
-    out: &mpsc::UnboundedSender<String>,
-    incoming: &mpsc::UnboundedSender<Incoming>,
-) {
-    match frame {
-        Frame::Request { id, method, params } => {
-            let responder = Responder { id, out: Some(out.clone()) };
-            let _ = incoming.send(Incoming::Request(Request { method, params, responder }));
+impl Message {
+    /// Reads a line of someone else's JSON-RPC; what cannot be read comes back as an excerpt.
+    fn foreign(line: &str) -> Result<Message, String> {
+        let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(line) else {
+            return Err(excerpt(line));
+        };
+        let id = message.remove("id").filter(|id| !id.is_null());
+        let params = message.remove("params").unwrap_or(Value::Null);
+        if let Some(Value::String(method)) = message.remove("method") {
+            return Ok(Message::Incoming { id, method, params });
         }
-        Frame::Notification { method, params } => {
-            let _ = incoming.send(Incoming::Notification { method, params });
-        }
-        Frame::Response { id, result } => answer(shared, id, Ok(result)),
-        Frame::Error { id, error } => answer(shared, id, Err(error)),
+        // Our ids are numbers; a program that echoes one as a string is forgiven.
+        let ours = id.as_ref().and_then(|id| match id {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        });
+        let Some(id) = ours else { return Err(excerpt(line)) };
+        let result = match message.remove("error") {
+            Some(error) => Err(serde_json::from_value::<RpcError>(error.clone())
+                .unwrap_or_else(|_| RpcError::new(codes::INTERNAL_ERROR, error.to_string()))),
+            None => Ok(message.remove("result").unwrap_or(Value::Null)),
+        };
+        Ok(Message::Answer { id, result })
+    }
+}
+
+fn excerpt(line: &str) -> String {
+    let shown: String = line.chars().take(200).collect();
+    if line.chars().count() > 200 {
+        shown + "…"
+    } else {
+        shown
     }
 }
 
@@ -345,13 +454,17 @@ fn describe_violation(line: &str, error: &FrameError) -> String {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn requests_cross_in_both_directions() {
+    /// Two peers speaking the worker protocol to each other.
+    fn pair() -> (PeerIo, PeerIo) {
         let (a, b) = tokio::io::duplex(1024);
         let (ar, aw) = tokio::io::split(a);
         let (br, bw) = tokio::io::split(b);
-        let left = Peer::start(ar, aw);
-        let mut right = Peer::start(br, bw);
+        (Peer::start(ar, aw), Peer::start(br, bw))
+    }
+
+    #[tokio::test]
+    async fn requests_cross_in_both_directions() {
+        let (left, mut right) = pair();
         tokio::spawn(async move {
             while let Some(Incoming::Request(req)) = right.incoming.recv().await {
                 let n = req.params.as_i64().unwrap_or(0);
@@ -364,11 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_request_is_answered_with_an_error() {
-        let (a, b) = tokio::io::duplex(1024);
-        let (ar, aw) = tokio::io::split(a);
-        let (br, bw) = tokio::io::split(b);
-        let left = Peer::start(ar, aw);
-        let mut right = Peer::start(br, bw);
+        let (left, mut right) = pair();
         tokio::spawn(async move {
             while let Some(incoming) = right.incoming.recv().await {
                 drop(incoming);
@@ -392,5 +501,43 @@ mod tests {
         let end = left.peer.ended().await;
         assert!(matches!(end, PeerEnd::Violation(ref s) if s.contains("hello there")), "{end:?}");
         assert!(waiting.await.expect("join").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_foreign_peer_takes_string_ids_and_skips_noise() {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let peer = Peer::start_foreign(read, write, move |message| {
+            let _ = seen_tx.send(message);
+        });
+        let (their_read, mut their_write) = tokio::io::split(theirs);
+        let mut their_lines = BufReader::new(their_read).lines();
+
+        let asking = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.request_value("initialize", json!({"protocolVersion": 1})).await }
+        });
+        let sent: Value =
+            serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
+        assert_eq!(sent["method"], "initialize");
+        let answer = format!(
+            "not json at all\n{{\"jsonrpc\":\"2.0\",\"id\":\"req-1\",\"method\":\"fs/read_text_file\",\"params\":{{}}}}\n{{\"jsonrpc\":\"2.0\",\"id\":\"{}\",\"result\":{{\"ok\":true}}}}\n",
+            sent["id"]
+        );
+        their_write.write_all(answer.as_bytes()).await.expect("write");
+        assert_eq!(asking.await.expect("join").expect("answered"), json!({"ok": true}));
+        let Some(Incoming::Request(request)) = seen.recv().await else { panic!("a request") };
+        assert_eq!((request.responder.id(), request.method.as_str()), (&json!("req-1"), "fs/read_text_file"));
+        request.responder.ok(json!({"content": "x"}));
+        let back: Value =
+            serde_json::from_str(&their_lines.next_line().await.expect("read").expect("a line")).expect("json");
+        assert_eq!(back["id"], "req-1");
+
+        drop(their_write);
+        drop(their_lines);
+        assert_eq!(peer.ended().await, PeerEnd::Eof);
+        assert!(matches!(peer.request_value("x", Value::Null).await, Err(PeerError::Closed)));
     }
 }

@@ -1,5 +1,7 @@
 //! The worker's frame loop: handshake, then every parent request routed to the agent or one of its
-//! sessions, each in its own task so a slow call never holds up an abort.
+//! sessions, each in its own task so a slow call never holds up an abort. A worker over stdio also
+//! reports the process groups it runs (`process/groups`), and ends them all and leaves the moment
+//! its parent is gone (see `parent`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,8 +11,8 @@ use protocol::methods::parent;
 use protocol::{
     codes, AbortParams, AnswerParams, ChangeAgentParams, ChangeModelParams, ChatRef, CompletionsParams, ConfigValues,
     ConfirmParams, CreateParams, CreateResult, DirectoriesResult, FindParams, FindResult, Handled, InitializeParams,
-    InitializeResult, ListResult, RpcError, SchemaParams, SendMessageParams, SetConfigParams, SetDraftParams,
-    SetToolsParams, SettingsResult, SteerParams, SteerResult, TranscriptParams, TranscriptResult,
+    InitializeResult, ListResult, ProcessGroupsParams, RpcError, SchemaParams, SendMessageParams, SetConfigParams,
+    SetDraftParams, SetToolsParams, SettingsResult, SteerParams, SteerResult, TranscriptParams, TranscriptResult,
     WithdrawSteeringParams, WORKER_PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
@@ -20,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::agent::{Agent, AgentError, Session};
 use crate::host::SessionHost;
 use crate::rpc::{Incoming, Peer, Request};
+use crate::sync::lock;
 
 /// What a worker binary hands the runtime: given the handshake, build the agent.
 pub type AgentFactory = Box<dyn FnOnce(&InitializeParams, WorkerContext) -> Result<Arc<dyn Agent>, AgentError> + Send>;
@@ -39,11 +42,16 @@ impl WorkerContext {
 
 type Sessions = Arc<Mutex<HashMap<String, Arc<dyn Session>>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// How the frame loop ended.
+enum Ending {
+    /// The parent asked for `shutdown` and then closed stdin: every session is closed.
+    ShutDown,
+    /// Stdin ended without a `shutdown`: the parent is gone, or gave up on the worker.
+    InputClosed,
 }
 
-/// Runs a worker over its stdin and stdout until the parent closes stdin. Logs go to stderr.
+/// Runs a worker over its stdin and stdout until the parent closes stdin, or is gone. Logs go to
+/// stderr. Whatever the worker started and did not stop ends with it.
 pub fn run_stdio_worker(factory: AgentFactory) -> std::process::ExitCode {
     init_stderr_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -53,7 +61,25 @@ pub fn run_stdio_worker(factory: AgentFactory) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(serve(factory, tokio::io::stdin(), tokio::io::stdout()));
+    let result = runtime.block_on(async {
+        tokio::select! {
+            served = serve_frames(factory, tokio::io::stdin(), tokio::io::stdout(), true) => match served {
+                Ok(Ending::ShutDown) => Ok(()),
+                Ok(Ending::InputClosed) => {
+                    tracing::warn!("stdin closed without a shutdown: ending every process this worker started");
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            why = crate::parent::gone() => {
+                tracing::warn!("{why}: ending every process this worker started");
+                Ok(())
+            }
+        }
+    });
+    // At once, and before the runtime goes: nothing this worker started outlives it, even in the
+    // middle of a turn.
+    crate::child::groups::end_all();
     // Sessions may have left helper tasks (a streaming turn that ignored its abort): do not wait.
     runtime.shutdown_timeout(Duration::from_millis(200));
     match result {
@@ -73,8 +99,20 @@ pub fn init_stderr_logging() {
         tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
 }
 
-/// Serves the worker protocol on a pair of streams until the reading side ends.
+/// Serves the worker protocol on a pair of streams until the reading side ends, then closes every
+/// session (the parent of an in-process worker is the process itself: it is never gone).
 pub async fn serve<R, W>(factory: AgentFactory, reader: R, writer: W) -> Result<(), AgentError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_frames(factory, reader, writer, false).await.map(|_| ())
+}
+
+/// The frame loop. A worker over stdio (`stdio`) reports its process groups, and when its stdin
+/// ends without a `shutdown` returns at once rather than settle its sessions: nobody is left to
+/// hear how they end, and its processes are ended with it.
+async fn serve_frames<R, W>(factory: AgentFactory, reader: R, writer: W, stdio: bool) -> Result<Ending, AgentError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -83,13 +121,18 @@ where
     let peer = io.peer.clone();
     let mut incoming = io.incoming;
     let agent = handshake(&peer, &mut incoming, factory).await?;
+    if stdio {
+        tokio::spawn(report_process_groups(peer.clone()));
+    }
     let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
+    let mut shut_down = false;
     while let Some(message) = incoming.recv().await {
         match message {
             Incoming::Request(request) => {
                 if request.method == parent::SHUTDOWN {
                     close_all(&sessions).await;
                     agent.shutdown().await;
+                    shut_down = true;
                     request.responder.ok(serde_json::json!({}));
                     continue;
                 }
@@ -101,10 +144,28 @@ where
             }
         }
     }
+    if stdio && !shut_down {
+        return Ok(Ending::InputClosed);
+    }
     // The parent closed our stdin: the graceful stop. Settle everything, then leave.
     close_all(&sessions).await;
     agent.shutdown().await;
-    Ok(())
+    Ok(Ending::ShutDown)
+}
+
+/// Tells the parent every process group this worker's processes run in, each time that changes,
+/// so it can end them if this worker dies without doing so (and a dead daemon's successor can).
+async fn report_process_groups(peer: Peer) {
+    let mut changes = crate::child::groups::changes();
+    let mut said = Vec::new();
+    loop {
+        let now = crate::child::groups::recorded();
+        if now != said {
+            peer.notify(protocol::methods::worker::PROCESS_GROUPS, ProcessGroupsParams { groups: now.clone() });
+            said = now;
+        }
+        changes.changed().await;
+    }
 }
 
 async fn close_all(sessions: &Sessions) {

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::rpc::{Incoming, Peer, PeerError};
 use crate::runtime::{serve, AgentFactory};
+use crate::sync::lock;
 use crate::turn::now_iso;
 
 /// Answers a `tool/run` the worker asks.
@@ -43,10 +44,6 @@ pub struct TestParent {
     said: mpsc::UnboundedReceiver<Said>,
     chats: Arc<Mutex<HashMap<String, ChatState>>>,
     child: Option<tokio::process::Child>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An empty chat state, as the host creates one.
@@ -105,6 +102,22 @@ pub fn start(session: &str, chat: &str) -> Start {
         client_tool_timeout_ms: 600_000,
         policy: Default::default(),
     }
+}
+
+/// Why a wait on the worker gave up.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WaitError {
+    /// The worker emitted an action the official reducer refused.
+    #[error("an action the reducer found invalid: {0}")]
+    Invalid(String),
+    /// What was waited for did not come in time.
+    #[error("{what} did not come within {within:?}")]
+    TimedOut {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        within: Duration,
+    },
 }
 
 impl TestParent {
@@ -271,7 +284,7 @@ impl TestParent {
 
     /// Waits until `chat` has no running turn and answers its last turn (folded), failing after
     /// `within`. Every action on the way is checked to have applied to the chat state.
-    pub async fn until_idle(&mut self, chat: &str, within: Duration) -> Result<Turn, String> {
+    pub async fn until_idle(&mut self, chat: &str, within: Duration) -> Result<Turn, WaitError> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some(state) = self.chat(chat) {
@@ -284,10 +297,10 @@ impl TestParent {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match self.next(left).await {
                 Some(Said::Action { outcome: Some(ReduceOutcome::Invalid(e)), action, .. }) => {
-                    return Err(format!("an action the reducer found invalid: {e:?} {action:?}"))
+                    return Err(WaitError::Invalid(format!("{e:?} {action:?}")))
                 }
                 Some(_) => {}
-                None => return Err(format!("the turn did not end within {within:?}")),
+                None => return Err(WaitError::TimedOut { what: "the turn's end", within }),
             }
         }
     }
@@ -298,7 +311,7 @@ impl TestParent {
         chat: &str,
         within: Duration,
         predicate: impl Fn(&ChatState) -> bool,
-    ) -> Result<ChatState, String> {
+    ) -> Result<ChatState, WaitError> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some(state) = self.chat(chat) {
@@ -308,7 +321,7 @@ impl TestParent {
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if self.next(left).await.is_none() {
-                return Err(format!("the condition did not hold within {within:?}"));
+                return Err(WaitError::TimedOut { what: "the condition", within });
             }
         }
     }

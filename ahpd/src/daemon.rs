@@ -183,6 +183,10 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         .with_context(|| format!("could not create {}", plan.paths.data_dir.display()))?;
     // Claimed before the store is opened: one daemon per data folder.
     let control = if plan.stdio { None } else { Some(control::server::claim(&plan.paths).await?) };
+    if control.is_some() {
+        // Before any session resumes: what a predecessor killed with SIGKILL left running goes.
+        control::tree::end_leftovers(&plan.paths);
+    }
     let exe = std::env::current_exe().context("could not find this program's own path to start its workers")?;
     let handshake = Duration::from_millis(config.u64("workerHandshakeTimeoutMs").max(100));
     let planned = agents::plan(&config.get("agents"), &exe, &plan.paths.data_dir, handshake);
@@ -274,6 +278,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         // Written before the announcement, so whoever reads the announcement finds the record.
         record = Some(facts.listening(&url).context("could not write the daemon record")?);
         tracing::info!("listening on {url}");
+        tracker.spawn(control::tree::keep_recorded(facts.clone(), cancel.clone()));
         println!("ahpd on {url}");
         // On a terminal the page's address carries the token, so one click opens it (the page
         // takes it out of the address). The output of a detached or service-run daemon is a log

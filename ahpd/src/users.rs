@@ -164,8 +164,9 @@ fn stamp(path: &Path) -> Option<(std::time::SystemTime, u64)> {
 
 /// SHA-256 of a token, as stored: `sha256:<hex>`.
 pub fn hash_token(token: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 

@@ -64,4 +64,6 @@ pub mod worker {
     pub const TOOL_RUN: &str = "tool/run";
     /// Request: keep content a part would carry inline; answered with its ContentRef.
     pub const RESOURCE_KEEP: &str = "resource/keep";
+    /// Notification: every process group the worker's processes run in now (they end with it).
+    pub const PROCESS_GROUPS: &str = "process/groups";
 }

@@ -640,6 +640,27 @@ pub struct TurnRecordedParams {
     pub transcript_id: String,
 }
 
+/// A process group a process started, named so that another process can later tell it is still
+/// that group before it kills it (process ids are reused).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessGroup {
+    /// The group's id: the pid of the process that leads it.
+    pub pgid: i32,
+    /// When that leader started, as the system says it (compared, never parsed); empty when it
+    /// could not be read.
+    pub leader_start: String,
+}
+
+/// `process/groups` params: every group the worker's processes run in now, the ones its own
+/// children said they started included.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessGroupsParams {
+    /// The groups.
+    pub groups: Vec<ProcessGroup>,
+}
+
 /// `tool/run` params: run a tool the model called.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use agent_runner::lock;
 use anyhow::{anyhow, bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -183,7 +184,7 @@ impl Daemon {
                     if std::env::var_os("AHPD_TEST_ECHO_LOG").is_some() {
                         eprintln!("[ahpd] {line}");
                     }
-                    err_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                    lock(&err_lines).push(line);
                 }
             });
         }
@@ -193,7 +194,7 @@ impl Daemon {
             Ok(Ok(Some(line))) => line,
             other => {
                 let status = child.try_wait().ok().flatten();
-                let log = err_lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+                let log = lock(&err_lines).join("\n");
                 bail!("ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}");
             }
         };
@@ -204,7 +205,7 @@ impl Daemon {
             let out_lines = out_lines.clone();
             tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
-                    out_lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                    lock(&out_lines).push(line);
                 }
             });
         }
@@ -255,16 +256,14 @@ impl Daemon {
 
     /// Its stderr so far.
     pub fn log(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+        lock(&self.stderr).join("\n")
     }
 
     /// Waits until its stderr has a line containing `needle`.
     pub async fn wait_for_log(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(line) =
-                self.stderr.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle))
-            {
+            if let Some(line) = lock(&self.stderr).iter().find(|l| l.contains(needle)) {
                 return Ok(line.clone());
             }
             if tokio::time::Instant::now() > deadline {
@@ -356,6 +355,38 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|child| parent_of(*child) == Some(pid))
         .collect()
+}
+
+/// Every process below `pid`: its children, theirs, and so on (from /proc).
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let children = children_of(parent);
+        next.extend(&children);
+        found.extend(children);
+    }
+    found
+}
+
+/// A process's command line, its arguments joined with spaces (from /proc); empty once it is gone.
+pub fn cmdline(pid: i32) -> String {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).split('\0').filter(|a| !a.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// Polls /proc until none of `pids` is alive, with a generous failure bound, and prints how long
+/// that took after `since` (a measurement to read, not a limit asserted). Answers those still alive.
+pub async fn until_all_gone(pids: &[i32], since: &str) -> Vec<i32> {
+    let started = std::time::Instant::now();
+    let alive_of = || pids.iter().copied().filter(|p| alive(*p)).collect::<Vec<_>>();
+    let mut left = alive_of();
+    while !left.is_empty() && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        left = alive_of();
+    }
+    eprintln!("{} of {} processes gone {:?} after {since}", pids.len() - left.len(), pids.len(), started.elapsed());
+    left
 }
 
 /// A process's parent (from /proc).

@@ -12,45 +12,14 @@ use std::path::{Path, PathBuf};
 
 use ahp_types::actions::{ChatTurnCancelledAction, SessionConfigChangedAction, StateAction};
 use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
-use serde_json::{json, Value};
+use serde_json::json;
+use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_code_acp};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
 use tests::plugins::{publish_plugins, team_plugin};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// An installed adapter: `$<env>`, else `<name>` under `$AHPD_TEST_CACHE/acp`.
-fn adapter(env: &str, name: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache"));
-    let bin = cache.join("acp/node_modules/.bin").join(name);
-    assert!(bin.exists(), "{} is not installed: run scripts/test (or scripts/deps/acp.sh) first", bin.display());
-    bin
-}
-
-/// The current Claude adapter, which runs its tools itself.
-fn claude_agent_acp() -> PathBuf {
-    adapter("AHPD_CLAUDE_AGENT_ACP_BIN", "claude-agent-acp")
-}
-
-/// The older Claude adapter, which reads, writes and runs through its client.
-fn claude_code_acp() -> PathBuf {
-    adapter("AHPD_CLAUDE_CODE_ACP_BIN", "claude-code-acp")
-}
-
-/// An `acp` agents entry running `command` against `mock`, with `home` as its own `HOME`.
-fn adapter_entry(command: &Path, mock: &MockAnthropic, home: &Path) -> Value {
-    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
-    env.insert("HOME".into(), json!(home.display().to_string()));
-    // The adapters refuse to skip permissions as root unless told they are sandboxed.
-    env.insert("IS_SANDBOX".into(), json!("1"));
-    // MCP tools would hide behind tool search otherwise (ACP has no alwaysLoad).
-    env.insert("ENABLE_TOOL_SEARCH".into(), json!("false"));
-    json!({ "kind": "acp", "options": { "command": command.display().to_string(), "env": env } })
 }
 
 /// An adapter home whose Claude settings start every session in `mode` (claude-agent-acp starts in
@@ -181,7 +150,7 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     let mock = MockAnthropic::start().await?;
     let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
     let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
-    let config = json!({ "agents": { "claude-acp": adapter_entry(&claude_agent_acp(), &mock, home.path()) } });
+    let config = json!({ "agents": { "claude-acp": acp_adapter_entry(&claude_agent_acp(), &mock, home.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
@@ -309,7 +278,7 @@ async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() 
     let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
     let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-restart-").tempdir()?;
     let options = || {
-        let entry = adapter_entry(&claude_agent_acp(), &mock, home.path());
+        let entry = acp_adapter_entry(&claude_agent_acp(), &mock, home.path());
         DaemonOptions::with_config(json!({ "agents": { "claude-acp": entry } }))
     };
 
@@ -377,7 +346,7 @@ async fn claude_code_acp_reads_writes_and_runs_through_the_worker() -> anyhow::R
     let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
     let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
     let elsewhere = tempfile::Builder::new().prefix("ahpd-acp-elsewhere-").tempdir()?;
-    let config = json!({ "agents": { "code-acp": adapter_entry(&claude_code_acp(), &mock, home.path()) } });
+    let config = json!({ "agents": { "code-acp": acp_adapter_entry(&claude_code_acp(), &mock, home.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = create_in(&mut a, "code-acp", folder.path()).await?;

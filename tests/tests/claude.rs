@@ -5,7 +5,7 @@
 //! The agent is a config entry of kind `claude`: the daemon runs `ahpd worker claude`. Claude's own
 //! conversations (ones the CLI wrote down outside the daemon) are listed, read back and resumed too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 
 use ahp_types::actions::{
@@ -21,33 +21,14 @@ use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
 use tests::daemon::children_of;
+use tests::installed::{claude_bin, claude_entry};
 use tests::mocks::anthropic::{MockAnthropic, RecordedRequest, HELLO, THINKING};
 use tests::plugins::{publish_plugins, team_plugin, ALWAYS_RULE};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
-/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
-fn claude_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    let bin = cache.join("claude/node_modules/.bin/claude");
-    assert!(
-        bin.exists(),
-        "the claude CLI is not installed at {}: run scripts/test (or scripts/deps/claude.sh) to install it",
-        bin.display()
-    );
-    bin
-}
-
 /// Options for a daemon whose `claude` agent talks to `mock`.
 fn claude_options(mock: &MockAnthropic) -> DaemonOptions {
-    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-    DaemonOptions::with_config(json!({ "agents": { "claude": {
-        "kind": "claude", "env": env, "options": { "command": claude_bin() }
-    } } }))
+    DaemonOptions::with_config(json!({ "agents": { "claude": claude_entry(mock) } }))
 }
 
 /// A daemon whose `claude` agent talks to `mock`. Its `HOME` is its own fresh folder.

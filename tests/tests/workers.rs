@@ -430,6 +430,7 @@ async fn worker_protocol_doc_names_every_method() -> anyhow::Result<()> {
         "agent/probeChanged",
         "tool/run",
         "resource/keep",
+        "process/groups",
     ] {
         assert!(doc.contains(&format!("`{method}`")), "docs/workers.md does not document {method}");
     }

@@ -23,50 +23,21 @@ use serde_json::{json, Value};
 pub const TURN: Duration = Duration::from_secs(90);
 
 /// The real `claude`, installed by `scripts/test`.
-pub fn claude_bin() -> PathBuf {
-    if let Ok(bin) = std::env::var("AHPD_CLAUDE_BIN") {
-        return PathBuf::from(bin);
-    }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|_| repo.join(".cache"));
-    let bin = cache.join("claude/node_modules/.bin/claude");
-    assert!(
-        bin.exists(),
-        "the claude CLI is not installed at {}: run scripts/test (or scripts/deps/claude.sh) to install it",
-        bin.display()
-    );
-    bin
-}
+#[allow(unused_imports)] // not every test binary runs the real CLI
+pub use tests::installed::claude_bin;
 
 /// The scripted stand-in for edge cases.
 pub fn fake_bin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/claude")
 }
 
-/// A folder removed when dropped.
-pub struct TempDir(pub PathBuf);
+pub use tempfile::TempDir;
 
-impl TempDir {
-    pub fn new(label: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("ahpd-claude-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("a temporary folder");
-        // Canonical, as the CLI reports its cwd (so folder names in ~/.claude/projects match).
-        Self(path.canonicalize().unwrap_or(path))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A folder removed when dropped, inside the canonical temporary folder: the CLI reports its cwd
+/// canonical, so folder names in `~/.claude/projects` match.
+pub fn temp_dir(label: &str) -> TempDir {
+    let parent = std::env::temp_dir().canonicalize().unwrap_or_else(|_| std::env::temp_dir());
+    tempfile::Builder::new().prefix(&format!("ahpd-claude-{label}-")).tempdir_in(parent).expect("a temporary folder")
 }
 
 /// The calls the test's tool handler was asked to run.

@@ -9,6 +9,7 @@ pub mod client;
 pub mod process;
 pub mod record;
 pub mod server;
+pub mod tree;
 
 use std::path::PathBuf;
 

@@ -29,6 +29,10 @@ pub struct Record {
     /// The file its connection token is kept in (never the token), when it keeps one in a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// The process groups of its tree (its workers', and what they started), kept current while it
+    /// runs, so that what a daemon killed with SIGKILL left running can be ended after it.
+    #[serde(default)]
+    pub groups: Vec<agent_runner::child::ProcessGroup>,
 }
 
 /// A record that could not be read.
@@ -113,6 +117,7 @@ mod tests {
             version: "0.1.0".into(),
             socket: PathBuf::from("/tmp/ahpd.sock"),
             token_file: None,
+            groups: Vec::new(),
         }
     }
 

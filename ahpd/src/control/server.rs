@@ -90,6 +90,16 @@ impl Facts {
         super::record::RecordGuard::write(&self.paths.record(), &self.record())
     }
 
+    /// Writes the record again (its process groups changed), unless it is gone or names another
+    /// daemon.
+    pub fn rewrite_record(&self) -> std::io::Result<()> {
+        let path = self.paths.record();
+        match Record::read(&path) {
+            Ok(Some(record)) if record.pid == std::process::id() => self.record().write(&path),
+            _ => Ok(()),
+        }
+    }
+
     fn url(&self) -> String {
         self.url.get().cloned().unwrap_or_default()
     }
@@ -105,6 +115,7 @@ impl Facts {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             socket: self.paths.socket(),
             token_file: self.token_file.clone(),
+            groups: agent_runner::child::groups::recorded(),
         }
     }
 

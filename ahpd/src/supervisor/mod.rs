@@ -6,25 +6,23 @@
 //! `docs/workers.md`.
 
 pub mod backoff;
-pub mod process;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use agent_runner::child::{describe_exit, Child, ChildCommand};
 use agent_runner::rpc::{Incoming, Peer, PeerEnd, Responder};
 use ahp_types::common::JsonObject;
 use protocol::methods::{parent, worker};
 use protocol::{
     AgentDescriptor, EmitParams, InitializeParams, InitializeResult, KeepResourceParams, PeerInfo, ProbeResult,
-    SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
+    ProcessGroupsParams, SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-use self::process::{describe_exit, WorkerProcess};
 
 /// How a worker is run.
 #[derive(Debug, Clone)]
@@ -274,7 +272,7 @@ impl Supervisor {
             Ok(launched) => launched,
             Err(e) => return RunEnd::Died(e),
         };
-        let forwarder = self.forward(spec.provider.clone(), incarnation, incoming);
+        let forwarder = self.forward(spec.provider.clone(), incarnation, incoming, exit.process());
         let handshake = tokio::select! {
             _ = self.cancel.cancelled() => {
                 exit.stop(&peer).await;
@@ -369,6 +367,7 @@ impl Supervisor {
         provider: String,
         incarnation: u64,
         mut incoming: mpsc::UnboundedReceiver<Incoming>,
+        process: Option<Weak<Child>>,
     ) -> tokio::task::JoinHandle<()> {
         let events = self.events.clone();
         let this = self.clone();
@@ -390,6 +389,17 @@ impl Supervisor {
                                 continue;
                             }
                         },
+                        worker::PROCESS_GROUPS => {
+                            match serde_json::from_value::<ProcessGroupsParams>(params) {
+                                Ok(params) => {
+                                    if let Some(process) = process.as_ref().and_then(Weak::upgrade) {
+                                        process.reported(params.groups);
+                                    }
+                                }
+                                Err(e) => tracing::warn!("worker {provider} sent a bad process/groups: {e}"),
+                            }
+                            continue;
+                        }
                         worker::PROBE_CHANGED => {
                             if let Some(handle) = this.current(&provider) {
                                 this.probe(provider.clone(), handle.peer, true);
@@ -472,25 +482,30 @@ enum RunEnd {
 
 /// How a launched worker ends: a process, or an in-process task.
 enum Exit {
-    Process(WorkerProcess),
+    Process(Arc<Child>),
     Task(tokio::task::JoinHandle<()>),
 }
 
 impl Exit {
+    /// The worker's process, for what it reports about its own.
+    fn process(&self) -> Option<Weak<Child>> {
+        match self {
+            Exit::Process(p) => Some(Arc::downgrade(p)),
+            Exit::Task(_) => None,
+        }
+    }
+
     async fn wait(&mut self, within: Duration) -> String {
         match self {
             Exit::Process(p) => {
-                let said = match tokio::time::timeout(within, p.wait()).await {
-                    Ok(status) => describe_exit(status.ok()),
-                    Err(_) => {
-                        // Its output closed but it lingers: it is broken, not running.
-                        let status = p.stop(Duration::from_millis(500)).await;
-                        describe_exit(status)
-                    }
+                let status = match tokio::time::timeout(within, p.wait()).await {
+                    Ok(status) => status,
+                    // Its output closed but it lingers: it is broken, not running.
+                    Err(_) => p.stop(Duration::from_millis(500)).await,
                 };
                 // Its last words (read by `last_words`) may still be on their way.
                 p.stderr_read(STDERR_AFTER_EXIT).await;
-                said
+                describe_exit(status)
             }
             Exit::Task(task) => {
                 let _ = tokio::time::timeout(within, task).await;
@@ -502,10 +517,9 @@ impl Exit {
     async fn kill(&mut self) -> String {
         match self {
             Exit::Process(p) => {
-                p.signal_group(nix::sys::signal::Signal::SIGKILL);
-                let said = describe_exit(p.wait().await.ok());
+                let status = p.kill().await;
                 p.stderr_read(STDERR_AFTER_EXIT).await;
-                said
+                describe_exit(status)
             }
             Exit::Task(task) => {
                 task.abort();
@@ -535,7 +549,7 @@ impl Exit {
     fn last_words(&self) -> String {
         match self {
             Exit::Process(p) => {
-                let tail = p.tail.last(8);
+                let tail = p.tail().last_lines(8);
                 if tail.trim().is_empty() {
                     String::new()
                 } else {
@@ -550,13 +564,17 @@ impl Exit {
 fn launch(spec: &WorkerSpec) -> Result<(Peer, mpsc::UnboundedReceiver<Incoming>, Exit), String> {
     match &spec.launch {
         Launch::Exec { program, args, env } => {
-            let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            // Names the worker in `ps e` and /proc, where several run the same binary.
-            env.push(("AHPD_WORKER_PROVIDER".into(), spec.provider.clone()));
-            let (process, stdin, stdout) = process::spawn(&spec.provider, program, args, &env)
-                .map_err(|e| format!("could not be started ({}: {e})", program.display()))?;
-            let io = Peer::start(stdout, stdin);
-            Ok((io.peer, io.incoming, Exit::Process(process)))
+            let (process, mut pipes) = ChildCommand::new(program)
+                .args(args)
+                .envs(env)
+                // Names the worker in `ps e` and /proc, where several run the same binary.
+                .envs([("AHPD_WORKER_PROVIDER", &spec.provider)])
+                .log_stderr(&spec.provider, tracing::Level::INFO)
+                .spawn()
+                .map_err(|e| format!("could not be started: {e}"))?;
+            let stdin = pipes.take_stdin().map_err(|e| format!("could not be started: {e}"))?;
+            let io = Peer::start(pipes.stdout, stdin);
+            Ok((io.peer, io.incoming, Exit::Process(Arc::new(process))))
         }
         Launch::InProcess { kind } => {
             let factory =

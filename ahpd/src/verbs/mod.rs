@@ -161,8 +161,12 @@ pub async fn find(paths: &Paths) -> Found {
 
 /// Removes a stale record and says so.
 pub fn forget_stale(paths: &Paths, why: &str) {
+    let ended = crate::control::tree::end_leftovers(paths);
     record::remove(&paths.record());
     eprintln!("Removed a stale record: {why}.");
+    if ended > 0 {
+        eprintln!("Ended {ended} process group(s) it left running.");
+    }
 }
 
 async fn ask_status(paths: &Paths) -> Result<Status, String> {

@@ -264,6 +264,7 @@ mod tests {
             version: String::new(),
             socket: dir.path().join("sock"),
             token_file: None,
+            groups: Vec::new(),
         };
         if std::env::var_os("AHPD_TOKEN").is_none() {
             assert_eq!(token(&ClientArgs::default(), &paths, Some(&record)).await.expect("line"), Some("abc".into()));

@@ -26,6 +26,7 @@
 //! | `TOOL:<Name> ARGS:{json}` | says "I will call <Name>." and calls tool `<Name>` (one of the request's `tools`) with the JSON (to the end of the line) as input; `ARGS` may be left out (`{}`) |
 //! | `THINK` | thinks ("Let me think about this briefly.") before answering |
 //! | `SLOW` | waits 400 ms between stream events (for interrupts) |
+//! | `LONG` | streams its answer in 60 pieces rather than 3 (with `SLOW`, a reply that runs for half a minute) |
 //! | `ERROR` | the request fails with HTTP 400 `invalid_request_error` (not retried by the CLI); read from the last text of the last user message alone, since the CLI sends a prompt whose request failed again with the next one |
 //! | `REPLY:<text>` | answers exactly `<text>` (to the end of the line) |
 //! | anything else | answers `Hello from the mock model. You said: <last line>` |
@@ -46,6 +47,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::lock;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -60,6 +62,8 @@ pub const THINKING: &str = "Let me think about this briefly.";
 pub const HELLO: &str = "Hello from the mock model. You said: ";
 /// How long `SLOW` waits between stream events.
 pub const SLOW_EVENT_DELAY: Duration = Duration::from_millis(400);
+/// How many pieces a `LONG` answer's text is streamed in.
+pub const LONG_PIECES: usize = 60;
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
@@ -148,10 +152,9 @@ pub struct MockAnthropic {
 struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     arrived: Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// How many streamed replies lost their client before their last event.
+    cut_off: std::sync::atomic::AtomicUsize,
+    cut: Notify,
 }
 
 impl MockAnthropic {
@@ -220,6 +223,21 @@ impl MockAnthropic {
     }
 }
 
+impl MockAnthropic {
+    /// Waits until `n` streamed replies were cut off by their client going away before the last
+    /// event (or `within` passed), and answers how many were.
+    pub async fn until_replies_cut_off(&self, n: usize, within: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let cut = self.shared.cut.notified();
+            let now = self.shared.cut_off.load(std::sync::atomic::Ordering::SeqCst);
+            if now >= n || tokio::time::timeout_at(deadline, cut).await.is_err() {
+                return self.shared.cut_off.load(std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
 impl Drop for MockAnthropic {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -245,7 +263,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         (&Method::HEAD, _) => StatusCode::OK.into_response(),
         (&Method::GET, path) if path.starts_with("/v1/models") => json_response(StatusCode::OK, models()),
         (&Method::POST, "/v1/messages/count_tokens") => json_response(StatusCode::OK, json!({"input_tokens": 42})),
-        (&Method::POST, "/v1/messages") => answer_messages(&recorded.body),
+        (&Method::POST, "/v1/messages") => answer_messages(&recorded.body, shared.clone()),
         _ => json_response(
             StatusCode::NOT_FOUND,
             json!({"type": "error", "error": {"type": "not_found_error", "message": "mock: no such path"}}),
@@ -296,10 +314,12 @@ struct Plan {
     blocks: Vec<Block>,
     stop_reason: &'static str,
     delay: Duration,
+    /// How many pieces each text block is streamed in.
+    pieces: usize,
     error: bool,
 }
 
-fn answer_messages(body: &Value) -> Response {
+fn answer_messages(body: &Value, shared: Arc<Shared>) -> Response {
     let plan = plan_reply(body);
     if plan.error {
         return json_response(
@@ -317,21 +337,25 @@ fn answer_messages(body: &Value) -> Response {
                    "stop_reason": plan.stop_reason, "stop_sequence": null, "usage": usage(12)}),
         );
     }
-    stream_response(sse_events(&id, &model, &plan), plan.delay)
+    stream_response(sse_events(&id, &model, &plan), plan.delay, shared)
 }
 
 fn usage(output_tokens: u64) -> Value {
     json!({"input_tokens": 25, "output_tokens": output_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
 }
 
-/// Streams events with `delay` between them; stops when the client goes away.
-fn stream_response(events: Vec<(String, Value)>, delay: Duration) -> Response {
+/// Streams events with `delay` between them; stops (and counts the reply cut off) when the client
+/// goes away.
+fn stream_response(events: Vec<(String, Value)>, delay: Duration, shared: Arc<Shared>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
         for (name, data) in events {
             let frame = format!("event: {name}\ndata: {data}\n\n");
             if tx.send(Ok(Bytes::from(frame))).await.is_err() {
-                return; // the client hung up (an interrupt): stop streaming
+                // The client hung up (an interrupt, a killed CLI): stop streaming.
+                shared.cut_off.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                shared.cut.notify_waiters();
+                return;
             }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -367,7 +391,7 @@ fn sse_events(id: &str, model: &str, plan: &Plan) -> Vec<(String, Value)> {
         let delta = |delta: Value| json!({"type": "content_block_delta", "index": index, "delta": delta});
         match block {
             Block::Text(text) => {
-                for piece in chunks(text, 3) {
+                for piece in chunks(text, plan.pieces) {
                     push("content_block_delta", delta(json!({"type": "text_delta", "text": piece})));
                 }
             }
@@ -479,7 +503,8 @@ fn after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
 fn plan_reply(body: &Value) -> Plan {
     let text = trailing_user_text(body);
     let delay = if text.contains("SLOW") { SLOW_EVENT_DELAY } else { Duration::ZERO };
-    let mut plan = Plan { blocks: Vec::new(), stop_reason: "end_turn", delay, error: false };
+    let pieces = if text.contains("LONG") { LONG_PIECES } else { 3 };
+    let mut plan = Plan { blocks: Vec::new(), stop_reason: "end_turn", delay, pieces, error: false };
     if let Some(result) = last_tool_result(body) {
         let mut answer = format!("Tool result received: {}", truncate(&result, 200));
         let extra = text.trim();
@@ -583,6 +608,7 @@ mod tests {
             blocks: vec![Block::Thinking("hm".into()), Block::Text("hello".into())],
             stop_reason: "end_turn",
             delay: Duration::ZERO,
+            pieces: 3,
             error: false,
         };
         let names: Vec<String> = sse_events("m1", "x", &plan).into_iter().map(|(n, _)| n).collect();

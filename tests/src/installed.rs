@@ -1,0 +1,62 @@
+//! Where the real agent programs the tests run are installed (by `scripts/deps/*.sh` into
+//! `$AHPD_TEST_CACHE`), and the config entries that run them against the mock model APIs.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::mocks::anthropic::MockAnthropic;
+
+/// `$AHPD_TEST_CACHE`, else the workspace's `.cache`.
+fn cache() -> PathBuf {
+    std::env::var_os("AHPD_TEST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"))
+}
+
+/// `$<env>`, else `relative` under the cache; a missing program says how to install it.
+fn installed(env: &str, relative: &str, script: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    let bin = cache().join(relative);
+    assert!(
+        bin.exists(),
+        "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
+        bin.display()
+    );
+    bin
+}
+
+/// The real Claude Code CLI.
+pub fn claude_bin() -> PathBuf {
+    installed("AHPD_CLAUDE_BIN", "claude/node_modules/.bin/claude", "claude.sh")
+}
+
+/// The current Claude ACP adapter, which runs its tools itself.
+pub fn claude_agent_acp() -> PathBuf {
+    installed("AHPD_CLAUDE_AGENT_ACP_BIN", "acp/node_modules/.bin/claude-agent-acp", "acp.sh")
+}
+
+/// The older Claude ACP adapter, which reads, writes and runs through its client.
+pub fn claude_code_acp() -> PathBuf {
+    installed("AHPD_CLAUDE_CODE_ACP_BIN", "acp/node_modules/.bin/claude-code-acp", "acp.sh")
+}
+
+/// An `agents` entry of kind `claude` whose CLI talks to `mock`.
+pub fn claude_entry(mock: &MockAnthropic) -> Value {
+    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    json!({ "kind": "claude", "env": env, "options": { "command": claude_bin() } })
+}
+
+/// An `agents` entry of kind `acp` running the adapter `command` against `mock`, with `home` as its
+/// own `HOME`.
+pub fn acp_adapter_entry(command: &Path, mock: &MockAnthropic, home: &Path) -> Value {
+    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    env.insert("HOME".into(), json!(home.display().to_string()));
+    // The adapters refuse to skip permissions as root unless told they are sandboxed.
+    env.insert("IS_SANDBOX".into(), json!("1"));
+    // MCP tools would hide behind tool search otherwise (ACP has no alwaysLoad).
+    env.insert("ENABLE_TOOL_SEARCH".into(), json!("false"));
+    json!({ "kind": "acp", "options": { "command": command.display().to_string(), "env": env } })
+}
