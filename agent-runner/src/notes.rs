@@ -8,8 +8,11 @@
 //!
 //! ```text
 //! read NAME | read | write NAME TEXT | list | ask QUESTION | call TOOL {json} | fail | error
-//! | later TEXT | wait MS | endpoint | tools
+//! | later TEXT | wait MS | endpoint | tools | edit PATH TEXT | where
 //! ```
+//!
+//! `edit` writes a file in the folder the chat works in, as a coding agent does (asking first as
+//! `write` does), and `where` says that folder.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -129,6 +132,7 @@ impl Agent for Notes {
         let session = Arc::new(NotesSession {
             host,
             dir: self.dir.clone(),
+            folder: start.working_directory.as_ref().map(PathBuf::from),
             state: Mutex::new(NotesState {
                 settings,
                 tools: start.tools,
@@ -169,6 +173,8 @@ struct NotesState {
 struct NotesSession {
     host: SessionHost,
     dir: PathBuf,
+    /// The folder the chat works in (its session's, or its own).
+    folder: Option<PathBuf>,
     state: Mutex<NotesState>,
 }
 
@@ -188,6 +194,8 @@ enum Command {
     Wait(u64),
     Endpoint,
     Tools,
+    Edit(String, String),
+    Where,
     Unknown(String),
 }
 
@@ -218,6 +226,11 @@ fn parse_one(command: &str) -> Command {
         "wait" => Command::Wait(rest.parse().unwrap_or(1000)),
         "endpoint" => Command::Endpoint,
         "tools" => Command::Tools,
+        "edit" => {
+            let (path, text) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            Command::Edit(path.to_owned(), text.trim().to_owned())
+        }
+        "where" => Command::Where,
         _ => Command::Unknown(command.to_owned()),
     }
 }
@@ -331,6 +344,16 @@ impl NotesSession {
                 self.read(&writer, n, &name).await;
             }
             Command::Write(name, text) => self.write(&writer, n, &name, &text).await,
+            Command::Edit(path, text) => self.edit(&writer, n, &path, &text).await,
+            Command::Where => {
+                let said = match &self.folder {
+                    Some(folder) => format!("folder {}", folder.display()),
+                    None => "no folder".to_owned(),
+                };
+                let mut w = lock(&writer);
+                w.end_part();
+                w.text(&said);
+            }
             Command::List => self.list(&writer, n).await,
             Command::Ask(question) => self.ask(&writer, n, &question).await,
             Command::Call(name, input) => self.call(&writer, n, &name, input).await,
@@ -367,7 +390,7 @@ impl NotesSession {
                 let mut w = lock(&writer);
                 w.end_part();
                 w.text(&format!(
-                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools."
+                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools, edit PATH TEXT, where."
                 ));
             }
             Command::Later(_) | Command::Error => {}
@@ -474,6 +497,51 @@ impl NotesSession {
             Err(why) => {
                 w.tool_complete(&id, tool_result(false, format!("Could not write note {name}"), None, Some(why)))
             }
+        }
+    }
+
+    /// Writes a file in the chat's folder (a path inside it), asking first as `write` does.
+    async fn edit(&self, writer: &Writer, n: usize, path: &str, text: &str) {
+        let id = Self::tool_call_id(writer, n);
+        lock(writer).tool_start(&id, "edit", "Edit file", None);
+        let invocation = format!("Editing {path}");
+        let input = Some(serde_json::json!({ "path": path, "text": text }).to_string());
+        if self.ask_setting() != "never" {
+            if !self.confirmation(writer, &id, &invocation, input, format!("Edit {path}?")).await {
+                let mut w = lock(writer);
+                w.end_part();
+                w.text(&format!("Not edited: {path}."));
+                return;
+            }
+        } else {
+            lock(writer).tool_running(&id, &invocation, input);
+        }
+        let inside = !path.is_empty()
+            && std::path::Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        let written = match (&self.folder, inside) {
+            (Some(folder), true) => {
+                let target = folder.join(path);
+                let contents = format!("{text}\n");
+                async move {
+                    if let Some(parent) = target.parent() {
+                        tokio::fs::create_dir_all(parent).await?;
+                    }
+                    tokio::fs::write(&target, contents).await
+                }
+                .await
+                .map_err(|e| format!("Could not edit {path}: {e}"))
+            }
+            (None, _) => Err("This chat works in no folder.".to_owned()),
+            (_, false) => Err(format!("{path} is not a path inside the chat's folder.")),
+        };
+        let mut w = lock(writer);
+        match written {
+            Ok(()) => {
+                w.tool_complete(&id, tool_result(true, format!("Edited {path}"), None, None));
+                w.end_part();
+                w.text(&format!("Edited {path}."));
+            }
+            Err(why) => w.tool_complete(&id, tool_result(false, format!("Could not edit {path}"), None, Some(why))),
         }
     }
 
@@ -695,6 +763,10 @@ mod tests {
             ]
         );
         assert_eq!(parse("read"), vec![Command::Read(None)]);
+        assert_eq!(
+            parse("edit src/a.txt two words; where"),
+            vec![Command::Edit("src/a.txt".into(), "two words".into()), Command::Where]
+        );
     }
 
     #[test]
