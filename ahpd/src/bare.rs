@@ -50,8 +50,15 @@ impl BareHost {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor::new(specs, events_tx, cancel.child_token(), tracker.clone());
         let store = crate::store::Store::open(&dir.join("sessions.db"))?;
-        let tools = crate::tools::HostTools::new();
-        let host = Host::new(config, store, supervisor.clone(), tools, cancel.clone(), tracker.clone());
+        let worktrees = crate::worktrees::Worktrees::new(crate::worktrees::Settings {
+            root: dir.join("worktrees"),
+            worktree_by_default: false,
+            worktree_providers: Vec::new(),
+        });
+        let features =
+            crate::host::facade::Features { tools: crate::tools::HostTools::new(), workspaces: worktrees.clone() };
+        let host = Host::new(config, store, supervisor.clone(), features, cancel.clone(), tracker.clone());
+        worktrees.start(&host);
         host.run_events(events_rx);
         supervisor.start_all();
         supervisor.first_starts(Duration::from_secs(10)).await;

@@ -54,6 +54,9 @@ fn object(v: &Value) -> Result<(), &'static str> {
 fn on_off(v: &Value) -> Result<(), &'static str> {
     matches!(v.as_str(), Some("on" | "off")).then_some(()).ok_or("\"on\" or \"off\"")
 }
+fn isolation(v: &Value) -> Result<(), &'static str> {
+    matches!(v.as_str(), Some("folder" | "worktree")).then_some(()).ok_or("\"folder\" or \"worktree\"")
+}
 fn scope(v: &Value) -> Result<(), &'static str> {
     matches!(v.as_str(), Some("tree" | "session")).then_some(()).ok_or("\"tree\" or \"session\"")
 }
@@ -122,6 +125,9 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "clientToolCallDisconnectTimeoutMs", default: || Value::from(30_000), applies: Applies::Restart, about: "How long a client whose connections all closed keeps its place and the calls it owes; 0 releases it at once.", check: millis, secret: false },
     KeySpec { name: "agentOrchestrationLimits", default: || Value::from("on"), applies: Applies::Live, about: "\"off\" turns the session tools' spawn depth and per-tree counts off.", check: on_off, secret: false },
     KeySpec { name: "agentOrchestrationLimitsScope", default: || Value::from("tree"), applies: Applies::Live, about: "Count the limits per session tree (\"tree\") or per session (\"session\").", check: scope, secret: false },
+    KeySpec { name: "isolation", default: || Value::from("folder"), applies: Applies::Restart, about: "Where a session works when it names no isolation: \"folder\" (the folder itself) or \"worktree\" (a Git worktree of its own, cut from the folder).", check: isolation, secret: false },
+    KeySpec { name: "isolationProviders", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Providers whose sessions work in a worktree of their own when they name no isolation.", check: strings, secret: false },
+    KeySpec { name: "worktreesRoot", default: || Value::Null, applies: Applies::Restart, about: "The folder ahpd makes worktrees in (<root>/<repository>/<branch>); default a worktrees folder in the data folder.", check: string, secret: false },
     KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },

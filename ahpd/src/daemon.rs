@@ -229,8 +229,11 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
     crate::fsutil::create_private_file(&plan.paths.store()).context("could not create the session store")?;
     let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
-    let tools = crate::tools::HostTools::new();
-    let host = Host::new(host_config, store, supervisor.clone(), tools, cancel.clone(), tracker.clone());
+    let worktrees = crate::worktrees::Worktrees::new(worktree_settings(config, &plan.paths.data_dir));
+    let features =
+        crate::host::facade::Features { tools: crate::tools::HostTools::new(), workspaces: worktrees.clone() };
+    let host = Host::new(host_config, store, supervisor.clone(), features, cancel.clone(), tracker.clone());
+    worktrees.start(&host);
     host.run_events(events_rx);
     let facts = Arc::new(Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered));
     if let Some(listener) = control {
@@ -303,6 +306,20 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     }
     drop(record);
     Ok(())
+}
+
+/// How sessions are isolated, from `isolation`, `isolationProviders` and `worktreesRoot` (a
+/// relative root is taken from the daemon's working folder).
+pub fn worktree_settings(config: &Config, data_dir: &std::path::Path) -> crate::worktrees::Settings {
+    let root = match config.string("worktreesRoot") {
+        Some(root) => std::env::current_dir().map(|cwd| cwd.join(&root)).unwrap_or_else(|_| root.into()),
+        None => data_dir.join("worktrees"),
+    };
+    crate::worktrees::Settings {
+        root,
+        worktree_by_default: config.string("isolation").as_deref() == Some("worktree"),
+        worktree_providers: config.strings("isolationProviders"),
+    }
 }
 
 /// The limits each connection is held to, from their keys.

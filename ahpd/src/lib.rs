@@ -30,3 +30,4 @@ pub mod users;
 pub mod verbs;
 pub mod web;
 pub mod worker;
+pub mod worktrees;

@@ -1,9 +1,9 @@
 //! Tidy tests: rules of the code's shape that no compiler checks, read from the source tree.
 //!
-//! - The host does not know its tools: nothing under `host/` names a tool module (the tools are
-//!   registered with the host where it is built, outside `host/`).
-//! - The tools reach the host through its facade: under `tools/`, `crate::host::` names only
-//!   `facade`, `Host` and `Core`.
+//! - The host does not know its features: nothing under `host/` names a tool module or the
+//!   worktrees feature (they are registered with the host where it is built, outside `host/`).
+//! - The features reach the host through its facade: under `tools/` and `worktrees/`,
+//!   `crate::host::` names only `facade`, `Host` and `Core`; and neither feature names the other.
 //! - One write path: nothing but `host/write.rs` calls the channels' `commit`.
 
 use std::path::{Path, PathBuf};
@@ -50,11 +50,18 @@ fn occurrences(files: &[(String, String)], needle: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_host_names_no_tool_module() {
+fn the_host_names_no_feature_module() {
     let host = sources("host");
     assert!(host.len() > 20, "the host's files were not found: {host:?}");
     let mut named = Vec::new();
-    for needle in ["crate::tools", "super::tools", "super::super::tools"] {
+    for needle in [
+        "crate::tools",
+        "super::tools",
+        "super::super::tools",
+        "crate::worktrees",
+        "super::worktrees",
+        "super::super::worktrees",
+    ] {
         named.extend(occurrences(&host, needle));
     }
     assert!(
@@ -66,12 +73,16 @@ fn the_host_names_no_tool_module() {
 }
 
 #[test]
-fn the_tools_reach_the_host_through_its_facade() {
+fn the_features_reach_the_host_through_its_facade() {
     let tools = sources("tools");
     assert!(tools.len() > 10, "the tools' files were not found");
+    let worktrees = sources("worktrees");
+    assert!(worktrees.len() > 3, "the worktrees' files were not found");
     let allowed = ["facade", "Host", "Core"];
     let mut reached = Vec::new();
-    for (file, code) in &tools {
+    reached.extend(occurrences(&tools, "crate::worktrees"));
+    reached.extend(occurrences(&worktrees, "crate::tools"));
+    for (file, code) in tools.iter().chain(worktrees.iter()) {
         for (n, line) in code.lines().enumerate() {
             let mut rest = line;
             while let Some(at) = rest.find("crate::host::") {
@@ -91,7 +102,7 @@ fn the_tools_reach_the_host_through_its_facade() {
     }
     assert!(
         reached.is_empty(),
-        "a tool reaches past the host's facade (expose what it needs on host::facade):\n{}",
+        "a feature reaches past the host's facade, or into the other feature (expose what it needs on host::facade):\n{}",
         reached.join("\n")
     );
 }

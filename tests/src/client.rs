@@ -6,13 +6,15 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
+    apply_action_to_session, ReduceOutcome,
 };
 use ahp::{Client, ClientConfig, ClientEventStream, SubscriptionEvent};
 use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
 use ahp_types::commands::InitializeResult;
 use ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot, SnapshotState, Turn,
+    ChangesetState, ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot,
+    SnapshotState, Turn,
 };
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::{anyhow, bail, Context};
@@ -79,6 +81,7 @@ impl Mirror {
             SnapshotState::Session(s) => apply_action_to_session(s, &env.action),
             SnapshotState::Chat(c) => apply_action_to_chat(c, &env.action),
             SnapshotState::Annotations(a) => apply_action_to_annotations(a, &env.action),
+            SnapshotState::Changeset(c) => apply_action_to_changeset(c, &env.action),
             _ => ReduceOutcome::OutOfScope,
         })
     }
@@ -95,6 +98,14 @@ impl Mirror {
     pub fn chat(&self, uri: &str) -> Option<&ChatState> {
         match self.states.get(uri)? {
             SnapshotState::Chat(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A changeset's folded state.
+    pub fn changeset(&self, uri: &str) -> Option<&ChangesetState> {
+        match self.states.get(uri)? {
+            SnapshotState::Changeset(c) => Some(c),
             _ => None,
         }
     }

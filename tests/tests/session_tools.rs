@@ -182,10 +182,11 @@ async fn every_session_tool_answers_a_real_mcp_client_through_the_sessions_endpo
             "rename_chat",
             "archive_chat",
             "set_workspace",
+            "isolate_session",
             "delete_session",
             "move_session"
         ],
-        "isolate_session is withheld: no agent here keeps a folder per chat"
+        "isolate_session is offered: notes holds several chats, each a conversation started in its own folder"
     );
     let tool = |name: &str| listed["tools"].as_array().into_iter().flatten().find(|t| t["name"] == name).cloned();
     let rename = tool("rename_chat").unwrap_or_default();
@@ -294,9 +295,9 @@ async fn every_session_tool_answers_a_real_mcp_client_through_the_sessions_endpo
     refused(&r[19], "Invalid create_session input: title must not exceed 200 characters.");
     refused(
         &r[20],
-        "Invalid create_session input: this host cannot make an isolated worktree; omit worktree, or set it to false to work in the folder itself.",
+        "Invalid create_session input: /tmp is not in a Git repository, so no worktree can be cut from it. Work in the folder itself (isolation \"folder\"), or make it a repository first (git init, and a first commit).",
     );
-    assert_eq!(text(&r[21]), "No tool named isolate_session", "{}", r[21]);
+    refused(&r[21], "isolate_session must run from an active chat turn.");
     assert_eq!(ok_text(&r[22])?, format!("Message sent ({e_link})."));
     let sibling_link = link_in(ok_text(&r[23])?)?;
     assert!(ok_text(&r[23])?.starts_with("New session created (agent-host-session://notes/"), "{}", r[23]);
@@ -808,8 +809,9 @@ async fn set_workspace_moves_the_session_when_its_turn_completes_and_not_when_it
         .await?;
     let mut said = refusals(&turn);
     said.sort();
+    let real = folder.path().canonicalize()?.display().to_string();
     let mut expected = vec![
-        "Invalid set_workspace input: this host cannot make an isolated worktree; call set_workspace again with isolation false to work in the folder itself.".to_owned(),
+        format!("Invalid set_workspace input: {real} is not in a Git repository, so no worktree can be cut from it. Work in the folder itself (isolation \"folder\"), or make it a repository first (git init, and a first commit)."),
         "Invalid set_workspace input: workspaceFolder must be an absolute local path or file URI.".to_owned(),
         format!("Invalid set_workspace input: {path}/missing is not a directory."),
         "Invalid set_workspace input: isolation must be a boolean.".to_owned(),

@@ -146,6 +146,8 @@ enum Then {
     RootConfig(Vec<(String, Value)>, Vec<(String, Value)>),
     /// A client completed a call of its tool: the backend waiting on it gets the result.
     ClientCompleted(String, ahp_types::state::ToolCallResult),
+    /// A client marked a changeset's files reviewed: kept across recomputations.
+    Reviewed(Vec<String>, bool),
 }
 
 impl Host {
@@ -255,6 +257,10 @@ impl Host {
             Then::ToolsChanged => self.tools_changed(core, channel),
             Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
             Then::ClientCompleted(id, result) => self.client_completed(core, channel, &id, &result),
+            Then::Reviewed(files, reviewed) => {
+                let event = super::facade::Event::Reviewed { changeset: channel.to_owned(), files, reviewed };
+                core.workspaces.clone().event(core, event);
+            }
             Then::Config(changes) => {
                 let chats: Vec<String> = core.chats_of(channel);
                 for chat in chats {
@@ -324,6 +330,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         Some(ChannelKind::Session) => "session",
         Some(ChannelKind::Chat) => "chat",
         Some(ChannelKind::Annotations) => "annotations",
+        Some(ChannelKind::Changeset) => "changeset",
         None => "",
     };
     if prefix != expected {
@@ -502,6 +509,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::AnnotationsRemoved(_)
         | StateAction::AnnotationsEntrySet(_)
         | StateAction::AnnotationsEntryRemoved(_) => Ok(Then::Nothing),
+        StateAction::ChangesetFilesReviewChanged(a) => Ok(Then::Reviewed(a.files.clone(), a.reviewed)),
         _ => Err(format!("{scope} is the host's to say; a client cannot dispatch it")),
     }
 }

@@ -267,7 +267,7 @@ impl Core {
             resource: uri.to_owned(),
             created_at: meta.created_at.clone(),
             modified_at,
-            changes: None,
+            changes: meta.changes.clone(),
             meta: None,
             chats: compact,
             default_chat: state.default_chat.clone(),
@@ -308,7 +308,7 @@ impl Core {
             resource: None,
             created_at: None,
             modified_at: (before.modified_at != now.modified_at).then(|| now.modified_at.clone()),
-            changes: None,
+            changes: (before.changes != now.changes).then(|| now.changes.clone().unwrap_or_default()),
             meta: None,
             chats: (before.chats != now.chats).then(|| now.chats.clone().unwrap_or_default()),
             default_chat: (before.default_chat != now.default_chat).then(|| now.default_chat.clone()).flatten(),
@@ -374,10 +374,94 @@ impl Core {
             meta.working_directory = Some(folder.to_owned());
         }
         self.apply(session, action, None, None);
+        self.advertise_changesets(session);
         for chat in self.chats_of(session) {
             self.restart_between_turns(&chat);
         }
         tracing::info!(session, folder = %folder.display(), "moved to a new workspace");
+    }
+
+    /// Moves one chat to a folder of its own (`isolate_session`): its record and state say so, the
+    /// session lists the folder among its own, and the chat's backend starts again there (once
+    /// its running turn ends).
+    pub fn move_chat_folder(&mut self, chat: &str, folder: &std::path::Path) {
+        let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else { return };
+        let directory = super::requests::file_uri(folder);
+        if let Some(meta) = self.chats.get_mut(chat) {
+            meta.working_directory = Some(folder.to_owned());
+        }
+        self.persist_chat(chat);
+        let action =
+            StateAction::SessionWorkingDirectorySet(SessionWorkingDirectorySetAction { directory: directory.clone() });
+        self.apply(&session, action, None, None);
+        let action = StateAction::ChatWorkingDirectorySet(ahp_types::actions::ChatWorkingDirectorySetAction {
+            directory: directory.clone(),
+        });
+        self.apply(chat, action, None, None);
+        let changes = PartialChatSummary {
+            working_directories: self.ch.chats.get(chat).and_then(|c| c.working_directories.clone()),
+            ..PartialChatSummary::default()
+        };
+        let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes });
+        self.apply(&session, action, None, None);
+        self.advertise_changesets(&session);
+        self.restart_between_turns(chat);
+        tracing::info!(chat, folder = %folder.display(), "moved to a folder of its own");
+    }
+
+    /// Says again what changesets a session and its chats advertise, where that changed (a
+    /// folder moved, a worktree was cut or let go).
+    pub fn advertise_changesets(&mut self, session: &str) {
+        let wanted = self.workspaces.session_changesets(self, session);
+        if self.ch.sessions.get(session).is_some_and(|s| s.changesets != wanted) {
+            let action = StateAction::SessionChangesetsChanged(ahp_types::actions::SessionChangesetsChangedAction {
+                changesets: wanted,
+            });
+            self.apply(session, action, None, None);
+        }
+        for chat in self.chats_of(session) {
+            let wanted = self.workspaces.chat_changesets(self, &chat);
+            if self.ch.chats.get(&chat).is_some_and(|c| c.changesets != wanted) {
+                let action = StateAction::ChatChangesetsChanged(ahp_types::actions::ChatChangesetsChangedAction {
+                    changesets: wanted,
+                });
+                self.apply(&chat, action, None, None);
+            }
+        }
+    }
+
+    /// What a session (and, with `chat`, one of its chats) changed, at a glance: the session's
+    /// summary carries it, and the chat's catalogue entry (`session/chatUpdated`).
+    pub fn set_changes(
+        &mut self,
+        session: &str,
+        chat: Option<&str>,
+        changes: Option<ahp_types::state::ChangesSummary>,
+    ) {
+        match chat {
+            None => {
+                let Some(meta) = self.sessions.get_mut(session) else { return };
+                if meta.changes == changes {
+                    return;
+                }
+                meta.changes = changes;
+                self.persist_session(session);
+                self.tell_summary(session);
+            }
+            Some(chat) => {
+                let Some(entry) =
+                    self.ch.sessions.get(session).and_then(|s| s.chats.iter().find(|c| c.resource == chat))
+                else {
+                    return;
+                };
+                let Some(changes) = changes.filter(|c| entry.changes.as_ref() != Some(c)) else { return };
+                let changes = PartialChatSummary { changes: Some(changes), ..PartialChatSummary::default() };
+                let action =
+                    StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.to_owned(), changes });
+                self.apply(session, action, None, None);
+                self.persist_chat(chat);
+            }
+        }
     }
 
     /// Renames a chat in its session's catalogue (and the session, for its default chat).
@@ -573,11 +657,14 @@ impl Host {
                 parent,
                 depth,
                 announced: false,
+                changes: None,
             },
         );
         let server_tools = core.server_tools(&uri);
+        let changesets = core.workspaces.session_changesets(core, &uri);
         if let Some(state) = core.ch.sessions.get_mut(&uri) {
             state.server_tools = Some(server_tools);
+            state.changesets = changesets;
         }
         core.persist_session(&uri);
         let chat = format!("ahp-chat:/{}", uri_id(&uri));
@@ -643,9 +730,15 @@ impl Host {
                 client_calls: std::collections::HashMap::new(),
                 senders: std::collections::HashMap::new(),
                 harness,
+                working_directory: None,
             },
         );
+        let changesets = core.workspaces.chat_changesets(core, chat);
+        if let Some(state) = core.ch.chats.get_mut(chat) {
+            state.changesets = changesets;
+        }
         core.persist_chat(chat);
+        let state = core.ch.chats.get(chat).cloned().unwrap_or(state);
         let summary = chat_summary(&state, "");
         core.apply(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {

@@ -10,10 +10,11 @@
 use std::collections::{HashMap, HashSet};
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
+    apply_action_to_session, ReduceOutcome,
 };
 use ahp_types::actions::{ActionOrigin, StateAction};
-use ahp_types::state::{AnnotationsState, ChatState, RootState, SessionState, Snapshot, SnapshotState};
+use ahp_types::state::{AnnotationsState, ChangesetState, ChatState, RootState, SessionState, Snapshot, SnapshotState};
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -36,7 +37,13 @@ pub enum ChannelKind {
     Chat,
     /// `ahp-session:/<id>/annotations`.
     Annotations,
+    /// `ahp-changeset:/<…>`: what changed in a session's or a chat's files, minted by the host
+    /// (expanded from a `Changeset.uriTemplate`) and computed when first watched.
+    Changeset,
 }
+
+/// The scheme of the changeset channels.
+pub const CHANGESET_SCHEME: &str = "ahp-changeset:/";
 
 /// Classifies a channel URI by its shape, without looking it up.
 pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
@@ -49,6 +56,9 @@ pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
             Some((id, "annotations")) if !id.is_empty() => Some(ChannelKind::Annotations),
             _ => None,
         };
+    }
+    if uri.strip_prefix(CHANGESET_SCHEME).is_some_and(|rest| !rest.is_empty()) {
+        return Some(ChannelKind::Changeset);
     }
     match uri.strip_prefix("ahp-chat:/") {
         Some(rest) if !rest.is_empty() && !rest.contains('/') => Some(ChannelKind::Chat),
@@ -97,6 +107,8 @@ pub struct Channels {
     pub chats: HashMap<String, ChatState>,
     /// Annotations channel states by URI.
     pub annotations: HashMap<String, AnnotationsState>,
+    /// Changeset channel states by URI (only while somebody watches them).
+    pub changesets: HashMap<String, ChangesetState>,
     subscribers: HashMap<String, HashSet<ConnId>>,
     /// The sequence number at which each channel loaded from the store was loaded: a client whose
     /// last number is not past it saw the channel before it was unloaded (or never), so a replay
@@ -154,6 +166,7 @@ impl Channels {
             sessions: HashMap::new(),
             chats: HashMap::new(),
             annotations: HashMap::new(),
+            changesets: HashMap::new(),
             subscribers: HashMap::new(),
             loaded_at: HashMap::new(),
             conns: HashMap::new(),
@@ -174,6 +187,7 @@ impl Channels {
             Some(ChannelKind::Session) => self.sessions.contains_key(uri),
             Some(ChannelKind::Chat) => self.chats.contains_key(uri),
             Some(ChannelKind::Annotations) => self.annotations.contains_key(uri),
+            Some(ChannelKind::Changeset) => self.changesets.contains_key(uri),
             None => false,
         }
     }
@@ -209,6 +223,7 @@ impl Channels {
                 set.remove(&id);
                 if set.is_empty() {
                     self.subscribers.remove(channel);
+                    self.forget_unwatched(channel);
                 }
             }
         }
@@ -295,9 +310,18 @@ impl Channels {
             set.remove(&id);
             if set.is_empty() {
                 self.subscribers.remove(channel);
+                self.forget_unwatched(channel);
             }
         }
         was
+    }
+
+    /// A changeset channel nobody watches is forgotten: it is computed again when next watched.
+    fn forget_unwatched(&mut self, channel: &str) {
+        if channel_kind(channel) == Some(ChannelKind::Changeset) {
+            self.changesets.remove(channel);
+            self.loaded_at.remove(channel);
+        }
     }
 
     /// True when the connection receives the channel.
@@ -429,6 +453,7 @@ impl Channels {
             ChannelKind::Session => apply_action_to_session(self.sessions.get_mut(channel)?, action),
             ChannelKind::Chat => apply_action_to_chat(self.chats.get_mut(channel)?, action),
             ChannelKind::Annotations => apply_action_to_annotations(self.annotations.get_mut(channel)?, action),
+            ChannelKind::Changeset => apply_action_to_changeset(self.changesets.get_mut(channel)?, action),
         })
     }
 
@@ -439,6 +464,7 @@ impl Channels {
             ChannelKind::Session => SnapshotState::Session(Box::new(self.sessions.get(uri)?.clone())),
             ChannelKind::Chat => SnapshotState::Chat(Box::new(self.chats.get(uri)?.clone())),
             ChannelKind::Annotations => SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone())),
+            ChannelKind::Changeset => SnapshotState::Changeset(Box::new(self.changesets.get(uri)?.clone())),
         };
         Some(Snapshot { resource: uri.to_owned(), state, from_seq: seq_i64(self.seq) })
     }
@@ -504,5 +530,7 @@ mod tests {
         assert_eq!(channel_kind("ahp-session:/"), None);
         assert_eq!(channel_kind("ahp-chat:/a/b"), None);
         assert_eq!(channel_kind("file:///x"), None);
+        assert_eq!(channel_kind("ahp-changeset:/session/abc/branch"), Some(ChannelKind::Changeset));
+        assert_eq!(channel_kind("ahp-changeset:/"), None);
     }
 }

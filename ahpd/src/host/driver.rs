@@ -100,6 +100,12 @@ impl Driver {
                 self.restart().await;
                 continue;
             }
+            if let Op::Send { turn_id, .. } = &op {
+                // What the turn changes is measured from here, before the backend can touch a file
+                // (and a folder let go while its session slept is back before the backend starts).
+                let workspaces = self.host.lock().workspaces();
+                workspaces.turn_starting(&self.host, &self.chat, turn_id).await;
+            }
             let worker = match self.ensure().await {
                 Ok(worker) => worker,
                 Err(why) => {
@@ -312,11 +318,12 @@ impl Host {
         let (session, conversation_id, resume) =
             (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend);
         let own = meta.harness.as_ref().map(|h| h.settings.clone());
-        let working_directory =
-            core.sessions.get(&session)?.working_directory.as_ref().map(|p| p.display().to_string());
-        let settings = own.unwrap_or_else(|| {
+        let working_directory = core.chat_folder(chat).map(|p| p.display().to_string());
+        let mut settings = own.unwrap_or_else(|| {
             core.ch.sessions.get(&session).and_then(|s| s.config.as_ref().map(|c| c.values.clone())).unwrap_or_default()
         });
+        // The host's own settings (isolation, …) are not the backend's.
+        settings.retain(|key, _| !core.workspaces.owns_setting(key));
         let session_uri = session.clone();
         Some(protocol::Start {
             session,

@@ -1,19 +1,23 @@
-//! The host's face toward its own tools (`tools/`): the one way they reach it, and the one way it
-//! reaches them.
+//! The host's face toward its features (its own tools, `tools/`; sessions' folders and what changed
+//! in them, `worktrees/`): the one way they reach it, and the one way it reaches them.
 //!
-//! The host knows its tools only through [`Tools`], registered when it is built
-//! ([`super::Host::new`]): the catalogue (which tools a session is offered, and running a call of
-//! one) and one hook for a turn's end. It never names a tool module. The tools reach the host
-//! through this module alone: what they may read of its state ([`Core`]'s accessors below), what
-//! they may do ([`Core::apply`], the turn engine, opening sessions and chats, asking a person), and
-//! the types and helpers re-exported here. Nothing under `host/` imports `tools/`, and
-//! `ahpd/tests/tidy.rs` keeps it so.
+//! The host knows its features only through the traits registered when it is built
+//! ([`super::Host::new`]): [`Tools`] (the catalogue — which tools a session is offered, and running
+//! a call of one — and one hook for a turn's end) and [`Workspaces`] (a session's folder made
+//! before it opens, the changesets it advertises and serves, and the events that change them). It
+//! never names a feature module. The features reach the host through this module alone: what
+//! they may read of its state ([`Core`]'s accessors below), what they may do ([`Core::apply`], the
+//! turn engine, opening sessions and chats, asking a person), and the types and helpers
+//! re-exported here. Nothing under `host/` imports a feature, and `ahpd/tests/tidy.rs` keeps it so.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
-use ahp_types::state::{AnnotationsState, ChatState, SessionState};
-use protocol::{ToolOutcome, ToolSpec};
+use ahp_types::commands::{InvokeChangesetOperationParams, InvokeChangesetOperationResult, ResourceReadResult};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{AnnotationsState, Changeset, ChangesetState, ChatState, SessionState};
+use protocol::{SchemaResult, ToolOutcome, ToolSpec};
 use serde_json::Value;
 
 use super::{Core, Host};
@@ -22,12 +26,21 @@ use crate::store::Store;
 
 pub use super::catalog::{check_config_value, path_of, resolve_config, status, NewSession};
 pub use super::commands::CHAT_MOVES_OFF;
-pub use super::core::Committed;
+pub use super::core::{Committed, CHANGESET_SCHEME};
+pub use super::errors::AhpError;
 pub use super::grants::refusal;
 pub use super::questions::{Answer, Unanswered};
 pub use super::requests::{file_uri, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 pub use super::turns::host_turn;
 pub use super::{new_id, now_iso, uri_id, AgentEntry, ChatMeta, LiveSettings, SessionMeta};
+
+/// The features a host is built with.
+pub struct Features {
+    /// Its own tools.
+    pub tools: std::sync::Arc<dyn Tools>,
+    /// Sessions' folders and what changed in them.
+    pub workspaces: std::sync::Arc<dyn Workspaces>,
+}
 
 /// What the host asks of its own tools.
 pub trait Tools: Send + Sync + 'static {
@@ -45,6 +58,93 @@ pub trait Tools: Send + Sync + 'static {
 
 /// A tool call on its way.
 pub type ToolRun<'a> = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'a>>;
+
+/// Work a feature does outside the host's lock.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the host asks of the feature that keeps sessions' folders and what changed in them (a
+/// worktree each, changesets): the host asks it, and the backends only ever see a folder.
+pub trait Workspaces: Send + Sync + 'static {
+    /// Adds the host's own session settings (isolation, …) to an agent's config schema, with this
+    /// deployment's defaults for `provider`'s sessions.
+    fn extend_schema(&self, provider: &str, schema: &mut SchemaResult);
+
+    /// True for a session setting that is the host's own: it is never handed to a backend.
+    fn owns_setting(&self, key: &str) -> bool;
+
+    /// True when a session with these settings needs its folder made before it opens.
+    fn needs_folder(&self, settings: &JsonObject) -> bool;
+
+    /// Makes the folder a session (or one chat) works in, cut from `request.from`: a worktree on a
+    /// branch of its own. Nothing is left behind when it is refused.
+    fn make_folder<'a>(&'a self, host: &'a Host, request: FolderRequest) -> Pending<'a, Result<PathBuf, AhpError>>;
+
+    /// The folder made for `owner` is in use (`true`), or is not needed after all and goes.
+    fn settle(&self, core: &mut Core, owner: &str, used: bool);
+
+    /// The changesets a session advertises (`SessionState.changesets`).
+    fn session_changesets(&self, core: &Core, session: &str) -> Option<Vec<Changeset>>;
+
+    /// The changesets a chat advertises (`ChatState.changesets`).
+    fn chat_changesets(&self, core: &Core, chat: &str) -> Option<Vec<Changeset>>;
+
+    /// A changeset channel's state, computed when it is first watched.
+    fn open_changeset<'a>(&'a self, host: &'a Host, uri: &'a str) -> Pending<'a, Result<ChangesetState, AhpError>>;
+
+    /// Runs `invokeChangesetOperation`; `sender` is who asked (`root`, `user:<id>`).
+    fn invoke<'a>(
+        &'a self,
+        host: &'a Host,
+        params: InvokeChangesetOperationParams,
+        sender: Option<String>,
+    ) -> Pending<'a, Result<InvokeChangesetOperationResult, AhpError>>;
+
+    /// Reads a content URI a changeset names (`resourceRead`); `None` when the URI is not one of
+    /// this feature's.
+    fn read<'a>(&'a self, host: &'a Host, uri: &'a str) -> Option<Pending<'a, Result<ResourceReadResult, AhpError>>>;
+
+    /// A turn is about to be handed to the backend of `chat`: what the turn changes is measured
+    /// from here.
+    fn turn_starting<'a>(&'a self, host: &'a Host, chat: &'a str, turn_id: &'a str) -> Pending<'a, ()>;
+
+    /// Something happened that may change what the feature shows; called under the host's lock,
+    /// so it only notes the work and returns.
+    fn event(&self, core: &mut Core, event: Event);
+
+    /// Answers, once a deleted session's folders were seen to, what became of them in a
+    /// sentence (empty when there was nothing to say). Ask before the session is deleted.
+    fn when_released(&self, session: &str) -> tokio::sync::oneshot::Receiver<String>;
+}
+
+/// What happened, for [`Workspaces::event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A tool call completed in the chat's running turn (a file may have been written).
+    ToolCompleted { chat: String },
+    /// A turn ended in the chat.
+    TurnEnded { chat: String, turn_id: String },
+    /// A session was archived, or brought back.
+    Archived { session: String, archived: bool },
+    /// A session was deleted.
+    SessionRemoved { session: String },
+    /// A client marked files of a changeset reviewed (or not).
+    Reviewed { changeset: String, files: Vec<String>, reviewed: bool },
+}
+
+/// A folder to make for a session or a chat.
+#[derive(Debug, Clone)]
+pub struct FolderRequest {
+    /// The session or chat it is for.
+    pub owner: String,
+    /// That owner's session.
+    pub session: String,
+    /// The folder it is cut from.
+    pub from: PathBuf,
+    /// The session's title, to name the branch after.
+    pub title: Option<String>,
+    /// The session's settings (a branch name, files to carry over).
+    pub settings: JsonObject,
+}
 
 /// One of the host's own tools as a session is offered it.
 #[derive(Debug, Clone)]
@@ -138,6 +238,34 @@ impl Core {
     /// The host's clock (manual in tests).
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// The folder a chat works in: its own (`isolate_session`), else its session's.
+    pub fn chat_folder(&self, chat: &str) -> Option<PathBuf> {
+        let meta = self.chats.get(chat)?;
+        meta.working_directory.clone().or_else(|| self.sessions.get(&meta.session)?.working_directory.clone())
+    }
+
+    /// A changeset channel's state, while somebody watches it.
+    pub fn changeset_state(&self, uri: &str) -> Option<&ChangesetState> {
+        self.ch.changesets.get(uri)
+    }
+
+    /// The changeset channels somebody watches now.
+    pub fn changeset_channels(&self) -> Vec<String> {
+        self.ch.changesets.keys().cloned().collect()
+    }
+
+    /// Forgets a changeset channel (its session or chat is gone), unsubscribing its watchers.
+    pub fn drop_changeset(&mut self, uri: &str) {
+        self.ch.changesets.remove(uri);
+        self.ch.drop_channel(uri);
+    }
+
+    /// True when the folder is one the host has a session (or chat) working in now.
+    pub fn folder_in_use(&self, folder: &Path) -> bool {
+        self.sessions.values().any(|m| m.working_directory.as_deref() == Some(folder))
+            || self.chats.values().any(|m| m.working_directory.as_deref() == Some(folder))
     }
 
     /// Names a chat for good: its title is not taken from its first message afterwards.

@@ -190,7 +190,8 @@ pub fn action_grant(action: &StateAction) -> &'static str {
         | A::AnnotationsUpdated(_)
         | A::AnnotationsRemoved(_)
         | A::AnnotationsEntrySet(_)
-        | A::AnnotationsEntryRemoved(_) => "session:review",
+        | A::AnnotationsEntryRemoved(_)
+        | A::ChangesetFilesReviewChanged(_) => "session:review",
         A::ChatToolCallConfirmed(_)
         | A::ChatToolCallResultConfirmed(_)
         | A::ChatInputAnswerChanged(_)

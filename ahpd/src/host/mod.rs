@@ -174,6 +174,8 @@ pub struct SessionMeta {
     /// Root subscribers were told of it (`root/sessionAdded`), so changes to its summary are
     /// theirs to hear.
     pub announced: bool,
+    /// What it changed, at a glance (its summary's `changes`), as its workspaces feature said.
+    pub changes: Option<ahp_types::state::ChangesSummary>,
 }
 
 /// The host's own record of a chat.
@@ -208,6 +210,8 @@ pub struct ChatMeta {
     pub client_calls: std::collections::HashMap<String, clients::ClientCall>,
     /// The agent it runs, when that is not its session's.
     pub harness: Option<crate::store::records::Harness>,
+    /// The folder it works in, when that is not its session's (`isolate_session`).
+    pub working_directory: Option<PathBuf>,
 }
 
 /// Everything under the host's lock. Its fields are the host's own: the tools and the doors read
@@ -252,6 +256,8 @@ pub struct Core {
     questions: questions::Questions,
     /// The host's own tools: the catalogue, and the hook for turn ends.
     tools: Arc<dyn facade::Tools>,
+    /// Sessions' folders and what changed in them.
+    workspaces: Arc<dyn facade::Workspaces>,
     /// The host's clock (manual in tests), for what the tools count over time.
     clock: crate::clock::Clock,
     /// Chats of unloaded sessions whose drivers are still closing their backend sessions: a chat
@@ -274,16 +280,18 @@ struct Inner {
 }
 
 impl Host {
-    /// A host for the given backends, offering `tools` as its own; call [`Host::run_events`] to
-    /// start handling what workers say.
+    /// A host for the given backends, offering `features.tools` as its own and keeping sessions'
+    /// folders with `features.workspaces`; call [`Host::run_events`] to start handling what
+    /// workers say.
     pub fn new(
         config: HostConfig,
         store: crate::store::Store,
         supervisor: Supervisor,
-        tools: Arc<dyn facade::Tools>,
+        features: facade::Features,
         cancel: CancellationToken,
         tracker: TaskTracker,
     ) -> Self {
+        let facade::Features { tools, workspaces } = features;
         let agents = supervisor
             .providers()
             .into_iter()
@@ -319,6 +327,7 @@ impl Host {
             restart_after_turn: HashSet::new(),
             questions: Default::default(),
             tools,
+            workspaces,
             clock: config.clock.clone(),
             retiring: HashMap::new(),
         };
@@ -412,8 +421,10 @@ impl Host {
         }
     }
 
-    fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, schema: SchemaResult) {
+    fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {
         let mut core = self.lock();
+        // The host's own settings (isolation, …) join every agent's.
+        core.workspaces.extend_schema(provider, &mut schema);
         if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
             entry.descriptor = Some(descriptor);
             entry.schema = Some(schema);
@@ -425,6 +436,10 @@ impl Host {
 
     fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult, schema: Option<protocol::SchemaResult>) {
         let mut core = self.lock();
+        let schema = schema.map(|mut schema| {
+            core.workspaces.extend_schema(provider, &mut schema);
+            schema
+        });
         if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
             if let Some(schema) = schema {
                 // What later sessions start with, and what a client may change from now on.
@@ -482,6 +497,11 @@ impl Core {
     /// The entry for a provider.
     pub fn agent(&self, provider: &str) -> Option<&AgentEntry> {
         self.agents.iter().find(|a| a.provider == provider)
+    }
+
+    /// The feature that keeps sessions' folders and what changed in them.
+    pub fn workspaces(&self) -> Arc<dyn facade::Workspaces> {
+        self.workspaces.clone()
     }
 
     /// The sessions' tools endpoints.

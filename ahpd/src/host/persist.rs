@@ -62,6 +62,7 @@ impl Core {
             parent: meta.parent.clone(),
             depth: meta.depth,
             meta: state.meta.clone(),
+            changes: meta.changes.clone(),
         })
     }
 
@@ -69,6 +70,12 @@ impl Core {
     pub fn chat_record(&self, uri: &str) -> Option<ChatRecord> {
         let state = self.ch.chats.get(uri)?;
         let meta = self.chats.get(uri)?;
+        let entry = self
+            .ch
+            .sessions
+            .get(&meta.session)
+            .and_then(|s| s.chats.iter().find(|c| c.resource == uri))
+            .and_then(|c| c.changes.clone());
         Some(ChatRecord {
             uri: uri.to_owned(),
             session: meta.session.clone(),
@@ -83,6 +90,8 @@ impl Core {
             flags: state.status & !status::ACTIVITY,
             modified_at: Some(state.modified_at.clone()),
             harness: meta.harness.clone(),
+            working_directory: meta.working_directory.as_ref().map(|p| p.display().to_string()),
+            changes: entry,
         })
     }
 
@@ -159,6 +168,7 @@ fn empty_schema() -> SessionConfigSchema {
 }
 
 fn chat_state(record: &ChatRecord, turns: Vec<Turn>) -> ChatState {
+    let working_directories = record.working_directory.as_ref().map(|d| vec![format!("file://{d}")]);
     let activity = match turns.last().map(|t| &t.state) {
         Some(TurnState::Error) => status::ERROR,
         _ => status::IDLE,
@@ -174,7 +184,7 @@ fn chat_state(record: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         origin: record.origin.clone(),
         movable: None,
         interactivity: None,
-        working_directories: None,
+        working_directories,
         changesets: None,
         background_work: None,
         canvases: None,
@@ -248,6 +258,16 @@ impl Host {
     fn hydrate(&self, core: &mut Core, loaded: LoadedSession) {
         let LoadedSession { record, chats, annotations } = loaded;
         let uri = record.uri.clone();
+        // The session's folders: its own, then each its chats work in apart from it.
+        let mut directories: Vec<String> = record.working_directory.iter().map(|d| format!("file://{d}")).collect();
+        for (chat_record, _) in &chats {
+            if let Some(d) = &chat_record.working_directory {
+                let d = format!("file://{d}");
+                if !directories.contains(&d) {
+                    directories.push(d);
+                }
+            }
+        }
         let schema = core
             .agent(&record.provider)
             .and_then(|a| a.schema.as_ref())
@@ -266,11 +286,11 @@ impl Host {
                 status: state.status,
                 activity: None,
                 modified_at: state.modified_at.clone(),
-                changes: None,
+                changes: chat_record.changes.clone(),
                 origin: state.origin.clone(),
                 movable: None,
                 interactivity: None,
-                working_directories: None,
+                working_directories: state.working_directories.clone(),
             });
             let titled = !state.turns.is_empty() || !chat_record.title.is_empty();
             core.ch.chats.insert(chat_record.uri.clone(), state);
@@ -296,6 +316,7 @@ impl Host {
                     client_calls: HashMap::new(),
                     senders,
                     harness: chat_record.harness.clone(),
+                    working_directory: chat_record.working_directory.as_ref().map(std::path::PathBuf::from),
                 },
             );
         }
@@ -312,7 +333,7 @@ impl Host {
             activity: None,
             origin: None,
             project: None,
-            working_directories: record.working_directory.as_ref().map(|d| vec![format!("file://{d}")]),
+            working_directories: (!directories.is_empty()).then_some(directories),
             annotations: None,
             lifecycle: SessionLifecycle::Ready,
             creation_error: None,
@@ -346,8 +367,20 @@ impl Host {
                 depth: record.depth,
                 // Stored: root subscribers were told of it when it was made, or by `listSessions`.
                 announced: true,
+                changes: record.changes.clone(),
             },
         );
+        // What the session and its chats advertise follows their folders as they are now.
+        let changesets = core.workspaces.session_changesets(core, &uri);
+        if let Some(state) = core.ch.sessions.get_mut(&uri) {
+            state.changesets = changesets;
+        }
+        for chat in core.chats_of(&uri) {
+            let changesets = core.workspaces.chat_changesets(core, &chat);
+            if let Some(state) = core.ch.chats.get_mut(&chat) {
+                state.changesets = changesets;
+            }
+        }
         if let Some(summary) = core.summary_of(&uri) {
             if let Some(meta) = core.sessions.get_mut(&uri) {
                 meta.last_summary = summary;

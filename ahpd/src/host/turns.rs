@@ -232,6 +232,8 @@ impl Core {
         }
         let tools = self.tools.clone();
         tools.turn_ended(self, chat, &ended);
+        let event = super::facade::Event::TurnEnded { chat: chat.to_owned(), turn_id: ended };
+        self.workspaces.clone().event(self, event);
         self.start_next(chat);
     }
 

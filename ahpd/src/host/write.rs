@@ -9,11 +9,16 @@
 //! - a chat: its record and turns are written as `persist.rs` says, the session's `inputNeeded`
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
+//! - a changeset: nothing more;
 //! - the root: nothing more.
+//!
+//! The workspaces feature hears of what may change what it shows: a completed tool call (a file
+//! may have been written) and a session archived or brought back.
 
 use ahp_types::actions::{ActionOrigin, StateAction};
 
 use super::core::{channel_kind, ChannelKind, Committed, ConnId};
+use super::facade::Event;
 use super::Core;
 
 impl Core {
@@ -30,12 +35,20 @@ impl Core {
         match channel_kind(channel) {
             Some(ChannelKind::Chat) => self.apply_to_chat(channel, action, origin, extra),
             kind => {
+                let archived = match &action {
+                    StateAction::SessionIsArchivedChanged(a) => Some(a.is_archived),
+                    _ => None,
+                };
                 let committed = self.ch.commit(channel, action, origin, extra);
                 if matches!(committed, Committed::Sent { .. }) {
                     match kind {
                         Some(ChannelKind::Session) => {
                             self.persist_session(channel);
                             self.tell_summary(channel);
+                            if let Some(archived) = archived {
+                                let event = Event::Archived { session: channel.to_owned(), archived };
+                                self.workspaces.clone().event(self, event);
+                            }
                         }
                         Some(ChannelKind::Annotations) => self.persist_annotations(channel),
                         _ => {}
@@ -57,6 +70,7 @@ impl Core {
     ) -> Committed {
         let before = self.running_turn(chat);
         let started = matches!(action, StateAction::ChatTurnStarted(_));
+        let tool_completed = matches!(action, StateAction::ChatToolCallComplete(_));
         let changes_record = super::persist::changes_chat_record(&action);
         let committed = self.ch.commit(chat, action, origin, extra);
         if !matches!(committed, Committed::Sent { .. }) {
@@ -66,6 +80,9 @@ impl Core {
         self.persist_after(chat, started, changes_record, ended.is_some());
         self.sync_input_needed(chat);
         self.sync_chat(chat);
+        if tool_completed {
+            self.workspaces.clone().event(self, Event::ToolCompleted { chat: chat.to_owned() });
+        }
         if let Some(ended) = ended {
             self.turn_ended(chat, ended);
         }

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-pub use self::records::{ChatRecord, SessionRecord, TurnRecord, WakeupRecord};
+pub use self::records::{ChatRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// What went wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +150,18 @@ impl Store {
                     record TEXT NOT NULL
                 );
                 PRAGMA user_version = 1;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 2 {
+            // The worktrees ahpd cut for sessions and chats (the worktrees feature's own).
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS worktrees (
+                    owner TEXT PRIMARY KEY,
+                    session TEXT NOT NULL,
+                    record TEXT NOT NULL
+                );
+                PRAGMA user_version = 2;",
             );
             result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
         }
@@ -385,6 +397,28 @@ impl Store {
         rows.iter().map(|r| Ok(serde_json::from_str(r)?)).collect()
     }
 
+    /// Keeps a worktree's record (insert or replace).
+    pub fn save_worktree(&self, record: &WorktreeRecord) -> Result<(), StoreError> {
+        self.sql(self.conn.execute(
+            "INSERT OR REPLACE INTO worktrees (owner, session, record) VALUES (?1, ?2, ?3)",
+            params![record.owner, record.session, serde_json::to_string(record)?],
+        ))?;
+        Ok(())
+    }
+
+    /// Forgets a worktree's record.
+    pub fn delete_worktree(&self, owner: &str) -> Result<(), StoreError> {
+        self.sql(self.conn.execute("DELETE FROM worktrees WHERE owner = ?1", [owner]))?;
+        Ok(())
+    }
+
+    /// Every worktree's record.
+    pub fn worktrees(&self) -> Result<Vec<WorktreeRecord>, StoreError> {
+        let mut stmt = self.sql(self.conn.prepare_cached("SELECT record FROM worktrees ORDER BY owner"))?;
+        let rows: Vec<String> = self.sql(stmt.query_map([], |r| r.get(0)).and_then(|r| r.collect()))?;
+        rows.iter().map(|r| Ok(serde_json::from_str(r)?)).collect()
+    }
+
     /// Opens a savepoint: the writes until [`Store::release`] land together or, after
     /// [`Store::roll_back`], not at all. Savepoints nest inside a transaction.
     pub fn savepoint(&self, name: &str) -> Result<(), StoreError> {
@@ -437,6 +471,7 @@ mod tests {
             parent: None,
             depth: 0,
             meta: None,
+            changes: None,
         };
         store.save_session(&session, &serde_json::json!({})).expect("session");
         for chat in ["ahp-chat:/a", "ahp-chat:/b"] {
@@ -454,6 +489,8 @@ mod tests {
                 flags: 0,
                 modified_at: None,
                 harness: None,
+                working_directory: None,
+                changes: None,
             };
             store.save_chat(&record).expect("chat");
         }

@@ -2,7 +2,7 @@
 //! default, so a row an older ahpd wrote still reads (`tests` load a version-1 file to prove it).
 
 use ahp_types::common::JsonObject;
-use ahp_types::state::{ChatOrigin, Message, PendingMessage, Turn};
+use ahp_types::state::{ChangesSummary, ChatOrigin, Message, PendingMessage, Turn};
 use serde::{Deserialize, Serialize};
 
 /// A session, beside what its chats hold.
@@ -42,6 +42,9 @@ pub struct SessionRecord {
     /// The session's `_meta` (artifacts live here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<JsonObject>,
+    /// What it changed, at a glance (its summary's `changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangesSummary>,
 }
 
 /// A chat.
@@ -83,6 +86,12 @@ pub struct ChatRecord {
     /// The agent it runs, when that is not its session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<Harness>,
+    /// The folder it works in, when that is not its session's (`isolate_session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// What it changed, at a glance (its catalogue entry's `changes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangesSummary>,
 }
 
 /// A chat that runs another agent than its session's (a session tool's `create_session` with
@@ -128,4 +137,45 @@ pub struct WakeupRecord {
     /// Who was behind the turn that asked for it (`user:<id>`), under a users directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
+}
+
+/// A worktree ahpd cut for a session (or for one chat, `isolate_session`): where it is, which
+/// branch it is on, and what it was cut from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeRecord {
+    /// The session or chat channel it was cut for.
+    pub owner: String,
+    /// Its session.
+    pub session: String,
+    /// The top of the checkout it was cut from (the base).
+    pub repo: String,
+    /// The worktree's folder.
+    pub path: String,
+    /// Where inside it the session works (its folder's place in the repository kept).
+    pub folder: String,
+    /// Its branch.
+    pub branch: String,
+    /// The branch the base had checked out when it was cut (merges go there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_branch: Option<String>,
+    /// The commit it was cut from.
+    pub base_commit: String,
+    /// When it was cut (ISO-8601).
+    pub created_at: String,
+    /// Where it is in its life.
+    pub state: WorktreeState,
+}
+
+/// Where a worktree is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WorktreeState {
+    /// Being cut: no session works in it yet (one found at start-up was interrupted, and goes).
+    Creating,
+    /// A session works in it.
+    Ready,
+    /// Its folder was removed with nothing left in it (its session was archived); its branch
+    /// stays, and the folder comes back when the session works again.
+    Released,
 }

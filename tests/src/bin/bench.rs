@@ -239,6 +239,7 @@ fn seed_store(home: &std::path::Path, count: usize) -> anyhow::Result<()> {
                 parent: None,
                 depth: 0,
                 meta: None,
+                changes: None,
             };
             let summary = json!({ "provider": "echo", "title": record.title, "status": 1, "resource": uri,
                 "createdAt": at, "modifiedAt": at, "defaultChat": chat });
@@ -257,6 +258,8 @@ fn seed_store(home: &std::path::Path, count: usize) -> anyhow::Result<()> {
                 flags: 0,
                 modified_at: Some(at.clone()),
                 harness: None,
+                working_directory: None,
+                changes: None,
             })?;
             let turn = serde_json::from_value(json!({ "id": format!("t{i}"), "startedAt": at, "duration": 5,
                 "message": { "text": "hi", "origin": { "kind": "user" } },

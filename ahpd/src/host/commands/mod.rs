@@ -6,9 +6,10 @@
 //!
 //! A command cannot be declared without a grant: [`Command`]'s constructors take one, and
 //! [`Grant`] has no default. The handlers live beside this file by domain: `handshake`,
-//! `subscriptions`, `sessions`, `chats`, `config` and `testing`; a client action
+//! `subscriptions`, `sessions`, `chats`, `changesets`, `config` and `testing`; a client action
 //! (`dispatchAction`) is `actions.rs`'s.
 
+mod changesets;
 mod chats;
 mod config;
 mod handshake;
@@ -20,8 +21,8 @@ use std::sync::LazyLock;
 
 use ahp_types::commands::{
     AuthenticateParams, CompletionsParams, CreateChatParams, CreateSessionParams, DisposeChatParams,
-    DisposeSessionParams, FetchTurnsParams, InitializeParams, ListSessionsParams, ReconnectParams,
-    ResolveSessionConfigParams, SessionConfigCompletionsParams, SubscribeParams,
+    DisposeSessionParams, FetchTurnsParams, InitializeParams, InvokeChangesetOperationParams, ListSessionsParams,
+    ReconnectParams, ResolveSessionConfigParams, ResourceReadParams, SessionConfigCompletionsParams, SubscribeParams,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -200,8 +201,14 @@ fn requests() -> Vec<Command> {
         // AHP commands this host does not serve: refused as such, whoever asks.
         Command::unserved("createTerminal", Grant::Anyone),
         Command::unserved("disposeTerminal", Grant::Anyone),
-        Command::unserved("invokeChangesetOperation", Grant::Anyone),
-        Command::unserved("resourceRead", Grant::Anyone),
+        // Merging, discarding and committing a session's work are writes to it.
+        Command::request(
+            "invokeChangesetOperation",
+            Grant::SessionWrite,
+            H::answers::<InvokeChangesetOperationParams>(Host::invoke_changeset_operation),
+        ),
+        // Only the file contents a changeset names: reading them is reading the session.
+        Command::request("resourceRead", Grant::SessionRead, H::answers::<ResourceReadParams>(Host::resource_read)),
         Command::unserved("resourceWrite", Grant::Anyone),
         Command::unserved("resourceList", Grant::Anyone),
         Command::unserved("resourceCopy", Grant::Anyone),

@@ -4,7 +4,7 @@
 use ahp_types::actions::{SessionActiveClientSetAction, StateAction};
 use ahp_types::commands::{CreateSessionParams, DisposeSessionParams, ListSessionsParams};
 use ahp_types::notifications::SessionRemovedParams;
-use ahp_types::state::SessionConfigState;
+use ahp_types::state::{SessionActiveClient, SessionConfigState};
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::Value;
 
@@ -12,8 +12,9 @@ use super::{check_root_channel, Reply};
 use crate::host::catalog::{path_of, resolve_config, Farewell, NewSession};
 use crate::host::core::{channel_kind, notification, ChannelKind};
 use crate::host::errors::AhpError;
+use crate::host::facade::FolderRequest;
 use crate::host::requests::ConnState;
-use crate::host::Host;
+use crate::host::{Core, Host};
 
 /// One page of stored sessions, and what asked for it.
 pub struct StorePage {
@@ -32,18 +33,65 @@ pub struct StorePage {
 impl Host {
     pub(super) fn create_session(&self, conn: &mut ConnState, reply: Reply, params: CreateSessionParams) {
         let now = self.config().clock.now();
-        let result = conn
-            .created
-            .check(now, conn.limits.max_sessions_per_minute)
-            .and_then(|()| self.try_create_session(conn, params));
-        if let Err(e) = result {
-            return reply.send(self, Err(e));
-        }
+        let planned =
+            conn.created.check(now, conn.limits.max_sessions_per_minute).and_then(|()| self.plan_session(conn, params));
+        let (new, active_client) = match planned {
+            Ok(planned) => planned,
+            Err(e) => return reply.send(self, Err(e)),
+        };
         conn.created.record(now);
-        reply.send(self, Ok(Value::Null));
+        let workspaces = self.lock().workspaces.clone();
+        if !workspaces.needs_folder(&new.config.values) {
+            self.open_created(&mut self.lock(), new, active_client);
+            return reply.send(self, Ok(Value::Null));
+        }
+        // A worktree is cut first; the session opens in it, and the answer waits for both.
+        let host = self.clone();
+        self.spawn("cut a new session's worktree", async move {
+            let result = host.open_in_new_folder(workspaces.as_ref(), new, active_client).await;
+            reply.send(&host, result.map(|()| Value::Null));
+        });
     }
 
-    fn try_create_session(&self, conn: &ConnState, params: CreateSessionParams) -> Result<(), AhpError> {
+    /// Makes the folder a new session asked for, then opens the session in it; a session that
+    /// cannot open leaves no folder behind.
+    async fn open_in_new_folder(
+        &self,
+        workspaces: &dyn crate::host::facade::Workspaces,
+        mut new: NewSession,
+        active_client: Option<SessionActiveClient>,
+    ) -> Result<(), AhpError> {
+        let from = new.working_directory.clone().ok_or_else(|| {
+            AhpError::invalid_params(
+                "Invalid createSession params: isolation \"worktree\" cuts a worktree from the session's folder, and this session has none; name one in workingDirectories",
+            )
+        })?;
+        let request = FolderRequest {
+            owner: new.uri.clone(),
+            session: new.uri.clone(),
+            from,
+            title: None,
+            settings: new.config.values.clone(),
+        };
+        let folder = workspaces.make_folder(self, request).await?;
+        let mut core = self.lock();
+        if core.ch.sessions.contains_key(&new.uri) || core.store.has_session(&new.uri).unwrap_or(false) {
+            workspaces.settle(&mut core, &new.uri, false);
+            return Err(AhpError::session_exists(&new.uri));
+        }
+        let uri = new.uri.clone();
+        new.working_directory = Some(folder);
+        self.open_created(&mut core, new, active_client);
+        workspaces.settle(&mut core, &uri, true);
+        Ok(())
+    }
+
+    /// Checks a `createSession` and works out the session it asks for.
+    fn plan_session(
+        &self,
+        conn: &ConnState,
+        params: CreateSessionParams,
+    ) -> Result<(NewSession, Option<SessionActiveClient>), AhpError> {
         let uri = params.channel.clone();
         if channel_kind(&uri) != Some(ChannelKind::Session) {
             return Err(AhpError::invalid_params(format!(
@@ -67,7 +115,7 @@ impl Host {
                 Some(path)
             }
         };
-        let mut core = self.lock();
+        let core = self.lock();
         if core.ch.sessions.contains_key(&uri) || core.store.has_session(&uri).unwrap_or(false) {
             return Err(AhpError::session_exists(&uri));
         }
@@ -81,9 +129,8 @@ impl Host {
                 ));
             }
         }
-        let active_client = params.active_client;
         let new = NewSession {
-            uri: uri.clone(),
+            uri,
             provider,
             config: SessionConfigState { schema: schema.schema.clone(), values },
             working_directory,
@@ -92,14 +139,19 @@ impl Host {
             parent: None,
             depth: 0,
         };
-        self.open_session(&mut core, new, |core| {
+        Ok((new, params.active_client))
+    }
+
+    /// Opens a session a client asked for, with the client active in it when it said so.
+    fn open_created(&self, core: &mut Core, new: NewSession, active_client: Option<SessionActiveClient>) {
+        let uri = new.uri.clone();
+        self.open_session(core, new, |core| {
             if let Some(active) = active_client {
                 let action =
                     StateAction::SessionActiveClientSet(SessionActiveClientSetAction { active_client: active });
                 core.apply(&uri, action, None, None);
             }
         });
-        Ok(())
     }
 
     pub(super) fn dispose_session_command(
@@ -121,6 +173,9 @@ impl Host {
         if let Err(e) = core.store.delete_session(uri) {
             tracing::error!("{e}");
         }
+        // Its worktree goes too, unless something in it is not merged.
+        let event = crate::host::facade::Event::SessionRemoved { session: uri.to_owned() };
+        core.workspaces.clone().event(&mut core, event);
         core.publish_session_count();
         let frame = notification(
             "root/sessionRemoved",

@@ -17,7 +17,7 @@ impl Host {
         let uri = params.channel;
         let Some(kind) = channel_kind(&uri) else {
             let e = AhpError::invalid_params(format!(
-                "{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations)"
+                "{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations, ahp-changeset:/)"
             ));
             return reply.send(self, Err(e));
         };
@@ -31,7 +31,20 @@ impl Host {
             kind,
             view_turns: params.view.and_then(|v| v.turns),
             max_subscriptions: conn.limits.max_subscriptions,
+            computed: None,
         };
+        if !known && kind == ChannelKind::Changeset {
+            // Computed when first watched (git runs outside the lock), then kept up to date.
+            let host = self.clone();
+            self.spawn("compute a changeset", async move {
+                let workspaces = host.lock().workspaces.clone();
+                match workspaces.open_changeset(&host, &watch.uri).await {
+                    Ok(state) => host.finish_subscribe(reply, Watch { computed: Some(state), ..watch }),
+                    Err(e) => reply.send(&host, Err(e)),
+                }
+            });
+            return;
+        }
         if !known && matches!(kind, ChannelKind::Session | ChannelKind::Chat) && self.has_catalogue() {
             // Perhaps a session an agent keeps and this host never held: read it back first.
             let host = self.clone();
@@ -47,10 +60,17 @@ impl Host {
     /// Answers a subscribe with the channel's snapshot (trimmed to the turns asked for), unless
     /// the connection already watches as many others as it may.
     fn finish_subscribe(&self, reply: Reply, watch: Watch) {
-        let Watch { client_id, uri, kind, view_turns, max_subscriptions } = watch;
+        let Watch { client_id, uri, kind, view_turns, max_subscriptions, computed } = watch;
         let conn_id = reply.conn();
         let mut core = self.lock();
         self.ensure_loaded(&mut core, &uri);
+        if let Some(state) = computed {
+            // Unless somebody else's subscribe put it there first.
+            if !core.ch.changesets.contains_key(&uri) {
+                core.ch.changesets.insert(uri.clone(), state);
+                core.ch.mark_loaded(&uri);
+            }
+        }
         let Some(mut snapshot) = core.ch.snapshot(&uri) else {
             drop(core);
             return reply.send(self, Err(AhpError::not_found(format!("There is no channel {uri}"))));
@@ -94,6 +114,8 @@ struct Watch {
     kind: ChannelKind,
     view_turns: Option<i64>,
     max_subscriptions: usize,
+    /// A changeset's state, computed for this subscribe.
+    computed: Option<ahp_types::state::ChangesetState>,
 }
 
 /// Refuses a new subscription that would take the connection past its limit; one it holds already

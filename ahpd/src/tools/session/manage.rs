@@ -1,20 +1,22 @@
-//! The session tools that change what exists: `rename_chat`, `archive_chat`, `set_workspace` (and
-//! the `isolate_session` this host withholds), `delete_session` and `move_session`.
+//! The session tools that change what exists: `rename_chat`, `archive_chat`, `set_workspace`,
+//! `isolate_session`, `delete_session` and `move_session`.
 //!
-//! `set_workspace` cannot act when it is called — the agent is restarted in the new folder, and a
-//! restart mid-turn is a turn that never finishes — so it records a request that [`turn_ended`]
-//! carries out when the turn completes and drops when it is cancelled or fails.
+//! `set_workspace` and `isolate_session` cannot act when they are called — the agent is restarted
+//! in the new folder, and a restart mid-turn is a turn that never finishes — so each records a
+//! request that [`turn_ended`] carries out when the turn completes and drops when it is cancelled
+//! or fails. A worktree either asks for is cut at the call (so a refusal reaches the model while
+//! it can still act on it), and taken back with nothing left of it when the request is dropped.
 
 use std::path::PathBuf;
 
 use ahp_types::actions::{ChatIsArchivedChangedAction, SessionIsArchivedChangedAction, StateAction};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
+use ahp_types::state::{ChatOrigin, Message, MessageKind, MessageOrigin, TurnState};
 use serde_json::{json, Value};
 
-use super::super::{authorize, optional_str, required_str, HostTools, ToolCall, ToolInfo, ToolResult};
+use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, optional_bool, resolve, title_arg};
-use crate::host::facade::{file_uri, host_turn, CHAT_MOVES_OFF};
+use crate::host::facade::{file_uri, host_turn, FolderRequest, CHAT_MOVES_OFF};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -23,8 +25,19 @@ use crate::users::Principal;
 pub struct WorkspaceRequest {
     /// The turn that asked.
     pub turn_id: String,
-    /// The folder the session moves to.
+    /// The folder the session (or chat) moves to.
     pub folder: PathBuf,
+    /// What moves, and whether a worktree was cut for it.
+    pub moves: Moves,
+}
+
+/// What a workspace change moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Moves {
+    /// The whole session (`set_workspace`); `cut` when its folder is a worktree cut for it.
+    Session { cut: bool },
+    /// The calling chat alone, into a worktree cut for it (`isolate_session`).
+    Chat,
 }
 
 // --- rename_chat -----------------------------------------------------------------------------
@@ -123,10 +136,12 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
 
 // --- set_workspace and isolate_session -------------------------------------------------------
 
-/// `set_workspace`: recorded now, carried out when the turn completes.
-pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
+/// `set_workspace`: recorded now (a worktree cut now, when isolation asks for one), carried out
+/// when the turn completes.
+pub async fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "set_workspace";
-    let (Some(chat), Some(turn_id)) = (call.chat.clone(), call.turn_id.clone()) else {
+    let (Some(session), Some(chat), Some(turn_id)) = (call.session.clone(), call.chat.clone(), call.turn_id.clone())
+    else {
         return Err(format!("{TOOL} must run from an active chat turn.").into());
     };
     let asked = required_str(TOOL, &call.input, "workspaceFolder")?;
@@ -134,25 +149,62 @@ pub fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolRes
         .ok_or_else(|| format!("Invalid {TOOL} input: workspaceFolder must be an absolute local path or file URI."))?;
     let isolation = optional_bool(TOOL, &call.input, "isolation")?
         .ok_or_else(|| format!("Invalid {TOOL} input: isolation must be a boolean."))?;
-    if isolation {
-        return Err(format!(
-            "Invalid {TOOL} input: this host cannot make an isolated worktree; call {TOOL} again with isolation false to work in the folder itself."
-        ).into());
-    }
     if !folder.is_dir() {
         return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()).into());
     }
-    let core = host.lock();
-    authorize(&core, call, "session:write")?;
-    let running = core.chat_state(&chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
-    if !running {
-        return Err(format!("{TOOL} must run from an active chat turn.").into());
-    }
+    let (title, settings) = {
+        let core = host.lock();
+        authorize(&core, call, "session:write")?;
+        running(&core, TOOL, &chat, &turn_id)?;
+        let state = core.session_state(&session);
+        let settings = state.and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default();
+        (state.map(|s| s.title.clone()), settings)
+    };
+    let folder = if isolation {
+        let request = FolderRequest { owner: session.clone(), session: session.clone(), from: folder, title, settings };
+        cut(host, TOOL, request, &chat, &turn_id).await?
+    } else {
+        folder
+    };
     let uri = file_uri(&folder);
-    tools.state().workspace_requests.insert(chat, WorkspaceRequest { turn_id, folder });
+    wait_for_turn(tools, host, chat, WorkspaceRequest { turn_id, folder, moves: Moves::Session { cut: isolation } });
     Ok(format!(
         "Workspace will be set to {uri} after this turn ends. End this turn now without calling more tools or replying; the host will continue the original task automatically in the selected workspace."
     ))
+}
+
+/// Refuses a call that does not come from the running turn of its chat.
+fn running(core: &Core, tool: &str, chat: &str, turn_id: &str) -> Result<(), Refusal> {
+    let running = core.chat_state(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+    if running {
+        Ok(())
+    } else {
+        Err(format!("{tool} must run from an active chat turn.").into())
+    }
+}
+
+/// Cuts the worktree a request asks for, while the turn that asked still runs; a refusal is the
+/// feature's sentence, as the tool's input's fault.
+async fn cut(host: &Host, tool: &str, request: FolderRequest, chat: &str, turn_id: &str) -> Result<PathBuf, Refusal> {
+    let owner = request.owner.clone();
+    let workspaces = host.lock().workspaces();
+    let folder =
+        workspaces.make_folder(host, request).await.map_err(|e| format!("Invalid {tool} input: {}", e.message))?;
+    let mut core = host.lock();
+    if let Err(refusal) = running(&core, tool, chat, turn_id) {
+        // The turn ended while the worktree was cut: nothing is left of it.
+        workspaces.settle(&mut core, &owner, false);
+        return Err(refusal);
+    }
+    Ok(folder)
+}
+
+/// Keeps a workspace change until its turn ends; one it replaces is dropped.
+fn wait_for_turn(tools: &HostTools, host: &Host, chat: String, request: WorkspaceRequest) {
+    let replaced = tools.state().workspace_requests.insert(chat.clone(), request);
+    if let Some(replaced) = replaced {
+        drop_worktree(&mut host.lock(), &chat, &replaced);
+    }
 }
 
 /// An absolute local path or `file://` URI with no query or fragment.
@@ -168,15 +220,47 @@ fn local_folder(asked: &str) -> Option<PathBuf> {
     Some(PathBuf::from(path))
 }
 
-/// `isolate_session` is offered only to a chat of a session whose agent keeps a folder per chat;
-/// no agent this host runs does, so it is withheld from every session (and listed to none).
-pub fn isolate_session_for(_core: &Core, _session: Option<&str>, _info: ToolInfo) -> Option<ToolInfo> {
-    None
+/// `isolate_session` is offered only to a chat of a session whose agent keeps a folder per chat:
+/// here every chat is a conversation of its own, started in the folder the host names, so that is
+/// a session in a folder whose agent holds more than one chat (one of a single chat moves as a
+/// whole with `set_workspace`).
+pub fn isolate_session_for(core: &Core, session: Option<&str>, info: ToolInfo) -> Option<ToolInfo> {
+    let session = session?;
+    let meta = core.session(session)?;
+    (meta.working_directory.is_some() && core.holds_many_chats(&meta.provider)).then_some(info)
 }
 
-/// `isolate_session`, should a call reach it anyway.
-pub fn isolate_session(_host: &Host, _call: &ToolCall) -> ToolResult {
-    Err("isolate_session needs an agent that keeps a folder per chat, and this session's agent keeps one folder for the whole session; use set_workspace to move the session.".into())
+/// `isolate_session`: a worktree cut now from the calling chat's folder; the chat moves into it
+/// when the turn completes, and the session's other chats keep their folders.
+pub async fn isolate_session(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
+    const TOOL: &str = "isolate_session";
+    let (Some(session), Some(chat), Some(turn_id)) = (call.session.clone(), call.chat.clone(), call.turn_id.clone())
+    else {
+        return Err(format!("{TOOL} must run from an active chat turn.").into());
+    };
+    let request = {
+        let core = host.lock();
+        authorize(&core, call, "session:write")?;
+        running(&core, TOOL, &chat, &turn_id)?;
+        if core.chat_state(&chat).is_some_and(|c| matches!(c.origin, Some(ChatOrigin::Tool { .. }))) {
+            return Err(
+                format!("{TOOL} moves one of a session's own chats, never a worker chat a tool call spawned.").into()
+            );
+        }
+        let from = core
+            .chat_folder(&chat)
+            .ok_or_else(|| format!("{TOOL} needs a folder to cut the worktree from, and this chat works in none."))?;
+        let settings =
+            core.session_state(&session).and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default();
+        let title = core.chat(&chat).map(|m| m.title.clone()).filter(|t| !t.is_empty());
+        FolderRequest { owner: chat.clone(), session, from, title, settings }
+    };
+    let folder = cut(host, TOOL, request, &chat, &turn_id).await?;
+    let uri = file_uri(&folder);
+    wait_for_turn(tools, host, chat, WorkspaceRequest { turn_id, folder, moves: Moves::Chat });
+    Ok(format!(
+        "This chat will move to its own worktree {uri} after this turn ends; the session's other chats keep their folders. End this turn now without calling more tools or replying; the host will continue the original task automatically in the worktree."
+    ))
 }
 
 /// A turn ended in `chat`: a workspace change it asked for is carried out when it completed and
@@ -189,9 +273,23 @@ pub fn turn_ended(tools: &HostTools, core: &mut Core, chat: &str, ended: &str) {
         .is_some_and(|t| t.state == TurnState::Complete);
     if !completed {
         tracing::info!(chat, turn = ended, "the turn did not complete; its workspace change is dropped");
+        drop_worktree(core, chat, &request);
         return;
     }
-    move_session_folder(core, chat, request);
+    move_folder(core, chat, request);
+}
+
+/// The worktree cut for a request that is dropped goes, with nothing left of it.
+fn drop_worktree(core: &mut Core, chat: &str, request: &WorkspaceRequest) {
+    let owner = match request.moves {
+        Moves::Session { cut: true } => core.chat(chat).map(|m| m.session.clone()),
+        Moves::Chat => Some(chat.to_owned()),
+        Moves::Session { cut: false } => None,
+    };
+    if let Some(owner) = owner {
+        let workspaces = core.workspaces();
+        workspaces.settle(core, &owner, false);
+    }
 }
 
 /// The workspace change the turn `ended` asked for in `chat`, taken out of the waiting ones.
@@ -204,19 +302,36 @@ fn take_request(tools: &HostTools, chat: &str, ended: &str) -> Option<WorkspaceR
     state.workspace_requests.remove(chat)
 }
 
-/// Moves the chat's session to the requested folder: its record and state, every chat's backend
-/// restarted there (a busy one when its turn ends), and the calling chat continued.
-fn move_session_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
+/// Moves the chat's session (or the chat alone) to the requested folder: its record and state,
+/// the backends restarted there (a busy one when its turn ends), and the calling chat continued.
+fn move_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
     let Some(session) = core.chat(chat).map(|m| m.session.clone()) else { return };
     let new_uri = file_uri(&request.folder);
-    core.move_session_folder(&session, &request.folder);
+    let workspaces = core.workspaces();
+    let (label, text) = match request.moves {
+        Moves::Session { cut } => {
+            if cut {
+                workspaces.settle(core, &session, true);
+            }
+            core.move_session_folder(&session, &request.folder);
+            ("Workspace set", format!("The workspace is now {new_uri}. Continue the original task there."))
+        }
+        Moves::Chat => {
+            workspaces.settle(core, chat, true);
+            core.move_chat_folder(chat, &request.folder);
+            (
+                "Chat isolated",
+                format!("This chat now works in its own worktree, {new_uri}. Continue the original task there."),
+            )
+        }
+    };
     // The host continues the task the turn was doing, in the new folder.
     let mut meta = JsonObject::new();
     meta.insert("vscode.chat.requestHiddenFromTranscript".into(), json!(true));
-    meta.insert("vscode.chat.systemInitiatedLabel".into(), json!("Workspace set"));
+    meta.insert("vscode.chat.systemInitiatedLabel".into(), json!(label));
     meta.insert("vscode.chat.workspaceContinuation".into(), json!({ "workspaceFolder": new_uri }));
     let message = Message {
-        text: format!("The workspace is now {new_uri}. Continue the original task there."),
+        text,
         origin: MessageOrigin { kind: MessageKind::Agent },
         attachments: None,
         model: None,
@@ -229,8 +344,9 @@ fn move_session_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
 // --- delete_session and move_session ---------------------------------------------------------
 
 /// `delete_session`: as the person whose turn it was called in, or the calling session's owner —
-/// never the model, and never whichever connection started the session it names.
-pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
+/// never the model, and never whichever connection started the session it names. Its worktree
+/// goes with it unless something in it is uncommitted or unmerged; the answer says which.
+pub async fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "delete_session";
     let asked = required_str(TOOL, &call.input, "session")?;
     let session = {
@@ -250,8 +366,11 @@ pub fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
         core.may_dispose(&principal, &target.session).map_err(|e| e.message)?;
         target.session
     };
+    let released = host.lock().workspaces().when_released(&session);
     host.dispose_session(&session).map_err(|e| e.message)?;
-    Ok(format!("Deleted session {session}. Reply with one short sentence confirming the session was deleted."))
+    let said = tokio::time::timeout(std::time::Duration::from_secs(30), released).await.ok().and_then(Result::ok);
+    let said = said.filter(|s| !s.is_empty()).map(|s| format!(" {s}")).unwrap_or_default();
+    Ok(format!("Deleted session {session}.{said} Reply with one short sentence confirming the session was deleted."))
 }
 
 /// `move_session`: the host's `moveChat`, refused in its words while chat moves are off.

@@ -54,9 +54,9 @@ pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) ->
         "create_chat" => spawn::create_chat(tools, host, call),
         "rename_chat" => manage::rename_chat(host, call),
         "archive_chat" => manage::archive_chat(host, call),
-        "set_workspace" => manage::set_workspace(tools, host, call),
-        "isolate_session" => manage::isolate_session(host, call),
-        "delete_session" => manage::delete_session(host, call),
+        "set_workspace" => manage::set_workspace(tools, host, call).await,
+        "isolate_session" => manage::isolate_session(tools, host, call).await,
+        "delete_session" => manage::delete_session(host, call).await,
         "move_session" => manage::move_session(host, call),
         _ => return None,
     })

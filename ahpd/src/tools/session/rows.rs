@@ -108,6 +108,9 @@ pub fn row(core: &mut Core, host: &Host, summary: &SessionSummary) -> Map<String
     }
     row.insert("createdAt".into(), json!(summary.created_at));
     row.insert("modifiedAt".into(), json!(summary.modified_at));
+    if let Some(changes) = summary.changes.as_ref().filter(|_| has_changes(summary)) {
+        row.insert("changes".into(), json!(changes));
+    }
     if let Some(chats) = chats(core, host, summary) {
         row.insert("chats".into(), Value::Array(chats));
     }
@@ -222,8 +225,12 @@ impl Filters {
                 return false;
             }
         }
-        // This host keeps no worktree changes or pull requests on a session yet.
-        if self.with_changes || self.with_pull_request {
+        // What a session changed is on its summary (its worktree's branch, or what its turns
+        // changed); this host keeps no pull requests on a session yet.
+        if self.with_changes && !has_changes(s) {
+            return false;
+        }
+        if self.with_pull_request {
             return false;
         }
         if self.unread && s.status & status::IS_READ != 0 {
@@ -242,6 +249,11 @@ impl Filters {
         }
         true
     }
+}
+
+/// True when a session changed at least one file.
+fn has_changes(s: &SessionSummary) -> bool {
+    s.changes.as_ref().and_then(|c| c.files).is_some_and(|n| n > 0)
 }
 
 fn non_empty(tool: &str, input: &Value, field: &str) -> Result<Option<String>, Refusal> {

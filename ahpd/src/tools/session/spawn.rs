@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
 use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
 use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
-use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, NewSession};
+use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, FolderRequest, NewSession};
 use crate::host::{Core, Host};
 use crate::store::records::Harness;
 
@@ -366,6 +366,8 @@ struct CreateArgs<'a> {
     model: Option<&'a str>,
     agent: Option<&'a str>,
     config: JsonObject,
+    /// The new session works in a worktree of its own.
+    worktree: bool,
 }
 
 const CREATE: &str = "create_session";
@@ -396,14 +398,6 @@ impl<'a> CreateArgs<'a> {
             )
             .into());
         }
-        if worktree.is_some() && workspace.is_none() {
-            return Err(format!("Invalid {CREATE} input: worktree requires workspace.").into());
-        }
-        if worktree == Some(true) {
-            return Err(format!(
-                "Invalid {CREATE} input: this host cannot make an isolated worktree; omit worktree, or set it to false to work in the folder itself."
-            ).into());
-        }
         let config = match input.get("config") {
             None | Some(Value::Null) => JsonObject::new(),
             Some(Value::Object(map)) => map.clone(),
@@ -417,6 +411,7 @@ impl<'a> CreateArgs<'a> {
             model: optional_str(CREATE, input, "model")?,
             agent: optional_str(CREATE, input, "agent")?,
             config,
+            worktree: worktree == Some(true),
         })
     }
 }
@@ -444,12 +439,40 @@ pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> 
         Some(config) => inherited_config(host, &plan.provider, config).await,
         None => JsonObject::new(),
     };
-    let mut core = host.lock();
-    let values = settings(&plan.schema, inherited, &args.config)?;
+    let mut values = settings(&plan.schema, inherited, &args.config)?;
     if args.independent {
+        // The host's own isolation wins over a key of the same name.
+        if args.worktree {
+            values.insert("isolation".into(), Value::from("worktree"));
+        }
+        let uri = format!("ahp-session:/{}", new_id());
+        let workspaces = host.lock().workspaces();
+        let mut plan = plan;
+        if workspaces.needs_folder(&values) {
+            let from = plan.working_directory.clone().ok_or_else(|| {
+                format!("Invalid {CREATE} input: a worktree is cut from a folder; name one in workspace.")
+            })?;
+            let request = FolderRequest {
+                owner: uri.clone(),
+                session: uri.clone(),
+                from,
+                title: Some(args.title.clone()),
+                settings: values.clone(),
+            };
+            let folder = workspaces
+                .make_folder(host, request)
+                .await
+                .map_err(|e| format!("Invalid {CREATE} input: {}", e.message))?;
+            plan.working_directory = Some(folder);
+        }
+        let mut core = host.lock();
         let account = Account::of(tools, host, &mut core, call);
-        create_independent(&account, host, &mut core, call, &args, plan, values)
+        let made = create_independent(&account, host, &mut core, call, &args, plan, values, &uri);
+        // A worktree cut for a session that did not open goes with nothing left of it.
+        workspaces.settle(&mut core, &uri, made.is_ok());
+        made
     } else {
+        let mut core = host.lock();
         let account = Account::of(tools, host, &mut core, call);
         create_in_current(&account, host, &mut core, call, &args, plan, values)
     }
@@ -572,6 +595,7 @@ fn settings(schema: &SchemaResult, inherited: JsonObject, asked: &JsonObject) ->
     resolve_config(schema, Some(&given)).map_err(|e| format!("Invalid {CREATE} input: {}", e.message).into())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn create_independent(
     account: &Account<'_>,
     host: &Host,
@@ -580,13 +604,14 @@ fn create_independent(
     args: &CreateArgs<'_>,
     plan: Plan,
     values: JsonObject,
+    uri: &str,
 ) -> ToolResult {
     let parent_depth = call.session.as_deref().and_then(|s| core.session(s)).map_or(0, |m| m.depth);
     if account.counts() && parent_depth >= MAX_SPAWN_DEPTH {
         return Err(depth_refusal(parent_depth).into());
     }
     account.check(core, Budget::Sessions)?;
-    let uri = format!("ahp-session:/{}", new_id());
+    let uri = uri.to_owned();
     let owner = owner_for(core, call);
     let new = NewSession {
         uri: uri.clone(),
