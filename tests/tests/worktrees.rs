@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ahp_types::actions::{ChangesetFilesReviewChangedAction, ChatTurnCancelledAction, StateAction};
+use ahp_types::actions::{
+    ChangesetFilesReviewChangedAction, ChatTurnCancelledAction, SessionIsArchivedChangedAction, StateAction,
+};
 use ahp_types::commands::ResourceReadParams;
 use ahp_types::state::{ChangesetState, ResponsePart, SessionLifecycle, ToolCallState, Turn, TurnState};
 use anyhow::{anyhow, bail, ensure, Context};
@@ -487,6 +489,21 @@ async fn merging_back_lands_the_first_and_refuses_the_conflict() -> anyhow::Resu
     c.check_against_snapshot(&second_branch).await?;
     c.check_against_snapshot(&first_branch).await?;
 
+    // Archiving lets a worktree's folder go when nothing is left in it (its branch stays), and
+    // bringing the session back brings it back; one with uncommitted work stays.
+    let archive = |archived: bool| {
+        StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: archived })
+    };
+    c.dispatch(&second, archive(true)).await?;
+    daemon.wait_for_log("an archived session's worktree stays", PATIENCE).await?;
+    ensure!(w2.join("a.txt").exists(), "kept while archived");
+    c.dispatch(&first, archive(true)).await?;
+    daemon.wait_for_log("an archived session's worktree was removed", PATIENCE).await?;
+    ensure!(!w1.exists(), "let go while archived");
+    c.dispatch(&first, archive(false)).await?;
+    daemon.wait_for_log("a worktree was brought back", PATIENCE).await?;
+    assert_eq!(read(&w1.join("a.txt")), "from the first\n", "back as it was");
+
     // Deleting the session with uncommitted work keeps its worktree; the merged one's goes.
     c.request("disposeSession", json!({ "channel": second })).await?;
     daemon.wait_for_log("the deleted session's worktree was kept", PATIENCE).await?;
@@ -610,5 +627,65 @@ async fn bad_input_is_refused_with_nothing_made() -> anyhow::Result<()> {
     // The connection lives on.
     c.request("ping", json!({})).await?;
     assert_eq!(worktrees(&repo.path), 2, "the one isolated session's worktree, and the base");
+    Ok(())
+}
+
+/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
+fn claude_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let cache = std::env::var_os("AHPD_TEST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
+    cache.join("claude/node_modules/.bin/claude")
+}
+
+#[tokio::test]
+async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Result<()> {
+    let bin = claude_bin();
+    ensure!(bin.exists(), "the claude CLI is not installed at {}: run scripts/deps/claude.sh", bin.display());
+    let mock = tests::mocks::anthropic::MockAnthropic::start().await?;
+    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    let options = DaemonOptions::with_config(json!({
+        "agents": { "claude": { "kind": "claude", "env": env, "options": { "command": bin } } },
+        "worktreesRoot": root.path(),
+    }));
+    let daemon = Daemon::start_with(options).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let config = json!({ "isolation": "worktree", "permissionMode": "acceptEdits" });
+    let (s1, c1) = create(&mut c, "claude", &repo.path, config.clone()).await?;
+    let (s2, c2) = create(&mut c, "claude", &repo.path, config).await?;
+    let (w1, w2) = (folder_of(&c, &s1)?, folder_of(&c, &s2)?);
+    ensure!(w1 != w2 && w1.starts_with(root.path()) && w2.starts_with(root.path()), "{w1:?} {w2:?}");
+    // Both write the same file, each what it was told, through Claude's Write tool.
+    let write = |folder: &Path, text: &str| {
+        let args = json!({ "file_path": folder.join("notes.md"), "content": text });
+        format!("write it down TOOL:Write ARGS:{args}")
+    };
+    let t1 = c.send(&c1, &write(&w1, "from the first claude")).await?;
+    let t2 = c.send(&c2, &write(&w2, "from the second claude")).await?;
+    for (chat, turn) in [(&c1, &t1), (&c2, &t2)] {
+        let turn = c.finished(chat, turn).await?;
+        ensure!(turn.state == TurnState::Complete, "{turn:?}");
+        ensure!(tool_results(&turn).iter().any(|(name, ok, _)| name == "Write" && *ok), "{:?}", tool_results(&turn));
+    }
+    assert_eq!(read(&w1.join("notes.md")), "from the first claude");
+    assert_eq!(read(&w2.join("notes.md")), "from the second claude");
+    ensure!(!repo.path.join("notes.md").exists(), "the base checkout is untouched");
+    assert_eq!(git(&repo.path, &["status", "--porcelain"]), "");
+    // Each branch shows its own version.
+    for (session, text) in [(&s1, "+from the first claude"), (&s2, "+from the second claude")] {
+        let branch = changeset_uri(&c, session, "branch", &[])?;
+        c.subscribe(&branch).await?;
+        let state = c.mirror.changeset(&branch).cloned().context("branch")?;
+        ensure!(paths(&state) == ["notes.md"] && patch_of(&state, "notes.md").contains(text), "{state:?}");
+        c.check_against_snapshot(&branch).await?;
+    }
+    for channel in [&s1, &c1, &s2, &c2] {
+        c.check_against_snapshot(channel).await?;
+    }
     Ok(())
 }

@@ -76,8 +76,11 @@ fn include_files(settings: &JsonObject, from: &Path) -> Result<Vec<PathBuf>, Str
 pub async fn make(worktrees: &Worktrees, host: &Host, request: FolderRequest) -> Result<PathBuf, String> {
     let FolderRequest { owner, session, from, title, settings } = request;
     let from = from.canonicalize().map_err(|e| format!("{} cannot be read: {e}", from.display()))?;
-    if worktrees.record(&owner).is_some() {
-        return Err(format!("{owner} has a worktree of its own already."));
+    if let Some(record) = worktrees.record(&owner) {
+        return Err(format!(
+            "it works in a worktree of its own already ({}, branch {}); merge or discard the work there rather than cutting another.",
+            record.path, record.branch
+        ));
     }
     let includes = include_files(&settings, &from)?;
     let top = git::toplevel(&from).await.map_err(failed)?.ok_or_else(|| {

@@ -169,13 +169,14 @@ impl Host {
         if !self.ensure_loaded(&mut core, uri) {
             return Err(AhpError::session_not_found(uri));
         }
+        // Its worktree goes too, unless something in it is not merged (told while the session's
+        // folders can still be read).
+        let event = crate::host::facade::Event::SessionRemoved { session: uri.to_owned() };
+        core.workspaces.clone().event(&mut core, event);
         core.remove_session_state(uri, Farewell::Close);
         if let Err(e) = core.store.delete_session(uri) {
             tracing::error!("{e}");
         }
-        // Its worktree goes too, unless something in it is not merged.
-        let event = crate::host::facade::Event::SessionRemoved { session: uri.to_owned() };
-        core.workspaces.clone().event(&mut core, event);
         core.publish_session_count();
         let frame = notification(
             "root/sessionRemoved",
