@@ -180,6 +180,16 @@ struct NotesSession {
 
 type Writer = Arc<Mutex<TurnWriter>>;
 
+/// A call that writes, as the person is asked about it.
+struct WriteCall {
+    tool: &'static str,
+    display: &'static str,
+    invocation: String,
+    input: Value,
+    question: String,
+    denied: String,
+}
+
 /// One command of a message.
 #[derive(Debug, Clone, PartialEq)]
 enum Command {
@@ -460,21 +470,49 @@ impl NotesSession {
         }
     }
 
-    async fn write(&self, writer: &Writer, n: usize, name: &str, text: &str) {
+    /// Starts a call that writes: it asks first unless the ask setting is `never`. Answers the
+    /// call's id when it may go ahead; a denial is said in the turn.
+    async fn may_write(&self, writer: &Writer, n: usize, call: WriteCall) -> Option<String> {
         let id = Self::tool_call_id(writer, n);
-        lock(writer).tool_start(&id, "write", "Write note", None);
-        let invocation = format!("Writing note {name}");
-        let input = Some(serde_json::json!({ "name": name, "text": text }).to_string());
-        if self.ask_setting() != "never" {
-            if !self.confirmation(writer, &id, &invocation, input, format!("Write note {name}?")).await {
-                let mut w = lock(writer);
-                w.end_part();
-                w.text(&format!("Not written: {name}."));
-                return;
-            }
-        } else {
-            lock(writer).tool_running(&id, &invocation, input);
+        lock(writer).tool_start(&id, call.tool, call.display, None);
+        let input = Some(call.input.to_string());
+        if self.ask_setting() == "never" {
+            lock(writer).tool_running(&id, &call.invocation, input);
+            return Some(id);
         }
+        if self.confirmation(writer, &id, &call.invocation, input, call.question).await {
+            return Some(id);
+        }
+        let mut w = lock(writer);
+        w.end_part();
+        w.text(&call.denied);
+        None
+    }
+
+    /// Ends a call that wrote: its result (`done`, `failed`: its past tense), and `said` in the
+    /// turn when it worked.
+    fn wrote(writer: &Writer, id: &str, result: Result<(), String>, [done, said, failed]: [String; 3]) {
+        let mut w = lock(writer);
+        match result {
+            Ok(()) => {
+                w.tool_complete(id, tool_result(true, done, None, None));
+                w.end_part();
+                w.text(&said);
+            }
+            Err(why) => w.tool_complete(id, tool_result(false, failed, None, Some(why))),
+        }
+    }
+
+    async fn write(&self, writer: &Writer, n: usize, name: &str, text: &str) {
+        let call = WriteCall {
+            tool: "write",
+            display: "Write note",
+            invocation: format!("Writing note {name}"),
+            input: serde_json::json!({ "name": name, "text": text }),
+            question: format!("Write note {name}?"),
+            denied: format!("Not written: {name}."),
+        };
+        let Some(id) = self.may_write(writer, n, call).await else { return };
         let written = if valid_name(name) {
             let dir = self.dir.clone();
             let path = dir.join(name);
@@ -487,35 +525,21 @@ impl NotesSession {
         } else {
             Err(format!("{name} is not a note name."))
         };
-        let mut w = lock(writer);
-        match written {
-            Ok(()) => {
-                w.tool_complete(&id, tool_result(true, format!("Wrote note {name}"), None, None));
-                w.end_part();
-                w.text(&format!("Wrote {name}."));
-            }
-            Err(why) => {
-                w.tool_complete(&id, tool_result(false, format!("Could not write note {name}"), None, Some(why)))
-            }
-        }
+        let words = [format!("Wrote note {name}"), format!("Wrote {name}."), format!("Could not write note {name}")];
+        Self::wrote(writer, &id, written, words);
     }
 
     /// Writes a file in the chat's folder (a path inside it), asking first as `write` does.
     async fn edit(&self, writer: &Writer, n: usize, path: &str, text: &str) {
-        let id = Self::tool_call_id(writer, n);
-        lock(writer).tool_start(&id, "edit", "Edit file", None);
-        let invocation = format!("Editing {path}");
-        let input = Some(serde_json::json!({ "path": path, "text": text }).to_string());
-        if self.ask_setting() != "never" {
-            if !self.confirmation(writer, &id, &invocation, input, format!("Edit {path}?")).await {
-                let mut w = lock(writer);
-                w.end_part();
-                w.text(&format!("Not edited: {path}."));
-                return;
-            }
-        } else {
-            lock(writer).tool_running(&id, &invocation, input);
-        }
+        let call = WriteCall {
+            tool: "edit",
+            display: "Edit file",
+            invocation: format!("Editing {path}"),
+            input: serde_json::json!({ "path": path, "text": text }),
+            question: format!("Edit {path}?"),
+            denied: format!("Not edited: {path}."),
+        };
+        let Some(id) = self.may_write(writer, n, call).await else { return };
         let inside = !path.is_empty()
             && std::path::Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
         let written = match (&self.folder, inside) {
@@ -534,15 +558,8 @@ impl NotesSession {
             (None, _) => Err("This chat works in no folder.".to_owned()),
             (_, false) => Err(format!("{path} is not a path inside the chat's folder.")),
         };
-        let mut w = lock(writer);
-        match written {
-            Ok(()) => {
-                w.tool_complete(&id, tool_result(true, format!("Edited {path}"), None, None));
-                w.end_part();
-                w.text(&format!("Edited {path}."));
-            }
-            Err(why) => w.tool_complete(&id, tool_result(false, format!("Could not edit {path}"), None, Some(why))),
-        }
+        let words = [format!("Edited {path}"), format!("Edited {path}."), format!("Could not edit {path}")];
+        Self::wrote(writer, &id, written, words);
     }
 
     async fn list(&self, writer: &Writer, n: usize) {
