@@ -689,3 +689,30 @@ async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Res
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_providers_sessions_start_in_a_worktree_by_default() -> anyhow::Result<()> {
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    let mut options = options(root.path());
+    if let Some(config) = options.config.as_mut() {
+        config["isolationProviders"] = json!(["notes"]);
+    }
+    let daemon = Daemon::start_with(options).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
+    let folder = folder_of(&c, &session)?;
+    ensure!(folder.starts_with(root.path()), "{folder:?}");
+    let config = c.mirror.session(&session).and_then(|s| s.config.clone()).context("config")?;
+    assert_eq!(config.values["isolation"], "worktree");
+    let property = &config.schema.properties["isolation"];
+    assert_eq!(property.default, Some(json!("worktree")));
+    assert_eq!(property.session_mutable, Some(false), "fixed once the session is made");
+    // A session that names folder works in the folder itself.
+    let (plain, _) = create(&mut c, "notes", &repo.path, json!({ "isolation": "folder" })).await?;
+    assert_eq!(folder_of(&c, &plain)?, repo.path);
+    // The host's own settings are not the agent's: it was started without them.
+    assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", folder.display()));
+    c.check_against_snapshot(&session).await?;
+    Ok(())
+}
