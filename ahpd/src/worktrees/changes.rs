@@ -502,13 +502,29 @@ pub fn apply(core: &mut Core, uri: &str, new: ChangesetState) {
     }
 }
 
-/// Recomputes every watched changeset of a session, and an isolated session's counts.
-pub async fn refresh(worktrees: &Worktrees, host: &Host, session: &str) {
+/// Recomputes the watched changesets of a session that can have moved, and an isolated
+/// session's counts. A turn's slice moves while its turn runs, and once more when it ended
+/// (`ended`: its snapshot after was just taken); a comparison, when one of its turns just ended.
+pub async fn refresh(worktrees: &Worktrees, host: &Host, session: &str, ended: Option<&str>) {
     let watched: Vec<String> = {
         let core = host.lock();
+        let running = |chat: &str, turn_id: &str| {
+            core.chat_state(chat).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| t.id == turn_id)
+        };
+        let moves = |scope: &Scope| match scope {
+            Scope::Branch { .. } | Scope::Uncommitted { .. } => true,
+            Scope::Turn { chat, turn_id } => ended == Some(turn_id.as_str()) || running(chat, turn_id),
+            Scope::Compare { original, modified, .. } => {
+                ended.is_some_and(|t| t == original.as_str() || t == modified.as_str())
+            }
+        };
         core.changeset_channels()
             .into_iter()
-            .filter(|uri| parse(uri).and_then(|s| session_of(worktrees, &core, &s)).as_deref() == Some(session))
+            .filter(|uri| {
+                parse(uri).is_some_and(|scope| {
+                    moves(&scope) && session_of(worktrees, &core, &scope).as_deref() == Some(session)
+                })
+            })
             .collect()
     };
     for uri in watched {

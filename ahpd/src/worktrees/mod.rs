@@ -86,7 +86,7 @@ enum Job {
     /// Recompute what is watched in a session, and its counts.
     Refresh { session: String },
     /// A turn ended in a chat: its snapshot after, the chat's and session's counts.
-    TurnEnded { chat: String, session: String },
+    TurnEnded { chat: String, session: String, turn_id: String },
     /// A worktree made for `owner` is not needed: it goes, whatever is in it (nothing is).
     Discard { owner: String },
     /// A session was archived: its worktrees' folders go where nothing is left in them.
@@ -225,12 +225,12 @@ impl Worktrees {
             Job::Reconcile => cut::reconcile(self, host).await,
             Job::Refresh { session } => {
                 self.state().refreshing.remove(&session);
-                changes::refresh(self, host, &session).await;
+                changes::refresh(self, host, &session, None).await;
             }
-            Job::TurnEnded { chat, session } => {
+            Job::TurnEnded { chat, session, turn_id } => {
                 turns::settle_after(self, &chat).await;
                 changes::count_chat(host, &session, &chat).await;
-                changes::refresh(self, host, &session).await;
+                changes::refresh(self, host, &session, Some(&turn_id)).await;
             }
             Job::Discard { owner } => cut::discard(self, host, &owner).await,
             Job::Release { session } => cut::release(self, host, &session).await,
@@ -389,7 +389,7 @@ impl Workspaces for Worktrees {
             Event::TurnEnded { chat, turn_id } => {
                 let Some(session) = core.chat(&chat).map(|m| m.session.clone()) else { return };
                 turns::ended(self, &chat, &turn_id);
-                self.queue(Job::TurnEnded { chat, session });
+                self.queue(Job::TurnEnded { chat, session, turn_id });
             }
             Event::Archived { session, archived } => {
                 self.queue(if archived { Job::Release { session } } else { Job::Restore { session } });

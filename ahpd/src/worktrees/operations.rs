@@ -157,7 +157,7 @@ pub async fn invoke(
         Ok(message) => {
             status(host, &uri, id, ChangesetOperationStatus::Idle, None);
             // What changed is shown at once: the watched changesets and the counts.
-            changes::refresh(worktrees, host, &session).await;
+            changes::refresh(worktrees, host, &session, None).await;
             tracing::info!(changeset = uri, operation = id, "{message}");
             Ok(InvokeChangesetOperationResult { message: Some(StringOrMarkdown::Plain(message)), follow_up: None })
         }
