@@ -45,6 +45,7 @@ pub struct ChildCommand {
     program: OsString,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    env_removed: Vec<OsString>,
     cwd: Option<PathBuf>,
     stdin: bool,
     stderr_to_caller: bool,
@@ -60,6 +61,7 @@ impl ChildCommand {
             program: program.as_ref().to_owned(),
             args: Vec::new(),
             env: Vec::new(),
+            env_removed: Vec::new(),
             cwd: None,
             stdin: true,
             stderr_to_caller: false,
@@ -86,6 +88,17 @@ impl ChildCommand {
         V: AsRef<OsStr>,
     {
         self.env.extend(env.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())));
+        self
+    }
+
+    /// Variables of this process's own environment it does not inherit (ones that would point it
+    /// somewhere else, such as `GIT_DIR` for git).
+    pub fn env_remove<I, K>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<OsStr>,
+    {
+        self.env_removed.extend(keys.into_iter().map(|k| k.as_ref().to_owned()));
         self
     }
 
@@ -132,6 +145,9 @@ impl ChildCommand {
             return Err(SpawnError::NoSuchDirectory { program, cwd: cwd.display().to_string() });
         }
         let mut command = tokio::process::Command::new(&self.program);
+        for key in &self.env_removed {
+            command.env_remove(key);
+        }
         command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))

@@ -2,17 +2,18 @@
 //! worktrees feature asks of a repository goes through here. Nothing is diffed or merged by hand:
 //! `git diff-tree` diffs, `git merge-tree` says whether a merge applies, `git merge` merges.
 //!
-//! Each run is its own process group with a deadline and a cap on what it may print; the
-//! environment a daemon might have inherited from a Git hook (`GIT_DIR`, `GIT_INDEX_FILE`, …) is
-//! taken out, prompts are off, and messages are in the C locale so they read the same everywhere.
+//! Each run is started with the one child guard (`agent_runner::child`: its own process group,
+//! killed when it is given up on, never outliving the daemon — a git ended that way removes its
+//! lock files), with a deadline and a cap on what it may print; the environment a daemon might
+//! have inherited from a Git hook (`GIT_DIR`, `GIT_INDEX_FILE`, …) is taken out, prompts are off,
+//! and messages are in the C locale so they read the same everywhere.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
+use agent_runner::child::{ChildCommand, SpawnError};
 use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 
 /// How long one git command may run.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -36,7 +37,10 @@ const INHERITED: [&str; 9] = [
 pub enum GitError {
     /// The program could not be started.
     #[error("could not run git: {0}")]
-    Spawn(#[source] std::io::Error),
+    Spawn(#[source] SpawnError),
+    /// Reading what it printed, or a file of ahpd's own beside it, failed.
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
     /// It ran and failed.
     #[error("git {args} failed: {stderr}")]
     Failed {
@@ -106,44 +110,37 @@ impl<'a> Git<'a> {
     /// Runs it; answers what it printed whatever its exit code.
     pub async fn output(self) -> Result<Output, GitError> {
         let shown = self.shown();
-        let mut command = Command::new("git");
-        command
-            .arg("-C")
-            .arg(self.dir)
+        let command = ChildCommand::new("git")
+            .args([std::ffi::OsStr::new("-C"), self.dir.as_os_str()])
             .args(["-c", "core.quotepath=off", "-c", "color.ui=false"])
             .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_PAGER", "cat")
-            .env("LC_ALL", "C")
-            // Its own group, ended with it if the daemon gives up on it.
-            .process_group(0)
-            .kill_on_drop(true);
-        for key in INHERITED {
-            command.env_remove(key);
-        }
-        for (key, value) in &self.env {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().map_err(GitError::Spawn)?;
-        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(GitError::Spawn(std::io::Error::other("git has no output pipes")));
+            .env_remove(INHERITED)
+            .envs([("GIT_TERMINAL_PROMPT", "0"), ("GIT_PAGER", "cat"), ("LC_ALL", "C")])
+            .envs(self.env.iter().map(|(k, v)| (*k, v)))
+            .stdin_null()
+            .stderr_to_caller();
+        let (child, pipes) = command.spawn().map_err(GitError::Spawn)?;
+        let Some(mut stderr) = pipes.stderr else {
+            return Err(GitError::Io(std::io::Error::other("git has no stderr pipe")));
         };
         let run = async {
             let mut out = Vec::new();
             let mut err = Vec::new();
-            let mut capped = stdout.take(OUTPUT_CAP as u64 + 1);
+            let mut capped = pipes.stdout.take(OUTPUT_CAP as u64 + 1);
             let (read_out, read_err) = tokio::join!(capped.read_to_end(&mut out), stderr.read_to_end(&mut err));
-            read_out.map_err(GitError::Spawn)?;
-            read_err.map_err(GitError::Spawn)?;
+            read_out.map_err(GitError::Io)?;
+            read_err.map_err(GitError::Io)?;
             if out.len() > OUTPUT_CAP {
                 return Err(GitError::Stopped(shown.clone()));
             }
-            let status = child.wait().await.map_err(GitError::Spawn)?;
-            Ok(Output { code: status.code(), stdout: out, stderr: String::from_utf8_lossy(&err).trim().to_owned() })
+            let status = child.wait().await;
+            Ok(Output {
+                code: status.and_then(|s| s.code()),
+                stdout: out,
+                stderr: String::from_utf8_lossy(&err).trim().to_owned(),
+            })
         };
+        // Given up on (too slow, or printing too much), its group is killed with its guard.
         match tokio::time::timeout(DEADLINE, run).await {
             Ok(result) => result,
             Err(_) => Err(GitError::Stopped(shown)),
@@ -313,7 +310,7 @@ impl Drop for Scratch {
 
 /// Takes a [`Snapshot`] of `dir`. `scratch` is a folder of ahpd's own for the private index.
 pub async fn snapshot(dir: &Path, scratch: &Path, message: &str) -> Result<Snapshot, GitError> {
-    std::fs::create_dir_all(scratch).map_err(GitError::Spawn)?;
+    std::fs::create_dir_all(scratch).map_err(GitError::Io)?;
     let index = Scratch(scratch.join(format!("index-{}", uuid::Uuid::new_v4().simple())));
     let index_path = index.0.clone();
     // Start from the folder's own index, so unchanged files are not read again.
