@@ -374,6 +374,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     c.subscribe(&second).await?;
     let turn = c.send(&second, "call isolate_session {}; ask ready?").await?;
     c.until_questions(&second, 1).await?;
+    ensure!(c.mirror.chat(&second).is_some_and(|s| s.working_directories.is_none()), "not while the turn runs");
     answer_question(&mut c, &second).await?;
     let ended = c.finished(&second, &turn).await?;
     ensure!(tool_results(&ended)[0].1, "{:?}", tool_results(&ended));
@@ -386,7 +387,20 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     assert_eq!(turn_text(&c.turn(&second, "where").await?), format!("folder {}", own.display()));
     assert_eq!(turn_text(&c.turn(&other_chat, "where").await?), format!("folder {}", repo.path.display()));
     changeset_uri(&c, &second, "branch", &[])?;
-    for channel in [&session, &chat, &other, &other_chat, &second] {
+
+    // isolate_session in a turn that is cancelled: dropped, and its worktree goes.
+    let third = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    c.request("createChat", json!({ "channel": other, "chat": third })).await?;
+    c.subscribe(&third).await?;
+    let turn = c.send(&third, "call isolate_session {}; ask ready?").await?;
+    c.until_questions(&third, 1).await?;
+    let stop = ChatTurnCancelledAction { turn_id: turn.clone(), duration: 1, meta: None };
+    c.dispatch(&third, StateAction::ChatTurnCancelled(stop)).await?;
+    c.finished(&third, &turn).await?;
+    daemon.wait_for_log(&format!("a worktree nobody took up was removed owner=\"{third}\""), PATIENCE).await?;
+    ensure!(c.mirror.chat(&third).is_some_and(|s| s.working_directories.is_none()), "the cancelled turn moved nothing");
+    assert_eq!(turn_text(&c.turn(&third, "where").await?), format!("folder {}", repo.path.display()));
+    for channel in [&session, &chat, &other, &other_chat, &second, &third] {
         c.check_against_snapshot(channel).await?;
     }
     Ok(())
