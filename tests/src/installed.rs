@@ -60,3 +60,8 @@ pub fn acp_adapter_entry(command: &Path, mock: &MockAnthropic, home: &Path) -> V
     env.insert("ENABLE_TOOL_SEARCH".into(), json!("false"));
     json!({ "kind": "acp", "options": { "command": command.display().to_string(), "env": env } })
 }
+
+/// The real pi coding agent.
+pub fn pi_bin() -> PathBuf {
+    installed("AHPD_PI_BIN", "pi/node_modules/.bin/pi", "pi.sh")
+}

@@ -1,6 +1,6 @@
 //! Agents side by side on one repository (issue 19), through the real daemon, real git and the
-//! official client folding every envelope through the official reducers: a worktree each, the
-//! changesets that show what changed (live while a turn runs, per turn, per branch), merging back
+//! official client folding every envelope through the official reducers: a worktree each (notes,
+//! the real Claude CLI, pi and an ACP agent each run in theirs), the changesets that show what changed (live while a turn runs, per turn, per branch), merging back
 //! through `invokeChangesetOperation`, the session tools' isolation, a `kill -9` mid-turn, and
 //! the refusals that leave nothing half-made.
 
@@ -644,27 +644,13 @@ async fn bad_input_is_refused_with_nothing_made() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
-fn claude_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    cache.join("claude/node_modules/.bin/claude")
-}
-
 #[tokio::test]
 async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Result<()> {
-    let bin = claude_bin();
-    ensure!(bin.exists(), "the claude CLI is not installed at {}: run scripts/deps/claude.sh", bin.display());
     let mock = tests::mocks::anthropic::MockAnthropic::start().await?;
-    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
     let repo = repo();
     let root = tempfile::tempdir()?;
     let options = DaemonOptions::with_config(json!({
-        "agents": { "claude": { "kind": "claude", "env": env, "options": { "command": bin } } },
+        "agents": { "claude": tests::installed::claude_entry(&mock) },
         "worktreesRoot": root.path(),
     }));
     let daemon = Daemon::start_with(options).await?;
@@ -728,5 +714,52 @@ async fn a_providers_sessions_start_in_a_worktree_by_default() -> anyhow::Result
     // The host's own settings are not the agent's: it was started without them.
     assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", folder.display()));
     c.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pi_and_an_acp_agent_run_in_their_worktrees() -> anyhow::Result<()> {
+    let openai = tests::mocks::openai::MockOpenAi::start().await?;
+    let pi_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+    std::fs::write(pi_dir.path().join("models.json"), openai.pi_models_json("mock").to_string())?;
+    let settings = json!({ "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true });
+    std::fs::write(pi_dir.path().join("settings.json"), settings.to_string())?;
+    let scripted = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    let options = DaemonOptions::with_config(json!({
+        "agents": {
+            "pi": { "kind": "pi", "options": { "command": tests::installed::pi_bin(), "agentDir": pi_dir.path() } },
+            "scripted": { "kind": "acp", "options": { "command": "python3", "args": [scripted] } },
+        },
+        "worktreesRoot": root.path(),
+    }));
+    let daemon = Daemon::start_with(options).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let isolation = json!({ "isolation": "worktree" });
+    let (pi, pi_chat) = create(&mut c, "pi", &repo.path, isolation.clone()).await?;
+    let (acp, acp_chat) = create(&mut c, "scripted", &repo.path, isolation).await?;
+    let (pi_folder, acp_folder) = (folder_of(&c, &pi)?, folder_of(&c, &acp)?);
+    ensure!(pi_folder.starts_with(root.path()) && acp_folder.starts_with(root.path()), "{pi_folder:?} {acp_folder:?}");
+
+    // Each writes a file by a path relative to where its program runs: it lands in its worktree.
+    let turn = c.turn(&pi_chat, "[[bash echo from pi > a.txt]]").await?;
+    ensure!(turn.state == TurnState::Complete, "{turn:?}");
+    let turn = c.turn(&acp_chat, "write a.txt from acp").await?;
+    ensure!(turn_text(&turn) == "wrote a.txt", "{}", turn_text(&turn));
+    assert_eq!(read(&pi_folder.join("a.txt")), "from pi\n");
+    assert_eq!(read(&acp_folder.join("a.txt")), "from acp");
+    assert_eq!(read(&repo.path.join("a.txt")), "one\n", "the base checkout is untouched");
+    assert_eq!(git(&repo.path, &["status", "--porcelain"]), "");
+    for (session, text) in [(&pi, "+from pi"), (&acp, "+from acp")] {
+        let branch = changeset_uri(&c, session, "branch", &[])?;
+        c.subscribe(&branch).await?;
+        let state = c.mirror.changeset(&branch).cloned().context("branch")?;
+        ensure!(paths(&state) == ["a.txt"] && patch_of(&state, "a.txt").contains(text), "{state:?}");
+        c.check_against_snapshot(&branch).await?;
+    }
+    for channel in [&pi, &pi_chat, &acp, &acp_chat] {
+        c.check_against_snapshot(channel).await?;
+    }
     Ok(())
 }
