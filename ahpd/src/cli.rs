@@ -105,6 +105,18 @@ pub enum Verb {
     /// List the running daemon's sessions (what listSessions lists): state, agent, title, URI.
     #[command(after_help = "Exit codes: 0 listed, 1 none running or it refused the connection.")]
     Sessions(SessionsArgs),
+    /// Show what a session changed, or get its work back: merge it into the branch it was cut
+    /// from, commit it, or discard it (docs/worktrees.md).
+    ///
+    /// Shows the changeset a person reviews: the session's worktree branch against its base when
+    /// it has one, else its folder's uncommitted changes; one line a file (lines added and
+    /// removed, or `binary`). --merge, --commit and --discard run that changeset's operation, as
+    /// a client's invokeChangesetOperation does; a merge that would conflict is refused with the
+    /// files named and nothing changed.
+    #[command(
+        after_help = "Exit codes: 0 shown or done, 1 none running, no such session, no Git folder, or the operation was refused."
+    )]
+    Changes(ChangesArgs),
     /// Send a message and stream the reply to stdout.
     ///
     /// To a new session on --agent, or to --session; with neither, to a new session on the
@@ -158,6 +170,38 @@ pub struct SessionsArgs {
     /// Where the daemon is.
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// `ahpd changes`' options.
+#[derive(Debug, Clone, Args)]
+pub struct ChangesArgs {
+    /// The session (its URI or id).
+    #[arg(value_name = "SESSION")]
+    pub session: String,
+    /// Merge its branch into the branch it was cut from (its uncommitted files committed first).
+    #[arg(long, conflicts_with_all = ["commit", "discard"])]
+    pub merge: bool,
+    /// Commit its uncommitted changes (on its worktree's branch, or on its folder's).
+    #[arg(long, conflicts_with = "discard")]
+    pub commit: bool,
+    /// Discard what its worktree changed: back to where its branch parted from its base.
+    #[arg(long)]
+    pub discard: bool,
+    /// Print the changeset as JSON, as a subscription's snapshot has it.
+    #[arg(long, conflicts_with_all = ["merge", "commit", "discard"])]
+    pub json: bool,
+    /// Where the daemon is.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+impl ChangesArgs {
+    /// The changeset operation asked for, by its id.
+    pub fn operation(&self) -> Option<&'static str> {
+        [(self.merge, "merge"), (self.commit, "commit"), (self.discard, "discard")]
+            .into_iter()
+            .find_map(|(asked, id)| asked.then_some(id))
+    }
 }
 
 /// `ahpd send`'s options.

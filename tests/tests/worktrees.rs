@@ -763,3 +763,43 @@ async fn pi_and_an_acp_agent_run_in_their_worktrees() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn the_changes_verb_shows_and_merges_for_a_script() -> anyhow::Result<()> {
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(options(root.path())).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let (first, first_chat) = isolated(&mut c, &repo.path).await?;
+    let (second, second_chat) = isolated(&mut c, &repo.path).await?;
+    let (plain, _) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
+    c.turn(&first_chat, "edit a.txt from the first").await?;
+    c.turn(&second_chat, "edit a.txt from the second").await?;
+    let ahpd = |args: Vec<String>| {
+        let home = daemon.home.clone();
+        async move { tests::daemon::run_ahpd(&home, &args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+    let words = |line: &str| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+
+    let shown = ahpd(words(&format!("changes {first}"))).await?;
+    ensure!(shown.code == 0, "{}", shown.stderr);
+    ensure!(shown.stdout.lines().nth(1) == Some("+1 -1  a.txt"), "{}", shown.stdout);
+    let json = ahpd(words(&format!("changes {first} --json"))).await?;
+    let state: ChangesetState = serde_json::from_str(&json.stdout).context("the changeset as JSON")?;
+    assert_eq!(paths(&state), ["a.txt"]);
+    let none = ahpd(words(&format!("changes {plain}"))).await?;
+    ensure!(none.code == 0 && none.stdout.ends_with("No changes.\n"), "{}", none.stdout);
+
+    let merged = ahpd(words(&format!("changes {first} --merge"))).await?;
+    ensure!(merged.code == 0 && merged.stdout.starts_with("Merged "), "{} {}", merged.stdout, merged.stderr);
+    assert_eq!(read(&repo.path.join("a.txt")), "from the first\n");
+    let head = git(&repo.path, &["rev-parse", "HEAD"]);
+    let refused = ahpd(words(&format!("changes {second} --merge"))).await?;
+    ensure!(refused.code == 1 && refused.stderr.contains("would conflict in a.txt"), "{}", refused.stderr);
+    assert_eq!(git(&repo.path, &["rev-parse", "HEAD"]), head, "the refused merge changed nothing");
+    let nobody = ahpd(words("changes nobody")).await?;
+    ensure!(nobody.code == 1 && nobody.stderr.contains("ahp-session:/nobody"), "{}", nobody.stderr);
+    c.check_against_snapshot(&first).await?;
+    c.check_against_snapshot(&second).await?;
+    Ok(())
+}

@@ -1,12 +1,13 @@
 //! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user`,
 //! `ahpd agents|logs|service|completions`, and the terminal client on the official `ahp` crate:
-//! `ahpd sessions|send|watch|connect`. They find the running daemon through its record and control
-//! socket (`crate::control`).
+//! `ahpd sessions|changes|send|watch|connect`. They find the running daemon through its record and
+//! control socket (`crate::control`).
 //!
 //! Exit codes: 0 done; 1 a state conflict (none running, one running, a turn running, a line that
 //! cannot start); 2 bad usage or a configuration that cannot start.
 
 pub mod agents;
+pub mod changes;
 pub mod config;
 pub mod connect;
 pub mod follow;
@@ -82,6 +83,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Restart { force } => restart::run(&paths, force).await,
             Verb::Service(args) => service::run(&paths, &args.action).await,
             Verb::Sessions(args) => sessions::run(&args).await,
+            Verb::Changes(args) => changes::run(&args).await,
             Verb::Send(args) => send::run(&args).await,
             Verb::Watch(args) => watch::run(&args).await,
             Verb::Connect(args) => connect::run(&args).await,

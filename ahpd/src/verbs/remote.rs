@@ -1,4 +1,4 @@
-//! What the terminal-client verbs (`ahpd sessions|send|watch|connect`) share: finding the running
+//! What the terminal-client verbs (`ahpd sessions|changes|send|watch|connect`) share: finding the running
 //! daemon (its record, as the other verbs do, or `--url`), the token to present to it (one
 //! function, [`token`]), and a connection through the official `ahp` client over `ahp-ws`.
 

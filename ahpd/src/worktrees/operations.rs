@@ -304,7 +304,8 @@ async fn merge(worktrees: &Worktrees, host: &Host, owner: &str) -> Result<String
         git::adopt(&path, &tip).await.map_err(failed)?;
     }
     git::merge(&repo, &branch, &format!("Merge {branch}: {message}")).await.map_err(failed)?;
-    Ok(format!("Merged {branch} into {base} in {} ({} files).", repo.display(), incoming.len()))
+    let files = if incoming.len() == 1 { "1 file".to_owned() } else { format!("{} files", incoming.len()) };
+    Ok(format!("Merged {branch} into {base} in {} ({files}).", repo.display()))
 }
 
 async fn commit_branch(worktrees: &Worktrees, host: &Host, owner: &str) -> Result<String, AhpError> {
