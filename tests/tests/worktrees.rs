@@ -644,6 +644,28 @@ async fn bad_input_is_refused_with_nothing_made() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Each session's `branch` changeset lists `path` alone, its patch holding that session's line;
+/// the sessions, their branches and `chats` all hold against fresh snapshots.
+async fn branches_show(
+    c: &mut TestClient,
+    path: &str,
+    written: &[(&String, &str)],
+    chats: [&String; 2],
+) -> anyhow::Result<()> {
+    for (session, line) in written {
+        let branch = changeset_uri(c, session, "branch", &[])?;
+        c.subscribe(&branch).await?;
+        let state = c.mirror.changeset(&branch).cloned().context("branch")?;
+        ensure!(paths(&state) == [path] && patch_of(&state, path).contains(line), "{state:?}");
+        c.check_against_snapshot(&branch).await?;
+        c.check_against_snapshot(session).await?;
+    }
+    for chat in chats {
+        c.check_against_snapshot(chat).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Result<()> {
     let mock = tests::mocks::anthropic::MockAnthropic::start().await?;
@@ -677,17 +699,8 @@ async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Res
     ensure!(!repo.path.join("notes.md").exists(), "the base checkout is untouched");
     assert_eq!(git(&repo.path, &["status", "--porcelain"]), "");
     // Each branch shows its own version.
-    for (session, text) in [(&s1, "+from the first claude"), (&s2, "+from the second claude")] {
-        let branch = changeset_uri(&c, session, "branch", &[])?;
-        c.subscribe(&branch).await?;
-        let state = c.mirror.changeset(&branch).cloned().context("branch")?;
-        ensure!(paths(&state) == ["notes.md"] && patch_of(&state, "notes.md").contains(text), "{state:?}");
-        c.check_against_snapshot(&branch).await?;
-    }
-    for channel in [&s1, &c1, &s2, &c2] {
-        c.check_against_snapshot(channel).await?;
-    }
-    Ok(())
+    let written = [(&s1, "+from the first claude"), (&s2, "+from the second claude")];
+    branches_show(&mut c, "notes.md", &written, [&c1, &c2]).await
 }
 
 #[tokio::test]
@@ -751,17 +764,7 @@ async fn pi_and_an_acp_agent_run_in_their_worktrees() -> anyhow::Result<()> {
     assert_eq!(read(&acp_folder.join("a.txt")), "from acp");
     assert_eq!(read(&repo.path.join("a.txt")), "one\n", "the base checkout is untouched");
     assert_eq!(git(&repo.path, &["status", "--porcelain"]), "");
-    for (session, text) in [(&pi, "+from pi"), (&acp, "+from acp")] {
-        let branch = changeset_uri(&c, session, "branch", &[])?;
-        c.subscribe(&branch).await?;
-        let state = c.mirror.changeset(&branch).cloned().context("branch")?;
-        ensure!(paths(&state) == ["a.txt"] && patch_of(&state, "a.txt").contains(text), "{state:?}");
-        c.check_against_snapshot(&branch).await?;
-    }
-    for channel in [&pi, &pi_chat, &acp, &acp_chat] {
-        c.check_against_snapshot(channel).await?;
-    }
-    Ok(())
+    branches_show(&mut c, "a.txt", &[(&pi, "+from pi"), (&acp, "+from acp")], [&pi_chat, &acp_chat]).await
 }
 
 #[tokio::test]
