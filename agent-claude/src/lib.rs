@@ -163,8 +163,9 @@ impl Agent for Claude {
             provider: "claude".into(),
             display_name: self.options.display_name.clone(),
             description: Some("Anthropic's Claude Code, the claude CLI".into()),
-            // Each chat of a session is a conversation (and a process) of its own.
-            capabilities: Some(agent_runner::agent::multiple_chats()),
+            // Each chat of a session is a conversation (and a process) of its own; a fork is the
+            // CLI's `--fork-session` at the kept message.
+            capabilities: Some(agent_runner::agent::forking_chats()),
             features: AgentFeatures {
                 list: true,
                 find: true,
@@ -177,6 +178,10 @@ impl Agent for Claude {
                 resume: true,
                 completions: Vec::new(),
                 transcript_turn_ids: Some("recorded".into()),
+                // `--resume-session-at` goes on from the kept message.
+                truncate: true,
+                // `--resume` and a prompt that says the turn goes on.
+                resume_turn: true,
             },
         }
     }

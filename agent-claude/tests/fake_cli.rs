@@ -133,6 +133,7 @@ async fn turns_handed_while_one_runs_queue_behind_it() {
             turn_id: turn.into(),
             message: user_message(text),
             instructions: None,
+            unattended: false,
         };
         parent.peer().request_value(protocol::methods::parent::SEND_MESSAGE, params).await.expect("handed over");
     }

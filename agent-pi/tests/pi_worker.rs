@@ -108,6 +108,7 @@ async fn send(parent: &TestParent, chat: &str, turn_id: &str, text: &str, instru
         turn_id: turn_id.into(),
         message,
         instructions: instructions.map(str::to_owned),
+        unattended: false,
     };
     parent.peer().request_value(parent::SEND_MESSAGE, params).await.expect("the prompt is handed over");
 }

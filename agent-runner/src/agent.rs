@@ -7,7 +7,8 @@ use ahp_types::state::{AgentSelection, Message, ModelSelection, SessionModelInfo
 use async_trait::async_trait;
 use protocol::{
     codes, AgentDescriptor, AnswerParams, At, CompletionsParams, CompletionsResult, ConfirmParams, Listed, Policy,
-    ProbeResult, RpcError, SchemaResult, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec,
+    ProbeResult, ResumeTurnParams, RpcError, SchemaResult, SendMessageParams, SetConfigResult, Start, SteerParams,
+    ToolSpec,
 };
 use serde_json::Value;
 
@@ -116,8 +117,32 @@ pub trait Session: Send + Sync + 'static {
         None
     }
 
+    /// The start's cut is on the backend's record already (see `Start::cut`).
+    fn cut_kept(&self) -> bool {
+        false
+    }
+
+    /// This conversation, closed, can be resumed though the agent does not say so for all of its
+    /// conversations (an ACP agent that declared `loadSession`).
+    fn resumable(&self) -> bool {
+        false
+    }
+
     /// A turn's prompt. The host said the turn's start already.
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError>;
+
+    /// A turn this backend lost (its process died, the daemon stopped) goes on under its own id
+    /// in the resumed conversation, carrying out what a person answered meanwhile (seed 004
+    /// `resumeTurn`). The host moved the turn back to running already.
+    async fn resume_turn(&self, _params: ResumeTurnParams) -> Result<(), AgentError> {
+        Err(AgentError::NotSupported("session/resumeTurn"))
+    }
+
+    /// Stops one worker (a subagent) the running turn started; false when none runs for that
+    /// call (seed 004 `stopWorker`).
+    async fn stop_worker(&self, _tool_call_id: String) -> Result<bool, AgentError> {
+        Ok(false)
+    }
 
     /// The model for the turns from now on.
     async fn change_model(&self, _model: ModelSelection) -> Result<(), AgentError> {
@@ -206,6 +231,15 @@ pub fn accepted() -> SetConfigResult {
 pub fn multiple_chats() -> ahp_types::state::AgentCapabilities {
     ahp_types::state::AgentCapabilities {
         multiple_chats: Some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+        multiple_working_directories: None,
+    }
+}
+
+/// The capability of a backend that holds any number of chats in a session and forks one at a
+/// turn (a `Start.cut` from another conversation).
+pub fn forking_chats() -> ahp_types::state::AgentCapabilities {
+    ahp_types::state::AgentCapabilities {
+        multiple_chats: Some(ahp_types::state::MultipleChatsCapability { fork: Some(true), side_chat: None }),
         multiple_working_directories: None,
     }
 }

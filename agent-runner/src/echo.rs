@@ -9,8 +9,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, UsageInfo};
 use async_trait::async_trait;
 use protocol::{
-    AgentDescriptor, AgentFeatures, InitializeParams, Policy, SchemaResult, SendMessageParams, SetConfigResult, Start,
-    SteerParams,
+    AgentDescriptor, AgentFeatures, InitializeParams, Policy, ResumeTurnParams, SchemaResult, SendMessageParams,
+    SetConfigResult, Start, SteerParams,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -79,8 +79,15 @@ impl Agent for Echo {
             provider: "echo".into(),
             display_name: "Echo".into(),
             description: Some("Says your words back; no model, no subprocess".into()),
-            capabilities: Some(crate::agent::multiple_chats()),
-            features: AgentFeatures { steering: true, resume: true, ..AgentFeatures::default() },
+            // It keeps no conversation, so it goes on from any cut and forks at any turn exactly.
+            capabilities: Some(crate::agent::forking_chats()),
+            features: AgentFeatures {
+                steering: true,
+                resume: true,
+                truncate: true,
+                resume_turn: true,
+                ..AgentFeatures::default()
+            },
         }
     }
 
@@ -114,7 +121,8 @@ struct Running {
 
 struct EchoState {
     settings: JsonObject,
-    queue: VecDeque<SendMessageParams>,
+    /// Turns handed, each with whether it runs again after it was lost (`resumeTurn`).
+    queue: VecDeque<(SendMessageParams, bool)>,
     running: Option<Running>,
 }
 
@@ -158,12 +166,12 @@ fn chunks(text: &str, words: usize) -> Vec<String> {
 impl EchoSession {
     /// Starts the next queued turn if none runs.
     fn pump(self: &Arc<Self>) {
-        let (params, cancel, steering, voice) = {
+        let (params, resumed, cancel, steering, voice) = {
             let mut state = lock(&self.state);
             if state.running.is_some() {
                 return;
             }
-            let Some(params) = state.queue.pop_front() else {
+            let Some((params, resumed)) = state.queue.pop_front() else {
                 return;
             };
             let cancel = CancellationToken::new();
@@ -171,11 +179,11 @@ impl EchoSession {
             state.running =
                 Some(Running { turn_id: params.turn_id.clone(), cancel: cancel.clone(), steering: steering.clone() });
             let voice = state.settings.get("voice").and_then(Value::as_str).unwrap_or("plain").to_owned();
-            (params, cancel, steering, voice)
+            (params, resumed, cancel, steering, voice)
         };
         let session = self.clone();
         tokio::spawn(async move {
-            session.run_turn(params, cancel, steering, voice).await;
+            session.run_turn(params, resumed, cancel, steering, voice).await;
             lock(&session.state).running = None;
             session.pump();
         });
@@ -184,11 +192,13 @@ impl EchoSession {
     async fn run_turn(
         &self,
         params: SendMessageParams,
+        resumed: bool,
         cancel: CancellationToken,
         steering: Arc<Mutex<Vec<String>>>,
         voice: String,
     ) {
-        let mut turn = TurnWriter::new(self.host.clone(), params.turn_id.clone()).stamped(self.stamp);
+        let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
+        let mut turn = writer(self.host.clone(), params.turn_id.clone()).stamped(self.stamp);
         let text = if params.message.text.trim().is_empty() {
             "(nothing to say)".to_owned()
         } else {
@@ -241,7 +251,16 @@ impl EchoSession {
 #[async_trait]
 impl Session for Arc<EchoSession> {
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
-        lock(&self.state).queue.push_back(params);
+        lock(&self.state).queue.push_back((params, false));
+        self.pump();
+        Ok(())
+    }
+
+    /// A lost turn goes on: the words are said again, after what the turn said before.
+    async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
+        let ResumeTurnParams { chat, turn_id, message, .. } = params;
+        let params = SendMessageParams { chat, turn_id, message, instructions: None, unattended: false };
+        lock(&self.state).queue.push_back((params, true));
         self.pump();
         Ok(())
     }

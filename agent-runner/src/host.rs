@@ -5,7 +5,8 @@ use ahp_types::state::ContentRef;
 use ahp_types::Uri;
 use protocol::methods::worker;
 use protocol::{
-    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, ToolOutcome, ToolRunParams, TurnRecordedParams,
+    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, SubagentStartedParams, ToolOutcome, ToolRunParams,
+    TurnRecordedParams,
 };
 use serde_json::Value;
 
@@ -34,6 +35,21 @@ impl SessionHost {
     /// The chat channel.
     pub fn chat(&self) -> &str {
         &self.chat
+    }
+
+    /// The same parent, for another chat of the session: a subagent's, which the backend emits
+    /// on once it said `subagent/started` for it.
+    pub fn for_chat(&self, chat: &str) -> SessionHost {
+        Self { peer: self.peer.clone(), session: self.session.clone(), chat: chat.to_owned() }
+    }
+
+    /// Says that a tool call of this chat's running turn started a worker with a chat of its own
+    /// (`params.chat` is set to this chat); answers a handle for emitting on the worker's chat.
+    pub fn subagent_started(&self, mut params: SubagentStartedParams) -> SessionHost {
+        params.chat = self.chat.clone();
+        let subagent = params.subagent.clone();
+        self.peer.notify(worker::SUBAGENT_STARTED, params);
+        self.for_chat(&subagent)
     }
 
     /// Says an action on the chat channel.

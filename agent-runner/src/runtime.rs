@@ -11,9 +11,9 @@ use protocol::methods::parent;
 use protocol::{
     codes, AbortParams, AnswerParams, ChangeAgentParams, ChangeModelParams, ChatRef, CompletionsParams, ConfigValues,
     ConfirmParams, CreateParams, CreateResult, DirectoriesResult, FindParams, FindResult, Handled, InitializeParams,
-    InitializeResult, ListResult, ProcessGroupsParams, RpcError, SchemaParams, SendMessageParams, SetConfigParams,
-    SetDraftParams, SetToolsParams, SettingsResult, SteerParams, SteerResult, TranscriptParams, TranscriptResult,
-    WithdrawSteeringParams, WORKER_PROTOCOL_VERSION,
+    InitializeResult, ListResult, ProcessGroupsParams, ResumeTurnParams, RpcError, SchemaParams, SendMessageParams,
+    SetConfigParams, SetDraftParams, SetToolsParams, SettingsResult, SteerParams, SteerResult, StopWorkerParams,
+    TranscriptParams, TranscriptResult, WithdrawSteeringParams, WORKER_PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -278,11 +278,12 @@ async fn route(
             let session = agent.create(p.start, host).await.map_err(fail)?;
             let conversation_id = session.conversation_id();
             let models = session.models();
+            let (cut_kept, resumable) = (session.cut_kept(), session.resumable());
             if let Some(old) = lock(sessions).insert(chat, session) {
                 // A chat created twice (the parent resumed it): the old one must not linger.
                 tokio::spawn(async move { old.close().await });
             }
-            to_value(CreateResult { conversation_id, models })
+            to_value(CreateResult { conversation_id, models, cut_kept, resumable })
         }
         parent::SEND_MESSAGE => {
             let p: SendMessageParams = params(raw)?;
@@ -341,6 +342,16 @@ async fn route(
             let p: SetToolsParams = params(raw)?;
             session_for(sessions, &p.chat)?.set_tools(p.tools).await.map_err(fail)?;
             Ok(Value::Null)
+        }
+        parent::RESUME_TURN => {
+            let p: ResumeTurnParams = params(raw)?;
+            session_for(sessions, &p.chat)?.resume_turn(p).await.map_err(fail)?;
+            Ok(Value::Null)
+        }
+        parent::STOP_WORKER => {
+            let p: StopWorkerParams = params(raw)?;
+            let handled = session_for(sessions, &p.chat)?.stop_worker(p.tool_call_id).await.map_err(fail)?;
+            to_value(Handled { handled })
         }
         parent::CLOSE => {
             let p: ChatRef = params(raw)?;

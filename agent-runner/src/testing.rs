@@ -101,6 +101,7 @@ pub fn start(session: &str, chat: &str) -> Start {
         instructions: Vec::new(),
         client_tool_timeout_ms: 600_000,
         policy: Default::default(),
+        cut: None,
     }
 }
 
@@ -245,8 +246,13 @@ impl TestParent {
         if let Some(state) = lock(&self.chats).get_mut(chat) {
             apply_action_to_chat(state, &started);
         }
-        let params =
-            SendMessageParams { chat: chat.to_owned(), turn_id: turn_id.to_owned(), message, instructions: None };
+        let params = SendMessageParams {
+            chat: chat.to_owned(),
+            turn_id: turn_id.to_owned(),
+            message,
+            instructions: None,
+            unattended: false,
+        };
         self.peer.request_value(parent::SEND_MESSAGE, params).await.map(|_| ())
     }
 

@@ -61,6 +61,8 @@ pub struct Question {
 pub struct TurnWriter {
     host: SessionHost,
     turn_id: String,
+    /// What part ids begin with (the turn's id, and a mark of its own for a resumed turn).
+    part_prefix: String,
     started: Instant,
     next_part: u32,
     open: Option<(Streaming, String)>,
@@ -71,15 +73,29 @@ pub struct TurnWriter {
 impl TurnWriter {
     /// A writer for a turn the host said (handed with `sendMessage`).
     pub fn new(host: SessionHost, turn_id: impl Into<String>) -> Self {
+        let turn_id = turn_id.into();
         Self {
             host,
-            turn_id: turn_id.into(),
+            part_prefix: turn_id.clone(),
+            turn_id,
             started: Instant::now(),
             next_part: 0,
             open: None,
             ended: false,
             stamp: false,
         }
+    }
+
+    /// A writer for a turn the host moved back to running (`resumeTurn`): the parts it says
+    /// follow the ones the turn holds already, under ids of their own.
+    pub fn resuming(host: SessionHost, turn_id: impl Into<String>) -> Self {
+        static RESUMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut writer = Self::new(host, turn_id);
+        // Unique among the writers this worker made, and among any worker's before it.
+        let nanos = jiff::Timestamp::now().as_nanosecond().unsigned_abs() & 0xffff_ffff;
+        let count = RESUMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        writer.part_prefix = format!("{}:r{nanos:x}{count:x}", writer.turn_id);
+        writer
     }
 
     /// Starts a turn of the agent's own accord: says its start before anything else, as seed 004's
@@ -135,7 +151,7 @@ impl TurnWriter {
     }
 
     fn part_id(&mut self) -> String {
-        let id = format!("{}:{}", self.turn_id, self.next_part);
+        let id = format!("{}:{}", self.part_prefix, self.next_part);
         self.next_part += 1;
         id
     }

@@ -50,6 +50,10 @@ pub mod parent {
     pub const SET_TOOLS: &str = "session/setTools";
     /// The conversation ends; settle everything parked.
     pub const CLOSE: &str = "session/close";
+    /// A turn the backend lost goes on in the resumed conversation.
+    pub const RESUME_TURN: &str = "session/resumeTurn";
+    /// Stop one worker (a subagent) the running turn started.
+    pub const STOP_WORKER: &str = "session/stopWorker";
 }
 
 /// Sent by the worker; the parent answers requests and acts on notifications.
@@ -66,4 +70,6 @@ pub mod worker {
     pub const RESOURCE_KEEP: &str = "resource/keep";
     /// Notification: every process group the worker's processes run in now (they end with it).
     pub const PROCESS_GROUPS: &str = "process/groups";
+    /// Notification: a tool call started a worker (a subagent) that works in a chat of its own.
+    pub const SUBAGENT_STARTED: &str = "subagent/started";
 }

@@ -66,6 +66,15 @@ pub struct AgentFeatures {
     /// `"recorded"` to have transcript ids projected back to caller turn ids.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcript_turn_ids: Option<String>,
+    /// A conversation goes on from a cut of itself (`Start.cut`): a client may truncate a chat
+    /// (edit and resend). A fork is announced by `capabilities.multipleChats.fork`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncate: bool,
+    /// Answers `session/resumeTurn`: a turn a crash interrupted goes on in the resumed
+    /// conversation (its error says `resumable`), and a question parked when the daemon stopped
+    /// is answered after a restart.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resume_turn: bool,
 }
 
 /// Who the agent is: seed 004's `provider`, `displayName`, `description` and capabilities.
@@ -397,6 +406,37 @@ pub struct Start {
     /// The operator's policy.
     #[serde(default)]
     pub policy: Policy,
+    /// The conversation begins as a cut of one the backend holds: a fork (a copy of `source`
+    /// through the kept turn, as the new conversation `conversationId`) or a truncation
+    /// (`source` is `conversationId`: it goes on from the kept turn, the rest dropped). Handed on
+    /// every start until the backend has the cut on record (`CreateResult.cutKept`, or a
+    /// `turn/recorded` after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+}
+
+/// Where a conversation is cut (`Start.cut`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cut {
+    /// The conversation the kept turns are read from.
+    pub source: String,
+    /// The last turn kept.
+    pub kept: TurnPoint,
+    /// The turns after it, oldest first: dropped from a truncation, left out of a fork.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<TurnPoint>,
+}
+
+/// A turn as the parent and the backend name it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnPoint {
+    /// The turn's id.
+    pub turn_id: String,
+    /// What the backend wrote it down as (`turn/recorded`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript_id: Option<String>,
 }
 
 /// `session/create` params.
@@ -417,6 +457,13 @@ pub struct CreateResult {
     /// Models this session offers, when they differ from the probe's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<SessionModelInfo>>,
+    /// The start's cut is on the backend's record already: later starts need not carry it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut_kept: bool,
+    /// This conversation, closed, can be resumed though the agent does not say so for all of
+    /// its conversations (`features.resume`): an ACP agent that declared `loadSession`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumable: bool,
 }
 
 /// Names the conversation a `session/*` request is for.
@@ -440,6 +487,99 @@ pub struct SendMessageParams {
     /// What the host has to say on this turn, for the runtime's channel beside the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// Nobody watches this turn (a wakeup's): nobody can answer a question, so the backend does
+    /// not offer its asking tool (seed 003); `instructions` tell the model to decide instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unattended: bool,
+}
+
+/// `session/resumeTurn` params: a turn the backend lost (its process died, or the daemon
+/// stopped) goes on in the resumed conversation, under its own id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeTurnParams {
+    /// The chat.
+    pub chat: Uri,
+    /// The turn, running again in the chat's state.
+    pub turn_id: String,
+    /// The turn's message, as it was sent.
+    pub message: Message,
+    /// What a person answered, after the backend lost them, to the questions the turn had
+    /// parked: the backend carries each out when its agent asks the same again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<Decision>,
+}
+
+/// A person's answer to a question a lost turn had parked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Decision {
+    /// A tool call waiting to be allowed.
+    #[serde(rename_all = "camelCase")]
+    Confirmation {
+        /// The call, as the turn holds it.
+        tool_call_id: String,
+        /// Its tool's name.
+        tool_name: String,
+        /// Its input as it was asked (JSON text), when the turn holds it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_input: Option<String>,
+        /// Allowed or denied.
+        approved: bool,
+        /// The option picked among the agent's own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        option_id: Option<String>,
+    },
+    /// A question that is not about a tool.
+    #[serde(rename_all = "camelCase")]
+    Answer {
+        /// The request's id.
+        request_id: String,
+        /// `accept`, `decline` or `cancel`.
+        response: ChatInputResponseKind,
+        /// The answers by question id.
+        #[serde(default)]
+        answers: std::collections::HashMap<String, ChatInputAnswer>,
+    },
+}
+
+/// `session/stopWorker` params: stop one worker (a subagent) the running turn started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopWorkerParams {
+    /// The chat whose turn started it.
+    pub chat: Uri,
+    /// The tool call that started it.
+    pub tool_call_id: String,
+}
+
+/// `subagent/started` params: a tool call of a running turn started a worker with a turn loop
+/// of its own (Claude's Task subagent). The parent opens `subagent` as a chat of the session
+/// (origin `tool`, read-only), says `turnId`'s start in it with `prompt`, and lists it as the
+/// parent chat's background work until that turn ends; the backend then emits the worker's
+/// turn on `subagent` as on any chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentStartedParams {
+    /// The chat whose turn started it.
+    pub chat: Uri,
+    /// The worker's own chat channel, chosen by the backend (`ahp-chat:/<id>`).
+    pub subagent: Uri,
+    /// The worker's turn in it.
+    pub turn_id: String,
+    /// The tool call that started it.
+    pub tool_call_id: String,
+    /// What a person reads.
+    pub title: String,
+    /// The kind of worker (`general-purpose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// Its task, in a line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// What it was asked.
+    #[serde(default)]
+    pub prompt: String,
 }
 
 /// `session/changeModel` params.

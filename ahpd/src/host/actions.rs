@@ -148,6 +148,12 @@ enum Then {
     ClientCompleted(String, ahp_types::state::ToolCallResult),
     /// A client marked a changeset's files reviewed: kept across recomputations.
     Reviewed(Vec<String>, bool),
+    /// A client truncated the chat: the backend goes on from the kept turns.
+    Truncate(super::edits::Truncation),
+    /// A client resumed the chat's failed turn.
+    ResumeTurn(String),
+    /// A person answered a question of a turn whose backend lost it.
+    Parked(protocol::Decision),
 }
 
 impl Host {
@@ -238,16 +244,11 @@ impl Host {
         }
         match then {
             Then::Nothing => {}
-            Then::Backend(op) => {
-                if let Some(meta) = core.chats.get(channel) {
-                    let _ = meta.driver.send(op);
-                }
-            }
-            Then::Stop(turn_id) => {
-                if let Some(meta) = core.chats.get(channel) {
-                    let _ = meta.driver.send(Op::Abort { turn_id: Some(turn_id) });
-                }
-            }
+            Then::Backend(op) => core.to_backend(channel, op),
+            Then::Stop(turn_id) => core.stop(channel, turn_id),
+            Then::Truncate(truncation) => core.truncated(channel, truncation),
+            Then::ResumeTurn(turn_id) => core.resume_turn(channel, &turn_id, Vec::new()),
+            Then::Parked(decision) => core.parked_answer(channel, decision),
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
             Then::StartQueued => core.start_next(channel),
             Then::Steer => {
@@ -262,7 +263,7 @@ impl Host {
                 core.workspaces.clone().event(core, event);
             }
             Then::Config(changes) => {
-                let chats: Vec<String> = core.chats_of(channel);
+                let chats: Vec<String> = core.backend_chats_of(channel);
                 for chat in chats {
                     if let Some(meta) = core.chats.get(&chat) {
                         for (key, value) in &changes {
@@ -309,6 +310,14 @@ fn open_request(state: &ChatState, request_id: &str) -> bool {
             .iter()
             .any(|p| matches!(p, ResponsePart::InputRequest(r) if r.request.id == request_id && r.response.is_none()))
     })
+}
+
+/// A subagent's chat shows a tool call's work: nobody sends it messages.
+fn read_write(state: &ChatState) -> Result<(), String> {
+    match super::edits::subagent_of(state) {
+        Some(_) => Err(super::edits::SUBAGENT_READ_ONLY.to_owned()),
+        None => Ok(()),
+    }
 }
 
 fn user_message(message: &ahp_types::state::Message) -> Result<(), String> {
@@ -392,6 +401,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         }
         StateAction::ChatTurnStarted(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
+            read_write(state)?;
             user_message(&a.message)?;
             if a.turn_id.trim().is_empty() {
                 return Err("A turn needs an id".to_owned());
@@ -422,6 +432,17 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         StateAction::ChatToolCallConfirmed(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
             match tool_call(state, &a.turn_id, &a.tool_call_id) {
+                Some(ToolCallState::PendingConfirmation(_)) if core.is_parked(channel, &a.turn_id) => {
+                    let (tool_name, tool_input) =
+                        super::edits::pending_call(state, &a.tool_call_id).unwrap_or_default();
+                    Ok(Then::Parked(protocol::Decision::Confirmation {
+                        tool_call_id: a.tool_call_id.clone(),
+                        tool_name,
+                        tool_input: a.edited_tool_input.clone().or(tool_input),
+                        approved: a.approved,
+                        option_id: a.selected_option_id.clone(),
+                    }))
+                }
                 Some(ToolCallState::PendingConfirmation(_)) => Ok(Then::Backend(confirm_op(channel, a))),
                 Some(_) => Err(format!("Tool call {} is not waiting to be allowed", a.tool_call_id)),
                 None => Err(format!("There is no tool call {} in the running turn", a.tool_call_id)),
@@ -459,6 +480,13 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
                 return Ok(Then::HostAnswer(a.clone()));
             }
             let turn_id = running_turn(state).unwrap_or_default().to_owned();
+            if core.is_parked(channel, &turn_id) {
+                return Ok(Then::Parked(protocol::Decision::Answer {
+                    request_id: a.request_id.clone(),
+                    response: a.response,
+                    answers: a.answers.clone().unwrap_or_default(),
+                }));
+            }
             Ok(Then::Backend(Op::Answer(protocol::AnswerParams {
                 chat: channel.to_owned(),
                 turn_id,
@@ -468,9 +496,18 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             })))
         }
         StateAction::ChatPendingMessageSet(a) => {
+            read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             user_message(&a.message)?;
             Ok(match a.kind {
                 PendingMessageKind::Queued => Then::StartQueued,
+                // Refused up front where the backend cannot take a message mid-turn, so the
+                // message is not left waiting for a turn that never reads it.
+                PendingMessageKind::Steering if !core.abilities(channel).steering => {
+                    let provider = core.chat_provider(channel).unwrap_or_default();
+                    return Err(format!(
+                        "The {provider} agent cannot take a message while it works; queue it for the next turn instead"
+                    ));
+                }
                 PendingMessageKind::Steering => Then::Steer,
             })
         }
@@ -492,15 +529,17 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::ChatIsReadChanged(_)
         | StateAction::ChatIsArchivedChanged(_) => Ok(Then::Nothing),
         StateAction::ChatDraftChanged(a) => {
+            read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             if let Some(draft) = &a.draft {
                 user_message(draft)?;
             }
             Ok(Then::Backend(Op::SetDraft(a.draft.clone())))
         }
-        StateAction::ChatTurnResume(_) => {
-            Err("This host's agents cannot resume a failed turn; send the message again".to_owned())
+        StateAction::ChatTurnResume(a) => {
+            core.check_resume(channel, &a.turn_id)?;
+            Ok(Then::ResumeTurn(a.turn_id.clone()))
         }
-        StateAction::ChatTruncated(_) => Err("This host's agents cannot truncate a chat".to_owned()),
+        StateAction::ChatTruncated(a) => Ok(Then::Truncate(core.check_truncation(channel, a.turn_id.as_deref())?)),
         StateAction::ChatWorkingDirectorySet(_) | StateAction::ChatWorkingDirectoryRemoved(_) => {
             Err("A chat works in its session's directory; it cannot take another".to_owned())
         }

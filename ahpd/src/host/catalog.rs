@@ -375,7 +375,7 @@ impl Core {
         }
         self.apply(session, action, None, None);
         self.advertise_changesets(session);
-        for chat in self.chats_of(session) {
+        for chat in self.backend_chats_of(session) {
             self.restart_between_turns(&chat);
         }
         tracing::info!(session, folder = %folder.display(), "moved to a new workspace");
@@ -704,14 +704,47 @@ impl Host {
         default: bool,
         harness: Option<crate::store::records::Harness>,
     ) {
+        self.add_chat_inner(core, session, chat, now, default, harness, ChatShape::default());
+    }
+
+    /// Adds a chat that is not a plain new one: a fork (its origin and the turns it copies), a
+    /// subagent's (its origin, read-only, titled by its task).
+    pub(crate) fn add_chat_shaped(
+        &self,
+        core: &mut Core,
+        session: &str,
+        chat: &str,
+        now: &str,
+        harness: Option<crate::store::records::Harness>,
+        shape: ChatShape,
+    ) {
+        self.add_chat_inner(core, session, chat, now, false, harness, shape);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add_chat_inner(
+        &self,
+        core: &mut Core,
+        session: &str,
+        chat: &str,
+        now: &str,
+        default: bool,
+        harness: Option<crate::store::records::Harness>,
+        shape: ChatShape,
+    ) {
         let provider = match &harness {
             Some(h) => h.provider.clone(),
             None => core.sessions.get(session).map(|m| m.provider.clone()).unwrap_or_default(),
         };
-        let state = empty_chat(chat, now);
+        let mut state = empty_chat(chat, now);
+        state.origin = shape.origin;
+        state.interactivity = shape.interactivity;
+        state.title = shape.title.clone();
+        state.turns = shape.turns;
         core.ch.chats.insert(chat.to_owned(), state.clone());
         let driver = spawn_driver(self.clone(), chat.to_owned(), provider, None);
         let position = core.ch.sessions.get(session).map(|s| s.chats.len()).unwrap_or(0);
+        let titled = !shape.title.is_empty() || !state.turns.is_empty();
         core.chats.insert(
             chat.to_owned(),
             ChatMeta {
@@ -723,14 +756,17 @@ impl Host {
                 turn_clock: None,
                 ended: VecDeque::new(),
                 steering_offered: None,
-                titled: false,
-                title: String::new(),
+                titled,
+                title: shape.title.clone(),
                 position: i64::try_from(position).unwrap_or(0),
-                transcripts: std::collections::HashMap::new(),
+                transcripts: shape.transcripts,
                 client_calls: std::collections::HashMap::new(),
                 senders: std::collections::HashMap::new(),
                 harness,
                 working_directory: None,
+                cut: shape.cut,
+                resumable: false,
+                parked: None,
             },
         );
         let changesets = core.workspaces.chat_changesets(core, chat);
@@ -738,8 +774,9 @@ impl Host {
             state.changesets = changesets;
         }
         core.persist_chat(chat);
+        core.store_turns(chat);
         let state = core.ch.chats.get(chat).cloned().unwrap_or(state);
-        let summary = chat_summary(&state, "");
+        let summary = chat_summary(&state, &shape.title);
         core.apply(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
         if default {
             let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
@@ -764,6 +801,23 @@ impl Host {
             let _ = meta.driver.send(Op::Ensure { announce_ready: false });
         }
     }
+}
+
+/// What a chat begins with beyond an empty one.
+#[derive(Default)]
+pub(crate) struct ChatShape {
+    /// Where it came from.
+    pub origin: Option<ahp_types::state::ChatOrigin>,
+    /// Whether people may send it messages.
+    pub interactivity: Option<ahp_types::state::ChatInteractivity>,
+    /// Its title.
+    pub title: String,
+    /// The turns it holds already (a fork's copy).
+    pub turns: Vec<ahp_types::state::Turn>,
+    /// What the backend wrote those turns down as.
+    pub transcripts: std::collections::HashMap<String, String>,
+    /// The cut its backend begins from.
+    pub cut: Option<protocol::Cut>,
 }
 
 /// How a chat's driver ends when the chat leaves memory.

@@ -329,7 +329,7 @@ impl Host {
     /// handed the whole set, and its endpoint's listeners are told.
     pub(super) fn tools_changed(&self, core: &mut Core, session: &str) {
         let specs = core.tool_specs(session);
-        let chats: Vec<String> = core.chats_of(session);
+        let chats: Vec<String> = core.backend_chats_of(session);
         for chat in chats {
             if let Some(meta) = core.chats.get(&chat) {
                 let _ = meta.driver.send(Op::SetTools(specs.clone()));

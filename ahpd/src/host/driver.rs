@@ -21,6 +21,10 @@ use crate::supervisor::WorkerHandle;
 
 use super::Host;
 
+/// What an unattended turn (nobody watches it: a wakeup's) is told beside its prompt.
+pub const UNATTENDED: &str = "Nobody is watching this run, so nobody can answer a question: do not ask one. Where a \
+choice is unclear, make the choice you judge best, say which and why, and carry on.";
+
 /// How long one request to a worker may take before the host gives up on it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -30,8 +34,12 @@ pub enum Op {
     /// Make sure the backend holds the conversation; `announce_ready` says `session/ready` (or
     /// `session/creationFailed`) after the session's first one.
     Ensure { announce_ready: bool },
-    /// A turn's prompt (the host said its start already).
-    Send { turn_id: String, message: Message },
+    /// A turn's prompt (the host said its start already); `unattended` when nobody watches it.
+    Send { turn_id: String, message: Message, unattended: bool },
+    /// A turn the backend lost runs again (the host said so already).
+    ResumeTurn { turn_id: String, message: Message, decisions: Vec<protocol::Decision> },
+    /// A client stopped a worker (a subagent) a tool call of the running turn started.
+    StopWorker { tool_call_id: String },
     /// A client stopped the running turn.
     Abort { turn_id: Option<String> },
     /// A person answered a confirmation.
@@ -137,7 +145,7 @@ impl Driver {
         .await;
         match answer {
             Ok(Ok(created)) => {
-                self.host.created_in_backend(&self.chat, worker.incarnation, created.conversation_id);
+                self.host.created_in_backend(&self.chat, worker.incarnation, created);
                 self.live = Some(worker.clone());
                 Ok(worker)
             }
@@ -161,6 +169,7 @@ impl Driver {
         match op {
             Op::Ensure { announce_ready: true } => self.host.creation_finished(&self.chat, Err(why)),
             Op::Send { turn_id, .. } => self.host.send_failed(&self.chat, &turn_id, "sendFailed", why),
+            Op::ResumeTurn { turn_id, .. } => self.host.send_failed(&self.chat, &turn_id, "resumeFailed", why),
             Op::Steer { id, .. } => self.host.steering_answered(&self.chat, &id, false),
             other => {
                 tracing::warn!(chat = %self.chat, "could not hand {} to the backend: {why}", op_name(&other))
@@ -176,7 +185,26 @@ impl Driver {
                     self.host.creation_finished(&chat, Ok(()));
                 }
             }
-            Op::Send { turn_id, message } => self.send(worker, turn_id, message).await,
+            Op::Send { turn_id, message, unattended } => self.send(worker, turn_id, message, unattended).await,
+            Op::ResumeTurn { turn_id, message, decisions } => {
+                if !self.host.is_running(&chat, &turn_id) {
+                    return;
+                }
+                let params =
+                    protocol::ResumeTurnParams { chat: chat.clone(), turn_id: turn_id.clone(), message, decisions };
+                if let Err(e) = self.call(worker, parent::RESUME_TURN, params).await {
+                    let why = format!("The {} agent could not resume the turn: {e}", self.provider);
+                    self.host.send_failed(&chat, &turn_id, "resumeFailed", why);
+                }
+            }
+            Op::StopWorker { tool_call_id } => {
+                let params = protocol::StopWorkerParams { chat, tool_call_id };
+                if let Some(answer) = self.request(worker, parent::STOP_WORKER, params).await {
+                    if !serde_json::from_value::<Handled>(answer).is_ok_and(|h| h.handled) {
+                        tracing::info!(chat = %self.chat, "the backend had no worker running for that call");
+                    }
+                }
+            }
             Op::Abort { turn_id } => {
                 let params = protocol::AbortParams { chat, turn_id };
                 self.request(worker, parent::ABORT, params).await;
@@ -226,7 +254,7 @@ impl Driver {
     }
 
     /// Hands a turn's prompt over: its model and agent first, unless it was stopped meanwhile.
-    async fn send(&mut self, worker: &WorkerHandle, turn_id: String, message: Message) {
+    async fn send(&mut self, worker: &WorkerHandle, turn_id: String, message: Message, unattended: bool) {
         let chat = self.chat.clone();
         if !self.host.is_running(&chat, &turn_id) {
             // Stopped while the host prepared it: never sent.
@@ -249,8 +277,15 @@ impl Driver {
         if !self.host.is_running(&chat, &turn_id) {
             return;
         }
-        let params =
-            protocol::SendMessageParams { chat: chat.clone(), turn_id: turn_id.clone(), message, instructions: None };
+        // An unattended turn is told up front that nobody can answer it (seed 003).
+        let instructions = unattended.then(|| UNATTENDED.to_owned());
+        let params = protocol::SendMessageParams {
+            chat: chat.clone(),
+            turn_id: turn_id.clone(),
+            message,
+            instructions,
+            unattended,
+        };
         if let Err(e) = self.call(worker, parent::SEND_MESSAGE, params).await {
             self.host.send_failed(&chat, &turn_id, "sendFailed", e);
         }
@@ -294,6 +329,8 @@ fn op_name(op: &Op) -> &'static str {
     match op {
         Op::Ensure { .. } => "the chat's start",
         Op::Send { .. } => "a prompt",
+        Op::ResumeTurn { .. } => "a resumed turn",
+        Op::StopWorker { .. } => "a worker's stop",
         Op::Abort { .. } => "a stop",
         Op::Confirm(_) => "a confirmation",
         Op::Answer(_) => "an answer",
@@ -315,8 +352,8 @@ impl Host {
         let mut core = self.lock();
         let meta = core.chats.get_mut(chat)?;
         meta.live = Some(incarnation);
-        let (session, conversation_id, resume) =
-            (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend);
+        let (session, conversation_id, resume, cut) =
+            (meta.session.clone(), meta.conversation_id.clone(), meta.started_in_backend, meta.cut.clone());
         let own = meta.harness.as_ref().map(|h| h.settings.clone());
         let working_directory = core.chat_folder(chat).map(|p| p.display().to_string());
         let mut settings = own.unwrap_or_else(|| {
@@ -342,16 +379,21 @@ impl Host {
             instructions: [core.tool_instructions(&session_uri), core.client_rule_bodies(&session_uri)].concat(),
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,
             policy: protocol::Policy::default(),
+            cut,
         })
     }
 
-    pub(super) fn created_in_backend(&self, chat: &str, incarnation: u64, conversation_id: Option<String>) {
+    pub(super) fn created_in_backend(&self, chat: &str, incarnation: u64, created: CreateResult) {
         let mut core = self.lock();
         if let Some(meta) = core.chats.get_mut(chat) {
             meta.live = Some(incarnation);
             meta.started_in_backend = true;
-            if let Some(id) = conversation_id {
+            meta.resumable = created.resumable;
+            if let Some(id) = created.conversation_id {
                 meta.conversation_id = id;
+            }
+            if created.cut_kept {
+                meta.cut = None;
             }
         }
         core.persist_chat(chat);

@@ -17,6 +17,7 @@ pub mod clients;
 pub mod commands;
 pub mod core;
 pub mod driver;
+pub mod edits;
 pub mod endpoints;
 pub mod errors;
 pub mod facade;
@@ -31,6 +32,7 @@ pub mod ring;
 pub mod rootconfig;
 pub mod rules;
 pub mod status;
+pub mod subagents;
 pub mod turns;
 pub mod unload;
 pub mod write;
@@ -212,6 +214,14 @@ pub struct ChatMeta {
     pub harness: Option<crate::store::records::Harness>,
     /// The folder it works in, when that is not its session's (`isolate_session`).
     pub working_directory: Option<PathBuf>,
+    /// A cut of the conversation the backend has not put on record yet (a truncation, or the
+    /// fork the chat began as): every start of its backend session carries it until then.
+    pub cut: Option<protocol::Cut>,
+    /// The backend said this conversation resumes once closed (`CreateResult.resumable`).
+    pub resumable: bool,
+    /// A turn restored at start-up whose backend lost the questions it had parked: what people
+    /// answer, handed over with `session/resumeTurn` once every question is answered.
+    pub parked: Option<edits::ParkedTurn>,
 }
 
 /// Everything under the host's lock. Its fields are the host's own: the tools and the doors read
@@ -407,18 +417,23 @@ impl Host {
             WorkerEvent::Ready { provider, descriptor, schema, .. } => self.agent_ready(&provider, descriptor, schema),
             WorkerEvent::Probed { provider, probe, schema } => self.agent_probed(&provider, probe, schema),
             WorkerEvent::Emit { incarnation, params, .. } => self.backend_emit(incarnation, params),
-            WorkerEvent::TurnRecorded { params, .. } => {
-                let mut core = self.lock();
-                if let Some(meta) = core.chats.get_mut(&params.chat) {
-                    meta.transcripts.insert(params.turn_id, params.transcript_id);
-                }
-            }
+            WorkerEvent::TurnRecorded { params, incarnation, .. } => self.turn_recorded(incarnation, params),
+            WorkerEvent::SubagentStarted { params, incarnation, .. } => self.subagent_started(incarnation, params),
             WorkerEvent::ToolRun { params, responder, .. } => self.run_backend_call(params, responder),
             WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),
             WorkerEvent::Exited { provider, incarnation, reason } => {
                 self.worker_exited(&provider, incarnation, &reason)
             }
         }
+    }
+
+    /// The backend wrote a turn down: under the id it first said (a steering message written
+    /// down later belongs to the same turn), and a cut waiting for its record is on it now.
+    fn turn_recorded(&self, incarnation: u64, params: protocol::TurnRecordedParams) {
+        let mut core = self.lock();
+        let Some(meta) = core.chats.get_mut(&params.chat).filter(|m| m.live == Some(incarnation)) else { return };
+        meta.transcripts.entry(params.turn_id).or_insert(params.transcript_id);
+        core.cut_kept(&params.chat);
     }
 
     fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {

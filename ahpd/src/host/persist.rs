@@ -24,6 +24,10 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 pub const INTERRUPTED: &str =
     "ahpd stopped while this turn was running (it was killed or crashed). What the turn said so far is kept; send your message again to continue.";
 
+/// The sentence an interrupted turn its backend can resume ends with.
+pub const INTERRUPTED_RESUMABLE: &str =
+    "ahpd stopped while this turn was running (it was killed or crashed). What the turn said so far is kept; resume the turn to go on, or send your message again.";
+
 /// True for chat actions that change what a chat's record holds.
 pub fn changes_chat_record(action: &StateAction) -> bool {
     matches!(
@@ -92,6 +96,7 @@ impl Core {
             harness: meta.harness.clone(),
             working_directory: meta.working_directory.as_ref().map(|p| p.display().to_string()),
             changes: entry,
+            cut: meta.cut.clone(),
         })
     }
 
@@ -124,7 +129,8 @@ impl Core {
         let running = self.ch.chats.get(chat).is_some_and(|c| c.active_turn.is_some());
         if running {
             if started {
-                // A crash right after a start still knows the turn was running.
+                // A crash right after a start still knows the turn was running, and one right
+                // after a question still finds the question.
                 self.checkpoint(chat);
             } else {
                 self.running_dirty.insert(chat.to_owned());
@@ -141,6 +147,24 @@ impl Core {
         let record = TurnRecord { turn, transcript_id, sender };
         Self::log_store(self.store.save_turn(chat, position, &record));
         self.running_dirty.remove(chat);
+    }
+
+    /// Writes every turn a chat holds (a fork's copy), in order.
+    pub fn store_turns(&mut self, chat: &str) {
+        let Some(state) = self.ch.chats.get(chat) else { return };
+        let Some(meta) = self.chats.get(chat) else { return };
+        let records: Vec<TurnRecord> = state
+            .turns
+            .iter()
+            .map(|turn| TurnRecord {
+                turn: turn.clone(),
+                transcript_id: meta.transcripts.get(&turn.id).cloned(),
+                sender: meta.senders.get(&turn.id).cloned(),
+            })
+            .collect();
+        for (position, record) in records.iter().enumerate() {
+            Self::log_store(self.store.save_turn(chat, i64::try_from(position).unwrap_or(i64::MAX), record));
+        }
     }
 
     /// Writes a session's annotations channel state.
@@ -198,14 +222,20 @@ fn chat_state(record: &ChatRecord, turns: Vec<Turn>) -> ChatState {
     }
 }
 
-/// An interrupted turn, ended as failed: what it said so far, then the reason.
-pub fn interrupted_turn(active: ActiveTurn) -> Turn {
+/// An interrupted turn, ended as failed: what it said so far, then the reason (which says the
+/// turn can be resumed when its backend resumes turns).
+pub fn interrupted_turn(active: ActiveTurn, resumable: bool) -> Turn {
     let started: Option<jiff::Timestamp> = active.started_at.parse().ok();
     let duration = started.map(|s| (jiff::Timestamp::now().as_millisecond() - s.as_millisecond()).max(0)).unwrap_or(0);
     let mut parts = active.response_parts;
     parts.push(ResponsePart::Error(ErrorResponsePart {
-        error: ErrorInfo { error_type: "interrupted".into(), message: INTERRUPTED.into(), stack: None, meta: None },
-        resumable: None,
+        error: ErrorInfo {
+            error_type: "interrupted".into(),
+            message: if resumable { INTERRUPTED_RESUMABLE } else { INTERRUPTED }.into(),
+            stack: None,
+            meta: None,
+        },
+        resumable: resumable.then_some(true),
     }));
     Turn {
         id: active.id,
@@ -317,6 +347,9 @@ impl Host {
                     senders,
                     harness: chat_record.harness.clone(),
                     working_directory: chat_record.working_directory.as_ref().map(std::path::PathBuf::from),
+                    cut: chat_record.cut.clone(),
+                    resumable: false,
+                    parked: None,
                 },
             );
         }
@@ -390,7 +423,9 @@ impl Host {
     }
 
     /// Ends, as failed, every turn that was running when the daemon last stopped, keeping what it
-    /// said so far. Run once at start-up.
+    /// said so far (resumable, when its backend resumes turns); a turn that had questions parked
+    /// is restored instead, still waiting for them. Run once at start-up, once the workers said
+    /// what they can do.
     pub fn recover_interrupted(&self) {
         let mut core = self.lock();
         let interrupted = match core.store.interrupted() {
@@ -405,19 +440,32 @@ impl Host {
                 tracing::warn!(chat, "an unreadable checkpoint of an interrupted turn; dropped");
                 continue;
             };
-            let turn = interrupted_turn(active);
-            let position = core.store.turn_count(&chat).unwrap_or(0);
+            if !self.ensure_loaded(&mut core, &chat) {
+                tracing::warn!(chat, "a checkpoint of a chat that is not stored; dropped");
+                continue;
+            }
+            if self.restore_parked(&mut core, &chat, &active) {
+                continue;
+            }
+            let resumable = core.abilities(&chat).resume_turn;
+            let turn = interrupted_turn(active, resumable);
             tracing::warn!(chat, turn = %turn.id, "a turn was running when ahpd stopped; it is ended as failed");
-            Core::log_store(core.store.save_turn(
-                &chat,
-                position,
-                &TurnRecord { turn, transcript_id: None, sender: None },
-            ));
-            // Load the session so its summary is worked out again (it said "in progress").
-            if self.ensure_loaded(&mut core, &chat) {
-                if let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) {
-                    core.persist_session(&session);
+            // A resumed turn was stored once when it failed: it takes that place again.
+            let stored = core.store.turn_position(&chat, &turn.id).ok().flatten();
+            let position = stored.unwrap_or_else(|| core.store.turn_count(&chat).unwrap_or(0));
+            let record = TurnRecord { turn: turn.clone(), transcript_id: None, sender: None };
+            Core::log_store(core.store.save_turn(&chat, position, &record));
+            // The chat was loaded without it: it joins the loaded state as it joined the store.
+            if let Some(state) = core.ch.chats.get_mut(&chat) {
+                match state.turns.iter().position(|t| t.id == turn.id) {
+                    Some(at) => state.turns[at] = turn,
+                    None => state.turns.push(turn),
                 }
+                state.status = (state.status & !status::ACTIVITY) | status::ERROR;
+            }
+            core.sync_chat(&chat);
+            if let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) {
+                core.persist_session(&session);
             }
         }
     }

@@ -137,7 +137,7 @@ impl Host {
             return;
         }
         tracing::info!(session, client, "the client's rules changed; the session's chats restart between turns");
-        let chats: Vec<String> = core.chats_of(session);
+        let chats: Vec<String> = core.backend_chats_of(session);
         for chat in chats {
             let Some(meta) = core.chats.get(&chat) else { continue };
             if meta.live.is_none() {

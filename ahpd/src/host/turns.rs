@@ -118,10 +118,18 @@ impl Core {
                 self.set_chat_title(chat, &title);
             }
         }
+        // A turn the host began that nobody watches (a wakeup's) has nobody to answer it.
+        let unattended = extra.is_none() && !self.is_attended(chat);
         if let Some(meta) = self.chats.get(chat) {
-            let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message });
+            let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message, unattended });
         }
         self.offer_steering(chat);
+    }
+
+    /// True while a connection watches `chat` or its session: somebody could answer a question.
+    pub fn is_attended(&self, chat: &str) -> bool {
+        let session = self.chats.get(chat).map(|m| m.session.clone()).unwrap_or_default();
+        self.ch.is_watched(chat) || self.ch.is_watched(&session)
     }
 }
 
@@ -221,7 +229,9 @@ impl Core {
             remember(&mut meta.ended, ended.clone());
             meta.turn_clock = None;
             meta.steering_offered = None;
+            meta.parked = None;
         }
+        self.subagent_ended(chat);
         // A chat whose backend must start again (its rules or its folder changed while the turn
         // ran) does so now, and the tools hear of the ending (a workspace change a session tool
         // asked for is carried out): both before anything queued runs.
@@ -284,6 +294,18 @@ impl Core {
     /// Ends the running turn `turn_id` in error, when the backend cannot (it died, it refused
     /// the prompt). Does nothing when that turn is not the one running.
     pub(super) fn fail_turn(&mut self, chat: &str, turn_id: &str, error_type: &str, message: String) {
+        self.fail_turn_with(chat, turn_id, error_type, message, false);
+    }
+
+    /// Ends the running turn `turn_id` in error, saying whether a client may resume it.
+    pub(super) fn fail_turn_with(
+        &mut self,
+        chat: &str,
+        turn_id: &str,
+        error_type: &str,
+        message: String,
+        resumable: bool,
+    ) {
         let running = self.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if !running {
             return;
@@ -300,7 +322,7 @@ impl Core {
             duration,
             part: ErrorResponsePart {
                 error: ErrorInfo { error_type: error_type.to_owned(), message, stack: None, meta: None },
-                resumable: None,
+                resumable: resumable.then_some(true),
             },
             meta: None,
         });
@@ -341,9 +363,17 @@ impl Host {
             }
             let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
             if let Some(turn_id) = running {
-                let message =
-                    format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.");
-                core.fail_turn(&chat, &turn_id, "workerExited", message);
+                // A backend that resumes turns takes this one up again when a client asks.
+                let subagent = core.ch.chats.get(&chat).and_then(super::edits::subagent_of).is_some();
+                let resumable = core.abilities(&chat).resume_turn && !subagent;
+                let message = if resumable {
+                    format!(
+                        "The {provider} worker {reason}. What the turn said so far is kept; resume the turn to go on."
+                    )
+                } else {
+                    format!("The {provider} worker {reason}. The turn was lost; send your message again to continue.")
+                };
+                core.fail_turn_with(&chat, &turn_id, "workerExited", message, resumable);
             }
         }
     }

@@ -1,8 +1,9 @@
 //! Unloading sessions nobody uses: a session no connection watches and nothing runs in leaves
 //! memory once it has been idle for `sessionIdleUnloadMs` (its chats' backend sessions are closed
 //! too). The store holds all of it, so its next use loads it back, as after a restart. A chat whose
-//! backend cannot resume a conversation it closed (`features.resume` false: ACP agents, which may
-//! lack `session/load`, and workers that do not say) keeps its session loaded.
+//! backend holds its conversation open and cannot resume it once closed (`features.resume` false
+//! and the conversation not `resumable`: an ACP agent without `session/load`, a worker that does
+//! not say) keeps its session loaded.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -55,13 +56,16 @@ impl Core {
         if meta.live.is_some() && !meta.started_in_backend {
             return Some("its backend starting");
         }
-        // Closing a conversation its backend cannot take up again would lose it.
+        // Closing a conversation its backend holds open and cannot take up again would lose it:
+        // one the agent resumes (all of its conversations, or this one, as an ACP agent that
+        // declared `loadSession` says) may go.
         let provider = meta.harness.as_ref().map_or_else(
             || self.sessions.get(&meta.session).map(|s| s.provider.as_str()).unwrap_or_default(),
             |h| h.provider.as_str(),
         );
-        let resumes = self.agent(provider).and_then(|a| a.descriptor.as_ref()).is_some_and(|d| d.features.resume);
-        if meta.started_in_backend && !resumes {
+        let resumes = meta.resumable
+            || self.agent(provider).and_then(|a| a.descriptor.as_ref()).is_some_and(|d| d.features.resume);
+        if meta.live.is_some() && meta.started_in_backend && !resumes {
             return Some("a backend that cannot resume it");
         }
         // (A workspace change a session tool asked for waits for a turn that runs, and keeps it

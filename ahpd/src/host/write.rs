@@ -69,7 +69,12 @@ impl Core {
         extra: Option<ConnId>,
     ) -> Committed {
         let before = self.running_turn(chat);
-        let started = matches!(action, StateAction::ChatTurnStarted(_));
+        // Durable at once: a turn that starts (or runs again), and one that parks a question a
+        // person must still find waiting after a crash.
+        let started = matches!(
+            &action,
+            StateAction::ChatTurnStarted(_) | StateAction::ChatTurnResume(_) | StateAction::ChatInputRequested(_)
+        ) || matches!(&action, StateAction::ChatToolCallReady(r) if r.confirmed.is_none());
         let tool_completed = matches!(action, StateAction::ChatToolCallComplete(_));
         let changes_record = super::persist::changes_chat_record(&action);
         let committed = self.ch.commit(chat, action, origin, extra);

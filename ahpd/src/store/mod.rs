@@ -253,6 +253,26 @@ impl Store {
         }
     }
 
+    /// Forgets a chat's turns from `position` on (a truncation).
+    pub fn drop_turns_from(&self, chat: &str, position: i64) -> Result<(), StoreError> {
+        self.sql(self.conn.execute("DELETE FROM turns WHERE chat = ?1 AND position >= ?2", params![chat, position]))?;
+        Ok(())
+    }
+
+    /// Where a chat's turn `turn_id` is stored, when it is (a resumed turn was stored once
+    /// already, when it failed).
+    pub fn turn_position(&self, chat: &str, turn_id: &str) -> Result<Option<i64>, StoreError> {
+        self.sql(
+            self.conn
+                .query_row(
+                    "SELECT position FROM turns WHERE chat = ?1 AND turn_id = ?2 ORDER BY position DESC LIMIT 1",
+                    params![chat, turn_id],
+                    |r| r.get(0),
+                )
+                .optional(),
+        )
+    }
+
     /// Keeps the running turn's state so far, to end it as failed after a crash.
     pub fn checkpoint_running(&self, chat: &str, active: &serde_json::Value) -> Result<(), StoreError> {
         self.sql(self.conn.execute(
@@ -491,6 +511,7 @@ mod tests {
                 harness: None,
                 working_directory: None,
                 changes: None,
+                cut: None,
             };
             store.save_chat(&record).expect("chat");
         }

@@ -92,6 +92,10 @@ pub struct ChatRecord {
     /// What it changed, at a glance (its catalogue entry's `changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<ChangesSummary>,
+    /// A cut of the conversation its backend has not put on record yet (a truncation, or the
+    /// fork it began as).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<protocol::Cut>,
 }
 
 /// A chat that runs another agent than its session's (a session tool's `create_session` with

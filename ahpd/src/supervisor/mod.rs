@@ -18,7 +18,8 @@ use ahp_types::common::JsonObject;
 use protocol::methods::{parent, worker};
 use protocol::{
     AgentDescriptor, EmitParams, InitializeParams, InitializeResult, KeepResourceParams, PeerInfo, ProbeResult,
-    ProcessGroupsParams, SchemaParams, SchemaResult, ToolRunParams, TurnRecordedParams, WORKER_PROTOCOL_VERSION,
+    ProcessGroupsParams, SchemaParams, SchemaResult, SubagentStartedParams, ToolRunParams, TurnRecordedParams,
+    WORKER_PROTOCOL_VERSION,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -102,6 +103,8 @@ pub enum WorkerEvent {
     Emit { provider: String, incarnation: u64, params: EmitParams },
     /// A turn's transcript id.
     TurnRecorded { provider: String, incarnation: u64, params: TurnRecordedParams },
+    /// A tool call started a worker with a chat of its own.
+    SubagentStarted { provider: String, incarnation: u64, params: SubagentStartedParams },
     /// Run a tool and answer.
     ToolRun { provider: String, incarnation: u64, params: ToolRunParams, responder: Responder },
     /// Keep a resource and answer.
@@ -386,6 +389,15 @@ impl Supervisor {
                             Ok(params) => WorkerEvent::TurnRecorded { provider: provider.clone(), incarnation, params },
                             Err(e) => {
                                 tracing::warn!("worker {provider} sent a bad turn/recorded: {e}");
+                                continue;
+                            }
+                        },
+                        worker::SUBAGENT_STARTED => match serde_json::from_value(params) {
+                            Ok(params) => {
+                                WorkerEvent::SubagentStarted { provider: provider.clone(), incarnation, params }
+                            }
+                            Err(e) => {
+                                tracing::warn!("worker {provider} sent a bad subagent/started: {e}");
                                 continue;
                             }
                         },

@@ -260,6 +260,7 @@ fn seed_store(home: &std::path::Path, count: usize) -> anyhow::Result<()> {
                 harness: None,
                 working_directory: None,
                 changes: None,
+                cut: None,
             })?;
             let turn = serde_json::from_value(json!({ "id": format!("t{i}"), "startedAt": at, "duration": 5,
                 "message": { "text": "hi", "origin": { "kind": "user" } },

@@ -2,7 +2,7 @@
 //! chat's turns with `fetchTurns`, and `completions`.
 
 use ahp_types::actions::{ChatTurnsLoadedAction, SessionChatRemovedAction, StateAction};
-use ahp_types::commands::{CompletionsParams, CreateChatParams, DisposeChatParams, FetchTurnsParams};
+use ahp_types::commands::{ChatSource, CompletionsParams, CreateChatParams, DisposeChatParams, FetchTurnsParams};
 use serde_json::Value;
 
 use super::Reply;
@@ -42,18 +42,24 @@ impl Host {
                 "The {provider} agent holds one chat per session; it cannot open another"
             )));
         }
-        if params.source.is_some() {
-            return Err(AhpError::invalid_params(format!(
-                "The {provider} agent cannot fork a chat or open a side chat"
-            )));
-        }
-        if core.ch.chats.contains_key(&params.chat) {
+        if core.ch.chats.contains_key(&params.chat)
+            || core.store.session_of_chat(&params.chat).is_ok_and(|s| s.is_some())
+        {
             return Err(AhpError::invalid_params(format!(
                 "Invalid createChat params: chat {} exists already",
                 params.chat
             )));
         }
-        self.open_chat(&mut core, &session, &params.chat, None);
+        match params.source {
+            None => self.open_chat(&mut core, &session, &params.chat, None),
+            Some(ChatSource::Fork(fork)) => self.fork_chat(&mut core, &session, &params.chat, &fork)?,
+            Some(ChatSource::SideChat(_)) => {
+                return Err(AhpError::invalid_params(format!("The {provider} agent cannot open a side chat")));
+            }
+            Some(ChatSource::Unknown(_)) => {
+                return Err(AhpError::invalid_params("Invalid createChat params: a source this host does not know"));
+            }
+        }
         if let Some(message) = params.initial_message {
             core.start_turn(&params.chat, host_turn(message, None), None);
         }
