@@ -502,3 +502,15 @@ mod tests {
         assert_eq!(encode_dir("/home/me/my.project"), "-home-me-my-project");
     }
 }
+
+/// The chain entry the first of `prompts` (uuids of prompt entries, oldest first) follows in a
+/// record: where a copy that leaves those prompts out ends. None when none of them is on it.
+pub fn entry_before(record: &str, prompts: &[&str]) -> Option<String> {
+    record.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok()).find_map(|entry| {
+        let uuid = entry["uuid"].as_str()?;
+        if !prompts.contains(&uuid) {
+            return None;
+        }
+        entry["parentUuid"].as_str().map(str::to_owned)
+    })
+}

@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 
 use crate::options::ClaudeOptions;
 use crate::process::Cli;
-use crate::session::{ClaudeSession, Initial, SessionSpec};
+use crate::session::{ClaudeSession, ForkFrom, Initial, SessionSpec};
 
 /// The session config key for Claude's permission mode.
 pub const PERMISSION_MODE_KEY: &str = "permissionMode";
@@ -104,6 +104,31 @@ impl Claude {
         let kept = serde_json::to_string(prompt).ok()?;
         let kept = kept.trim_matches('"');
         (!record.contains(kept)).then(|| prompt.clone())
+    }
+
+    /// Where a cut begins in the CLI's record of its source: the chain entry the first dropped
+    /// turn's prompt follows (`--resume-session-at`), or the whole record when no dropped turn is
+    /// on it. Refused when the source has no record to copy.
+    fn fork_point(&self, cut: &protocol::Cut, working_directory: &str) -> Result<ForkFrom, AgentError> {
+        let refused = || {
+            AgentError::Refused(format!(
+                "Claude Code has no record of conversation {} to go on from an earlier turn of it",
+                cut.source
+            ))
+        };
+        let projects = self.projects().ok_or_else(refused)?;
+        let at = At { working_directory: Some(working_directory.to_owned()) };
+        let path = catalogue::locate(&projects, &cut.source, &at).ok_or_else(refused)?;
+        let record = std::fs::read_to_string(path).map_err(|_| refused())?;
+        let dropped: Vec<&str> = cut.dropped.iter().filter_map(|t| t.transcript_id.as_deref()).collect();
+        let at = catalogue::entry_before(&record, &dropped);
+        if at.is_none() && !dropped.is_empty() && dropped.iter().any(|id| record.contains(id)) {
+            return Err(AgentError::Refused(format!(
+                "The turn to go on from is not in Claude Code's record of conversation {}",
+                cut.source
+            )));
+        }
+        Ok(ForkFrom { source: cut.source.clone(), at })
     }
 
     /// True when Claude's files hold conversation `id` (or where they are is unknown).
@@ -242,7 +267,10 @@ impl Agent for Claude {
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
+        // A cut always begins a copy under a new id: the source keeps its record whole.
+        let cut_in_place = start.cut.as_ref().is_some_and(|c| c.source == start.conversation_id);
         let session_id = match uuid::Uuid::parse_str(&start.conversation_id) {
+            Ok(_) if cut_in_place => uuid::Uuid::new_v4().to_string(),
             Ok(id) => id.to_string(),
             Err(_) if start.resume => {
                 return Err(AgentError::Refused(format!("{} is not a Claude Code session id", start.conversation_id)));
@@ -279,9 +307,13 @@ impl Agent for Claude {
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             permission_modes: offered_modes(&start.policy),
         };
+        let fork = match &start.cut {
+            Some(cut) => Some(self.fork_point(cut, &working)?),
+            None => None,
+        };
         // The host resumes every conversation it created once, turn or no turn; the CLI can only
-        // resume one it wrote down.
-        let resume = start.resume && self.has_record(&spec.session_id, &working);
+        // resume one it wrote down. A cut begins a copy, which has no record until its first turn.
+        let resume = fork.is_none() && start.resume && self.has_record(&spec.session_id, &working);
         if start.resume && !resume {
             tracing::info!(session = %spec.session_id, "Claude Code has no record of this conversation yet; starting it");
         }
@@ -294,7 +326,7 @@ impl Agent for Claude {
             .to_owned();
         let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");
         let unsaid_instructions = if resume { self.unsaid(&spec, &working) } else { None };
-        let initial = Initial { resume, model, permission_mode, tools: start.tools, unsaid_instructions };
+        let initial = Initial { resume, model, permission_mode, tools: start.tools, unsaid_instructions, fork };
         Ok(Arc::new(ClaudeSession::start(host, spec, initial)))
     }
 }

@@ -22,7 +22,10 @@ use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, Ses
 use ahp_types::common::JsonObject;
 use ahp_types::state::ModelSelection;
 use async_trait::async_trait;
-use protocol::{AnswerParams, ConfirmParams, SendMessageParams, SetConfigResult, SteerParams, ToolOutcome, ToolSpec};
+use protocol::{
+    AnswerParams, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams, SetConfigResult, SteerParams,
+    ToolOutcome, ToolSpec,
+};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -67,8 +70,32 @@ pub struct SessionSpec {
     pub permission_modes: Vec<&'static str>,
 }
 
+/// What opens the prompt of a turn that goes on after its process was lost.
+pub const RESUMED: &str = "(This request was cut off before you finished it: the program that ran you stopped. \
+Carry on with it from where you were; what you did already is done.)";
+
+/// Where a conversation that begins as a copy of another is copied from (`Start.cut`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkFrom {
+    /// The CLI's session id of the source.
+    pub source: String,
+    /// The last chain entry copied (`--resume-session-at`); the whole record when none.
+    pub at: Option<String>,
+}
+
+/// How one process of this chat begins its conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begin<'a> {
+    /// A new conversation under the spec's id.
+    New,
+    /// The conversation the CLI has a record of.
+    Resume,
+    /// A copy of another conversation (through one entry of it) under the spec's id.
+    Fork(&'a ForkFrom),
+}
+
 /// The argv for one process of this chat.
-pub fn launch_args(spec: &SessionSpec, resume: bool, model: Option<&str>, permission_mode: &str) -> Vec<String> {
+pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, model: Option<&str>, permission_mode: &str) -> Vec<String> {
     let mut args: Vec<String> = [
         "-p",
         "--input-format",
@@ -84,10 +111,17 @@ pub fn launch_args(spec: &SessionSpec, resume: bool, model: Option<&str>, permis
     .map(|s| (*s).to_owned())
     .collect();
     // The `=` form, as the SDKs use it, so a value is never read as a flag.
-    if resume {
-        args.push(format!("--resume={}", spec.session_id));
-    } else {
-        args.push(format!("--session-id={}", spec.session_id));
+    match begin {
+        Begin::New => args.push(format!("--session-id={}", spec.session_id)),
+        Begin::Resume => args.push(format!("--resume={}", spec.session_id)),
+        Begin::Fork(from) => {
+            args.push(format!("--resume={}", from.source));
+            args.push("--fork-session".to_owned());
+            args.push(format!("--session-id={}", spec.session_id));
+            if let Some(at) = &from.at {
+                args.push(format!("--resume-session-at={at}"));
+            }
+        }
     }
     args.push(format!("--mcp-config={}", spec.mcp_config));
     if let Some(model) = model {
@@ -179,12 +213,18 @@ struct Parked {
 }
 
 struct State {
-    queue: VecDeque<SendMessageParams>,
+    /// Handed turns, each with whether it is a lost turn that goes on (`resumeTurn`).
+    queue: VecDeque<(SendMessageParams, bool)>,
     turn: Option<Running>,
     live: Option<Live>,
     generation: u64,
     /// The CLI has a record of this conversation: a new process resumes it.
     exists: bool,
+    /// The conversation begins as a copy of another, until the CLI has a record of it.
+    fork: Option<ForkFrom>,
+    /// What a person answered to questions of a turn this session resumes, after the process
+    /// that asked them was gone: carried out when the CLI asks the same again.
+    decisions: Vec<Decision>,
     model: Option<String>,
     permission_mode: String,
     tools: Vec<ToolSpec>,
@@ -225,6 +265,8 @@ pub struct Initial {
     /// a conversation began with and ignores `--append-system-prompt` on `--resume`, so these
     /// open the first prompt this session sends instead.
     pub unsaid_instructions: Option<String>,
+    /// Begin as a copy of another conversation.
+    pub fork: Option<ForkFrom>,
 }
 
 impl ClaudeSession {
@@ -239,6 +281,8 @@ impl ClaudeSession {
                 live: None,
                 generation: 0,
                 exists: initial.resume,
+                fork: initial.fork,
+                decisions: Vec::new(),
                 model: initial.model,
                 permission_mode: initial.permission_mode,
                 tools: initial.tools,
@@ -284,8 +328,9 @@ impl Core {
         if state.closed || state.turn.is_some() {
             return None;
         }
-        let params = state.queue.pop_front()?;
-        let writer = TurnWriter::new(self.host.clone(), params.turn_id.clone());
+        let (params, resumed) = state.queue.pop_front()?;
+        let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
+        let writer = writer(self.host.clone(), params.turn_id.clone());
         let mapper = TurnMapper::new(writer, state.tools.clone());
         state.turn = Some(Running {
             mapper,
@@ -350,7 +395,12 @@ impl Core {
         let (launch, generation) = {
             let mut state = lock(&self.state);
             state.generation += 1;
-            let args = launch_args(&self.spec, state.exists, state.model.as_deref(), &state.permission_mode);
+            let begin = match (&state.fork, state.exists) {
+                (Some(from), false) => Begin::Fork(from),
+                (_, true) => Begin::Resume,
+                (None, false) => Begin::New,
+            };
+            let args = launch_args(&self.spec, begin, state.model.as_deref(), &state.permission_mode);
             let launch = ChildCommand::new(&self.spec.command).args(args).envs(&self.spec.env).cwd(&self.spec.cwd);
             (launch, state.generation)
         };
@@ -472,6 +522,7 @@ impl Core {
         if !turn.recorded {
             turn.recorded = true;
             state.exists = true;
+            state.fork = None;
             self.host.turn_recorded(turn.mapper.turn_id(), &turn.uuid);
         }
     }
@@ -586,6 +637,24 @@ impl Core {
             return;
         };
         let mapper = &mut turn.mapper;
+        if let Some(decision) = take_decision(&mut state.decisions, &tool_name, &request["input"]) {
+            // Answered by a person after the process that first asked was gone.
+            let answer = match decision {
+                Decision::Answer { response, answers, .. } => {
+                    permissions::answers_decision(&request["input"], &response, &answers)
+                }
+                Decision::Confirmation { approved, option_id, .. } => {
+                    mapper.start_call(&tool_use_id, &tool_name);
+                    mapper.set_input(&tool_use_id, &request["input"]);
+                    if approved {
+                        mapper.running(&tool_use_id);
+                    }
+                    permissions::decision(request, approved, option_id.as_deref(), None)
+                }
+            };
+            cli.respond(&request_id, Ok(answer));
+            return;
+        }
         match named.owner {
             Owner::Question => {
                 let asked = permissions::input_request(&tool_use_id, &request["input"]);
@@ -738,6 +807,22 @@ fn destructive(owner: &Owner, tools: &[ToolSpec]) -> bool {
     offered.and_then(|t| t.effects.as_ref()).is_some_and(|e| e.destructive)
 }
 
+/// The decision a person made on the same question (a question, or a call of the same tool with
+/// the same input) before this process asked it, taken out of `decisions`.
+fn take_decision(decisions: &mut Vec<Decision>, tool_name: &str, input: &Value) -> Option<Decision> {
+    let at = decisions.iter().position(|d| match d {
+        Decision::Answer { .. } => tool_name == crate::tools::ASK_USER_QUESTION,
+        Decision::Confirmation { tool_name: name, tool_input, .. } => {
+            name == tool_name
+                && tool_input
+                    .as_deref()
+                    .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                    .is_none_or(|asked| asked == *input)
+        }
+    })?;
+    Some(decisions.remove(at))
+}
+
 fn with_tail(why: String, tail: &str) -> String {
     if tail.is_empty() {
         why
@@ -757,7 +842,25 @@ impl Session for ClaudeSession {
         if state.closed {
             return Err(AgentError::Failed("This conversation is closed.".into()));
         }
-        state.queue.push_back(params);
+        state.queue.push_back((params, false));
+        drop(state);
+        self.core.wake.notify_one();
+        Ok(())
+    }
+
+    /// The lost turn goes on in the resumed conversation: the CLI reads its record back, is told
+    /// the turn was cut off and given its request again; what a person answered meanwhile is
+    /// carried out when it asks the same again.
+    async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
+        let mut state = lock(&self.core.state);
+        if state.closed {
+            return Err(AgentError::Failed("This conversation is closed.".into()));
+        }
+        let ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
+        message.text = format!("{RESUMED}\n\n{}", message.text);
+        state.decisions = decisions;
+        let params = SendMessageParams { chat, turn_id, message, instructions: None, unattended: false };
+        state.queue.push_back((params, true));
         drop(state);
         self.core.wake.notify_one();
         Ok(())
@@ -915,7 +1018,7 @@ mod tests {
 
     #[test]
     fn a_new_conversation_and_a_resumed_one() {
-        let new = launch_args(&spec(), false, None, "default");
+        let new = launch_args(&spec(), Begin::New, None, "default");
         for flag in ["-p", "--verbose", "--include-partial-messages", "stdio"] {
             assert!(new.contains(&flag.to_owned()), "{flag}: {new:?}");
         }
@@ -929,6 +1032,23 @@ mod tests {
         assert!(
             resumed.contains(&"--model=haiku".to_owned()) && resumed.contains(&"--permission-mode=plan".to_owned())
         );
+    }
+
+    #[test]
+    fn a_copy_resumes_its_source_through_the_kept_entry_under_its_own_id() {
+        let from = ForkFrom { source: "aaaaaaaa-0000-0000-0000-000000000000".into(), at: Some("e-9".into()) };
+        let args = launch_args(&spec(), Begin::Fork(&from), None, "default");
+        for flag in [
+            "--resume=aaaaaaaa-0000-0000-0000-000000000000",
+            "--fork-session",
+            "--session-id=11111111-2222-3333-4444-555555555555",
+            "--resume-session-at=e-9",
+        ] {
+            assert!(args.contains(&flag.to_owned()), "{flag}: {args:?}");
+        }
+        let whole = ForkFrom { at: None, ..from };
+        let args = launch_args(&spec(), Begin::Fork(&whole), None, "default");
+        assert!(!args.iter().any(|a| a.starts_with("--resume-session-at")), "{args:?}");
     }
 
     #[test]

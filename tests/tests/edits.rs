@@ -1,0 +1,214 @@
+//! The conversation a client edits, end to end through the official AHP client over a real
+//! daemon: a chat truncated and sent a new message, a chat forked at a turn, a turn resumed after
+//! its worker was killed, a confirmation that outlives a `kill -9` of the daemon, and the bad
+//! input each of them refuses. Claude runs the real CLI against the scripted Anthropic mock, whose
+//! logged requests are the evidence of what the model saw.
+
+use ahp_types::actions::{ChatTruncatedAction, ChatTurnResumeAction, StateAction};
+use ahp_types::state::{ResponsePart, TurnState};
+use serde_json::json;
+use tests::daemon::children_of;
+use tests::installed::claude_entry;
+use tests::mocks::anthropic::MockAnthropic;
+use tests::{Daemon, DaemonOptions, TestClient};
+
+fn claude_options(mock: &MockAnthropic) -> DaemonOptions {
+    DaemonOptions::with_config(json!({ "agents": { "claude": claude_entry(mock) } }))
+}
+
+/// What the model was sent in its last request, `role: text` per line.
+fn last_seen(mock: &MockAnthropic) -> String {
+    mock.turn_requests().last().map(|r| r.transcript_text()).unwrap_or_default()
+}
+
+/// Runs three turns saying ALPHA, BRAVO and CHARLIE; answers their ids.
+async fn three_turns(a: &mut TestClient, chat: &str) -> anyhow::Result<Vec<String>> {
+    let mut ids = Vec::new();
+    for word in ["ALPHA", "BRAVO", "CHARLIE"] {
+        let turn = a.turn(chat, &format!("remember {word}")).await?;
+        assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+        ids.push(turn.id);
+    }
+    Ok(ids)
+}
+
+/// The reason the host gave for refusing the client's action `seq` ("(accepted)" when it took it).
+async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
+    loop {
+        let found = client
+            .envelopes
+            .iter()
+            .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == client.client_id && o.client_seq == seq))
+            .cloned();
+        if let Some(envelope) = found {
+            return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
+        }
+        client.next_event(tests::PATIENCE).await?;
+    }
+}
+
+#[tokio::test]
+async fn claude_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = Daemon::start_with(claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+    let ids = three_turns(&mut a, &chat).await?;
+
+    let truncate = ChatTruncatedAction { turn_id: Some(ids[0].clone()) };
+    a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
+    let c = chat.clone();
+    a.until("the chat to keep one turn", move |m| m.chat(&c).is_some_and(|s| s.turns.len() == 1)).await?;
+
+    let turn = a.turn(&chat, "what do you remember?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "turn 1 was kept: {seen}");
+    assert!(!seen.contains("BRAVO") && !seen.contains("CHARLIE"), "turns 2 and 3 were dropped: {seen}");
+    assert!(seen.contains("what do you remember?"), "{seen}");
+
+    // And it goes on from there: the next request holds turn 1, the new one and the next.
+    assert_eq!(a.turn(&chat, "and now?").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && seen.contains("what do you remember?"), "{seen}");
+    assert!(!seen.contains("BRAVO"), "{seen}");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = Daemon::start_with(claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    let ids = three_turns(&mut a, &chat).await?;
+
+    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    a.request(
+        "createChat",
+        json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": ids[1] } }),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("createChat: {e}"))?;
+    a.subscribe(&fork).await?;
+    let copied: Vec<String> =
+        a.mirror.chat(&fork).map(|c| c.turns.iter().map(|t| t.id.clone()).collect()).unwrap_or_default();
+    assert_eq!(copied, ids[..2].to_vec(), "the fork holds turns 1 and 2");
+
+    assert_eq!(a.turn(&fork, "fork speaking").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && seen.contains("remember BRAVO"), "turns 1-2: {seen}");
+    assert!(!seen.contains("CHARLIE"), "not turn 3: {seen}");
+
+    assert_eq!(a.turn(&chat, "original speaking").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && seen.contains("remember CHARLIE"), "all three: {seen}");
+    assert!(!seen.contains("fork speaking"), "nothing of the fork: {seen}");
+
+    assert_eq!(a.turn(&fork, "fork again").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(
+        seen.contains("fork speaking") && !seen.contains("CHARLIE") && !seen.contains("original speaking"),
+        "{seen}"
+    );
+    a.check_against_snapshot(&fork).await?;
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// The `ahpd worker claude` process under `daemon`.
+fn claude_worker(daemon: &Daemon) -> Option<i32> {
+    children_of(daemon.pid()).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
+    })
+}
+
+#[tokio::test]
+async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = Daemon::start_with(claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+
+    let turn_id = a.send(&chat, "SLOW tell me a story").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+    })
+    .await?;
+    let worker = claude_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let failed = a.finished(&chat, &turn_id).await?;
+    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
+    assert!(
+        matches!(failed.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
+        "the error says it can be resumed: {:?}",
+        failed.response_parts.last()
+    );
+
+    let before = mock.turn_requests().len();
+    a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: turn_id.clone() })).await?;
+    let (c, t) = (chat.clone(), turn_id.clone());
+    a.until("the resumed turn to complete", move |m| {
+        m.chat(&c).is_some_and(|s| {
+            s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
+        })
+    })
+    .await?;
+    assert!(mock.turn_requests().len() > before, "the model was asked again");
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
+    assert!(seen.contains("tell me a story"), "the turn's request goes on: {seen}");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<()> {
+    let options = DaemonOptions::with_config(
+        json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 20, "chunkWords": 1 } } } }),
+    );
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("echo", None).await?;
+    let done = a.turn(&chat, "one two").await?;
+    assert_eq!(done.state, TurnState::Complete);
+    let before = a.mirror.chat(&chat).cloned();
+
+    let truncate = ChatTruncatedAction { turn_id: Some("no-such-turn".into()) };
+    let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
+    let why = refusal(&mut a, seq).await?;
+    assert!(why.contains("no turn no-such-turn"), "{why}");
+
+    let seq = a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: done.id.clone() })).await?;
+    let why = refusal(&mut a, seq).await?;
+    assert!(why.contains("did not fail in a way that can be resumed"), "a completed turn: {why}");
+    assert_eq!(a.mirror.chat(&chat).cloned(), before, "the chat is unchanged");
+
+    // A running turn: not forked, not truncated.
+    let running = a.send(&chat, "a b c d e f g h i j k l m n o p q r s t u v w x y z").await?;
+    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let params =
+        json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": running } });
+    match a.request("createChat", params).await {
+        Err(ahp::ClientError::Rpc(e)) => assert!(e.message.contains("still running"), "{}", e.message),
+        other => anyhow::bail!("forking a running turn was not refused: {other:?}"),
+    }
+    let truncate = ChatTruncatedAction { turn_id: Some(done.id.clone()) };
+    let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
+    let why = refusal(&mut a, seq).await?;
+    assert!(why.contains("is running"), "{why}");
+    let turn = a.finished(&chat, &running).await?;
+    assert_eq!(turn.state, TurnState::Complete, "the running turn went on: {turn:?}");
+    let ids: Vec<String> =
+        a.mirror.chat(&chat).map(|c| c.turns.iter().map(|t| t.id.clone()).collect()).unwrap_or_default();
+    assert_eq!(ids, vec![done.id.clone(), running], "nothing was dropped");
+    let chats = a.mirror.session(&session).map(|s| s.chats.len()).unwrap_or_default();
+    assert_eq!(chats, 1, "no fork was opened");
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
