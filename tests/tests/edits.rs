@@ -212,3 +212,40 @@ async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<
     a.check_against_snapshot(&session).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_confirmation_pending_at_kill_9_of_the_daemon_is_pending_after_restart_and_approving_it_completes(
+) -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-parked-").tempdir()?;
+    let mut first = Daemon::start_in(home.path(), claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+    let target = home.path().join("parked.txt");
+    let args = json!({ "file_path": target, "content": "hi" });
+    let turn_id = a.send(&chat, &format!("make a file TOOL:Write ARGS:{args}")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    let asked = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).expect("the turn runs");
+    drop(a);
+    first.kill9().await?;
+
+    let second = Daemon::start_in(home.path(), claude_options(&mock)).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let restored = b.mirror.chat(&chat).and_then(|c| c.active_turn.clone());
+    assert_eq!(restored.as_ref().map(|t| &t.id), Some(&turn_id), "the turn is still running");
+    assert_eq!(restored.map(|t| t.response_parts), Some(asked.response_parts), "holding the same question");
+    assert_eq!(tests::client::waiting_calls(b.mirror.chat(&chat).expect("chat")), waiting, "still waiting");
+
+    b.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = b.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(target.exists(), "the approved write happened after the restart");
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
+    b.check_against_snapshot(&chat).await?;
+    b.check_against_snapshot(&session).await?;
+    Ok(())
+}
