@@ -89,7 +89,10 @@ impl Agent for AcpAgent {
             description: Some(
                 options.description.clone().unwrap_or_else(|| format!("An ACP agent: {}", options.command_line())),
             ),
-            capabilities: None,
+            // Each chat of a session is an ACP session (and an agent process) of its own. ACP
+            // has no way to cut or copy a conversation, nor to take a message mid-prompt: no
+            // fork, no truncation, no steering, so clients are not offered them.
+            capabilities: Some(agent_runner::agent::multiple_chats()),
             features: AgentFeatures { probe: true, ..AgentFeatures::default() },
         }
     }

@@ -962,6 +962,12 @@ impl Session for AcpSession {
         self.state().acp_id.clone()
     }
 
+    /// An agent that declared `loadSession` takes this conversation up again once it is closed,
+    /// so the host may unload it when idle.
+    fn resumable(&self) -> bool {
+        self.state().link.as_ref().is_some_and(|l| l.caps.load_session)
+    }
+
     fn models(&self) -> Option<Vec<SessionModelInfo>> {
         let models = self.state().offers.models(self.provider());
         (!models.is_empty()).then_some(models)

@@ -249,3 +249,74 @@ async fn a_confirmation_pending_at_kill_9_of_the_daemon_is_pending_after_restart
     b.check_against_snapshot(&session).await?;
     Ok(())
 }
+
+/// A config whose `scripted` agent is the scripted ACP agent, keeping its sessions in `state`
+/// so `session/load` works in a new process.
+fn scripted_acp(state: &std::path::Path) -> DaemonOptions {
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let args = json!([fake.display().to_string(), "--state-dir", state.display().to_string()]);
+    DaemonOptions::with_config(json!({ "agents": {
+        "scripted": { "kind": "acp", "displayName": "Scripted ACP", "options": { "command": "python3", "args": args } },
+    }}))
+}
+
+#[tokio::test]
+async fn an_idle_acp_session_whose_agent_loads_sessions_leaves_memory_and_its_next_message_resumes(
+) -> anyhow::Result<()> {
+    let state = tempfile::Builder::new().prefix("ahpd-acp-state-").tempdir()?;
+    let daemon = Daemon::start_with(scripted_acp(state.path()).unloading_idle_after(60_000)).await?;
+    let clock = TestClient::connect(&daemon.url, "clock").await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("scripted", None).await?;
+    assert_eq!(tests::turn_text(&a.turn(&chat, "say first words").await?), "first words");
+
+    // A second chat in the session is an ACP session of its own.
+    let second = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    a.request("createChat", json!({ "channel": session, "chat": second }))
+        .await
+        .map_err(|e| anyhow::anyhow!("createChat: {e}"))?;
+    a.subscribe(&second).await?;
+    assert_eq!(
+        tests::turn_text(&a.turn(&second, "history").await?),
+        "0 prompts before this",
+        "a conversation of its own"
+    );
+
+    // Steering is refused up front: ACP cannot take a message mid-prompt.
+    let steer = ahp_types::actions::ChatPendingMessageSetAction {
+        kind: ahp_types::state::PendingMessageKind::Steering,
+        id: "s1".into(),
+        message: tests::client::user_message("and also"),
+    };
+    let seq = a.dispatch(&chat, StateAction::ChatPendingMessageSet(steer)).await?;
+    let why = refusal(&mut a, seq).await?;
+    assert!(why.contains("cannot take a message while it works"), "{why}");
+
+    let worker = acp_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no acp worker"))?;
+    let agents = children_of(worker);
+    assert_eq!(agents.len(), 2, "one agent process per chat");
+    a.client.shutdown().await;
+    daemon.advance_until_loaded(&clock, 60_000, 0).await?;
+    let left = tests::daemon::until_all_gone(&agents, "the unload").await;
+    assert!(left.is_empty(), "the agents of the unloaded session ended: {left:?}");
+
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(1), "the turn came back from the store");
+    let turn = b.turn(&chat, "history").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert_eq!(
+        tests::turn_text(&turn),
+        "1 prompts before this",
+        "the agent loaded the conversation, which holds the first prompt"
+    );
+    b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+/// The `ahpd worker acp` process under `daemon`.
+fn acp_worker(daemon: &Daemon) -> Option<i32> {
+    children_of(daemon.pid()).into_iter().find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
+    })
+}
