@@ -1027,7 +1027,7 @@ mod tests {
         assert!(new.contains(&"--add-dir=/more".to_owned()));
         assert_eq!(new.last().map(String::as_str), Some("--extra"), "the options' arguments come last");
         assert!(!new.iter().any(|a| a.starts_with("--model") || a.starts_with("--permission-mode")));
-        let resumed = launch_args(&spec(), true, Some("haiku"), "plan");
+        let resumed = launch_args(&spec(), Begin::Resume, Some("haiku"), "plan");
         assert!(resumed.contains(&"--resume=11111111-2222-3333-4444-555555555555".to_owned()));
         assert!(
             resumed.contains(&"--model=haiku".to_owned()) && resumed.contains(&"--permission-mode=plan".to_owned())

@@ -10,6 +10,7 @@
 //!
 //! **Invariant:** this crate builds on `agent-runner` alone and never depends on `ahpd`.
 
+pub mod cut;
 pub mod event;
 pub mod mapper;
 pub mod models;
@@ -97,6 +98,8 @@ impl Agent for PiAgent {
                 probe: true,
                 steering: true,
                 resume: true,
+                // A cut is a copy of the session file through the kept turn (`cut.rs`).
+                truncate: true,
                 ..Default::default()
             },
         }

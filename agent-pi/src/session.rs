@@ -65,6 +65,10 @@ struct State {
 /// A pi conversation.
 pub struct PiSession {
     inner: Arc<Inner>,
+    /// The id its session file is kept under (a new one when it began as a cut).
+    conversation_id: String,
+    /// It began as a cut, which its session file holds already.
+    cut: bool,
 }
 
 struct Inner {
@@ -146,8 +150,16 @@ impl PiSession {
                 dir
             }
         };
-        let session_file = options.session_file(&start.conversation_id);
-        if !start.resume && session_file.exists() {
+        // A cut begins a session file of its own, copied from its source's: the source keeps
+        // its record whole.
+        let conversation_id = match &start.cut {
+            Some(cut) if cut.source == start.conversation_id => uuid::Uuid::new_v4().to_string(),
+            _ => start.conversation_id.clone(),
+        };
+        let session_file = options.session_file(&conversation_id);
+        if let Some(cut) = &start.cut {
+            crate::cut::write_cut(&options.session_file(&cut.source), &session_file, cut, &conversation_id)?;
+        } else if !start.resume && session_file.exists() {
             tracing::warn!(file = %session_file.display(), "a new conversation names a session file that exists: pi continues it");
         }
         let mut args = vec![
@@ -192,7 +204,7 @@ impl PiSession {
                 return Err(e);
             }
         }
-        Ok(Self { inner })
+        Ok(Self { inner, conversation_id, cut: start.cut.is_some() })
     }
 }
 
@@ -589,6 +601,14 @@ impl Inner {
 
 #[async_trait]
 impl Session for PiSession {
+    fn conversation_id(&self) -> Option<String> {
+        Some(self.conversation_id.clone())
+    }
+
+    fn cut_kept(&self) -> bool {
+        self.cut
+    }
+
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
         lock(&self.inner.state).queue.push_back(params);
         self.inner.pump();

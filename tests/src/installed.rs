@@ -65,3 +65,15 @@ pub fn acp_adapter_entry(command: &Path, mock: &MockAnthropic, home: &Path) -> V
 pub fn pi_bin() -> PathBuf {
     installed("AHPD_PI_BIN", "pi/node_modules/.bin/pi", "pi.sh")
 }
+
+/// An `agents` entry of kind `pi` whose pi talks to `mock`, with `agent_dir` as pi's own folder
+/// (its models and settings are written there).
+pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<Value> {
+    std::fs::write(agent_dir.join("models.json"), mock.pi_models_json("mock").to_string())?;
+    let settings = json!({
+        "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
+        "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
+    });
+    std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
+    Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+}

@@ -77,6 +77,36 @@ async fn claude_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Resu
 }
 
 #[tokio::test]
+async fn pi_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Result<()> {
+    let mock = tests::mocks::openai::MockOpenAi::start().await?;
+    let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+    let entry = tests::installed::pi_entry(&mock, agent_dir.path())?;
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "pi": entry } }))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    let ids = three_turns(&mut a, &chat).await?;
+
+    let truncate = ChatTruncatedAction { turn_id: Some(ids[0].clone()) };
+    let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
+    assert_eq!(refusal(&mut a, seq).await?, "(accepted)");
+    let turn = a.turn(&chat, "what do you remember?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let seen = mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(seen.contains("remember ALPHA"), "turn 1 was kept: {seen}");
+    assert!(!seen.contains("BRAVO") && !seen.contains("CHARLIE"), "turns 2 and 3 were dropped: {seen}");
+    assert!(seen.contains("what do you remember?"), "{seen}");
+
+    assert_eq!(a.turn(&chat, "and now?").await?.state, TurnState::Complete);
+    let seen = mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(
+        seen.contains("remember ALPHA") && seen.contains("what do you remember?") && !seen.contains("BRAVO"),
+        "{seen}"
+    );
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let daemon = Daemon::start_with(claude_options(&mock)).await?;
