@@ -23,6 +23,7 @@ pub mod options;
 pub mod permissions;
 pub mod process;
 pub mod session;
+pub mod subagents;
 #[cfg(test)]
 mod testing;
 pub mod tools;

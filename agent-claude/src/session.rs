@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
+use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnEnd, TurnWriter};
 use ahp_types::common::JsonObject;
 use ahp_types::state::ModelSelection;
 use async_trait::async_trait;
@@ -35,6 +35,7 @@ use crate::mapper::TurnMapper;
 use crate::mcp::{self, McpReply};
 use crate::permissions;
 use crate::process::{describe_end, Cli, CliEvent, ControlError};
+use crate::subagents::{self, Subagents};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
 use agent_runner::child::ChildCommand;
@@ -178,6 +179,20 @@ struct Running {
     uuid: String,
     recorded: bool,
     steers: HashMap<String, Steer>,
+    /// The Task subagents it started, each shown in a chat of its own.
+    subagents: Subagents,
+}
+
+impl Running {
+    /// Says the turn's end, and that of every subagent still running in it.
+    fn end(&mut self, end: TurnEnd) {
+        let how = match &end {
+            TurnEnd::Complete => subagents::End::Complete,
+            TurnEnd::Cancelled | TurnEnd::Error(_) => subagents::End::Cancelled,
+        };
+        self.subagents.end_all(&how);
+        self.mapper.writer().end(end);
+    }
 }
 
 impl Running {
@@ -339,6 +354,7 @@ impl Core {
             uuid: uuid::Uuid::new_v4().to_string(),
             recorded: false,
             steers: HashMap::new(),
+            subagents: Subagents::default(),
         });
         Some(params)
     }
@@ -358,7 +374,7 @@ impl Core {
         let (cli, generation) = match started {
             Ok(pair) => pair,
             Err(why) => {
-                turn.mapper.writer().error("claudeNotStarted", why);
+                turn.end(TurnEnd::Error(agent_runner::error_info("claudeNotStarted", why)));
                 state.turn = None;
                 drop(state);
                 self.wake.notify_one();
@@ -419,7 +435,9 @@ impl Core {
         }
         let reader = self.clone();
         self.tasks.spawn(async move { reader.read(generation, events).await });
-        let init = json!({"subtype": "initialize", "hooks": null, "sdkMcpServers": [HOST_SERVER, CLIENT_SERVER]});
+        // `forwardSubagentText`: a Task subagent's text and thinking reach us, for its own chat.
+        let init = json!({"subtype": "initialize", "hooks": null, "sdkMcpServers": [HOST_SERVER, CLIENT_SERVER],
+                          "forwardSubagentText": true});
         match cli.control(init, INITIALIZE_WITHIN).await {
             Ok(_) => Ok((cli, generation)),
             Err(e) => {
@@ -498,7 +516,7 @@ impl Core {
                 if let Some(mut turn) = state.turn.take() {
                     if turn.phase == Phase::Sent {
                         tracing::warn!(%message, "claude stopped during a turn");
-                        turn.mapper.writer().error(error_type, message);
+                        turn.end(TurnEnd::Error(agent_runner::error_info(error_type, message)));
                     }
                 }
             }
@@ -555,6 +573,11 @@ impl Core {
                 turn.steer_left_queue(uuid, true);
             }
         }
+        if let Some(turn) = state.turn.as_mut() {
+            if self.subagent_line(turn, line) {
+                return;
+            }
+        }
         match line["type"].as_str() {
             Some("result") => {
                 self.record(state);
@@ -574,6 +597,27 @@ impl Core {
         }
     }
 
+    /// Takes a subagent's line to its own chat (true), and notes in the turn's own lines where a
+    /// subagent starts and ends (false: the turn maps them too).
+    fn subagent_line(&self, turn: &mut Running, line: &Value) -> bool {
+        let input = |turn: &Running, call: &str| turn.mapper.call(call).map(|c| c.input.clone()).unwrap_or_default();
+        if let Some(call) = subagents::parent_of(line) {
+            let input = input(turn, call);
+            turn.subagents.line(&self.host, turn.mapper.tools(), call, &input, line);
+            return true;
+        }
+        match (line["type"].as_str(), line["subtype"].as_str()) {
+            (Some("system"), Some("task_started")) => {
+                let input = input(turn, line["tool_use_id"].as_str().unwrap_or_default());
+                turn.subagents.task_started(&self.host, turn.mapper.tools(), line, &input);
+            }
+            (Some("system"), Some("task_notification")) => turn.subagents.notification(line),
+            (Some("user"), _) => turn.subagents.results(line),
+            _ => {}
+        }
+        false
+    }
+
     fn on_result(&self, state: &mut State, line: &Value) {
         let lifecycle = state.live.as_ref().is_some_and(|l| l.lifecycle);
         let Some(turn) = state.turn.as_mut() else { return };
@@ -584,7 +628,7 @@ impl Core {
         if lifecycle && turn.steers.values().any(|s| !s.started) {
             return;
         }
-        turn.mapper.writer().end(end);
+        turn.end(end);
         state.turn = None;
         self.wake.notify_one();
     }
@@ -753,12 +797,12 @@ impl Core {
             let live = state.live.as_ref().map(|l| (l.cli.clone(), l.generation));
             match state.turn.as_mut() {
                 Some(turn) if turn.phase == Phase::Preparing => {
-                    turn.mapper.writer().cancelled();
+                    turn.end(TurnEnd::Cancelled);
                     turn.phase = Phase::Draining;
                     None
                 }
                 Some(turn) if turn.phase == Phase::Sent => {
-                    turn.mapper.writer().cancelled();
+                    turn.end(TurnEnd::Cancelled);
                     turn.phase = Phase::Draining;
                     let target = live.filter(|(_, g)| *g == turn.generation);
                     if target.is_none() {
@@ -904,6 +948,24 @@ impl Session for ClaudeSession {
         Ok(true)
     }
 
+    /// Stops one Task subagent of the running turn (`stop_task`); its chat's turn ends cancelled.
+    async fn stop_worker(&self, tool_call_id: String) -> Result<bool, AgentError> {
+        let (cli, task) = {
+            let state = lock(&self.core.state);
+            let Some(turn) = state.turn.as_ref() else { return Ok(false) };
+            let Some(task) = turn.subagents.task_id(&tool_call_id) else { return Ok(false) };
+            let Some(live) = state.live.as_ref().filter(|l| l.generation == turn.generation) else { return Ok(false) };
+            (live.cli.clone(), task)
+        };
+        cli.control(json!({"subtype": "stop_task", "task_id": task}), CONTROL_WITHIN)
+            .await
+            .map_err(|e| AgentError::Failed(format!("Claude Code would not stop the subagent: {e}")))?;
+        if let Some(turn) = lock(&self.core.state).turn.as_mut() {
+            turn.subagents.ended(&tool_call_id, subagents::End::Cancelled);
+        }
+        Ok(true)
+    }
+
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
         let mut state = lock(&self.core.state);
         let Some(parked) = state.confirmations.remove(&params.tool_call_id) else { return Ok(false) };
@@ -985,7 +1047,7 @@ impl Session for ClaudeSession {
             state.queue.clear();
             self.core.settle_parked(&mut state);
             if let Some(mut turn) = state.turn.take() {
-                turn.mapper.writer().cancelled();
+                turn.end(TurnEnd::Cancelled);
             }
             state.live.take().map(|l| l.cli)
         };

@@ -350,3 +350,110 @@ fn acp_worker(daemon: &Daemon) -> Option<i32> {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
     })
 }
+
+/// The chat a subagent of `chat`'s tool call works in, once the session lists it.
+fn subagent_chat(m: &tests::Mirror, session: &str, chat: &str) -> Option<String> {
+    m.session(session)?.chats.iter().find_map(|c| match &c.origin {
+        Some(ahp_types::state::ChatOrigin::Tool { chat: parent, .. }) if parent == chat => Some(c.resource.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn a_claude_task_subagent_is_a_chat_that_streams_is_read_back_after_a_restart_and_stops() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-subagent-").tempdir()?;
+    let mut first = Daemon::start_in(home.path(), claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&chat, "hello").await?.state, TurnState::Complete);
+    let offered = mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
+    let task = ["Agent", "Task"].into_iter().find(|t| offered.iter().any(|o| o == t)).expect("a Task tool");
+
+    let args = json!({ "description": "Say the words", "prompt": "SLOW REPLY:the subagent's words",
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = a.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c) = (session.clone(), chat.clone());
+    a.until("the subagent's chat", move |m| subagent_chat(m, &s, &c).is_some()).await?;
+    let sub = subagent_chat(&a.mirror, &session, &chat).expect("listed");
+    a.subscribe(&sub).await?;
+    let listed = a.mirror.chat(&chat).and_then(|c| c.background_work.clone()).unwrap_or_default();
+    assert!(
+        listed.iter().any(|w| matches!(w, ahp_types::state::BackgroundWork::Subagent(s) if s.chat == sub)),
+        "the parent chat lists it as background work while it runs: {listed:?}"
+    );
+    let main = a.finished(&chat, &turn_id).await?;
+    assert_eq!(main.state, TurnState::Complete, "{main:?}");
+    let result = main.response_parts.iter().find_map(|p| match p {
+        ResponsePart::ToolCall(tc) => match &tc.tool_call {
+            ahp_types::state::ToolCallState::Completed(c) => serde_json::to_string(&c.content).ok(),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert!(result.is_some_and(|r| r.contains("the subagent's words")), "the Task's result came back: {main:?}");
+    let done = a.mirror.chat(&sub).and_then(|c| c.turns.last().cloned()).expect("the subagent's turn ended");
+    assert_eq!(done.state, TurnState::Complete, "{done:?}");
+    assert_eq!(tests::turn_text(&done), "the subagent's words");
+    let streamed = a.envelopes.iter().any(|e| e.channel == sub && matches!(e.action, StateAction::ChatResponsePart(_)));
+    assert!(streamed, "its parts reached the client as it worked");
+    let state = a.mirror.chat(&sub).cloned().expect("the subagent's chat");
+    assert!(matches!(&state.origin, Some(ahp_types::state::ChatOrigin::Tool { .. })), "{:?}", state.origin);
+    a.check_against_snapshot(&sub).await?;
+    a.check_against_snapshot(&session).await?;
+    drop(a);
+    first.terminate().await?;
+
+    // Read back after a restart.
+    let second = Daemon::start_in(home.path(), claude_options(&mock)).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    b.subscribe(&sub).await?;
+    let again = b.mirror.chat(&sub).cloned().expect("the subagent's chat came back");
+    assert_eq!(again.turns.last().map(tests::turn_text), Some("the subagent's words".to_owned()));
+    assert_eq!(again.origin, state.origin);
+
+    // A long subagent, stopped from its own chat: it ends cancelled, and the parent's turn goes on.
+    let args = json!({ "description": "Talk at length", "prompt": "SLOW LONG REPLY:on and on",
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = b.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c, old) = (session.clone(), chat.clone(), sub.clone());
+    b.until("the second subagent's chat", move |m| {
+        m.session(&s).is_some_and(|st| {
+            st.chats.iter().any(|x| {
+                x.resource != old
+                    && matches!(&x.origin, Some(ahp_types::state::ChatOrigin::Tool { chat: p, .. }) if *p == c)
+            })
+        })
+    })
+    .await?;
+    let long = b
+        .mirror
+        .session(&session)
+        .and_then(|st| {
+            st.chats
+                .iter()
+                .find(|x| x.resource != sub && x.origin.is_some() && x.resource != chat)
+                .map(|x| x.resource.clone())
+        })
+        .expect("listed");
+    b.subscribe(&long).await?;
+    let l = long.clone();
+    b.until("the long subagent to work", move |m| m.chat(&l).and_then(|c| c.active_turn.as_ref()).is_some()).await?;
+    let running = b.mirror.chat(&long).and_then(|c| c.active_turn.as_ref()).map(|t| t.id.clone()).expect("running");
+    let stop = ahp_types::actions::ChatTurnCancelledAction { turn_id: running.clone(), duration: 0, meta: None };
+    b.dispatch(&long, StateAction::ChatTurnCancelled(stop)).await?;
+    let stopped = b.finished(&long, &running).await?;
+    assert_eq!(stopped.state, TurnState::Cancelled);
+    let main = b.finished(&chat, &turn_id).await?;
+    assert_eq!(main.state, TurnState::Complete, "the parent's turn went on: {main:?}");
+    let stopped_call = main.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call,
+            ahp_types::state::ToolCallState::Completed(c) if !c.success && serde_json::to_string(&c.content).is_ok_and(|t| t.contains("interrupted"))))
+    });
+    assert!(stopped_call, "Claude Code stopped the subagent, and its Task call says so: {main:?}");
+    b.check_against_snapshot(&long).await?;
+    b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
