@@ -400,6 +400,18 @@ fn read_user(turn: &mut Reading, entry: &Value) {
     }
 }
 
+/// The chain entry the first of `prompts` (uuids of prompt entries, oldest first) follows in a
+/// record: where a copy that leaves those prompts out ends. None when none of them is on it.
+pub fn entry_before(record: &str, prompts: &[&str]) -> Option<String> {
+    record.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok()).find_map(|entry| {
+        let uuid = entry["uuid"].as_str()?;
+        if !prompts.contains(&uuid) {
+            return None;
+        }
+        entry["parentUuid"].as_str().map(str::to_owned)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,16 +513,18 @@ mod tests {
         assert_eq!(encode_dir("/tmp/cc/work"), "-tmp-cc-work");
         assert_eq!(encode_dir("/home/me/my.project"), "-home-me-my-project");
     }
-}
 
-/// The chain entry the first of `prompts` (uuids of prompt entries, oldest first) follows in a
-/// record: where a copy that leaves those prompts out ends. None when none of them is on it.
-pub fn entry_before(record: &str, prompts: &[&str]) -> Option<String> {
-    record.lines().filter_map(|line| serde_json::from_str::<Value>(line).ok()).find_map(|entry| {
-        let uuid = entry["uuid"].as_str()?;
-        if !prompts.contains(&uuid) {
-            return None;
-        }
-        entry["parentUuid"].as_str().map(str::to_owned)
-    })
+    #[test]
+    fn a_cut_ends_at_the_entry_the_first_dropped_prompt_follows() {
+        let record = [
+            r#"{"type":"user","uuid":"p1","parentUuid":null}"#,
+            r#"{"type":"assistant","uuid":"a1","parentUuid":"p1"}"#,
+            r#"{"type":"user","uuid":"p2","parentUuid":"a1"}"#,
+            r#"{"type":"assistant","uuid":"a2","parentUuid":"p2"}"#,
+        ]
+        .join("\n");
+        assert_eq!(entry_before(&record, &["p2"]).as_deref(), Some("a1"));
+        assert_eq!(entry_before(&record, &["gone", "p2"]).as_deref(), Some("a1"));
+        assert_eq!(entry_before(&record, &["elsewhere"]), None);
+    }
 }
