@@ -487,8 +487,8 @@ pub struct SendMessageParams {
     /// What the host has to say on this turn, for the runtime's channel beside the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
-    /// Nobody watches this turn (a wakeup's): nobody can answer a question, so the backend does
-    /// not offer its asking tool (seed 003); `instructions` tell the model to decide instead.
+    /// Nobody watches this turn (a wakeup's): nobody can answer a question (seed 003).
+    /// `instructions` tell the model to decide instead; a backend may also withhold its asking tool.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unattended: bool,
 }

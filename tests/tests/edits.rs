@@ -457,3 +457,33 @@ async fn a_claude_task_subagent_is_a_chat_that_streams_is_read_back_after_a_rest
     b.check_against_snapshot(&chat).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let mut options = claude_options(&mock);
+    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+    let daemon = Daemon::start_with(options).await?;
+    let clock = TestClient::connect(&daemon.url, "clock").await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+    let args = json!({ "delaySeconds": 60, "prompt": "wake up and report" });
+    let turn = a.turn(&chat, &format!("later TOOL:mcp__host__schedule_wakeup ARGS:{args}")).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(!last_seen(&mock).contains("Nobody is watching"), "a watched turn is not told so");
+    a.client.shutdown().await;
+
+    clock
+        .request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 60_000 }))
+        .await
+        .map_err(|e| anyhow::anyhow!("advanceClock: {e}"))?;
+    let woke = mock
+        .wait_for(tests::PATIENCE, |r| {
+            r.is_turn() && r.last_user_text().contains("wake up and report") && !r.last_user_text().contains("TOOL:")
+        })
+        .await
+        .expect("the wakeup's turn asked the model");
+    let seen = woke.transcript_text();
+    assert!(seen.contains("Nobody is watching this run, so nobody can answer a question"), "{seen}");
+    Ok(())
+}
