@@ -137,3 +137,48 @@ pub enum End {
     /// It failed, saying why.
     Failed(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::capture_host;
+    use ahp_types::actions::StateAction;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_subagents_lines_become_its_own_turn_which_its_task_result_ends() {
+        let (host, captured) = capture_host();
+        let mut subagents = Subagents::default();
+        let input = json!({"description": "look around", "prompt": "look", "subagent_type": "general-purpose"});
+        let started =
+            json!({"type": "system", "subtype": "task_started", "task_id": "task-1", "tool_use_id": "toolu_1"});
+        subagents.task_started(&host, &[], &started, &input);
+        assert_eq!(subagents.task_id("toolu_1").as_deref(), Some("task-1"));
+        let said = json!({"type": "assistant", "parent_tool_use_id": "toolu_1",
+                          "message": {"id": "m1", "content": [{"type": "text", "text": "found it"}]}});
+        assert_eq!(parent_of(&said), Some("toolu_1"));
+        subagents.line(&host, &[], "toolu_1", &input, &said);
+        let result = json!({"type": "user", "parent_tool_use_id": null,
+                            "message": {"content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "done"}]}});
+        subagents.results(&result);
+        assert_eq!(subagents.task_id("toolu_1"), None, "it ended");
+        let actions = captured.actions().await;
+        assert!(
+            actions.iter().any(|a| matches!(a, StateAction::ChatResponsePart(p)
+                if matches!(&p.part, ahp_types::state::ResponsePart::Markdown(m) if m.content == "found it"))),
+            "{actions:?}"
+        );
+        assert!(matches!(actions.last(), Some(StateAction::ChatTurnComplete(_))), "{actions:?}");
+    }
+
+    #[tokio::test]
+    async fn the_turns_end_ends_every_subagent_still_running() {
+        let (host, captured) = capture_host();
+        let mut subagents = Subagents::default();
+        let line = json!({"type": "user", "parent_tool_use_id": "toolu_2", "message": {"content": "go"}});
+        subagents.line(&host, &[], "toolu_2", &Value::Null, &line);
+        subagents.end_all(&End::Cancelled);
+        let actions = captured.actions().await;
+        assert!(matches!(actions.last(), Some(StateAction::ChatTurnCancelled(_))), "{actions:?}");
+    }
+}
