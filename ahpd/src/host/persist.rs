@@ -428,6 +428,14 @@ impl Host {
     /// what they can do.
     pub fn recover_interrupted(&self) {
         let mut core = self.lock();
+        // What each backend can do decides what becomes of its turns. The workers that started
+        // said it in their handshakes, whose events may still be on their way to the host: it is
+        // taken from the supervisor (the events say the same again when they arrive).
+        for entry in core.agents.iter_mut().filter(|a| a.descriptor.is_none()) {
+            if let Some(worker) = self.supervisor().current(&entry.provider) {
+                entry.descriptor = Some(worker.descriptor);
+            }
+        }
         let interrupted = match core.store.interrupted() {
             Ok(list) => list,
             Err(e) => {
