@@ -313,6 +313,22 @@ impl TestClient {
         self.finished(chat, &id).await
     }
 
+    /// The reason the host gave for refusing this client's action `seq`, or "(accepted)" when it
+    /// took it.
+    pub async fn refusal(&mut self, seq: i64) -> anyhow::Result<String> {
+        loop {
+            let found = self
+                .envelopes
+                .iter()
+                .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == self.client_id && o.client_seq == seq))
+                .cloned();
+            if let Some(envelope) = found {
+                return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
+            }
+            self.next_event(crate::PATIENCE).await?;
+        }
+    }
+
     /// Asks the host for a fresh snapshot of `uri` and checks that what this client folded up to
     /// that snapshot's `fromSeq` equals it (after stripping nulls).
     pub async fn check_against_snapshot(&mut self, uri: &str) -> anyhow::Result<()> {

@@ -133,6 +133,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Its `ahpd worker <kind>` process (the first, when it runs several).
+    pub fn worker(&self) -> Option<i32> {
+        children_of(self.pid()).into_iter().find(|pid| cmdline(*pid).contains("worker"))
+    }
+
     /// Starts a daemon with echo only, on a free port, in a fresh folder.
     pub async fn start() -> anyhow::Result<Self> {
         Self::start_with(DaemonOptions::default()).await

@@ -218,13 +218,6 @@ async fn a_session_resumed_after_an_ahpd_restart_sends_the_earlier_messages() ->
     Ok(())
 }
 
-/// The `ahpd worker claude` process under `daemon`.
-fn claude_worker(daemon: &Daemon) -> Option<i32> {
-    children_of(daemon.pid()).into_iter().find(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
-    })
-}
-
 #[tokio::test]
 async fn an_idle_session_leaves_memory_its_claude_process_ends_and_the_next_message_resumes() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -233,7 +226,7 @@ async fn an_idle_session_leaves_memory_its_claude_process_ends_and_the_next_mess
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_session, chat) = a.create_session("claude", None).await?;
     assert_eq!(a.turn(&chat, "remember the word PINEAPPLE").await?.state, TurnState::Complete);
-    let worker = claude_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
     assert!(!children_of(worker).is_empty(), "the chat's claude process runs between turns");
     a.client.shutdown().await;
 

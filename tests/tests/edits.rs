@@ -32,21 +32,6 @@ async fn three_turns(a: &mut TestClient, chat: &str) -> anyhow::Result<Vec<Strin
     Ok(ids)
 }
 
-/// The reason the host gave for refusing the client's action `seq` ("(accepted)" when it took it).
-async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
-    loop {
-        let found = client
-            .envelopes
-            .iter()
-            .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == client.client_id && o.client_seq == seq))
-            .cloned();
-        if let Some(envelope) = found {
-            return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
-        }
-        client.next_event(tests::PATIENCE).await?;
-    }
-}
-
 #[tokio::test]
 async fn claude_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -88,7 +73,7 @@ async fn pi_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Result<(
 
     let truncate = ChatTruncatedAction { turn_id: Some(ids[0].clone()) };
     let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
-    assert_eq!(refusal(&mut a, seq).await?, "(accepted)");
+    assert_eq!(a.refusal(seq).await?, "(accepted)");
     let turn = a.turn(&chat, "what do you remember?").await?;
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     let seen = mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
@@ -148,13 +133,6 @@ async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::R
     Ok(())
 }
 
-/// The `ahpd worker claude` process under `daemon`.
-fn claude_worker(daemon: &Daemon) -> Option<i32> {
-    children_of(daemon.pid()).into_iter().find(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
-    })
-}
-
 #[tokio::test]
 async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -169,7 +147,7 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
         m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
     })
     .await?;
-    let worker = claude_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
     let failed = a.finished(&chat, &turn_id).await?;
     assert_eq!(failed.state, TurnState::Error, "{failed:?}");
@@ -210,11 +188,11 @@ async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<
 
     let truncate = ChatTruncatedAction { turn_id: Some("no-such-turn".into()) };
     let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
-    let why = refusal(&mut a, seq).await?;
+    let why = a.refusal(seq).await?;
     assert!(why.contains("no turn no-such-turn"), "{why}");
 
     let seq = a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: done.id.clone() })).await?;
-    let why = refusal(&mut a, seq).await?;
+    let why = a.refusal(seq).await?;
     assert!(why.contains("did not fail in a way that can be resumed"), "a completed turn: {why}");
     assert_eq!(a.mirror.chat(&chat).cloned(), before, "the chat is unchanged");
 
@@ -229,7 +207,7 @@ async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<
     }
     let truncate = ChatTruncatedAction { turn_id: Some(done.id.clone()) };
     let seq = a.dispatch(&chat, StateAction::ChatTruncated(truncate)).await?;
-    let why = refusal(&mut a, seq).await?;
+    let why = a.refusal(seq).await?;
     assert!(why.contains("is running"), "{why}");
     let turn = a.finished(&chat, &running).await?;
     assert_eq!(turn.state, TurnState::Complete, "the running turn went on: {turn:?}");
@@ -319,10 +297,10 @@ async fn an_idle_acp_session_whose_agent_loads_sessions_leaves_memory_and_its_ne
         message: tests::client::user_message("and also"),
     };
     let seq = a.dispatch(&chat, StateAction::ChatPendingMessageSet(steer)).await?;
-    let why = refusal(&mut a, seq).await?;
+    let why = a.refusal(seq).await?;
     assert!(why.contains("cannot take a message while it works"), "{why}");
 
-    let worker = acp_worker(&daemon).ok_or_else(|| anyhow::anyhow!("no acp worker"))?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no acp worker"))?;
     let agents = children_of(worker);
     assert_eq!(agents.len(), 2, "one agent process per chat");
     a.client.shutdown().await;
@@ -342,13 +320,6 @@ async fn an_idle_acp_session_whose_agent_loads_sessions_leaves_memory_and_its_ne
     );
     b.check_against_snapshot(&chat).await?;
     Ok(())
-}
-
-/// The `ahpd worker acp` process under `daemon`.
-fn acp_worker(daemon: &Daemon) -> Option<i32> {
-    children_of(daemon.pid()).into_iter().find(|pid| {
-        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("worker"))
-    })
 }
 
 /// The chat a subagent of `chat`'s tool call works in, once the session lists it.

@@ -58,21 +58,6 @@ async fn error_of(client: &TestClient, method: &str, params: Value) -> (i32, Str
     }
 }
 
-/// The reason the host gave for refusing the client's action `seq`.
-async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
-    loop {
-        let found = client
-            .envelopes
-            .iter()
-            .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == client.client_id && o.client_seq == seq))
-            .cloned();
-        if let Some(envelope) = found {
-            return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
-        }
-        client.next_event(tests::PATIENCE).await?;
-    }
-}
-
 /// The first tool call of `turn`, as JSON (null when it made none).
 fn first_tool_call(turn: &ahp_types::state::Turn) -> serde_json::Value {
     turn.response_parts
@@ -118,14 +103,14 @@ async fn a_guest_reads_everything_and_every_write_is_refused_in_the_hosts_words(
         meta: None,
     });
     let seq = gus.dispatch(&chat, turn).await?;
-    assert_eq!(refusal(&mut gus, seq).await?, refused, "a guest can never send a turn for a tool to run in");
+    assert_eq!(gus.refusal(seq).await?, refused, "a guest can never send a turn for a tool to run in");
     let seq = gus
         .dispatch(&session, StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "mine".into() }))
         .await?;
-    assert_eq!(refusal(&mut gus, seq).await?, refused);
+    assert_eq!(gus.refusal(seq).await?, refused);
     let seq =
         gus.dispatch(&session, StateAction::SessionIsReadChanged(SessionIsReadChangedAction { is_read: true })).await?;
-    assert_eq!(refusal(&mut gus, seq).await?, "gus may not session:mark here");
+    assert_eq!(gus.refusal(seq).await?, "gus may not session:mark here");
     let seq = gus
         .dispatch(
             ROOT_RESOURCE_URI,
@@ -135,7 +120,7 @@ async fn a_guest_reads_everything_and_every_write_is_refused_in_the_hosts_words(
             }),
         )
         .await?;
-    assert_eq!(refusal(&mut gus, seq).await?, "gus may not config:write here");
+    assert_eq!(gus.refusal(seq).await?, "gus may not config:write here");
 
     // Nothing a guest tried changed anything: one turn, the same title, and both mirrors agree
     // with the host.

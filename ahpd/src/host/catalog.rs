@@ -704,31 +704,17 @@ impl Host {
         default: bool,
         harness: Option<crate::store::records::Harness>,
     ) {
-        self.add_chat_inner(core, session, chat, now, default, harness, ChatShape::default());
+        self.add_chat_shaped(core, session, chat, now, harness, ChatShape { default, ..ChatShape::default() });
     }
 
-    /// Adds a chat that is not a plain new one: a fork (its origin and the turns it copies), a
-    /// subagent's (its origin, read-only, titled by its task).
+    /// Adds a chat that may not be a plain new one: a fork (its origin and the turns it copies),
+    /// a subagent's (its origin, read-only, titled by its task).
     pub(crate) fn add_chat_shaped(
         &self,
         core: &mut Core,
         session: &str,
         chat: &str,
         now: &str,
-        harness: Option<crate::store::records::Harness>,
-        shape: ChatShape,
-    ) {
-        self.add_chat_inner(core, session, chat, now, false, harness, shape);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn add_chat_inner(
-        &self,
-        core: &mut Core,
-        session: &str,
-        chat: &str,
-        now: &str,
-        default: bool,
         harness: Option<crate::store::records::Harness>,
         shape: ChatShape,
     ) {
@@ -778,7 +764,7 @@ impl Host {
         let state = core.ch.chats.get(chat).cloned().unwrap_or(state);
         let summary = chat_summary(&state, &shape.title);
         core.apply(session, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None, None);
-        if default {
+        if shape.default {
             let action = StateAction::SessionDefaultChatChanged(SessionDefaultChatChangedAction {
                 default_chat: Some(chat.to_owned()),
             });
@@ -806,6 +792,8 @@ impl Host {
 /// What a chat begins with beyond an empty one.
 #[derive(Default)]
 pub(crate) struct ChatShape {
+    /// It becomes its session's default chat.
+    pub default: bool,
     /// Where it came from.
     pub origin: Option<ahp_types::state::ChatOrigin>,
     /// Whether people may send it messages.

@@ -339,6 +339,7 @@ impl Host {
             turns,
             transcripts,
             cut: Some(Cut { source: origin_conversation, kept, dropped }),
+            ..Default::default()
         };
         let harness = meta.harness.clone();
         self.add_chat_shaped(core, session, chat, &super::now_iso(), harness, shape);
