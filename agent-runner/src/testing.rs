@@ -102,6 +102,7 @@ pub fn start(session: &str, chat: &str) -> Start {
         client_tool_timeout_ms: 600_000,
         policy: Default::default(),
         cut: None,
+        terminal_outputs: false,
     }
 }
 

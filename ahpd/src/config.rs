@@ -87,6 +87,9 @@ fn log_bytes(v: &Value) -> Result<(), &'static str> {
 fn log_files(v: &Value) -> Result<(), &'static str> {
     within(v, 1, 100).then_some(()).ok_or("an integer between 1 and 100")
 }
+fn scrollback(v: &Value) -> Result<(), &'static str> {
+    within(v, 4096, 1 << 30).then_some(()).ok_or("an integer between 4096 and 1073741824")
+}
 fn agents(v: &Value) -> Result<(), &'static str> {
     let Some(map) = v.as_object() else {
         return Err("an object of agent entries");
@@ -141,6 +144,10 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
     KeySpec { name: "logMaxBytes", default: || Value::from(10 * 1024 * 1024), applies: Applies::Restart, about: "The size past which daemon.log is moved aside while the daemon runs (a daemon started by ahpd start or a service).", check: log_bytes, secret: false },
     KeySpec { name: "logFiles", default: || Value::from(5), applies: Applies::Restart, about: "How many moved-aside logs (daemon.log.1, …) are kept.", check: log_files, secret: false },
+    KeySpec { name: "maxTerminalsPerSession", default: || Value::from(8), applies: Applies::Restart, about: "Terminals one session may have running at once (its own and its ! commands'); one more is refused.", check: count, secret: false },
+    KeySpec { name: "maxTerminalsPerConnection", default: || Value::from(8), applies: Applies::Restart, about: "Terminals one client (by its clientId, across its connections) may have running at once; createTerminal past it is refused.", check: count, secret: false },
+    KeySpec { name: "terminalScrollbackBytes", default: || Value::from(1 << 20), applies: Applies::Restart, about: "Bytes of output a terminal keeps (and a kept output holds); past it the older half is let go.", check: scrollback, secret: false },
+    KeySpec { name: "defaultShell", default: || Value::Null, applies: Applies::Restart, about: "The shell a terminal and a ! command run; absent: $SHELL, else /bin/sh.", check: string, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];
 

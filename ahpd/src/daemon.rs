@@ -224,6 +224,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         users: plan.users.clone(),
         root_token: plan.token.clone(),
         host_tools_withheld: crate::host::rootconfig::host_tools_withheld(config),
+        terminals: terminal_settings(config),
         ..HostConfig::default()
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
@@ -235,6 +236,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     let host = Host::new(host_config, store, supervisor.clone(), features, cancel.clone(), tracker.clone());
     worktrees.start(&host);
     host.run_events(events_rx);
+    host.serve_terminals(crate::terminals::Terminals::new(&host));
     let facts = Arc::new(Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered));
     if let Some(listener) = control {
         control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
@@ -331,6 +333,17 @@ pub fn limits(config: &Config) -> crate::host::limits::Limits {
         max_subscriptions: size("maxSubscriptionsPerConnection"),
         max_pending_requests: size("maxPendingRequestsPerConnection"),
         max_sessions_per_minute: size("maxSessionsPerMinute"),
+    }
+}
+
+/// What terminals may hold and where they run, from their keys.
+pub fn terminal_settings(config: &Config) -> crate::host::terminal_channels::TerminalSettings {
+    let size = |key: &str| usize::try_from(config.u64(key)).unwrap_or(usize::MAX);
+    crate::host::terminal_channels::TerminalSettings {
+        per_session: size("maxTerminalsPerSession"),
+        per_client: size("maxTerminalsPerConnection"),
+        scrollback_bytes: size("terminalScrollbackBytes"),
+        default_shell: config.string("defaultShell").map(PathBuf::from),
     }
 }
 

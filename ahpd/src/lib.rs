@@ -24,6 +24,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod supervisor;
+pub mod terminals;
 pub mod token;
 pub mod tools;
 pub mod users;

@@ -348,10 +348,17 @@ async fn every_command_passes_the_tables_checks_in_one_order() {
     assert_eq!(error(&again), (Some(-32600), Some("This connection is initialized already".into())));
     let unnamed = c.request(&host, "createTerminal", json!({})).await;
     assert_eq!(error(&unnamed), (Some(-32602), Some("Invalid createTerminal params: \"channel\" is required".into())));
-    let unserved = c.request(&host, "createTerminal", json!({ "channel": "ahp-root://" })).await;
+    let unserved = c.request(&host, "resourceWrite", json!({ "channel": "ahp-root://" })).await;
     assert_eq!(
         error(&unserved),
-        (Some(-32601), Some("Unknown method createTerminal (this host does not serve it yet)".into()))
+        (Some(-32601), Some("Unknown method resourceWrite (this host does not serve it yet)".into()))
+    );
+    // The bare host has no terminals feature: a terminal is refused as a command it does not serve.
+    let claim = json!({ "kind": "client", "clientId": "c" });
+    let terminal = c.request(&host, "createTerminal", json!({ "channel": "ahp-terminal:/t", "claim": claim })).await;
+    assert_eq!(
+        error(&terminal),
+        (Some(-32601), Some("Unknown method createTerminal (this host serves no terminals)".into()))
     );
     let unknown = c.request(&host, "noSuchCommand", json!({})).await;
     assert_eq!(error(&unknown), (Some(-32601), Some("Unknown method noSuchCommand".into())));

@@ -1,12 +1,17 @@
 //! Tidy tests: rules of the code's shape that no compiler checks, read from the source tree.
 //!
 //! - The host does not know its features: nothing under `host/` names a tool module or the
-//!   worktrees feature (they are registered with the host where it is built, outside `host/`).
-//! - The features reach the host through its facade: under `tools/` and `worktrees/`,
-//!   `crate::host::` names only `facade`, `Host` and `Core`; and neither feature names the other.
+//!   worktrees feature or the terminals (they are registered with the host where it is built,
+//!   outside `host/`).
+//! - The features reach the host through its facade: under `tools/`, `worktrees/` and
+//!   `terminals/`, `crate::host::` names only `facade`, `Host` and `Core`; and no feature names
+//!   another.
 //! - One write path: nothing but `host/write.rs` calls the channels' `commit`.
 
 use std::path::{Path, PathBuf};
+
+/// The host's features: each a folder under `ahpd/src` that reaches the host through its facade.
+const FEATURES: [&str; 3] = ["tools", "worktrees", "terminals"];
 
 /// Every `.rs` file under `dir`, with its path relative to `ahpd/src`.
 fn sources(dir: &str) -> Vec<(String, String)> {
@@ -54,35 +59,34 @@ fn the_host_names_no_feature_module() {
     let host = sources("host");
     assert!(host.len() > 20, "the host's files were not found: {host:?}");
     let mut named = Vec::new();
-    for needle in [
-        "crate::tools",
-        "super::tools",
-        "super::super::tools",
-        "crate::worktrees",
-        "super::worktrees",
-        "super::super::worktrees",
-    ] {
-        named.extend(occurrences(&host, needle));
+    for feature in FEATURES {
+        for prefix in ["crate::", "super::", "super::super::"] {
+            named.extend(occurrences(&host, &format!("{prefix}{feature}")));
+        }
     }
     assert!(
         named.is_empty(),
-        "host/ names a tool module; the host knows its tools only through host::facade::Tools, \
-         registered where the host is built (daemon.rs, bare.rs):\n{}",
+        "host/ names a feature's module; the host knows its tools only through host::facade::Tools, \
+         its worktrees through host::facade::Workspaces and its terminals through \
+         host::facade::Terminals, registered where the host is built (daemon.rs, bare.rs):\n{}",
         named.join("\n")
     );
 }
 
 #[test]
 fn the_features_reach_the_host_through_its_facade() {
-    let tools = sources("tools");
-    assert!(tools.len() > 10, "the tools' files were not found");
-    let worktrees = sources("worktrees");
-    assert!(worktrees.len() > 3, "the worktrees' files were not found");
+    let features: Vec<(&str, Vec<(String, String)>)> = FEATURES.iter().map(|f| (*f, sources(f))).collect();
+    for (feature, files) in &features {
+        assert!(files.len() > 3, "the {feature} feature's files were not found");
+    }
     let allowed = ["facade", "Host", "Core"];
     let mut reached = Vec::new();
-    reached.extend(occurrences(&tools, "crate::worktrees"));
-    reached.extend(occurrences(&worktrees, "crate::tools"));
-    for (file, code) in tools.iter().chain(worktrees.iter()) {
+    for (feature, files) in &features {
+        for other in FEATURES.iter().filter(|other| *other != feature) {
+            reached.extend(occurrences(files, &format!("crate::{other}")));
+        }
+    }
+    for (file, code) in features.iter().flat_map(|(_, files)| files) {
         for (n, line) in code.lines().enumerate() {
             let mut rest = line;
             while let Some(at) = rest.find("crate::host::") {

@@ -72,4 +72,7 @@ pub mod worker {
     pub const PROCESS_GROUPS: &str = "process/groups";
     /// Notification: a tool call started a worker (a subagent) that works in a chat of its own.
     pub const SUBAGENT_STARTED: &str = "subagent/started";
+    /// Notification: keep what a tool call printed as an exited terminal of the chat, under the
+    /// channel [`crate::terminal_output_uri`] names (seed 004's `terminalOutputs.keep`).
+    pub const TERMINAL_KEEP: &str = "terminal/keep";
 }

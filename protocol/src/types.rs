@@ -406,6 +406,11 @@ pub struct Start {
     /// The operator's policy.
     #[serde(default)]
     pub policy: Policy,
+    /// The host keeps what a tool call printed as an exited terminal (`terminal/keep`), so a call
+    /// may name it by [`crate::terminal_output_uri`] (seed 004's `terminalOutputs`); false where
+    /// the host keeps nothing.
+    #[serde(default)]
+    pub terminal_outputs: bool,
     /// The conversation begins as a cut of one the backend holds: a fork (a copy of `source`
     /// through the kept turn, as the new conversation `conversationId`) or a truncation
     /// (`source` is `conversationId`: it goes on from the kept turn, the rest dropped). Handed on
@@ -868,6 +873,38 @@ pub struct KeepResourceParams {
     pub data: String,
 }
 
+/// `terminal/keep` params: what a tool call printed, kept as an exited terminal of the chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeepTerminalParams {
+    /// The conversation.
+    pub chat: Uri,
+    /// The backend's key for the output (a tool call's id); with the chat it names the channel.
+    pub key: String,
+    /// The terminal's title (the command that ran).
+    pub title: String,
+    /// What it printed.
+    pub output: String,
+    /// How it ended, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+/// The terminal channel an output kept for `chat` under `key` is served at: the chat's id and the
+/// key, with anything but letters, digits, `-`, `_` and `.` written as `%XX`.
+pub fn terminal_output_uri(chat: &str, key: &str) -> String {
+    let chat_id = chat.rsplit_once(":/").map_or(chat, |(_, id)| id);
+    let mut uri = format!("ahp-terminal:/{chat_id}.");
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri
+}
+
 /// `resource/keep` result.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -890,6 +927,12 @@ mod tests {
         .expect("decodes");
         assert!(!start.resume);
         assert!(start.tools.is_empty());
+    }
+
+    #[test]
+    fn a_kept_output_is_named_by_its_chat_and_key() {
+        assert_eq!(terminal_output_uri("ahp-chat:/c1", "toolu_01"), "ahp-terminal:/c1.toolu_01");
+        assert_eq!(terminal_output_uri("ahp-chat:/c1", "a/b c"), "ahp-terminal:/c1.a%2Fb%20c");
     }
 
     #[test]

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use ahp::reducers::{
     apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, ReduceOutcome,
+    apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
 };
 use ahp::{Client, ClientConfig, ClientEventStream, SubscriptionEvent};
 use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
 use ahp_types::commands::InitializeResult;
 use ahp_types::state::{
     ChangesetState, ChatState, Message, MessageKind, MessageOrigin, SessionLifecycle, SessionState, Snapshot,
-    SnapshotState, Turn,
+    SnapshotState, TerminalState, Turn,
 };
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::{anyhow, bail, Context};
@@ -82,6 +82,7 @@ impl Mirror {
             SnapshotState::Chat(c) => apply_action_to_chat(c, &env.action),
             SnapshotState::Annotations(a) => apply_action_to_annotations(a, &env.action),
             SnapshotState::Changeset(c) => apply_action_to_changeset(c, &env.action),
+            SnapshotState::Terminal(t) => apply_action_to_terminal(t, &env.action),
             _ => ReduceOutcome::OutOfScope,
         })
     }
@@ -109,6 +110,35 @@ impl Mirror {
             _ => None,
         }
     }
+
+    /// A terminal's folded state.
+    pub fn terminal(&self, uri: &str) -> Option<&TerminalState> {
+        match self.states.get(uri)? {
+            SnapshotState::Terminal(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The root's folded state.
+    pub fn root(&self) -> Option<&ahp_types::state::RootState> {
+        match self.states.get(ROOT_RESOURCE_URI)? {
+            SnapshotState::Root(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// What a terminal printed, its parts joined as AHP says a naive consumer does.
+pub fn terminal_output(state: &TerminalState) -> String {
+    state
+        .content
+        .iter()
+        .map(|part| match part {
+            ahp_types::state::TerminalContentPart::Unclassified(p) => p.value.as_str(),
+            ahp_types::state::TerminalContentPart::Command(c) => c.output.as_str(),
+            ahp_types::state::TerminalContentPart::Unknown(_) => "",
+        })
+        .collect()
 }
 
 /// One connected client.

@@ -154,6 +154,10 @@ enum Then {
     ResumeTurn(String),
     /// A person answered a question of a turn whose backend lost it.
     Parked(protocol::Decision),
+    /// A client typed into a terminal: its pty gets the bytes.
+    TerminalInput(String),
+    /// A client resized a terminal: its pty takes the size (columns, rows).
+    TerminalResize(u16, u16),
 }
 
 impl Host {
@@ -244,11 +248,6 @@ impl Host {
         }
         match then {
             Then::Nothing => {}
-            Then::Backend(op) => core.to_backend(channel, op),
-            Then::Stop(turn_id) => core.stop(channel, turn_id),
-            Then::Truncate(truncation) => core.truncated(channel, truncation),
-            Then::ResumeTurn(turn_id) => core.resume_turn(channel, &turn_id, Vec::new()),
-            Then::Parked(decision) => core.parked_answer(channel, decision),
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
             Then::StartQueued => core.start_next(channel),
             Then::Steer => {
@@ -261,6 +260,26 @@ impl Host {
             Then::Reviewed(files, reviewed) => {
                 let event = super::facade::Event::Reviewed { changeset: channel.to_owned(), files, reviewed };
                 core.workspaces.clone().event(core, event);
+            }
+            Then::Backend(op) => core.to_backend(channel, op),
+            Then::Stop(turn_id) => {
+                // A `!` command's turn is the host's: its process ends; the backend never ran it.
+                if !core.stop_command(channel, &turn_id) {
+                    core.stop(channel, turn_id);
+                }
+            }
+            Then::Truncate(truncation) => core.truncated(channel, truncation),
+            Then::ResumeTurn(turn_id) => core.resume_turn(channel, &turn_id, Vec::new()),
+            Then::Parked(decision) => core.parked_answer(channel, decision),
+            Then::TerminalInput(data) => {
+                if let Some(feature) = core.terminals_feature() {
+                    feature.input(channel, &data);
+                }
+            }
+            Then::TerminalResize(cols, rows) => {
+                if let Some(feature) = core.terminals_feature() {
+                    feature.resize(channel, cols, rows);
+                }
             }
             Then::Config(changes) => {
                 let chats: Vec<String> = core.backend_chats_of(channel);
@@ -340,6 +359,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         Some(ChannelKind::Chat) => "chat",
         Some(ChannelKind::Annotations) => "annotations",
         Some(ChannelKind::Changeset) => "changeset",
+        Some(ChannelKind::Terminal) => "terminal",
         None => "",
     };
     if prefix != expected {
@@ -549,7 +569,61 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::AnnotationsEntrySet(_)
         | StateAction::AnnotationsEntryRemoved(_) => Ok(Then::Nothing),
         StateAction::ChangesetFilesReviewChanged(a) => Ok(Then::Reviewed(a.files.clone(), a.reviewed)),
+        StateAction::TerminalInput(_)
+        | StateAction::TerminalResized(_)
+        | StateAction::TerminalClaimed(_)
+        | StateAction::TerminalTitleChanged(_)
+        | StateAction::TerminalCleared(_) => check_terminal(core, conn, channel, action),
         _ => Err(format!("{scope} is the host's to say; a client cannot dispatch it")),
+    }
+}
+
+/// The largest terminal a client may ask for, in columns and in rows.
+const MAX_TERMINAL_SIDE: i64 = 4096;
+
+/// A client's terminal action: input and a size reach a running terminal only; a claim moves
+/// only from whoever holds it, to the client itself or to a session it may write to.
+fn check_terminal(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> Result<Then, String> {
+    use ahp_types::state::TerminalClaim;
+    let state = core.ch.terminals.get(channel).ok_or("no such terminal")?;
+    let running = super::terminal_channels::is_running(state);
+    match action {
+        StateAction::TerminalInput(a) if running => Ok(Then::TerminalInput(a.data.clone())),
+        StateAction::TerminalResized(a) if running => {
+            let side = |n: i64| u16::try_from(n).ok().filter(|n| (1..=MAX_TERMINAL_SIDE).contains(&i64::from(*n)));
+            match (side(a.cols), side(a.rows)) {
+                (Some(cols), Some(rows)) => Ok(Then::TerminalResize(cols, rows)),
+                _ => Err(format!("A terminal's columns and rows must each be between 1 and {MAX_TERMINAL_SIDE}")),
+            }
+        }
+        StateAction::TerminalInput(_) | StateAction::TerminalResized(_) => {
+            Err(format!("The terminal at {channel} has exited; it takes no input and no size"))
+        }
+        StateAction::TerminalClaimed(a) => {
+            let holds = match &state.claim {
+                TerminalClaim::Client(c) => conn.client_id.as_deref() == Some(c.client_id.as_str()),
+                TerminalClaim::Session(_) => core.allows(&conn.principal, "session:write"),
+            };
+            if !holds {
+                return Err("Only the client that holds a terminal's claim may hand it on".to_owned());
+            }
+            match &a.claim {
+                TerminalClaim::Client(c) if conn.client_id.as_deref() != Some(c.client_id.as_str()) => {
+                    Err("A client can only claim a terminal for itself, under its own clientId".to_owned())
+                }
+                TerminalClaim::Session(s) if !core.ch.sessions.contains_key(&s.session) => {
+                    Err(format!("There is no session {} in memory to claim the terminal", s.session))
+                }
+                TerminalClaim::Session(_) if !core.allows(&conn.principal, "session:write") => {
+                    Err(super::grants::refusal(&conn.principal, "session:write"))
+                }
+                _ => Ok(Then::Nothing),
+            }
+        }
+        StateAction::TerminalTitleChanged(a) if a.title.trim().is_empty() => {
+            Err("A terminal's title must not be empty".to_owned())
+        }
+        _ => Ok(Then::Nothing),
     }
 }
 

@@ -809,7 +809,7 @@ pub(crate) struct ChatShape {
 }
 
 /// How a chat's driver ends when the chat leaves memory.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Farewell {
     /// The chat is gone for good: its backend session is closed.
     Close,
@@ -821,6 +821,7 @@ pub(crate) enum Farewell {
 impl Core {
     /// Takes a chat's channel and records out of memory and ends its driver.
     pub(super) fn remove_chat_state(&mut self, chat: &str, farewell: Farewell) {
+        self.command_turns.remove(chat);
         if let Some(meta) = self.chats.remove(chat) {
             match farewell {
                 Farewell::Close => {
@@ -841,6 +842,7 @@ impl Core {
     /// Takes a session's channels (its chats' and annotations' too) and the host's records of it
     /// out of memory, ending each chat's driver, and closes its tools endpoint.
     pub(super) fn remove_session_state(&mut self, session: &str, farewell: Farewell) {
+        self.remove_session_terminals(session, farewell == Farewell::Close);
         for chat in self.chats_of(session) {
             self.remove_chat_state(&chat, farewell);
         }

@@ -11,10 +11,12 @@ use std::collections::{HashMap, HashSet};
 
 use ahp::reducers::{
     apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, ReduceOutcome,
+    apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
 };
 use ahp_types::actions::{ActionOrigin, StateAction};
-use ahp_types::state::{AnnotationsState, ChangesetState, ChatState, RootState, SessionState, Snapshot, SnapshotState};
+use ahp_types::state::{
+    AnnotationsState, ChangesetState, ChatState, RootState, SessionState, Snapshot, SnapshotState, TerminalState,
+};
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +42,8 @@ pub enum ChannelKind {
     /// `ahp-changeset:/<…>`: what changed in a session's or a chat's files, minted by the host
     /// (expanded from a `Changeset.uriTemplate`) and computed when first watched.
     Changeset,
+    /// `ahp-terminal:/<id>`.
+    Terminal,
 }
 
 /// The scheme of the changeset channels.
@@ -59,6 +63,9 @@ pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
     }
     if uri.strip_prefix(CHANGESET_SCHEME).is_some_and(|rest| !rest.is_empty()) {
         return Some(ChannelKind::Changeset);
+    }
+    if let Some(rest) = uri.strip_prefix("ahp-terminal:/") {
+        return (!rest.is_empty() && !rest.contains('/')).then_some(ChannelKind::Terminal);
     }
     match uri.strip_prefix("ahp-chat:/") {
         Some(rest) if !rest.is_empty() && !rest.contains('/') => Some(ChannelKind::Chat),
@@ -109,6 +116,8 @@ pub struct Channels {
     pub annotations: HashMap<String, AnnotationsState>,
     /// Changeset channel states by URI (only while somebody watches them).
     pub changesets: HashMap<String, ChangesetState>,
+    /// Terminal channel states by URI.
+    pub terminals: HashMap<String, TerminalState>,
     subscribers: HashMap<String, HashSet<ConnId>>,
     /// The sequence number at which each channel loaded from the store was loaded: a client whose
     /// last number is not past it saw the channel before it was unloaded (or never), so a replay
@@ -167,6 +176,7 @@ impl Channels {
             chats: HashMap::new(),
             annotations: HashMap::new(),
             changesets: HashMap::new(),
+            terminals: HashMap::new(),
             subscribers: HashMap::new(),
             loaded_at: HashMap::new(),
             conns: HashMap::new(),
@@ -188,6 +198,7 @@ impl Channels {
             Some(ChannelKind::Chat) => self.chats.contains_key(uri),
             Some(ChannelKind::Annotations) => self.annotations.contains_key(uri),
             Some(ChannelKind::Changeset) => self.changesets.contains_key(uri),
+            Some(ChannelKind::Terminal) => self.terminals.contains_key(uri),
             None => false,
         }
     }
@@ -454,6 +465,7 @@ impl Channels {
             ChannelKind::Chat => apply_action_to_chat(self.chats.get_mut(channel)?, action),
             ChannelKind::Annotations => apply_action_to_annotations(self.annotations.get_mut(channel)?, action),
             ChannelKind::Changeset => apply_action_to_changeset(self.changesets.get_mut(channel)?, action),
+            ChannelKind::Terminal => apply_action_to_terminal(self.terminals.get_mut(channel)?, action),
         })
     }
 
@@ -465,6 +477,7 @@ impl Channels {
             ChannelKind::Chat => SnapshotState::Chat(Box::new(self.chats.get(uri)?.clone())),
             ChannelKind::Annotations => SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone())),
             ChannelKind::Changeset => SnapshotState::Changeset(Box::new(self.changesets.get(uri)?.clone())),
+            ChannelKind::Terminal => SnapshotState::Terminal(Box::new(self.terminals.get(uri)?.clone())),
         };
         Some(Snapshot { resource: uri.to_owned(), state, from_seq: seq_i64(self.seq) })
     }
@@ -529,6 +542,8 @@ mod tests {
         assert_eq!(channel_kind("ahp-chat:/c1"), Some(ChannelKind::Chat));
         assert_eq!(channel_kind("ahp-session:/"), None);
         assert_eq!(channel_kind("ahp-chat:/a/b"), None);
+        assert_eq!(channel_kind("ahp-terminal:/t1"), Some(ChannelKind::Terminal));
+        assert_eq!(channel_kind("ahp-terminal:/"), None);
         assert_eq!(channel_kind("file:///x"), None);
         assert_eq!(channel_kind("ahp-changeset:/session/abc/branch"), Some(ChannelKind::Changeset));
         assert_eq!(channel_kind("ahp-changeset:/"), None);

@@ -380,6 +380,8 @@ impl Host {
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,
             policy: protocol::Policy::default(),
             cut,
+            // The store keeps what a tool call printed for every chat it holds.
+            terminal_outputs: true,
         })
     }
 

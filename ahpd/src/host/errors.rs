@@ -55,6 +55,11 @@ impl AhpError {
         Self::new(ahp::SESSION_ALREADY_EXISTS, format!("A session {uri} exists already"))
     }
 
+    /// -32003, for a channel other than a session's: the URI is in use.
+    pub fn in_use(message: impl Into<String>) -> Self {
+        Self::new(ahp::SESSION_ALREADY_EXISTS, message)
+    }
+
     /// -32004.
     pub fn turn_in_progress(message: impl Into<String>) -> Self {
         Self::new(ahp::TURN_IN_PROGRESS, message)

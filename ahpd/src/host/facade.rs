@@ -1,14 +1,18 @@
 //! The host's face toward its features (its own tools, `tools/`; sessions' folders and what changed
-//! in them, `worktrees/`): the one way they reach it, and the one way it reaches them.
+//! in them, `worktrees/`; its terminals, `terminals/`): the one way they reach it, and the one way
+//! it reaches them.
 //!
-//! The host knows its features only through the traits registered when it is built
-//! ([`super::Host::new`]): [`Tools`] (the catalogue — which tools a session is offered, and running
-//! a call of one — and one hook for a turn's end) and [`Workspaces`] (a session's folder made
-//! before it opens, the changesets it advertises and serves, and the events that change them). It
-//! never names a feature module. The features reach the host through this module alone: what
-//! they may read of its state ([`Core`]'s accessors below), what they may do ([`Core::apply`], the
-//! turn engine, opening sessions and chats, asking a person), and the types and helpers
-//! re-exported here. Nothing under `host/` imports a feature, and `ahpd/tests/tidy.rs` keeps it so.
+//! The host knows its features only through the traits registered with it: [`Tools`] (the
+//! catalogue — which tools a session is offered, and running a call of one — and one hook for a
+//! turn's end) and [`Workspaces`] (a session's folder made before it opens, the changesets it
+//! advertises and serves, and the events that change them), both given when it is built
+//! ([`super::Host::new`]), and [`Terminals`] (opening one, its input and size, ending its process,
+//! and running a `!` command), registered with [`Host::serve_terminals`]. It never names a
+//! feature module. The features reach the host through this module alone: what they may read of
+//! its state ([`Core`]'s accessors below), what they may do ([`Core::apply`], the turn engine,
+//! opening sessions and chats, asking a person, opening terminal channels), and the types and
+//! helpers re-exported here. Nothing under `host/` imports a feature, and `ahpd/tests/tidy.rs`
+//! keeps it so.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -29,10 +33,17 @@ pub use super::commands::CHAT_MOVES_OFF;
 pub use super::core::{Committed, CHANGESET_SCHEME};
 pub use super::errors::AhpError;
 pub use super::grants::refusal;
+pub use super::limits::over_limit;
 pub use super::questions::{Answer, Unanswered};
 pub use super::requests::{file_uri, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+pub use super::terminal_channels::{
+    claiming_session, content_bytes, is_running, output_of, tail, TerminalSettings, COMMAND_PREFIX,
+};
 pub use super::turns::host_turn;
+pub use super::WeakHost;
 pub use super::{new_id, now_iso, uri_id, AgentEntry, ChatMeta, LiveSettings, SessionMeta};
+pub use crate::store::KeptTerminalRecord;
+pub use crate::users::Principal;
 
 /// The features a host is built with.
 pub struct Features {
@@ -54,6 +65,61 @@ pub trait Tools: Send + Sync + 'static {
     /// A turn ended in `chat` (completed, cancelled or failed), before anything queued behind it
     /// starts.
     fn turn_ended(&self, core: &mut Core, chat: &str, turn_id: &str);
+}
+
+/// What the host asks of its terminals: the ptys and the processes on them. Every method runs
+/// under the host's lock and returns at once; what takes time runs in the feature's own tasks,
+/// which reach the host again through a [`WeakHost`].
+pub trait Terminals: Send + Sync + 'static {
+    /// `createTerminal`, once the host checked the channel is new, the claimed session is loaded
+    /// and the asker may write to it: opens the terminal (its channel through
+    /// [`Core::open_terminal`]) or says why not.
+    fn create(
+        &self,
+        core: &mut Core,
+        asker: &Asker,
+        params: ahp_types::commands::CreateTerminalParams,
+    ) -> Result<(), AhpError>;
+
+    /// A client's `terminal/input`, said already: written to the terminal's pty.
+    fn input(&self, uri: &str, data: &str);
+
+    /// A client's `terminal/resized`, said already: the terminal's pty takes the size.
+    fn resize(&self, uri: &str, cols: u16, rows: u16);
+
+    /// Ends a terminal's processes now (disposed, its session deleted, its command stopped). The
+    /// host closes the channel itself where it goes.
+    fn end(&self, uri: &str);
+
+    /// Runs a `!` command as the host's turn (said already); the feature ends the turn when the
+    /// command exits. `Err` says why it could not start (the host fails the turn with it).
+    fn run_command(&self, core: &mut Core, run: CommandRun) -> Result<(), String>;
+}
+
+/// Who asks for a terminal.
+#[derive(Debug, Clone)]
+pub struct Asker {
+    /// The asking connection's `clientId`.
+    pub client_id: Option<String>,
+    /// The person behind it.
+    pub principal: Principal,
+}
+
+/// A `!` command to run as the host's own turn.
+#[derive(Debug, Clone)]
+pub struct CommandRun {
+    /// The chat's session.
+    pub session: String,
+    /// The chat.
+    pub chat: String,
+    /// The turn (said already).
+    pub turn_id: String,
+    /// What to run (the message after its prefix).
+    pub command: String,
+    /// The session's folder, when it has one.
+    pub cwd: Option<PathBuf>,
+    /// The terminal channel to run it on (minted by the host).
+    pub terminal: String,
 }
 
 /// A tool call on its way.

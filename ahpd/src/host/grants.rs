@@ -152,8 +152,13 @@ pub enum Grant {
     ChatTurns,
     /// `config:write`.
     ConfigWrite,
+    /// `terminal:create` (a claim for a session asks `session:write` too, where it is checked).
+    TerminalCreate,
+    /// `terminal:dispose`.
+    TerminalDispose,
     /// What watching the channel it names asks: nothing for the root (never filtered per
-    /// person), `chat:turns` for a chat, `session:read` for the rest.
+    /// person), `chat:turns` for a chat, `terminal:output` for a terminal, `session:read` for the
+    /// rest.
     Watch,
     /// Each action it carries asks its own ([`action_grant`]), checked as it is dispatched.
     EachAction,
@@ -168,9 +173,12 @@ impl Grant {
             Grant::SessionWrite | Grant::SessionDelete => "session:write",
             Grant::ChatTurns => "chat:turns",
             Grant::ConfigWrite => "config:write",
+            Grant::TerminalCreate => "terminal:create",
+            Grant::TerminalDispose => "terminal:dispose",
             Grant::Watch => match channel_kind(channel) {
                 Some(ChannelKind::Root) | None => return None,
                 Some(ChannelKind::Chat) => "chat:turns",
+                Some(ChannelKind::Terminal) => "terminal:output",
                 Some(_) => "session:read",
             },
         })

@@ -33,13 +33,14 @@ pub mod rootconfig;
 pub mod rules;
 pub mod status;
 pub mod subagents;
+pub mod terminal_channels;
 pub mod turns;
 pub mod unload;
 pub mod write;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use ahp_types::state::{AgentInfo, RootState, SessionModelInfo, SessionSummary};
@@ -88,6 +89,8 @@ pub struct HostConfig {
     /// The providers whose sessions are not offered this host's own tools, nor handed its
     /// `/ahp-mcp` endpoint (`plugins.<name>.hostTools: false`).
     pub host_tools_withheld: std::collections::BTreeSet<String>,
+    /// What terminals may hold and where they run.
+    pub terminals: terminal_channels::TerminalSettings,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -138,6 +141,7 @@ impl Default for HostConfig {
             users: None,
             root_token: None,
             host_tools_withheld: Default::default(),
+            terminals: terminal_channels::TerminalSettings::default(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -273,12 +277,29 @@ pub struct Core {
     /// Chats of unloaded sessions whose drivers are still closing their backend sessions: a chat
     /// loaded again starts only once its last driver is done.
     retiring: HashMap<String, tokio_util::sync::CancellationToken>,
+    /// The terminals feature (ptys and their processes), when this host serves terminals.
+    terminals: Option<Arc<dyn facade::Terminals>>,
+    /// The terminals the root lists, in the order they were opened.
+    terminal_list: Vec<String>,
+    /// The `!` command each chat runs or ran last: (turn id, terminal channel).
+    command_turns: HashMap<String, (String, String)>,
 }
 
 /// The host; cheap to clone.
 #[derive(Clone)]
 pub struct Host {
     inner: Arc<Inner>,
+}
+
+/// A [`Host`] that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakHost(Weak<Inner>);
+
+impl WeakHost {
+    /// The host, while it lives.
+    pub fn upgrade(&self) -> Option<Host> {
+        self.0.upgrade().map(|inner| Host { inner })
+    }
 }
 
 struct Inner {
@@ -340,8 +361,16 @@ impl Host {
             workspaces,
             clock: config.clock.clone(),
             retiring: HashMap::new(),
+            terminals: None,
+            terminal_list: Vec::new(),
+            command_turns: HashMap::new(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
+    }
+
+    /// A handle that does not keep the host alive (for a feature's tasks, which the host holds).
+    pub fn downgrade(&self) -> WeakHost {
+        WeakHost(Arc::downgrade(&self.inner))
     }
 
     /// Locks the host's state. Never held across an await.
@@ -421,6 +450,13 @@ impl Host {
             WorkerEvent::SubagentStarted { params, incarnation, .. } => self.subagent_started(incarnation, params),
             WorkerEvent::ToolRun { params, responder, .. } => self.run_backend_call(params, responder),
             WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),
+            WorkerEvent::KeepTerminal { incarnation, params, .. } => {
+                let mut core = self.lock();
+                // Only the worker that holds the chat keeps outputs for it.
+                if core.chats.get(&params.chat).and_then(|m| m.live) == Some(incarnation) {
+                    core.keep_backend_output(params, self.config().terminals.scrollback_bytes);
+                }
+            }
             WorkerEvent::Exited { provider, incarnation, reason } => {
                 self.worker_exited(&provider, incarnation, &reason)
             }

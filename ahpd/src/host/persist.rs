@@ -266,6 +266,13 @@ impl Host {
                     return false;
                 }
             },
+            // What a chat's terminal printed, kept: loaded with its session, and leaving with it.
+            Some(ChannelKind::Terminal) => match core.session_of_kept_terminal(uri) {
+                Some(session) => {
+                    return self.ensure_loaded(core, &session) && core.load_kept_terminal(uri);
+                }
+                None => return false,
+            },
             _ => return false,
         };
         if core.ch.sessions.contains_key(&session) {

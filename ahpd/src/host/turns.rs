@@ -118,6 +118,11 @@ impl Core {
                 self.set_chat_title(chat, &title);
             }
         }
+        if let Some(command) = self.command_of(&message) {
+            // The host's own turn: the backend never hears of it (seed 004).
+            self.start_command(chat, &turn_id, command);
+            return;
+        }
         // A turn the host began that nobody watches (a wakeup's) has nobody to answer it.
         let unattended = extra.is_none() && !self.is_attended(chat);
         if let Some(meta) = self.chats.get(chat) {
@@ -274,6 +279,10 @@ impl Core {
 
     /// Hands the chat's steering message to the running turn, unless it was handed already.
     pub(super) fn offer_steering(&mut self, chat: &str) {
+        if self.runs_command(chat) {
+            // No backend turn to steer: it runs as the next turn once the command ends.
+            return;
+        }
         let Some(state) = self.ch.chats.get(chat) else {
             return;
         };

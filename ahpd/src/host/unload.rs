@@ -33,6 +33,9 @@ impl Core {
         if self.grace.keys().any(|(s, _)| s == session) {
             return Some("a client's grace period");
         }
+        if let Some(why) = self.terminal_keeps(session) {
+            return Some(why);
+        }
         self.chats_of(session).iter().find_map(|chat| self.chat_kept_by(chat))
     }
 

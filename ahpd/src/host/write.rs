@@ -6,6 +6,7 @@
 //!
 //! - a session: its record is written and its root summary told, when changed;
 //! - annotations: their state is written;
+//! - a terminal: the root's list of terminals follows its title, claim and lifecycle;
 //! - a chat: its record and turns are written as `persist.rs` says, the session's `inputNeeded`
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
@@ -34,6 +35,14 @@ impl Core {
     ) -> Committed {
         match channel_kind(channel) {
             Some(ChannelKind::Chat) => self.apply_to_chat(channel, action, origin, extra),
+            Some(ChannelKind::Terminal) => {
+                let listing = super::terminal_channels::changes_listing(&action);
+                let committed = self.ch.commit(channel, action, origin, extra);
+                if listing && matches!(committed, Committed::Sent { .. }) {
+                    self.terminal_listing_changed(channel);
+                }
+                committed
+            }
             kind => {
                 let archived = match &action {
                     StateAction::SessionIsArchivedChanged(a) => Some(a.is_archived),

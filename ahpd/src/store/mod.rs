@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-pub use self::records::{ChatRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
+pub use self::records::{ChatRecord, KeptTerminalRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// What went wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +162,20 @@ impl Store {
                     record TEXT NOT NULL
                 );
                 PRAGMA user_version = 2;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 3 {
+            // Version 3: what terminals printed, kept for their chats (a `!` command's, a backend's
+            // kept output).
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS terminal_outputs (
+                    uri TEXT PRIMARY KEY,
+                    chat TEXT NOT NULL REFERENCES chats(uri) ON DELETE CASCADE,
+                    record TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS terminal_outputs_of_chat ON terminal_outputs(chat);
+                PRAGMA user_version = 3;",
             );
             result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
         }
@@ -403,6 +417,23 @@ impl Store {
         self.sql(self.conn.execute("DELETE FROM wakeups WHERE chat = ?1", [chat]))?;
         self.wakeups_changed.notify_one();
         Ok(before)
+    }
+
+    /// Keeps what a terminal printed, replacing what was kept under its URI.
+    pub fn keep_terminal(&self, record: &KeptTerminalRecord) -> Result<(), StoreError> {
+        self.sql(self.conn.execute(
+            "INSERT OR REPLACE INTO terminal_outputs (uri, chat, record) VALUES (?1, ?2, ?3)",
+            params![record.uri, record.chat, serde_json::to_string(record)?],
+        ))?;
+        Ok(())
+    }
+
+    /// What a terminal printed, when it was kept.
+    pub fn kept_terminal(&self, uri: &str) -> Result<Option<KeptTerminalRecord>, StoreError> {
+        let row: Option<String> = self.sql(
+            self.conn.query_row("SELECT record FROM terminal_outputs WHERE uri = ?1", [uri], |r| r.get(0)).optional(),
+        )?;
+        Ok(row.map(|r| serde_json::from_str(&r)).transpose()?)
     }
 
     /// What is told whenever a wakeup is kept or forgotten.

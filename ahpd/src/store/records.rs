@@ -183,3 +183,30 @@ pub enum WorktreeState {
     /// stays, and the folder comes back when the session works again.
     Released,
 }
+
+/// What a terminal printed, kept so its channel reads back after a restart as an exited terminal:
+/// a `!` command's terminal, and an output a backend handed the host (`terminal/keep`, seed 004's
+/// `terminalOutputs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptTerminalRecord {
+    /// The terminal channel.
+    pub uri: String,
+    /// The session it belongs to.
+    pub session: String,
+    /// The chat it belongs to.
+    pub chat: String,
+    /// Its title.
+    pub title: String,
+    /// Where it ran (a `file:` URI), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// What it printed (its last bytes, at most the scrollback a terminal keeps).
+    pub output: String,
+    /// How it ended, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    /// It ran on a pseudo-terminal (its output may hold VT sequences).
+    #[serde(default)]
+    pub is_pty: bool,
+}

@@ -109,6 +109,8 @@ pub enum WorkerEvent {
     ToolRun { provider: String, incarnation: u64, params: ToolRunParams, responder: Responder },
     /// Keep a resource and answer.
     KeepResource { provider: String, incarnation: u64, params: KeepResourceParams, responder: Responder },
+    /// Keep an output a tool call printed, as an exited terminal of its chat.
+    KeepTerminal { provider: String, incarnation: u64, params: protocol::KeepTerminalParams },
     /// A worker died; its running turns must end.
     Exited { provider: String, incarnation: u64, reason: String },
 }
@@ -412,6 +414,13 @@ impl Supervisor {
                             }
                             continue;
                         }
+                        worker::TERMINAL_KEEP => match serde_json::from_value(params) {
+                            Ok(params) => WorkerEvent::KeepTerminal { provider: provider.clone(), incarnation, params },
+                            Err(e) => {
+                                tracing::warn!("worker {provider} sent a bad terminal/keep: {e}");
+                                continue;
+                            }
+                        },
                         worker::PROBE_CHANGED => {
                             if let Some(handle) = this.current(&provider) {
                                 this.probe(provider.clone(), handle.peer, true);

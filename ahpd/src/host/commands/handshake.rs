@@ -103,7 +103,9 @@ impl Host {
             snapshots,
             default_directory: self.config().default_directory.as_ref().map(|d| file_uri(d)),
             completion_trigger_characters: None,
-            terminal_command_prefix: None,
+            terminal_command_prefix: core
+                .terminals_feature()
+                .map(|_| crate::host::terminal_channels::COMMAND_PREFIX.to_owned()),
             telemetry: None,
             automations: None,
         };

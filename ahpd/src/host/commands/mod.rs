@@ -7,7 +7,7 @@
 //! A command cannot be declared without a grant: [`Command`]'s constructors take one, and
 //! [`Grant`] has no default. The handlers live beside this file by domain: `handshake`,
 //! `subscriptions`, `sessions`, `chats`, `changesets`, `config` and `testing`; a client action
-//! (`dispatchAction`) is `actions.rs`'s.
+//! (`dispatchAction`) is `actions.rs`'s, and the terminal commands `terminal_channels.rs`'s.
 
 mod changesets;
 mod chats;
@@ -20,9 +20,10 @@ mod testing;
 use std::sync::LazyLock;
 
 use ahp_types::commands::{
-    AuthenticateParams, CompletionsParams, CreateChatParams, CreateSessionParams, DisposeChatParams,
-    DisposeSessionParams, FetchTurnsParams, InitializeParams, InvokeChangesetOperationParams, ListSessionsParams,
-    ReconnectParams, ResolveSessionConfigParams, ResourceReadParams, SessionConfigCompletionsParams, SubscribeParams,
+    AuthenticateParams, CompletionsParams, CreateChatParams, CreateSessionParams, CreateTerminalParams,
+    DisposeChatParams, DisposeSessionParams, DisposeTerminalParams, FetchTurnsParams, InitializeParams,
+    InvokeChangesetOperationParams, ListSessionsParams, ReconnectParams, ResolveSessionConfigParams,
+    ResourceReadParams, SessionConfigCompletionsParams, SubscribeParams,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -199,8 +200,16 @@ fn requests() -> Vec<Command> {
         Command::request("fetchTurns", Grant::ChatTurns, H::answers::<FetchTurnsParams>(Host::fetch_turns)),
         Command::request("completions", Grant::SessionRead, H::returns::<CompletionsParams>(Host::completions)),
         // AHP commands this host does not serve: refused as such, whoever asks.
-        Command::unserved("createTerminal", Grant::Anyone),
-        Command::unserved("disposeTerminal", Grant::Anyone),
+        Command::request(
+            "createTerminal",
+            Grant::TerminalCreate,
+            H::returns::<CreateTerminalParams>(Host::create_terminal),
+        ),
+        Command::request(
+            "disposeTerminal",
+            Grant::TerminalDispose,
+            H::returns::<DisposeTerminalParams>(Host::dispose_terminal),
+        ),
         // Merging, discarding and committing a session's work are writes to it.
         Command::request(
             "invokeChangesetOperation",
@@ -403,6 +412,9 @@ mod tests {
         assert_eq!(grant("listSessions", "ahp-root://"), Some("session:read"));
         assert_eq!(grant("fetchTurns", "ahp-chat:/x"), Some("chat:turns"));
         assert_eq!(grant("ahpd/test/advanceClock", ""), Some("config:write"));
+        assert_eq!(grant("createTerminal", "ahp-terminal:/t"), Some("terminal:create"));
+        assert_eq!(grant("disposeTerminal", "ahp-terminal:/t"), Some("terminal:dispose"));
+        assert_eq!(grant("subscribe", "ahp-terminal:/t"), Some("terminal:output"));
         assert_eq!(grant("initialize", "ahp-chat:/x"), None);
         assert!(request("unsubscribe").is_none(), "a notification, not a request");
         assert!(notification("unsubscribe").is_some());

@@ -1,0 +1,168 @@
+//! A `!` command's turn (seed 004: "A `!` command's turn is the host's"): the turn holds one tool
+//! call that names the terminal the command runs on, live while it runs; when the command exits
+//! the call completes with the terminal and the exit code, what the terminal printed is kept in
+//! the store (so the terminal reads back after a restart), and the turn ends. The backend never
+//! hears of it.
+
+use std::path::Path;
+use std::time::Instant;
+
+use ahp_types::actions::{
+    ChatToolCallCompleteAction, ChatToolCallContentChangedAction, ChatToolCallReadyAction, ChatToolCallStartAction,
+    ChatTurnCompleteAction, StateAction,
+};
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{
+    TerminalClaim, TerminalCommandResult, TerminalLifecycleState, TerminalRunningLifecycleState, TerminalSessionClaim,
+    TerminalState, ToolCallConfirmationReason, ToolCallResult, ToolInput, ToolResultContent, ToolResultTerminalContent,
+};
+
+use crate::host::facade::{self, output_of, tail, CommandRun, KeptTerminalRecord};
+use crate::host::Core;
+
+/// The tool a command's call is named as.
+pub const TOOL_NAME: &str = "terminal";
+
+/// The most of a command's output its result carries for a client that does not open the
+/// terminal.
+const PREVIEW_BYTES: usize = 4096;
+
+/// A command's turn, to end once its command exited.
+pub struct CommandTurn {
+    session: String,
+    chat: String,
+    turn_id: String,
+    tool_call_id: String,
+    command: String,
+    cwd: String,
+    started: Instant,
+}
+
+impl CommandTurn {
+    fn terminal(&self, uri: &str, result: Option<TerminalCommandResult>) -> ToolResultContent {
+        ToolResultContent::Terminal(ToolResultTerminalContent {
+            resource: uri.to_owned(),
+            title: self.command.clone(),
+            is_pty: Some(true),
+            result,
+        })
+    }
+}
+
+/// Opens the command's terminal channel and its call in the turn, running.
+pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
+    let turn = CommandTurn {
+        session: run.session.clone(),
+        chat: run.chat.clone(),
+        turn_id: run.turn_id.clone(),
+        tool_call_id: facade::new_id(),
+        command: run.command.clone(),
+        cwd: facade::file_uri(cwd),
+        started: Instant::now(),
+    };
+    let state = TerminalState {
+        title: run.command.clone(),
+        cwd: Some(turn.cwd.clone()),
+        cols: Some(80),
+        rows: Some(24),
+        content: Vec::new(),
+        lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+        claim: TerminalClaim::Session(TerminalSessionClaim {
+            session: run.session.clone(),
+            chat: run.chat.clone(),
+            turn_id: Some(run.turn_id.clone()),
+            tool_call_id: Some(turn.tool_call_id.clone()),
+        }),
+        supports_command_detection: None,
+        is_pty: Some(true),
+    };
+    core.open_terminal(&run.terminal, state, true);
+    let (turn_id, tool_call_id) = (turn.turn_id.clone(), turn.tool_call_id.clone());
+    let actions = [
+        StateAction::ChatToolCallStart(ChatToolCallStartAction {
+            turn_id: turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: None,
+            tool_name: TOOL_NAME.to_owned(),
+            display_name: "Terminal".to_owned(),
+            intention: None,
+            contributor: None,
+        }),
+        StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+            turn_id: turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: None,
+            contributor: None,
+            intention: None,
+            invocation_message: StringOrMarkdown::Plain(format!("Running `{}`", run.command)),
+            tool_input: Some(ToolInput::Inline(run.command.clone())),
+            confirmation_title: None,
+            risk_assessment: None,
+            edits: None,
+            editable: None,
+            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
+            options: None,
+        }),
+        // The live terminal, for a client to open while the command runs.
+        StateAction::ChatToolCallContentChanged(ChatToolCallContentChangedAction {
+            turn_id,
+            tool_call_id,
+            meta: None,
+            content: vec![turn.terminal(&run.terminal, None)],
+        }),
+    ];
+    for action in actions {
+        core.apply(&run.chat, action, None, None);
+    }
+    turn
+}
+
+/// The command exited with `code`: what it printed is kept, its terminal leaves the root's list,
+/// and its turn — unless somebody stopped it already — completes with the terminal and the code.
+pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, code: Option<i64>, scrollback: usize) {
+    let output = core.terminal_state(uri).map(output_of).unwrap_or_default();
+    core.keep_terminal(&KeptTerminalRecord {
+        uri: uri.to_owned(),
+        session: turn.session.clone(),
+        chat: turn.chat.clone(),
+        title: turn.command.clone(),
+        cwd: Some(turn.cwd.clone()),
+        output: tail(&output, scrollback).to_owned(),
+        exit_code: code,
+        is_pty: true,
+    });
+    core.unlist_terminal(uri);
+    if core.running_turn(&turn.chat).as_deref() != Some(turn.turn_id.as_str()) {
+        return;
+    }
+    let preview = tail(&output, PREVIEW_BYTES);
+    let result = TerminalCommandResult {
+        exit_code: code,
+        preview: Some(preview.to_owned()),
+        truncated: (preview.len() < output.len()).then_some(true),
+    };
+    let success = code == Some(0);
+    let past = match code {
+        Some(0) => format!("Ran `{}`", turn.command),
+        Some(code) => format!("Ran `{}`, which exited with code {code}", turn.command),
+        None => format!("Ran `{}`, which ended without an exit code", turn.command),
+    };
+    let complete = StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+        turn_id: turn.turn_id.clone(),
+        tool_call_id: turn.tool_call_id.clone(),
+        meta: None,
+        result: ToolCallResult {
+            success,
+            past_tense_message: StringOrMarkdown::Plain(past),
+            content: Some(vec![turn.terminal(uri, Some(result))]),
+            structured_content: None,
+            error: (!success).then(|| serde_json::Value::String(format!("exit code {}", code.unwrap_or(-1)))),
+        },
+        requires_result_confirmation: None,
+    });
+    core.apply(&turn.chat, complete, None, None);
+    let duration = i64::try_from(turn.started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let done =
+        StateAction::ChatTurnComplete(ChatTurnCompleteAction { turn_id: turn.turn_id.clone(), duration, meta: None });
+    core.apply(&turn.chat, done, None, None);
+}

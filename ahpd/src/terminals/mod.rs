@@ -1,0 +1,297 @@
+//! Terminals: a real pseudo-terminal per terminal channel, and the `!` commands a person runs in a
+//! chat. This module owns the ptys and their processes; the channels are the host's, reached
+//! through `host::facade` alone, and every change to them goes through the one write path.
+//!
+//! - `pty.rs`: a program on a pty in a session (and process group) of its own, killed with it.
+//! - `escapes.rs`: shell integration's escape sequences taken out of the output.
+//! - `run.rs`: one terminal's task — output to `terminal/data`, input and resizes in order, the
+//!   scrollback under its bound, the exit.
+//! - `command.rs`: a `!` command's turn — a terminal the turn names, its exit code in the turn.
+//!
+//! [`Terminals`] is what the host is given (`Host::serve_terminals`); it answers the host's
+//! `facade::Terminals`, decides the limits (terminals per session and per client, scrollback) and
+//! where a terminal may run, and keeps the running ones.
+
+mod command;
+pub mod escapes;
+pub mod pty;
+pub mod run;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ahp_types::commands::CreateTerminalParams;
+use ahp_types::state::{TerminalClaim, TerminalLifecycleState, TerminalRunningLifecycleState, TerminalState};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::run::Control;
+use crate::host::facade::{self, over_limit, path_of, AhpError, Asker, CommandRun, TerminalSettings, WeakHost};
+use crate::host::{Core, Host};
+
+/// A terminal's size when the client names none.
+const DEFAULT_SIZE: (u16, u16) = (80, 24);
+
+/// The largest side a terminal may have, in columns or rows.
+const MAX_SIDE: i64 = 4096;
+
+/// A running terminal, as the feature keeps it.
+struct Live {
+    /// Where clients' input and sizes go, in order.
+    control: mpsc::UnboundedSender<Control>,
+    /// Ends it.
+    end: CancellationToken,
+    /// Ends its processes at once.
+    killer: pty::Killer,
+    /// The session that claimed it, counted against `maxTerminalsPerSession`.
+    session: Option<String>,
+    /// The client that opened it, counted against `maxTerminalsPerConnection`.
+    client: Option<String>,
+}
+
+/// The terminals feature.
+pub struct Terminals {
+    host: WeakHost,
+    settings: TerminalSettings,
+    /// Where a terminal runs when nothing says where.
+    default_directory: Option<PathBuf>,
+    live: Mutex<HashMap<String, Live>>,
+}
+
+impl Terminals {
+    /// The terminals of `host`, with the limits its config gives.
+    pub fn new(host: &Host) -> Arc<Self> {
+        Arc::new(Self {
+            host: host.downgrade(),
+            settings: host.config().terminals.clone(),
+            default_directory: host.config().default_directory.clone(),
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<String, Live>> {
+        // A panic while it was held leaves the map as it was; keep serving.
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shell a terminal runs: `defaultShell`, else `$SHELL`, else `/bin/sh`.
+    fn shell(&self) -> PathBuf {
+        self.settings
+            .default_shell
+            .clone()
+            .or_else(|| std::env::var_os("SHELL").filter(|s| !s.is_empty()).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+    }
+
+    /// Refuses one more terminal for `session` or `client` past its limit.
+    fn check_room(&self, session: Option<&str>, client: Option<&str>) -> Result<(), AhpError> {
+        let live = self.live();
+        if let Some(session) = session {
+            let open = live.values().filter(|l| l.session.as_deref() == Some(session)).count();
+            if open >= self.settings.per_session {
+                return Err(over_limit(
+                    "maxTerminalsPerSession",
+                    self.settings.per_session,
+                    format!(
+                        "This session has {open} terminals running, this host's limit (maxTerminalsPerSession); \
+                         dispose of one, or let one finish, first"
+                    ),
+                ));
+            }
+        }
+        if let Some(client) = client {
+            let open = live.values().filter(|l| l.client.as_deref() == Some(client)).count();
+            if open >= self.settings.per_client {
+                return Err(over_limit(
+                    "maxTerminalsPerConnection",
+                    self.settings.per_client,
+                    format!(
+                        "This client has {open} terminals running, this host's limit (maxTerminalsPerConnection); \
+                         dispose of one first"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts `program` on a pty for channel `uri` and runs it in a task of the host's; `after`
+    /// runs under the host's lock once it exited and that was said.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        uri: &str,
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        size: (u16, u16),
+        owners: (Option<String>, Option<String>),
+        after: Option<command::CommandTurn>,
+    ) -> Result<(), String> {
+        let host = self.host.upgrade().ok_or("the host is stopping")?;
+        let started = pty::spawn(program, args, cwd, size.0, size.1).map_err(|e| e.to_string())?;
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let end = CancellationToken::new();
+        let killer = started.process.killer();
+        let (session, client) = owners;
+        self.live().insert(uri.to_owned(), Live { control, end: end.clone(), killer, session, client });
+        let terminal = run::Terminal {
+            uri: uri.to_owned(),
+            process: started.process,
+            reader: started.reader,
+            writer: started.writer,
+            control: control_rx,
+            end,
+            scrollback: self.settings.scrollback_bytes,
+        };
+        let uri = uri.to_owned();
+        let scrollback = self.settings.scrollback_bytes;
+        host.clone().spawn("terminal", async move {
+            let code = run::run(&host, terminal).await;
+            let mut core = host.lock();
+            // It was reaped: nothing is left to kill, and it no longer counts against a limit.
+            if let Some(terminals) = core.terminals_feature() {
+                terminals.end(&uri);
+            }
+            run::say_exited(&mut core, &uri, code);
+            if let Some(turn) = after {
+                command::finished(&mut core, &uri, &turn, code, scrollback);
+            }
+        });
+        Ok(())
+    }
+
+    /// Where a terminal runs: the folder asked for, which a session's terminal must find inside
+    /// the session's folder; with none asked, the session's folder or the daemon's.
+    fn folder_for(&self, core: &Core, claim: &TerminalClaim, asked: Option<&str>) -> Result<PathBuf, AhpError> {
+        let session_folder = match claim {
+            TerminalClaim::Session(c) => core.session(&c.session).and_then(|m| m.working_directory.clone()),
+            TerminalClaim::Client(_) => None,
+        };
+        let fallback = session_folder.clone().or_else(|| self.default_directory.clone());
+        let Some(asked) = asked else {
+            return fallback.ok_or_else(|| AhpError::invalid_params("Name a cwd: this host has no folder of its own"));
+        };
+        let path = path_of(asked).ok_or_else(|| {
+            AhpError::invalid_params(format!(
+                "Invalid createTerminal params: cwd must be an absolute file: URI, not {asked}"
+            ))
+        })?;
+        let real = std::fs::canonicalize(&path)
+            .ok()
+            .filter(|p| p.is_dir())
+            .ok_or_else(|| AhpError::invalid_params(format!("There is no folder at {}", path.display())))?;
+        if let TerminalClaim::Session(_) = claim {
+            let allowed = fallback.ok_or_else(|| AhpError::invalid_params("This session has no folder"))?;
+            let root = std::fs::canonicalize(&allowed).unwrap_or(allowed);
+            if !real.starts_with(&root) {
+                return Err(AhpError::permission_denied(format!(
+                    "{} is outside this session's folders ({}); a session's terminal runs inside them",
+                    path.display(),
+                    root.display()
+                )));
+            }
+        }
+        Ok(real)
+    }
+}
+
+/// A side of a terminal as a client gave it: absent for the default, else 1 to [`MAX_SIDE`].
+fn side(given: Option<i64>, default: u16, name: &str) -> Result<u16, AhpError> {
+    match given {
+        None => Ok(default),
+        Some(n) if (1..=MAX_SIDE).contains(&n) => Ok(u16::try_from(n).unwrap_or(default)),
+        Some(n) => Err(AhpError::invalid_params(format!(
+            "Invalid createTerminal params: {name} must be between 1 and {MAX_SIDE}, not {n}"
+        ))),
+    }
+}
+
+impl facade::Terminals for Terminals {
+    fn create(&self, core: &mut Core, asker: &Asker, params: CreateTerminalParams) -> Result<(), AhpError> {
+        let (session, client) = match &params.claim {
+            TerminalClaim::Client(c) => {
+                if asker.client_id.as_deref() != Some(c.client_id.as_str()) {
+                    return Err(AhpError::invalid_params(
+                        "A client can only claim a terminal for itself, under its own clientId",
+                    ));
+                }
+                (None, Some(c.client_id.clone()))
+            }
+            TerminalClaim::Session(c) => {
+                let in_session =
+                    core.session_state(&c.session).is_some_and(|s| s.chats.iter().any(|x| x.resource == c.chat));
+                if !in_session {
+                    return Err(AhpError::invalid_params(format!(
+                        "Invalid createTerminal params: {} is not a chat of {}",
+                        c.chat, c.session
+                    )));
+                }
+                (Some(c.session.clone()), asker.client_id.clone())
+            }
+        };
+        let cols = side(params.cols, DEFAULT_SIZE.0, "cols")?;
+        let rows = side(params.rows, DEFAULT_SIZE.1, "rows")?;
+        let cwd = self.folder_for(core, &params.claim, params.cwd.as_deref())?;
+        self.check_room(session.as_deref(), client.as_deref())?;
+        let shell = self.shell();
+        let title = params.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| {
+            shell.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "shell".to_owned())
+        });
+        let state = TerminalState {
+            title,
+            cwd: Some(facade::file_uri(&cwd)),
+            cols: Some(i64::from(cols)),
+            rows: Some(i64::from(rows)),
+            content: Vec::new(),
+            lifecycle: TerminalLifecycleState::Running(TerminalRunningLifecycleState {}),
+            claim: params.claim.clone(),
+            supports_command_detection: None,
+            is_pty: Some(true),
+        };
+        // The channel is there before the first byte of output.
+        core.open_terminal(&params.channel, state, true);
+        if let Err(why) = self.start(&params.channel, &shell, &[], &cwd, (cols, rows), (session, client), None) {
+            core.close_terminal(&params.channel);
+            return Err(AhpError::internal(why));
+        }
+        Ok(())
+    }
+
+    fn input(&self, uri: &str, data: &str) {
+        if let Some(live) = self.live().get(uri) {
+            let _ = live.control.send(Control::Input(data.to_owned()));
+        }
+    }
+
+    fn resize(&self, uri: &str, cols: u16, rows: u16) {
+        if let Some(live) = self.live().get(uri) {
+            let _ = live.control.send(Control::Resize(cols, rows));
+        }
+    }
+
+    fn end(&self, uri: &str) {
+        if let Some(live) = self.live().remove(uri) {
+            live.killer.kill();
+            live.end.cancel();
+        }
+    }
+
+    fn run_command(&self, core: &mut Core, run: CommandRun) -> Result<(), String> {
+        self.check_room(Some(&run.session), None).map_err(|e| e.message)?;
+        let cwd = run
+            .cwd
+            .clone()
+            .or_else(|| self.default_directory.clone())
+            .ok_or("This session has no folder to run a command in")?;
+        let turn = command::open(core, &run, &cwd);
+        let args = vec!["-c".to_owned(), run.command.clone()];
+        let owners = (Some(run.session.clone()), None);
+        if let Err(why) = self.start(&run.terminal, &self.shell(), &args, &cwd, DEFAULT_SIZE, owners, Some(turn)) {
+            core.close_terminal(&run.terminal);
+            return Err(why);
+        }
+        Ok(())
+    }
+}

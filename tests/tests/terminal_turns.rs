@@ -1,0 +1,141 @@
+//! Terminals in a chat (issue 21), with the real Claude Code CLI on the scripted Anthropic mock:
+//! a `!` command runs as the host's own turn in a terminal the turn names — the model never sees
+//! it, and after `ahpd restart` the chat reads back with it in its place and its terminal exited
+//! with what it printed; a Bash call the model makes shows its output as a terminal part.
+
+use std::path::{Path, PathBuf};
+
+use ahp_types::state::{
+    ResponsePart, TerminalLifecycleState, ToolCallState, ToolResultContent, ToolResultTerminalContent, Turn, TurnState,
+};
+use ahp_types::ROOT_RESOURCE_URI;
+use serde_json::{json, Value};
+use tests::client::terminal_output;
+use tests::daemon::Home;
+use tests::mocks::anthropic::MockAnthropic;
+use tests::{turn_text, TestClient};
+
+/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
+fn claude_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
+        return PathBuf::from(bin);
+    }
+    let cache = std::env::var_os("AHPD_TEST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
+    cache.join("claude/node_modules/.bin/claude")
+}
+
+/// A config whose `claude` agent talks to `mock`, whose terminals run `/bin/sh`.
+fn claude_config(mock: &MockAnthropic) -> Value {
+    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    json!({
+        "agents": { "claude": { "kind": "claude", "env": env, "options": { "command": claude_bin() } } },
+        "defaultShell": "/bin/sh",
+    })
+}
+
+/// `ahpd on ws://… (pid N)…` → the url.
+fn announced(stdout: &str) -> anyhow::Result<String> {
+    let first = stdout.lines().next().unwrap_or_default();
+    let rest = first.strip_prefix("ahpd on ").ok_or_else(|| anyhow::anyhow!("not an announcement: {stdout}"))?;
+    Ok(rest.split_once(" (pid ").map_or(rest, |(url, _)| url).to_owned())
+}
+
+/// The terminal parts of a turn's tool calls, completed, with the call's success.
+fn terminal_parts(turn: &Turn) -> Vec<(bool, ToolResultTerminalContent)> {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                ToolCallState::Completed(c) => Some(c),
+                _ => None,
+            },
+            _ => None,
+        })
+        .flat_map(|c| {
+            c.content.iter().flatten().filter_map(move |content| match content {
+                ToolResultContent::Terminal(t) => Some((c.success, t.clone())),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+fn chat_turns(client: &TestClient, chat: &str) -> Vec<Turn> {
+    client.mirror.chat(chat).map(|c| c.turns.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_bang_command_is_the_hosts_turn_unseen_by_the_model_and_read_back_in_its_place() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = Home::new()?;
+    home.write_config(&claude_config(&mock))?;
+    let folder = home.path().join("project");
+    std::fs::create_dir_all(&folder)?;
+    for name in ["alpha.txt", "beta.txt"] {
+        std::fs::write(folder.join(name), "x")?;
+    }
+    let started = home.expect(0, &["start", "--port", "0"]).await?;
+    let url = announced(&started.stdout)?;
+    let mut a = TestClient::connect(&url, "a").await?;
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    let params = json!({ "channel": session, "provider": "claude",
+                         "workingDirectories": [format!("file://{}", folder.display())] });
+    a.request("createSession", params).await?;
+    a.subscribe(&session).await?;
+    let s = session.clone();
+    a.until("the session's chat", move |m| m.session(&s).is_some_and(|st| st.default_chat.is_some())).await?;
+    let chat = a.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
+    a.subscribe(&chat).await?;
+
+    let first = a.turn(&chat, "before the command").await?;
+    assert_eq!(first.state, TurnState::Complete);
+    let command = a.turn(&chat, "!ls").await?;
+    assert_eq!(command.state, TurnState::Complete, "{command:?}");
+    let parts = terminal_parts(&command);
+    let [(success, terminal)] = &parts[..] else { anyhow::bail!("one terminal part: {:?}", command.response_parts) };
+    assert!(success);
+    assert_eq!(terminal.result.as_ref().and_then(|r| r.exit_code), Some(0), "its exit code is in the turn");
+    let preview = terminal.result.as_ref().and_then(|r| r.preview.clone()).unwrap_or_default();
+    assert!(preview.contains("alpha.txt") && preview.contains("beta.txt"), "{preview:?}");
+    a.subscribe(&terminal.resource).await?;
+    let listed = a.mirror.terminal(&terminal.resource).map(terminal_output).unwrap_or_default();
+    assert!(listed.contains("alpha.txt") && listed.contains("beta.txt"), "the terminal lists the folder: {listed:?}");
+    let after = a.turn(&chat, "after the command").await?;
+    assert_eq!(turn_text(&after), format!("{}after the command", tests::mocks::anthropic::HELLO));
+
+    // The model saw the turns around the command, never the command or what it printed.
+    let requests = mock.turn_requests();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        let text = request.transcript_text();
+        assert!(!text.contains("!ls") && !text.contains("alpha.txt"), "the model saw the command: {text}");
+    }
+    assert!(requests.last().is_some_and(|r| r.transcript_text().contains("before the command")));
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&terminal.resource).await?;
+    let before: Vec<String> = chat_turns(&a, &chat).iter().map(|t| t.id.clone()).collect();
+    assert_eq!(before, [first.id.clone(), command.id.clone(), after.id.clone()]);
+    drop(a);
+
+    let restarted = home.expect(0, &["restart"]).await?;
+    let url = announced(&restarted.stdout)?;
+    let mut b = TestClient::connect(&url, "b").await?;
+    b.subscribe(&chat).await?;
+    let turns = chat_turns(&b, &chat);
+    let ids: Vec<String> = turns.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, before, "the chat reads back with the command's turn in its place");
+    assert_eq!(turns[1].message.text, "!ls");
+    assert_eq!(terminal_parts(&turns[1]).len(), 1);
+    b.subscribe(&terminal.resource).await?;
+    let state = b.mirror.terminal(&terminal.resource).cloned().ok_or_else(|| anyhow::anyhow!("no terminal"))?;
+    assert!(matches!(&state.lifecycle, TerminalLifecycleState::Exited(e) if e.exit_code == Some(0)), "{state:?}");
+    assert!(terminal_output(&state).contains("alpha.txt"), "what it printed is kept: {state:?}");
+    // Not a terminal somebody has open any more.
+    let root = b.mirror.root().and_then(|r| r.terminals.clone()).unwrap_or_default();
+    assert!(root.iter().all(|t| t.resource != terminal.resource), "{root:?}");
+    b.check_against_snapshot(ROOT_RESOURCE_URI).await?;
+    home.expect(0, &["stop"]).await?;
+    Ok(())
+}
