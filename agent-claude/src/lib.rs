@@ -307,6 +307,7 @@ impl Agent for Claude {
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             permission_modes: offered_modes(&start.policy),
+            terminal_outputs: start.terminal_outputs,
         };
         let fork = match &start.cut {
             Some(cut) => Some(self.fork_point(cut, &working)?),

@@ -36,6 +36,8 @@ pub struct Call {
 pub struct TurnMapper {
     writer: TurnWriter,
     tools: Vec<ToolSpec>,
+    /// The host keeps what a command printed as an exited terminal (`Start.terminalOutputs`).
+    terminal_outputs: bool,
     calls: HashMap<String, Call>,
     /// Stream block index → tool-use id, for `input_json_delta`s.
     open_tool_blocks: HashMap<u64, String>,
@@ -54,6 +56,7 @@ impl TurnMapper {
         Self {
             writer,
             tools,
+            terminal_outputs: false,
             calls: HashMap::new(),
             open_tool_blocks: HashMap::new(),
             streamed: HashSet::new(),
@@ -253,7 +256,14 @@ impl TurnMapper {
         }
     }
 
-    /// The call ended: readied first if nobody asked, then one result object.
+    /// Names the command's output as a terminal kept by the host (`Start.terminalOutputs`).
+    pub fn with_terminal_outputs(mut self, kept: bool) -> Self {
+        self.terminal_outputs = kept;
+        self
+    }
+
+    /// The call ended: readied first if nobody asked, then one result object. A command the CLI
+    /// ran (Bash) shows what it printed as a terminal the host keeps, where the host keeps them.
     pub fn complete(&mut self, id: &str, success: bool, text: String, past_tense: Option<String>) {
         let Some(call) = self.calls.get(id) else { return };
         if call.done || call.named.owner == Owner::Question {
@@ -263,8 +273,14 @@ impl TurnMapper {
         let Some(call) = self.calls.get_mut(id) else { return };
         call.done = true;
         let past = past_tense.unwrap_or_else(|| tools::past_tense_message(&call.named, &call.input, success));
+        let ran = tools::command_run(&call.named, &call.input, success, &text).filter(|_| self.terminal_outputs);
         let (text, error) = if success { (Some(text), None) } else { (Some(text.clone()), Some(text)) };
-        self.writer.tool_complete(id, tool_result(success, past, text.filter(|t| !t.is_empty()), error));
+        let mut result = tool_result(success, past, text.filter(|t| !t.is_empty()), error);
+        if let Some(ran) = ran {
+            let uri = self.writer.host().keep_terminal_output(id, &ran.command, &ran.output, ran.exit_code);
+            result.content = Some(vec![ran.terminal(uri)]);
+        }
+        self.writer.tool_complete(id, result);
     }
 
     /// The host (or a client) ran the call: complete it from the outcome.
@@ -332,6 +348,31 @@ mod tests {
     fn mapper() -> (TurnMapper, Captured) {
         let (host, captured) = capture_host();
         (TurnMapper::new(TurnWriter::new(host, "t1"), Vec::new()), captured)
+    }
+
+    #[tokio::test]
+    async fn a_command_the_cli_ran_is_a_terminal_the_host_keeps() {
+        let (host, captured) = capture_host();
+        let mut m = TurnMapper::new(TurnWriter::new(host, "t1"), Vec::new()).with_terminal_outputs(true);
+        m.start_call("toolu_1", "Bash");
+        m.set_input("toolu_1", &json!({"command": "make test"}));
+        m.line(&json!({"type": "user", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": true, "content": "Exit code 2\nfailed"}
+        ]}}));
+        let actions = captured.actions().await;
+        let result = actions.iter().find_map(|a| match a {
+            StateAction::ChatToolCallComplete(c) => Some(c.result.clone()),
+            _ => None,
+        });
+        let result = result.expect("a result");
+        assert!(!result.success);
+        let Some([ahp_types::state::ToolResultContent::Terminal(t)]) = result.content.as_deref() else {
+            panic!("a terminal: {result:?}")
+        };
+        assert_eq!(t.resource, "ahp-terminal:/c.toolu_1");
+        assert_eq!(t.title, "make test");
+        assert_eq!(t.result.as_ref().and_then(|r| r.exit_code), Some(2));
+        assert_eq!(t.result.as_ref().and_then(|r| r.preview.as_deref()), Some("failed"));
     }
 
     #[tokio::test]

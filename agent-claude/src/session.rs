@@ -69,6 +69,8 @@ pub struct SessionSpec {
     pub append_system_prompt: Option<String>,
     /// The permission modes this session offers (its policy may withhold one).
     pub permission_modes: Vec<&'static str>,
+    /// The host keeps what a command printed as an exited terminal (`Start.terminalOutputs`).
+    pub terminal_outputs: bool,
 }
 
 /// What opens the prompt of a turn that goes on after its process was lost.
@@ -346,7 +348,7 @@ impl Core {
         let (params, resumed) = state.queue.pop_front()?;
         let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
         let writer = writer(self.host.clone(), params.turn_id.clone());
-        let mapper = TurnMapper::new(writer, state.tools.clone());
+        let mapper = TurnMapper::new(writer, state.tools.clone()).with_terminal_outputs(self.spec.terminal_outputs);
         state.turn = Some(Running {
             mapper,
             phase: Phase::Preparing,
@@ -1075,6 +1077,7 @@ mod tests {
             mcp_config: json!({"mcpServers": {}}),
             append_system_prompt: Some("Be brief.".into()),
             permission_modes: vec!["default"],
+            terminal_outputs: false,
         }
     }
 

@@ -135,6 +135,58 @@ pub fn invocation_message(named: &Named, input: &Value) -> String {
     }
 }
 
+/// A command the CLI ran (its Bash tool) and how it ended, read from its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRun {
+    /// The command line.
+    pub command: String,
+    /// What it printed (the CLI's "Exit code N" line taken off).
+    pub output: String,
+    /// Its exit code: 0 for a result that is not an error, N for one that says "Exit code N".
+    pub exit_code: Option<i64>,
+}
+
+/// The most of a command's output its result carries for a client that does not open the
+/// terminal.
+const PREVIEW_BYTES: usize = 4096;
+
+impl CommandRun {
+    /// The terminal part a call's result shows it as, the host keeping it at `uri`.
+    pub fn terminal(&self, uri: String) -> ahp_types::state::ToolResultContent {
+        use ahp_types::state::{TerminalCommandResult, ToolResultContent, ToolResultTerminalContent};
+        let mut start = self.output.len().saturating_sub(PREVIEW_BYTES);
+        while !self.output.is_char_boundary(start) {
+            start += 1;
+        }
+        ToolResultContent::Terminal(ToolResultTerminalContent {
+            resource: uri,
+            title: self.command.clone(),
+            is_pty: Some(false),
+            result: Some(TerminalCommandResult {
+                exit_code: self.exit_code,
+                preview: Some(self.output[start..].to_owned()),
+                truncated: (start > 0).then_some(true),
+            }),
+        })
+    }
+}
+
+/// A Bash call that ran to an exit, from its result: not one that was denied or never ran (an
+/// error that names no exit code).
+pub fn command_run(named: &Named, input: &Value, success: bool, text: &str) -> Option<CommandRun> {
+    if (named.tool_name.as_str(), &named.owner) != ("Bash", &Owner::Cli) {
+        return None;
+    }
+    let command = field(input, &["command"])?.to_owned();
+    if success {
+        return Some(CommandRun { command, output: text.to_owned(), exit_code: Some(0) });
+    }
+    let rest = text.strip_prefix("Exit code ")?;
+    let (code, output) = rest.split_once('\n').unwrap_or((rest, ""));
+    let exit_code = code.trim().parse().ok()?;
+    Some(CommandRun { command, output: output.to_owned(), exit_code: Some(exit_code) })
+}
+
 /// What a call did, as a client draws it once it is done.
 pub fn past_tense_message(named: &Named, input: &Value, success: bool) -> String {
     if !success {

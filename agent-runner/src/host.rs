@@ -5,8 +5,8 @@ use ahp_types::state::ContentRef;
 use ahp_types::Uri;
 use protocol::methods::worker;
 use protocol::{
-    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, SubagentStartedParams, ToolOutcome, ToolRunParams,
-    TurnRecordedParams,
+    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, KeepTerminalParams, SubagentStartedParams,
+    ToolOutcome, ToolRunParams, TurnRecordedParams,
 };
 use serde_json::Value;
 
@@ -95,6 +95,22 @@ impl SessionHost {
             input,
         };
         self.peer.request(worker::TOOL_RUN, params).await.map_err(|e| AgentError::Host(e.to_string()))
+    }
+
+    /// Hands the host what a tool call printed (a command the agent ran itself), to keep as an
+    /// exited terminal of this chat under `key`; answers the terminal's channel, which a call's
+    /// result may name at once (seed 004's `terminalOutputs.keep` and `.uri`). Only for a start
+    /// whose `terminalOutputs` is true.
+    pub fn keep_terminal_output(&self, key: &str, title: &str, output: &str, exit_code: Option<i64>) -> Uri {
+        let params = KeepTerminalParams {
+            chat: self.chat.clone(),
+            key: key.to_owned(),
+            title: title.to_owned(),
+            output: output.to_owned(),
+            exit_code,
+        };
+        self.peer.notify(worker::TERMINAL_KEEP, params);
+        protocol::terminal_output_uri(&self.chat, key)
     }
 
     /// Hands the host content a part would carry inline; answers where it was kept, if anywhere.

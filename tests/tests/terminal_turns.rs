@@ -139,3 +139,38 @@ async fn a_bang_command_is_the_hosts_turn_unseen_by_the_model_and_read_back_in_i
     home.expect(0, &["stop"]).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_command_claude_runs_shows_its_output_as_a_terminal_readable_after_a_restart() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-test-").tempdir()?;
+    let options = tests::DaemonOptions::with_config(claude_config(&mock));
+    let mut daemon = tests::Daemon::start_in(home.path(), options.clone()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_, chat) = a.create_session("claude", None).await?;
+    let args = json!({ "command": "echo from-bash; exit 3", "description": "Say where it is from" });
+    let turn_id = a.send(&chat, &format!("run it TOOL:Bash ARGS:{args}")).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let parts = terminal_parts(&turn);
+    let [(success, terminal)] = &parts[..] else { anyhow::bail!("one terminal part: {:?}", turn.response_parts) };
+    assert!(!success, "a command that exited 3 failed");
+    assert_eq!(terminal.title, "echo from-bash; exit 3");
+    assert_eq!(terminal.result.as_ref().and_then(|r| r.exit_code), Some(3));
+    a.subscribe(&terminal.resource).await?;
+    let state = a.mirror.terminal(&terminal.resource).cloned().ok_or_else(|| anyhow::anyhow!("no terminal"))?;
+    assert!(terminal_output(&state).contains("from-bash"), "{state:?}");
+    a.check_against_snapshot(&chat).await?;
+    drop(a);
+
+    daemon.terminate().await?;
+    let daemon = tests::Daemon::start_in(home.path(), options).await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&terminal.resource).await?;
+    let state = b.mirror.terminal(&terminal.resource).cloned().ok_or_else(|| anyhow::anyhow!("no terminal"))?;
+    assert!(matches!(&state.lifecycle, TerminalLifecycleState::Exited(e) if e.exit_code == Some(3)), "{state:?}");
+    assert!(terminal_output(&state).contains("from-bash"), "kept across the restart: {state:?}");
+    Ok(())
+}
