@@ -332,3 +332,40 @@ async fn a_guest_cannot_open_watch_or_type_into_a_terminal_and_a_member_can() ->
     assert!(!member.mirror.terminal(&uri).map(terminal_output).unwrap_or_default().contains("typed-by-gus"));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_models_ahp_terminals_lists_an_open_terminal_with_its_last_lines() -> anyhow::Result<()> {
+    let mut opts = options(json!({}));
+    if let Some(config) = opts.config.as_mut() {
+        config["agents"]["notes"] = json!({ "kind": "notes" });
+    }
+    let daemon = Daemon::start_with(opts).await?;
+    let folder = daemon.home.join("work");
+    let elsewhere = daemon.home.join("elsewhere");
+    std::fs::create_dir_all(&folder)?;
+    std::fs::create_dir_all(&elsewhere)?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    let params = json!({ "channel": session, "provider": "notes", "workingDirectories": [file_uri(&folder)] });
+    a.request("createSession", params).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    a.subscribe(&session).await?;
+    let s = session.clone();
+    a.until("the session's chat", move |m| m.session(&s).is_some_and(|st| st.default_chat.is_some())).await?;
+    let chat = a.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
+    a.subscribe(&chat).await?;
+    let before = tests::turn_text(&a.turn(&chat, "call ahp_terminals {}").await?);
+    assert!(before.ends_with("This host has no terminal open."), "{before}");
+
+    let uri = open(&mut a, &folder, None).await?;
+    type_line(&a, &uri, "echo marker-$((40+2))").await?;
+    until_printed(&mut a, &uri, "marker-42").await?;
+    // A terminal in another folder is not this session's.
+    let other = open(&mut a, &elsewhere, None).await?;
+    let said = tests::turn_text(&a.turn(&chat, "call ahp_terminals {}").await?);
+    let title = a.mirror.terminal(&uri).map(|t| t.title.clone()).unwrap_or_default();
+    let line = format!("{uri}\t{title}\t{}\trunning", std::fs::canonicalize(&folder)?.display());
+    assert!(said.contains(&line), "the terminal's line {line:?} in {said:?}");
+    assert!(said.contains("\n  marker-42"), "its last lines: {said}");
+    assert!(!said.contains(&other), "{said}");
+    Ok(())
+}

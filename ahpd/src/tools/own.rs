@@ -1,7 +1,8 @@
 //! Two of this host's own three tools, both read-only: `ahp_resource` (a file under the session's
 //! folders, or a resource a connected client publishes at `<scheme>://<clientId>/…`, read through
-//! AHP's `resourceRead` sent to that client) and `ahp_terminals` (the terminals a person can see;
-//! this host opens none). The third, `schedule_wakeup`, is `wakeups.rs`.
+//! AHP's `resourceRead` sent to that client) and `ahp_terminals` (the terminals a person can see
+//! that are the session's — its own, and those open in its folder — with their last lines). The
+//! third, `schedule_wakeup`, is `wakeups.rs`.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -9,7 +10,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::{Group, ToolCall, ToolInfo, ToolResult};
-use crate::host::facade::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+use crate::host::facade::{self, path_of, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use crate::host::Host;
 
 const RESOURCE: &str = "ahp_resource";
@@ -23,7 +24,7 @@ pub fn tools() -> Vec<ToolInfo> {
     let mut terminals = ToolInfo::new(
         Group::Own,
         TERMINALS,
-        "The terminals this host has open, with what each is running and where. These are the terminals the person can see, which is not the same as a shell run from a tool.",
+        "The terminals this host has open for this session - its own, and those open in its folder - as uri, title, cwd and running on a line each, followed by each one's last lines of output. These are the terminals the person can see, which is not the same as a shell run from a tool.",
         json!({ "type": "object", "properties": {} }),
     )
     .titled("Terminals on this host")
@@ -47,10 +48,57 @@ pub fn tools() -> Vec<ToolInfo> {
 pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
     Some(match name {
         RESOURCE => resource(host, call).await,
-        // This host opens no terminals of its own.
-        TERMINALS => Ok("This host has no terminal open.".to_owned()),
+        TERMINALS => Ok(terminals(host, call)),
         _ => return None,
     })
+}
+
+/// How many of a terminal's last lines `ahp_terminals` shows.
+const LAST_LINES: usize = 20;
+
+/// The terminals open on this host that the calling session may see (its own, and those open in
+/// its folder), as seed 000 has them — uri, title, cwd and running, a line each — each followed
+/// by its last lines of output, escape sequences taken out.
+fn terminals(host: &Host, call: &ToolCall) -> String {
+    let core = host.lock();
+    let session = call.session.as_deref();
+    let folder = session.and_then(|s| core.session(s)).and_then(|m| m.working_directory.clone());
+    let folder = folder.map(|f| std::fs::canonicalize(&f).unwrap_or(f));
+    let mut out = Vec::new();
+    for (uri, state) in core.listed_terminals() {
+        let cwd = state.cwd.as_deref().and_then(path_of);
+        let theirs = facade::claiming_session(state).is_some_and(|s| Some(s) == session);
+        let in_folder = matches!((&cwd, &folder), (Some(cwd), Some(folder)) if cwd.starts_with(folder));
+        if session.is_some() && !theirs && !in_folder {
+            continue;
+        }
+        let running = if facade::is_running(state) { "running" } else { "exited" };
+        let shown_cwd = cwd.map(|c| c.display().to_string()).unwrap_or_default();
+        out.push(format!("{uri}\t{}\t{shown_cwd}\t{running}", state.title));
+        out.extend(last_lines(&facade::output_of(state), LAST_LINES).into_iter().map(|line| format!("  {line}")));
+    }
+    if out.is_empty() {
+        return "This host has no terminal open.".to_owned();
+    }
+    out.join("\n")
+}
+
+/// The last `n` lines a terminal shows, as text: escape sequences out, a line a carriage return
+/// rewrote read as it ended, blank lines at the end dropped.
+fn last_lines(output: &str, n: usize) -> Vec<String> {
+    let mut lines: Vec<String> = output
+        .split('\n')
+        .map(|line| {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            let shown = line.rsplit('\r').next().unwrap_or(line);
+            strip_ansi_escapes::strip_str(shown).trim_end().to_owned()
+        })
+        .collect();
+    while lines.last().is_some_and(String::is_empty) {
+        lines.pop();
+    }
+    let skip = lines.len().saturating_sub(n);
+    lines.split_off(skip)
 }
 
 async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
@@ -243,6 +291,14 @@ mod tests {
         assert_eq!(path_of_file_uri("file://localhost/w/x"), Some(PathBuf::from("/w/x")));
         assert_eq!(path_of_file_uri("file:relative"), None);
         assert_eq!(lexically_normal(Path::new("/w/x/../../etc/passwd")), PathBuf::from("/etc/passwd"));
+    }
+
+    #[test]
+    fn a_terminals_last_lines_are_its_text() {
+        let output = "$ make\r\n\x1b[32mok\x1b[0m\r\n50%\r100%\r\n$ \r\n\r\n";
+        assert_eq!(last_lines(output, 20), ["$ make", "ok", "100%", "$"]);
+        assert_eq!(last_lines(output, 2), ["100%", "$"]);
+        assert!(last_lines("", 5).is_empty());
     }
 
     #[test]
