@@ -213,7 +213,8 @@ async fn a_killed_daemon_leaves_no_shell_at_the_next_start() -> anyhow::Result<(
 
 #[tokio::test]
 async fn terminals_are_refused_outside_their_session_and_past_their_limits() -> anyhow::Result<()> {
-    let daemon = Daemon::start_with(options(json!({ "maxTerminalsPerConnection": 1 }))).await?;
+    let config = json!({ "maxTerminalsPerConnection": 2, "maxTerminalsPerSession": 1 });
+    let daemon = Daemon::start_with(options(config)).await?;
     let folder = daemon.home.join("project");
     std::fs::create_dir_all(folder.join("src"))?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
@@ -239,11 +240,17 @@ async fn terminals_are_refused_outside_their_session_and_past_their_limits() -> 
     type_line(&a, &inside, "pwd").await?;
     until_printed(&mut a, &inside, &format!("{}\r\n", folder.join("src").display())).await?;
 
-    // The client's one terminal is the one above; a second is past maxTerminalsPerConnection.
+    // The session's one terminal is the one above; a second is past maxTerminalsPerSession.
     let (code, message, data) =
         error_of(&a, "createTerminal", json!({ "channel": new_terminal(), "claim": claim })).await;
-    assert_eq!(code, -32600, "{message}");
-    assert_eq!(data["limit"], "maxTerminalsPerConnection", "{message}");
+    assert_eq!((code, &data["limit"]), (-32600, &json!("maxTerminalsPerSession")), "{message}");
+    assert!(message.starts_with("This session has 1 terminals running"), "{message}");
+    // The client opened that one; with one of its own it is at maxTerminalsPerConnection.
+    open(&mut a, &daemon.home, None).await?;
+    let mine = json!({ "kind": "client", "clientId": "a" });
+    let (code, message, data) =
+        error_of(&a, "createTerminal", json!({ "channel": new_terminal(), "claim": mine })).await;
+    assert_eq!((code, &data["limit"]), (-32600, &json!("maxTerminalsPerConnection")), "{message}");
     assert!(message.contains("maxTerminalsPerConnection"), "{message}");
 
     // Another client may not claim for this one.
@@ -367,5 +374,80 @@ async fn the_models_ahp_terminals_lists_an_open_terminal_with_its_last_lines() -
     assert!(said.contains(&line), "the terminal's line {line:?} in {said:?}");
     assert!(said.contains("\n  marker-42"), "its last lines: {said}");
     assert!(!said.contains(&other), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sessions_terminal_ends_with_the_session_and_every_terminal_with_the_daemon() -> anyhow::Result<()> {
+    let mut daemon = Daemon::start_with(options(json!({}))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("echo", None).await?;
+    let theirs = new_terminal();
+    let claim = json!({ "kind": "session", "session": session, "chat": chat });
+    a.request("createTerminal", json!({ "channel": theirs, "claim": claim }))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    a.subscribe(&theirs).await?;
+    let session_shell = shell_pid(&mut a, &theirs).await?;
+    let mine = open(&mut a, &daemon.home, None).await?;
+    let client_shell = shell_pid(&mut a, &mine).await?;
+
+    a.request("disposeSession", json!({ "channel": session })).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    until_exited(session_shell).await?;
+    assert!(alive(client_shell), "a client's terminal is not the session's");
+    let t = theirs.clone();
+    a.until("the session's terminal off the root's list", move |m| {
+        m.root().and_then(|r| r.terminals.as_ref()).is_some_and(|list| list.iter().all(|i| i.resource != t))
+    })
+    .await?;
+    a.check_against_snapshot(ahp_types::ROOT_RESOURCE_URI).await?;
+    drop(a);
+    daemon.terminate().await?;
+    until_exited(client_shell).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bang_command_runs_as_the_hosts_turn_and_a_stop_ends_its_process() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(options(json!({}))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_, chat) = a.create_session("echo", None).await?;
+    let turn_id = a.send(&chat, "!echo command-pid=$$; sleep 1000").await?;
+    let c = chat.clone();
+    let live = move |m: &tests::Mirror| -> Option<String> {
+        let turn = m.chat(&c)?.active_turn.as_ref()?;
+        turn.response_parts.iter().find_map(|p| match p {
+            ahp_types::state::ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                ahp_types::state::ToolCallState::Running(r) => r.content.iter().flatten().find_map(|c| match c {
+                    ahp_types::state::ToolResultContent::Terminal(t) => Some(t.resource.clone()),
+                    _ => None,
+                }),
+                _ => None,
+            },
+            _ => None,
+        })
+    };
+    let probe = live.clone();
+    a.until("the command's live terminal in its turn", move |m| probe(m).is_some()).await?;
+    let uri = live(&a.mirror).unwrap_or_default();
+    a.subscribe(&uri).await?;
+    let pid = until_number(&mut a, &uri, "command-pid=").await?;
+    assert!(alive(pid));
+    let stop = StateAction::ChatTurnCancelled(ahp_types::actions::ChatTurnCancelledAction {
+        turn_id: turn_id.clone(),
+        duration: 0,
+        meta: None,
+    });
+    a.dispatch(&chat, stop).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, ahp_types::state::TurnState::Cancelled);
+    until_exited(pid).await?;
+    let u = uri.clone();
+    a.until("the command's terminal to exit", move |m| m.terminal(&u).and_then(exited_with).is_some()).await?;
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&uri).await?;
+    // The chat goes on with the backend, which never heard of the command.
+    let next = a.turn(&chat, "hello after").await?;
+    assert_eq!(tests::turn_text(&next), "hello after");
     Ok(())
 }

@@ -276,19 +276,26 @@ impl Core {
     /// A session leaves memory: its terminals go with it, and when it `closes` for good their
     /// processes end first.
     pub(super) fn remove_session_terminals(&mut self, session: &str, closes: bool) {
-        let theirs: Vec<String> = self
+        self.remove_terminals(|claim| claim.session == session, closes);
+    }
+
+    /// A chat is deleted: the terminals it claims end and close.
+    pub(super) fn remove_chat_terminals(&mut self, chat: &str) {
+        self.remove_terminals(|claim| claim.chat == chat, true);
+    }
+
+    fn remove_terminals(&mut self, theirs: impl Fn(&TerminalSessionClaim) -> bool, end: bool) {
+        let uris: Vec<String> = self
             .ch
             .terminals
             .iter()
-            .filter(|(_, t)| claiming_session(t) == Some(session))
+            .filter(|(_, t)| matches!(&t.claim, TerminalClaim::Session(claim) if theirs(claim)))
             .map(|(uri, _)| uri.clone())
             .collect();
         let feature = self.terminals.clone();
-        for uri in theirs {
-            if closes {
-                if let Some(feature) = &feature {
-                    feature.end(&uri);
-                }
+        for uri in uris {
+            if let Some(feature) = feature.as_ref().filter(|_| end) {
+                feature.end(&uri);
             }
             self.close_terminal(&uri);
         }

@@ -120,6 +120,10 @@ pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
 /// The command exited with `code`: what it printed is kept, its terminal leaves the root's list,
 /// and its turn — unless somebody stopped it already — completes with the terminal and the code.
 pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, code: Option<i64>, scrollback: usize) {
+    if core.chat(&turn.chat).is_none() {
+        // Its chat was deleted (and the command ended with it): nothing is left to keep it for.
+        return;
+    }
     let output = core.terminal_state(uri).map(output_of).unwrap_or_default();
     core.keep_terminal(&KeptTerminalRecord {
         uri: uri.to_owned(),
