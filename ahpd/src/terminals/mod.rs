@@ -38,6 +38,8 @@ const MAX_SIDE: i64 = 4096;
 
 /// A running terminal, as the feature keeps it.
 struct Live {
+    /// Which start of the channel it is (a channel disposed and created again is a new one).
+    id: u64,
     /// Where clients' input and sizes go, in order.
     control: mpsc::UnboundedSender<Control>,
     /// Ends it.
@@ -50,13 +52,54 @@ struct Live {
     client: Option<String>,
 }
 
+/// The running terminals, by channel.
+#[derive(Default)]
+struct Registry {
+    live: Mutex<HashMap<String, Live>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Live>> {
+        // A panic while it was held leaves the map as it was; keep serving.
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets start `id` of `uri` once its program was reaped (a later start of the same channel
+    /// stays).
+    fn forget(&self, uri: &str, id: u64) {
+        let mut live = self.lock();
+        if live.get(uri).is_some_and(|l| l.id == id) {
+            live.remove(uri);
+        }
+    }
+}
+
+/// A program to start on a terminal's pty.
+struct Launch<'a> {
+    /// The terminal's channel.
+    uri: &'a str,
+    /// The program and its arguments.
+    program: PathBuf,
+    args: Vec<String>,
+    /// Where it runs.
+    cwd: &'a Path,
+    /// Columns and rows.
+    size: (u16, u16),
+    /// The session and the client it counts against.
+    session: Option<String>,
+    client: Option<String>,
+    /// A `!` command's turn, ended once the program exits.
+    turn: Option<command::CommandTurn>,
+}
+
 /// The terminals feature.
 pub struct Terminals {
     host: WeakHost,
     settings: TerminalSettings,
     /// Where a terminal runs when nothing says where.
     default_directory: Option<PathBuf>,
-    live: Mutex<HashMap<String, Live>>,
+    registry: Arc<Registry>,
 }
 
 impl Terminals {
@@ -66,13 +109,12 @@ impl Terminals {
             host: host.downgrade(),
             settings: host.config().terminals.clone(),
             default_directory: host.config().default_directory.clone(),
-            live: Mutex::new(HashMap::new()),
+            registry: Arc::default(),
         })
     }
 
     fn live(&self) -> MutexGuard<'_, HashMap<String, Live>> {
-        // A panic while it was held leaves the map as it was; keep serving.
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        self.registry.lock()
     }
 
     /// The shell a terminal runs: `defaultShell`, else `$SHELL`, else `/bin/sh`.
@@ -116,28 +158,26 @@ impl Terminals {
         Ok(())
     }
 
-    /// Starts `program` on a pty for channel `uri` and runs it in a task of the host's; `after`
-    /// runs under the host's lock once it exited and that was said.
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        &self,
-        uri: &str,
-        program: &Path,
-        args: &[String],
-        cwd: &Path,
-        size: (u16, u16),
-        owners: (Option<String>, Option<String>),
-        after: Option<command::CommandTurn>,
-    ) -> Result<(), String> {
+    /// Starts a program on a pty and runs its terminal in a task of the host's; once it exited
+    /// and that was said, a `!` command's turn ends.
+    fn start(&self, launch: Launch<'_>) -> Result<(), String> {
         let host = self.host.upgrade().ok_or("the host is stopping")?;
-        let started = pty::spawn(program, args, cwd, size.0, size.1).map_err(|e| e.to_string())?;
+        let (cols, rows) = launch.size;
+        let started = pty::spawn(&launch.program, &launch.args, launch.cwd, cols, rows).map_err(|e| e.to_string())?;
         let (control, control_rx) = mpsc::unbounded_channel();
         let end = CancellationToken::new();
-        let killer = started.process.killer();
-        let (session, client) = owners;
-        self.live().insert(uri.to_owned(), Live { control, end: end.clone(), killer, session, client });
+        let id = self.registry.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let live = Live {
+            id,
+            control,
+            end: end.clone(),
+            killer: started.process.killer(),
+            session: launch.session,
+            client: launch.client,
+        };
+        self.live().insert(launch.uri.to_owned(), live);
         let terminal = run::Terminal {
-            uri: uri.to_owned(),
+            uri: launch.uri.to_owned(),
             process: started.process,
             reader: started.reader,
             writer: started.writer,
@@ -145,17 +185,15 @@ impl Terminals {
             end,
             scrollback: self.settings.scrollback_bytes,
         };
-        let uri = uri.to_owned();
+        let (uri, turn, registry) = (launch.uri.to_owned(), launch.turn, self.registry.clone());
         let scrollback = self.settings.scrollback_bytes;
         host.clone().spawn("terminal", async move {
             let code = run::run(&host, terminal).await;
+            // Reaped: nothing is left to kill, and it no longer counts against a limit.
+            registry.forget(&uri, id);
             let mut core = host.lock();
-            // It was reaped: nothing is left to kill, and it no longer counts against a limit.
-            if let Some(terminals) = core.terminals_feature() {
-                terminals.end(&uri);
-            }
             run::say_exited(&mut core, &uri, code);
-            if let Some(turn) = after {
+            if let Some(turn) = turn {
                 command::finished(&mut core, &uri, &turn, code, scrollback);
             }
         });
@@ -252,7 +290,17 @@ impl facade::Terminals for Terminals {
         };
         // The channel is there before the first byte of output.
         core.open_terminal(&params.channel, state, true);
-        if let Err(why) = self.start(&params.channel, &shell, &[], &cwd, (cols, rows), (session, client), None) {
+        let launch = Launch {
+            uri: &params.channel,
+            program: shell,
+            args: Vec::new(),
+            cwd: &cwd,
+            size: (cols, rows),
+            session,
+            client,
+            turn: None,
+        };
+        if let Err(why) = self.start(launch) {
             core.close_terminal(&params.channel);
             return Err(AhpError::internal(why));
         }
@@ -286,9 +334,17 @@ impl facade::Terminals for Terminals {
             .or_else(|| self.default_directory.clone())
             .ok_or("This session has no folder to run a command in")?;
         let turn = command::open(core, &run, &cwd);
-        let args = vec!["-c".to_owned(), run.command.clone()];
-        let owners = (Some(run.session.clone()), None);
-        if let Err(why) = self.start(&run.terminal, &self.shell(), &args, &cwd, DEFAULT_SIZE, owners, Some(turn)) {
+        let launch = Launch {
+            uri: &run.terminal,
+            program: self.shell(),
+            args: vec!["-c".to_owned(), run.command.clone()],
+            cwd: &cwd,
+            size: DEFAULT_SIZE,
+            session: Some(run.session.clone()),
+            client: None,
+            turn: Some(turn),
+        };
+        if let Err(why) = self.start(launch) {
             core.close_terminal(&run.terminal);
             return Err(why);
         }
