@@ -283,11 +283,29 @@ impl TestClient {
     /// Creates a session on `provider` with `config`, waits until it is ready, and subscribes to it
     /// and its default chat. Answers (session, chat).
     pub async fn create_session(&mut self, provider: &str, config: Option<Value>) -> anyhow::Result<(String, String)> {
-        let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
-        let mut params = serde_json::json!({ "channel": session, "provider": provider });
+        let mut params = serde_json::json!({ "provider": provider });
         if let Some(config) = config {
             params["config"] = config;
         }
+        self.open_session(params).await
+    }
+
+    /// Creates a session on `provider` working in `folder`, waits until it is ready, and
+    /// subscribes to it and its default chat. Answers (session, chat).
+    pub async fn create_session_in(
+        &mut self,
+        provider: &str,
+        folder: &std::path::Path,
+    ) -> anyhow::Result<(String, String)> {
+        let folders = [format!("file://{}", folder.display())];
+        self.open_session(serde_json::json!({ "provider": provider, "workingDirectories": folders })).await
+    }
+
+    /// `createSession` with `params` on a new channel, then waits for it and watches it and its
+    /// default chat.
+    async fn open_session(&mut self, mut params: Value) -> anyhow::Result<(String, String)> {
+        let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+        params["channel"] = Value::String(session.clone());
         self.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
         self.subscribe(&session).await?;
         let s = session.clone();

@@ -98,21 +98,6 @@ fn exited_with(state: &TerminalState) -> Option<Option<i64>> {
     }
 }
 
-/// The reason the host gave for refusing the client's action `seq`.
-async fn refusal(client: &mut TestClient, seq: i64) -> anyhow::Result<String> {
-    loop {
-        let found = client
-            .envelopes
-            .iter()
-            .find(|e| e.origin.as_ref().is_some_and(|o| o.client_id == client.client_id && o.client_seq == seq))
-            .cloned();
-        if let Some(envelope) = found {
-            return Ok(envelope.rejection_reason.unwrap_or_else(|| "(accepted)".to_owned()));
-        }
-        client.next_event(tests::PATIENCE).await?;
-    }
-}
-
 /// The error a request ended in, as (code, message, data).
 async fn error_of(client: &TestClient, method: &str, params: Value) -> (i32, String, Value) {
     match client.request(method, params).await {
@@ -160,7 +145,7 @@ async fn a_shell_prints_takes_a_size_and_exits_with_its_code() -> anyhow::Result
 
     // Exited, it takes no more input.
     let seq = a.dispatch(&uri, StateAction::TerminalInput(TerminalInputAction { data: "x".into() })).await?;
-    let reason = refusal(&mut a, seq).await?;
+    let reason = a.refusal(seq).await?;
     assert_eq!(reason, format!("The terminal at {uri} has exited; it takes no input and no size"));
     Ok(())
 }
@@ -218,13 +203,7 @@ async fn terminals_are_refused_outside_their_session_and_past_their_limits() -> 
     let folder = daemon.home.join("project");
     std::fs::create_dir_all(folder.join("src"))?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
-    let params = json!({ "channel": session, "provider": "echo", "workingDirectories": [file_uri(&folder)] });
-    a.request("createSession", params).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    a.subscribe(&session).await?;
-    let s = session.clone();
-    a.until("the session's chat", move |m| m.session(&s).is_some_and(|st| st.default_chat.is_some())).await?;
-    let chat = a.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
+    let (session, chat) = a.create_session_in("echo", &folder).await?;
     let claim = json!({ "kind": "session", "session": session, "chat": chat });
 
     let outside = json!({ "channel": new_terminal(), "claim": claim, "cwd": file_uri(&daemon.home) });
@@ -334,7 +313,7 @@ async fn a_guest_cannot_open_watch_or_type_into_a_terminal_and_a_member_can() ->
     );
     let typed = StateAction::TerminalInput(TerminalInputAction { data: "echo typed-by-gus\r".into() });
     let seq = guest.dispatch(&uri, typed).await?;
-    assert_eq!(refusal(&mut guest, seq).await?, "gus may not terminal:write here");
+    assert_eq!(guest.refusal(seq).await?, "gus may not terminal:write here");
     member.check_against_snapshot(&uri).await?;
     assert!(!member.mirror.terminal(&uri).map(terminal_output).unwrap_or_default().contains("typed-by-gus"));
     Ok(())
@@ -352,14 +331,7 @@ async fn the_models_ahp_terminals_lists_an_open_terminal_with_its_last_lines() -
     std::fs::create_dir_all(&folder)?;
     std::fs::create_dir_all(&elsewhere)?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
-    let params = json!({ "channel": session, "provider": "notes", "workingDirectories": [file_uri(&folder)] });
-    a.request("createSession", params).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    a.subscribe(&session).await?;
-    let s = session.clone();
-    a.until("the session's chat", move |m| m.session(&s).is_some_and(|st| st.default_chat.is_some())).await?;
-    let chat = a.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
-    a.subscribe(&chat).await?;
+    let (_, chat) = a.create_session_in("notes", &folder).await?;
     let before = tests::turn_text(&a.turn(&chat, "call ahp_terminals {}").await?);
     assert!(before.ends_with("This host has no terminal open."), "{before}");
 

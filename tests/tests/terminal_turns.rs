@@ -79,15 +79,7 @@ async fn a_bang_command_is_the_hosts_turn_unseen_by_the_model_and_read_back_in_i
     let started = home.expect(0, &["start", "--port", "0"]).await?;
     let url = announced(&started.stdout)?;
     let mut a = TestClient::connect(&url, "a").await?;
-    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
-    let params = json!({ "channel": session, "provider": "claude",
-                         "workingDirectories": [format!("file://{}", folder.display())] });
-    a.request("createSession", params).await?;
-    a.subscribe(&session).await?;
-    let s = session.clone();
-    a.until("the session's chat", move |m| m.session(&s).is_some_and(|st| st.default_chat.is_some())).await?;
-    let chat = a.mirror.session(&session).and_then(|s| s.default_chat.clone()).unwrap_or_default();
-    a.subscribe(&chat).await?;
+    let (_, chat) = a.create_session_in("claude", &folder).await?;
 
     let first = a.turn(&chat, "before the command").await?;
     assert_eq!(first.state, TurnState::Complete);

@@ -13,8 +13,7 @@ use ahp_types::commands::{ContentEncoding, ResourceReadResult};
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::messages::JsonRpcError;
 use ahp_types::state::{
-    Annotation, AnnotationEntry, AnnotationOrigin, MessageKind, ResponsePart, SessionLifecycle, SnapshotState,
-    ToolCallState, Turn,
+    Annotation, AnnotationEntry, AnnotationOrigin, MessageKind, ResponsePart, SnapshotState, ToolCallState, Turn,
 };
 use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
@@ -39,23 +38,7 @@ fn manual_clock(config: Value, offset_ms: u64) -> DaemonOptions {
 
 /// Creates a session of `provider` working in `folder`; subscribes to it and its default chat.
 async fn session_in(client: &mut TestClient, provider: &str, folder: &Path) -> anyhow::Result<(String, String)> {
-    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
-    let params = json!({
-        "channel": session,
-        "provider": provider,
-        "workingDirectories": [format!("file://{}", folder.display())],
-    });
-    client.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
-    client.subscribe(&session).await?;
-    let s = session.clone();
-    client
-        .until("the session to be ready", move |m| {
-            m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
-        })
-        .await?;
-    let chat = client.mirror.session(&session).and_then(|s| s.default_chat.clone()).context("no default chat")?;
-    client.subscribe(&chat).await?;
-    Ok((session, chat))
+    client.create_session_in(provider, folder).await
 }
 
 /// The session's tools endpoint, as the notes agent was handed it.

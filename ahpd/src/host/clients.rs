@@ -6,14 +6,11 @@
 
 use std::collections::HashMap;
 
-use ahp_types::actions::{
-    ChatToolCallCompleteAction, ChatToolCallReadyAction, ChatToolCallStartAction, SessionActiveClientRemovedAction,
-    StateAction,
-};
+use ahp_types::actions::{ChatToolCallCompleteAction, SessionActiveClientRemovedAction, StateAction};
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
-    ResponsePart, SessionActiveClient, ToolCallClientContributor, ToolCallConfirmationReason, ToolCallContributor,
-    ToolCallResult, ToolCallState, ToolInput, ToolResultContent, ToolResultTextContent,
+    ResponsePart, SessionActiveClient, ToolCallClientContributor, ToolCallContributor, ToolCallResult, ToolCallState,
+    ToolResultContent, ToolResultTextContent,
 };
 use protocol::{ToolOutcome, ToolSpec};
 use serde_json::Value;
@@ -222,32 +219,18 @@ impl Host {
         }
         let id = format!("ahp-client-{}", uuid::Uuid::new_v4().simple());
         let contributor = Some(ToolCallContributor::Client(ToolCallClientContributor { client_id: owner.to_owned() }));
-        let start = StateAction::ChatToolCallStart(ChatToolCallStartAction {
-            turn_id: turn_id.to_owned(),
-            tool_call_id: id.clone(),
-            meta: None,
-            tool_name: name.to_owned(),
-            display_name: name.to_owned(),
-            intention: None,
-            contributor: contributor.clone(),
-        });
-        core.apply(chat, start, None, None);
-        let ready = StateAction::ChatToolCallReady(ChatToolCallReadyAction {
-            turn_id: turn_id.to_owned(),
-            tool_call_id: id.clone(),
-            meta: None,
+        let call = super::turns::RunningCall {
+            turn_id,
+            tool_call_id: &id,
+            tool_name: name,
+            display_name: name,
             contributor,
-            intention: None,
-            invocation_message: StringOrMarkdown::Plain(format!("Running {name} in {owner}")),
-            tool_input: Some(ToolInput::Inline(input.to_string())),
-            confirmation_title: None,
-            risk_assessment: None,
-            edits: None,
-            editable: None,
-            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
-            options: None,
-        });
-        core.apply(chat, ready, None, None);
+            invocation: format!("Running {name} in {owner}"),
+            input: Some(input.to_string()),
+        };
+        for action in call.actions() {
+            core.apply(chat, action, None, None);
+        }
         id
     }
 
@@ -277,21 +260,16 @@ impl Host {
             t.response_parts.iter().any(|p| matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call, ToolCallState::Streaming(s) if s.tool_call_id == id)))
         });
         if streaming {
-            let ready = StateAction::ChatToolCallReady(ChatToolCallReadyAction {
-                turn_id: call.turn_id.clone(),
-                tool_call_id: id.to_owned(),
-                meta: None,
+            let ready = super::turns::RunningCall {
+                turn_id: &call.turn_id,
+                tool_call_id: id,
+                tool_name: &call.name,
+                display_name: &call.name,
                 contributor: None,
-                intention: None,
-                invocation_message: StringOrMarkdown::Plain(format!("Running {}", call.name)),
-                tool_input: None,
-                confirmation_title: None,
-                risk_assessment: None,
-                edits: None,
-                editable: None,
-                confirmed: Some(ToolCallConfirmationReason::NotNeeded),
-                options: None,
-            });
+                invocation: format!("Running {}", call.name),
+                input: None,
+            }
+            .ready();
             core.apply(chat, ready, None, None);
         }
         let content = retry_with.map(|other| {

@@ -39,7 +39,7 @@ pub use super::requests::{file_uri, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 pub use super::terminal_channels::{
     claiming_session, content_bytes, is_running, output_of, tail, TerminalSettings, COMMAND_PREFIX,
 };
-pub use super::turns::host_turn;
+pub use super::turns::{host_turn, RunningCall};
 pub use super::WeakHost;
 pub use super::{new_id, now_iso, uri_id, AgentEntry, ChatMeta, LiveSettings, SessionMeta};
 pub use crate::store::KeptTerminalRecord;

@@ -34,6 +34,65 @@ pub fn host_turn(message: Message, queued_message_id: Option<String>) -> ChatTur
     ChatTurnStartedAction { turn_id: super::new_id(), started_at: now_iso(), message, queued_message_id, meta: None }
 }
 
+/// What a tool call the host runs itself is said as when it begins: its start, then its ready
+/// running without asking (`confirmed: not-needed`).
+pub struct RunningCall<'a> {
+    /// The turn.
+    pub turn_id: &'a str,
+    /// The call's id.
+    pub tool_call_id: &'a str,
+    /// The tool's name, and what a client draws it as.
+    pub tool_name: &'a str,
+    pub display_name: &'a str,
+    /// Who runs it, when a client does.
+    pub contributor: Option<ahp_types::state::ToolCallContributor>,
+    /// What it is about to do.
+    pub invocation: String,
+    /// Its input, as text, when it has one to show.
+    pub input: Option<String>,
+}
+
+impl RunningCall<'_> {
+    /// `chat/toolCallStart` and `chat/toolCallReady`, in that order.
+    pub fn actions(self) -> [StateAction; 2] {
+        [self.start(), self.ready()]
+    }
+
+    /// `chat/toolCallStart`.
+    pub fn start(&self) -> StateAction {
+        StateAction::ChatToolCallStart(ahp_types::actions::ChatToolCallStartAction {
+            turn_id: self.turn_id.to_owned(),
+            tool_call_id: self.tool_call_id.to_owned(),
+            meta: None,
+            tool_name: self.tool_name.to_owned(),
+            display_name: self.display_name.to_owned(),
+            intention: None,
+            contributor: self.contributor.clone(),
+        })
+    }
+
+    /// `chat/toolCallReady`, running without asking.
+    pub fn ready(self) -> StateAction {
+        use ahp_types::common::StringOrMarkdown;
+        use ahp_types::state::{ToolCallConfirmationReason, ToolInput};
+        StateAction::ChatToolCallReady(ahp_types::actions::ChatToolCallReadyAction {
+            turn_id: self.turn_id.to_owned(),
+            tool_call_id: self.tool_call_id.to_owned(),
+            meta: None,
+            contributor: self.contributor,
+            intention: None,
+            invocation_message: StringOrMarkdown::Plain(self.invocation),
+            tool_input: self.input.map(ToolInput::Inline),
+            confirmation_title: None,
+            risk_assessment: None,
+            edits: None,
+            editable: None,
+            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
+            options: None,
+        })
+    }
+}
+
 /// The turn an action belongs to, for actions that name one.
 pub fn turn_of(action: &StateAction) -> Option<&str> {
     Some(match action {

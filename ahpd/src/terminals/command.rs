@@ -8,16 +8,15 @@ use std::path::Path;
 use std::time::Instant;
 
 use ahp_types::actions::{
-    ChatToolCallCompleteAction, ChatToolCallContentChangedAction, ChatToolCallReadyAction, ChatToolCallStartAction,
-    ChatTurnCompleteAction, StateAction,
+    ChatToolCallCompleteAction, ChatToolCallContentChangedAction, ChatTurnCompleteAction, StateAction,
 };
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     TerminalClaim, TerminalCommandResult, TerminalLifecycleState, TerminalRunningLifecycleState, TerminalSessionClaim,
-    TerminalState, ToolCallConfirmationReason, ToolCallResult, ToolInput, ToolResultContent, ToolResultTerminalContent,
+    TerminalState, ToolCallResult, ToolResultContent, ToolResultTerminalContent,
 };
 
-use crate::host::facade::{self, output_of, tail, CommandRun, KeptTerminalRecord};
+use crate::host::facade::{self, output_of, tail, CommandRun, KeptTerminalRecord, RunningCall};
 use crate::host::Core;
 
 /// The tool a command's call is named as.
@@ -78,35 +77,23 @@ pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
     };
     core.open_terminal(&run.terminal, state, true);
     let (turn_id, tool_call_id) = (turn.turn_id.clone(), turn.tool_call_id.clone());
+    let call = RunningCall {
+        turn_id: &turn_id,
+        tool_call_id: &tool_call_id,
+        tool_name: TOOL_NAME,
+        display_name: "Terminal",
+        contributor: None,
+        invocation: format!("Running `{}`", run.command),
+        input: Some(run.command.clone()),
+    };
+    let [started, ready] = call.actions();
     let actions = [
-        StateAction::ChatToolCallStart(ChatToolCallStartAction {
-            turn_id: turn_id.clone(),
-            tool_call_id: tool_call_id.clone(),
-            meta: None,
-            tool_name: TOOL_NAME.to_owned(),
-            display_name: "Terminal".to_owned(),
-            intention: None,
-            contributor: None,
-        }),
-        StateAction::ChatToolCallReady(ChatToolCallReadyAction {
-            turn_id: turn_id.clone(),
-            tool_call_id: tool_call_id.clone(),
-            meta: None,
-            contributor: None,
-            intention: None,
-            invocation_message: StringOrMarkdown::Plain(format!("Running `{}`", run.command)),
-            tool_input: Some(ToolInput::Inline(run.command.clone())),
-            confirmation_title: None,
-            risk_assessment: None,
-            edits: None,
-            editable: None,
-            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
-            options: None,
-        }),
+        started,
+        ready,
         // The live terminal, for a client to open while the command runs.
         StateAction::ChatToolCallContentChanged(ChatToolCallContentChangedAction {
-            turn_id,
-            tool_call_id,
+            turn_id: turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
             meta: None,
             content: vec![turn.terminal(&run.terminal, None)],
         }),
