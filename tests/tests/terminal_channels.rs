@@ -423,3 +423,50 @@ async fn a_bang_command_runs_as_the_hosts_turn_and_a_stop_ends_its_process() -> 
     assert_eq!(tests::turn_text(&next), "hello after");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_claim_moves_only_from_its_holder_and_to_a_session_only_inside_its_folder() -> anyhow::Result<()> {
+    use ahp_types::actions::TerminalClaimedAction;
+    use ahp_types::state::{TerminalClaim, TerminalClientClaim, TerminalSessionClaim};
+    let daemon = Daemon::start_with(options(json!({}))).await?;
+    let folder = daemon.home.join("project");
+    std::fs::create_dir_all(&folder)?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    let (session, chat) = a.create_session_in("echo", &folder).await?;
+    let inside = open(&mut a, &folder, None).await?;
+    let outside = open(&mut a, &daemon.home, None).await?;
+    b.subscribe(&inside).await?;
+
+    let to_b = StateAction::TerminalClaimed(TerminalClaimedAction {
+        claim: TerminalClaim::Client(TerminalClientClaim { client_id: "b".into() }),
+    });
+    let seq = b.dispatch(&inside, to_b).await?;
+    assert_eq!(b.refusal(seq).await?, "Only the client that holds a terminal's claim may hand it on");
+
+    let to_session = || {
+        StateAction::TerminalClaimed(TerminalClaimedAction {
+            claim: TerminalClaim::Session(TerminalSessionClaim {
+                session: session.clone(),
+                chat: chat.clone(),
+                turn_id: None,
+                tool_call_id: None,
+            }),
+        })
+    };
+    let seq = a.dispatch(&outside, to_session()).await?;
+    let reason = a.refusal(seq).await?;
+    assert!(reason.contains(&format!("outside {session}'s folders")), "{reason}");
+    let seq = a.dispatch(&inside, to_session()).await?;
+    assert_eq!(a.refusal(seq).await?, "(accepted)");
+    let (u, s) = (inside.clone(), session.clone());
+    a.until("the root to list the session's claim", move |m| {
+        m.root().and_then(|r| r.terminals.as_ref()).is_some_and(|list| {
+            list.iter().any(|i| i.resource == u && matches!(&i.claim, TerminalClaim::Session(c) if c.session == s))
+        })
+    })
+    .await?;
+    a.check_against_snapshot(ahp_types::ROOT_RESOURCE_URI).await?;
+    b.check_against_snapshot(&inside).await?;
+    Ok(())
+}

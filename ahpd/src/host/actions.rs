@@ -607,15 +607,19 @@ fn check_terminal(core: &Core, conn: &ConnState, channel: &str, action: &StateAc
             if !holds {
                 return Err("Only the client that holds a terminal's claim may hand it on".to_owned());
             }
-            match &a.claim {
-                TerminalClaim::Client(c) if conn.client_id.as_deref() != Some(c.client_id.as_str()) => {
-                    Err("A client can only claim a terminal for itself, under its own clientId".to_owned())
-                }
-                TerminalClaim::Session(s) if !core.ch.sessions.contains_key(&s.session) => {
-                    Err(format!("There is no session {} in memory to claim the terminal", s.session))
-                }
-                TerminalClaim::Session(_) if !core.allows(&conn.principal, "session:write") => {
-                    Err(super::grants::refusal(&conn.principal, "session:write"))
+            let TerminalClaim::Session(to) = &a.claim else { return Ok(Then::Nothing) };
+            if !core.ch.sessions.get(&to.session).is_some_and(|s| s.chats.iter().any(|c| c.resource == to.chat)) {
+                return Err(format!("{} is not a chat of a session {} this host holds", to.chat, to.session));
+            }
+            core.require(&conn.principal, "session:write").map_err(|e| e.message)?;
+            // A session's terminal runs inside its folder.
+            let folder = core.sessions.get(&to.session).and_then(|m| m.working_directory.as_ref());
+            let cwd = state.cwd.as_deref().and_then(super::catalog::path_of);
+            match (folder, cwd) {
+                (Some(folder), Some(cwd))
+                    if !cwd.starts_with(std::fs::canonicalize(folder).unwrap_or(folder.clone())) =>
+                {
+                    Err(format!("The terminal runs in {}, outside {}'s folders", cwd.display(), to.session))
                 }
                 _ => Ok(Then::Nothing),
             }
