@@ -176,6 +176,13 @@ async fn dispose_kills_the_shell_and_what_it_started() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The process groups the daemon's record names.
+fn recorded_groups(home: &Path) -> Vec<i64> {
+    let record = std::fs::read(home.join("data").join("ahpd").join("daemon.json")).unwrap_or_default();
+    let record: Value = serde_json::from_slice(&record).unwrap_or(Value::Null);
+    record["groups"].as_array().map(|g| g.iter().filter_map(|g| g["pgid"].as_i64()).collect()).unwrap_or_default()
+}
+
 #[tokio::test]
 async fn a_killed_daemon_leaves_no_shell_at_the_next_start() -> anyhow::Result<()> {
     let home = tempfile::Builder::new().prefix("ahpd-test-").tempdir()?;
@@ -184,15 +191,26 @@ async fn a_killed_daemon_leaves_no_shell_at_the_next_start() -> anyhow::Result<(
     let mut shells = Vec::new();
     for _ in 0..2 {
         let uri = open(&mut a, home.path(), None).await?;
-        shells.push(shell_pid(&mut a, &uri).await?);
+        shells.push((uri.clone(), shell_pid(&mut a, &uri).await?));
     }
-    assert!(shells.iter().all(|pid| alive(*pid)), "two shells run: {shells:?}");
+    // The second shell becomes a program the pty's hangup does not end: only the record does.
+    let (stubborn_uri, stubborn) = shells[1].clone();
+    type_line(&a, &stubborn_uri, "trap '' HUP; exec sleep 1000").await?;
+    let deadline = tokio::time::Instant::now() + tests::PATIENCE;
+    while !shells.iter().all(|(_, pid)| recorded_groups(home.path()).contains(&i64::from(*pid))) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the record never named {shells:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    while !std::fs::read_to_string(format!("/proc/{stubborn}/cmdline")).unwrap_or_default().starts_with("sleep") {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the shell never became sleep");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     drop(a);
     daemon.kill9().await?;
+    until_exited(shells[0].1).await?;
+    assert!(alive(stubborn), "the hangup alone leaves a program that ignores it");
     let _next = Daemon::start_in(home.path(), options(json!({}))).await?;
-    for pid in shells {
-        until_exited(pid).await?;
-    }
+    until_exited(stubborn).await?;
     Ok(())
 }
 

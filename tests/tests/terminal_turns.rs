@@ -3,8 +3,6 @@
 //! it, and after `ahpd restart` the chat reads back with it in its place and its terminal exited
 //! with what it printed; a Bash call the model makes shows its output as a terminal part.
 
-use std::path::{Path, PathBuf};
-
 use ahp_types::state::{
     ResponsePart, TerminalLifecycleState, ToolCallState, ToolResultContent, ToolResultTerminalContent, Turn, TurnState,
 };
@@ -12,27 +10,13 @@ use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::terminal_output;
 use tests::daemon::Home;
+use tests::installed::claude_entry;
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{turn_text, TestClient};
 
-/// The real Claude Code CLI: `$AHPD_CLAUDE_BIN`, else where `scripts/deps/claude.sh` installs it.
-fn claude_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_CLAUDE_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    cache.join("claude/node_modules/.bin/claude")
-}
-
 /// A config whose `claude` agent talks to `mock`, whose terminals run `/bin/sh`.
 fn claude_config(mock: &MockAnthropic) -> Value {
-    let env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-    json!({
-        "agents": { "claude": { "kind": "claude", "env": env, "options": { "command": claude_bin() } } },
-        "defaultShell": "/bin/sh",
-    })
+    json!({ "agents": { "claude": claude_entry(mock) }, "defaultShell": "/bin/sh" })
 }
 
 /// `ahpd on ws://… (pid N)…` → the url.

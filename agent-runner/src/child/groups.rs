@@ -33,6 +33,19 @@ pub(super) fn register(group: ProcessGroup) {
     });
 }
 
+/// Puts in the register the group of a child this process started otherwise than through
+/// [`super::ChildCommand`] (a program on a pseudo-terminal leads a session of its own, which a pipe
+/// child does not), so it is recorded and ended like the others; [`release`] takes it out once it
+/// was killed or reaped.
+pub fn adopt(pgid: i32) {
+    register(ProcessGroup { pgid, leader_start: leader_start(pgid).unwrap_or_default() });
+}
+
+/// Takes an adopted group out of the register.
+pub fn release(pgid: i32) {
+    unregister(pgid);
+}
+
 /// Takes a child's group out of the register (it was killed), and ends what it reported.
 pub(super) fn unregister(pgid: i32) {
     REGISTER.send_if_modified(|r| r.own.remove(&pgid).is_some());

@@ -5,8 +5,9 @@
 //!
 //! Nothing of it outlives the daemon: when the daemon dies, the pty's last handle closes, and the
 //! kernel hangs the terminal up, which ends its shell (SIGHUP to the session's leader and its
-//! foreground group; a shell passes it to its jobs). A daemon that starts ends what a killed one
-//! left of any group it had recorded.
+//! foreground group; a shell passes it to its jobs). Its group is in the register of
+//! `agent_runner::child::groups` beside every other child's, so the daemon's record names it and
+//! a daemon that starts after a killed one ends it if it still runs.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -14,6 +15,7 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use agent_runner::child::groups;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use pty_process::{OwnedReadPty, OwnedWritePty, Size};
@@ -64,6 +66,7 @@ pub fn spawn(program: &Path, args: &[String], cwd: &Path, cols: u16, rows: u16) 
         return Err(failed("it has no process id".to_owned()));
     };
     let (reader, writer) = pty.into_split();
+    groups::adopt(pid);
     tracing::debug!(pid, program = %program.display(), "started a program on a pty in its own session");
     let process = PtyProcess { child, pid, reaped: Arc::new(AtomicBool::new(false)) };
     Ok(Started { process, reader, writer })
@@ -94,6 +97,7 @@ impl PtyProcess {
         // What it left running still holds the terminal open; it goes with it.
         end_session(self.pid);
         self.reaped.store(true, Ordering::Release);
+        groups::release(self.pid);
         status.map(exit_code)
     }
 }
@@ -102,6 +106,7 @@ impl Drop for PtyProcess {
     fn drop(&mut self) {
         // Synchronously, so nothing of it outlives whoever held the guard.
         self.killer().kill();
+        groups::release(self.pid);
     }
 }
 
