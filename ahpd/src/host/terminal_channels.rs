@@ -225,11 +225,12 @@ impl Core {
             exit_code: params.exit_code,
             is_pty: false,
         };
-        self.keep_terminal(&record);
-        // A client watching it already (it was kept again) sees the new output.
         if self.ch.terminals.contains_key(&uri) {
-            self.ch.terminals.insert(uri, exited_state(record));
+            // A channel of that name is open already (a key kept twice, or a client's terminal
+            // named so): it keeps what its watchers folded; what is kept now reads after it closes.
+            tracing::debug!(terminal = %uri, "an output kept under a channel that is open");
         }
+        self.keep_terminal(&record);
     }
 
     /// Loads a kept terminal into memory (its session's, so it leaves with the session); answers
