@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use agent_runner::{Agent, AgentError, Session, SessionHost, WorkerContext};
 use ahp_types::state::{SessionConfigSchema, SessionModelInfo};
 use async_trait::async_trait;
-use protocol::{AgentDescriptor, AgentFeatures, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
+use protocol::{
+    AgentDescriptor, AgentFeatures, AttachmentSupport, Policy, ProbeResult, SchemaResult, SlashCommand, Start,
+};
 
 use crate::config::Offers;
 use crate::options::AcpOptions;
@@ -21,6 +23,7 @@ struct Learned {
     offers: Option<Offers>,
     models: Vec<SessionModelInfo>,
     commands: Vec<SlashCommand>,
+    attachments: Option<AttachmentSupport>,
 }
 
 /// What every session of one `acp` worker shares.
@@ -44,6 +47,19 @@ impl Shared {
             learned.offers = Some(offers.clone());
             let changed = learned.models != models;
             learned.models = models;
+            changed
+        };
+        if changed {
+            self.context.probe_changed();
+        }
+    }
+
+    /// The agent said what its prompts take (its `promptCapabilities`).
+    pub fn learn_attachments(&self, support: AttachmentSupport) {
+        let changed = {
+            let mut learned = lock(&self.learned);
+            let changed = learned.attachments.as_ref() != Some(&support);
+            learned.attachments = Some(support);
             changed
         };
         if changed {
@@ -114,7 +130,12 @@ impl Agent for AcpAgent {
 
     async fn probe(&self) -> Result<ProbeResult, AgentError> {
         let learned = lock(&self.shared.learned);
-        Ok(ProbeResult { models: learned.models.clone(), commands: learned.commands.clone(), account: None })
+        Ok(ProbeResult {
+            models: learned.models.clone(),
+            commands: learned.commands.clone(),
+            account: None,
+            attachments: learned.attachments.clone(),
+        })
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {

@@ -11,9 +11,12 @@ use std::time::Duration;
 use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
 use ahp_types::actions::{SessionConfigChangedAction, StateAction};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{MessageAttachment, ModelSelection, SessionModelInfo};
+use ahp_types::state::{ModelSelection, SessionModelInfo};
 use async_trait::async_trait;
-use protocol::{codes, ConfirmParams, McpServer, RpcError, SendMessageParams, SetConfigResult, Start, ToolsEndpoint};
+use protocol::{
+    codes, Attachment, AttachmentSupport, ConfirmParams, McpServer, RpcError, SendMessageParams, SetConfigResult,
+    Start, ToolsEndpoint,
+};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +28,7 @@ use crate::config::{request_of, Ask, Offers};
 use crate::mapping::{
     chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
 };
+use agent_runner::attachments;
 use agent_runner::child::{describe_exit, Child, ChildCommand};
 use agent_runner::lock;
 use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
@@ -48,11 +52,25 @@ struct Caps {
     mcp_http: bool,
     additional_directories: bool,
     image: bool,
+    audio: bool,
     embedded_context: bool,
     auth_methods: Vec<String>,
 }
 
 impl Caps {
+    /// What the agent takes as attachments beside text: the images and audio its prompt
+    /// capabilities name (text it always takes, as a text block or an embedded resource).
+    fn attachments(&self) -> AttachmentSupport {
+        let mut types = Vec::new();
+        if self.image {
+            types.push("image/*".to_owned());
+        }
+        if self.audio {
+            types.push("audio/*".to_owned());
+        }
+        AttachmentSupport { types, max_bytes: None }
+    }
+
     fn from_answer(answer: &Value) -> Self {
         let caps = answer.get("agentCapabilities").cloned().unwrap_or(Value::Null);
         let flag = |pointer: &str| caps.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
@@ -63,6 +81,7 @@ impl Caps {
                 .pointer("/sessionCapabilities/additionalDirectories")
                 .is_some_and(|v| !v.is_null() && v != &Value::Bool(false)),
             image: flag("/promptCapabilities/image"),
+            audio: flag("/promptCapabilities/audio"),
             embedded_context: flag("/promptCapabilities/embeddedContext"),
             auth_methods: answer
                 .get("authMethods")
@@ -312,6 +331,7 @@ impl AcpSession {
             ));
         }
         link.caps = Caps::from_answer(&init);
+        self.inner.shared.learn_attachments(link.caps.attachments());
         if let Some(auth) = &options.authenticate {
             if !link.caps.auth_methods.contains(&auth.method_id) {
                 let offered = if link.caps.auth_methods.is_empty() {
@@ -795,7 +815,7 @@ impl AcpSession {
     }
 
     /// The prompt's blocks: the session's instructions opening its first prompt (an ACP server
-    /// keeps its own system prompt), the turn's own instructions, the words, then attachments.
+    /// keeps its own system prompt), the turn's own instructions, the attachments, then the words.
     fn prompt_blocks(&self, params: &SendMessageParams, first: bool, caps: &Caps) -> Vec<Value> {
         let mut blocks = Vec::new();
         if first && !self.inner.instructions.is_empty() {
@@ -804,12 +824,8 @@ impl AcpSession {
         if let Some(instructions) = params.instructions.as_ref().filter(|i| !i.trim().is_empty()) {
             blocks.push(json!({"type": "text", "text": instructions}));
         }
+        blocks.extend(params.attachments.iter().map(|a| attachment_block(a, caps)));
         blocks.push(json!({"type": "text", "text": params.message.text}));
-        for attachment in params.message.attachments.iter().flatten() {
-            if let Some(block) = attachment_block(attachment, caps) {
-                blocks.push(block);
-            }
-        }
         blocks
     }
 
@@ -930,29 +946,28 @@ fn mcp_servers(
     servers
 }
 
-/// An attachment as a prompt block the agent takes, or none.
-fn attachment_block(attachment: &MessageAttachment, caps: &Caps) -> Option<Value> {
-    match attachment {
-        MessageAttachment::Resource(resource) => {
-            let mut block = json!({"type": "resource_link", "uri": resource.uri, "name": resource.label});
-            if let Some(kind) = &resource.content_type {
-                block["mimeType"] = json!(kind);
-            }
-            Some(block)
+/// An attachment as a prompt block the agent declared it takes (`promptCapabilities`): an image or
+/// audio as itself, text as an embedded resource where the agent takes those, else as a text
+/// block with its label and where it is from.
+fn attachment_block(attachment: &Attachment, caps: &Caps) -> Value {
+    if let Some(data) = attachment.data.as_ref().filter(|_| attachments::is_binary(attachment)) {
+        let kind = &attachment.content_type;
+        if kind.starts_with("image/") && caps.image {
+            return json!({"type": "image", "data": data, "mimeType": kind});
         }
-        MessageAttachment::EmbeddedResource(embedded) => {
-            if embedded.content_type.starts_with("image/") && caps.image {
-                return Some(json!({"type": "image", "data": embedded.data, "mimeType": embedded.content_type}));
-            }
-            if caps.embedded_context {
-                return Some(json!({"type": "resource", "resource": {
-                    "uri": format!("attachment:{}", embedded.label), "blob": embedded.data, "mimeType": embedded.content_type,
-                }}));
-            }
-            tracing::info!(label = embedded.label, "an attachment this agent cannot take was left out of the prompt");
-            None
+        if kind.starts_with("audio/") && caps.audio {
+            return json!({"type": "audio", "data": data, "mimeType": kind});
         }
-        _ => None,
+    }
+    match (&attachment.text, caps.embedded_context) {
+        (Some(text), true) => {
+            let mut uri = attachment.uri.clone().unwrap_or_else(|| format!("attachment:{}", attachment.label));
+            if let Some(range) = &attachment.selection {
+                uri = format!("{uri}#L{}-L{}", range.start.line + 1, range.end.line + 1);
+            }
+            json!({"type": "resource", "resource": {"uri": uri, "text": text, "mimeType": attachment.content_type}})
+        }
+        _ => json!({"type": "text", "text": attachments::as_text(attachment)}),
     }
 }
 
@@ -976,6 +991,10 @@ impl Session for AcpSession {
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
         if self.inner.cancel.is_cancelled() {
             return Err(AgentError::Failed(format!("{}: the session is closed", self.provider())));
+        }
+        let caps = self.state().link.as_ref().map(|l| l.caps.attachments());
+        if let Some(support) = caps {
+            attachments::refuse_untaken(self.provider(), &support, &params.attachments)?;
         }
         self.state().queue.push_back(params);
         self.inner.wake.notify_one();

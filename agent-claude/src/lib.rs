@@ -208,6 +208,8 @@ impl Agent for Claude {
                 truncate: true,
                 // `--resume` and a prompt that says the turn goes on.
                 resume_turn: true,
+                // Images and PDFs as content blocks of their own; the rest as text.
+                attachments: Some(session::attachment_support()),
             },
         }
     }
@@ -374,7 +376,7 @@ pub fn probe_result(answer: &Value) -> ProbeResult {
             })
         })
         .collect();
-    ProbeResult { models, commands, account: None }
+    ProbeResult { models, commands, account: None, attachments: None }
 }
 
 #[cfg(test)]

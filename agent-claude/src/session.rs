@@ -23,8 +23,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::ModelSelection;
 use async_trait::async_trait;
 use protocol::{
-    AnswerParams, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams, SetConfigResult, SteerParams,
-    ToolOutcome, ToolSpec,
+    AnswerParams, Attachment, AttachmentSupport, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams,
+    SetConfigResult, SteerParams, ToolOutcome, ToolSpec,
 };
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
@@ -38,6 +38,7 @@ use crate::process::{describe_end, Cli, CliEvent, ControlError};
 use crate::subagents::{self, Subagents};
 use crate::tools::{name_call, Owner, CLIENT_SERVER, HOST_SERVER};
 use crate::PERMISSION_MODE_KEY;
+use agent_runner::attachments;
 use agent_runner::child::ChildCommand;
 use agent_runner::lock;
 
@@ -143,12 +144,45 @@ pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, model: Option<&str>, pe
     args
 }
 
-/// A stream-json `user` line.
-pub fn user_line(text: &str, instructions: Option<&str>, uuid: &str, priority: Option<&str>) -> Value {
+/// What Claude takes as attachments beside text: images and PDFs, as content blocks of their own.
+pub const ATTACHMENT_TYPES: [&str; 5] = ["image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"];
+
+/// What this backend takes as attachments.
+pub fn attachment_support() -> AttachmentSupport {
+    AttachmentSupport { types: ATTACHMENT_TYPES.iter().map(|t| (*t).to_owned()).collect(), max_bytes: None }
+}
+
+/// An attachment as a content block of a user message: an image, a PDF as a document, anything
+/// else as text with its label and where it is from.
+pub fn attachment_block(attachment: &Attachment) -> Value {
+    let Some(data) = attachment.data.as_ref().filter(|_| attachments::is_binary(attachment)) else {
+        return json!({"type": "text", "text": attachments::as_text(attachment)});
+    };
+    let source = json!({"type": "base64", "media_type": attachment.content_type, "data": data});
+    if attachment.content_type.starts_with("image/") {
+        json!({"type": "image", "source": source})
+    } else {
+        let mut block = json!({"type": "document", "source": source, "title": attachment.label});
+        if let Some(at) = attachments::location(attachment) {
+            block["context"] = json!(at);
+        }
+        block
+    }
+}
+
+/// A stream-json `user` line: the turn's instructions, its attachments, then the words.
+pub fn user_line(
+    text: &str,
+    attachments: &[Attachment],
+    instructions: Option<&str>,
+    uuid: &str,
+    priority: Option<&str>,
+) -> Value {
     let mut content = Vec::new();
     if let Some(instructions) = instructions.filter(|i| !i.trim().is_empty()) {
         content.push(json!({"type": "text", "text": instructions}));
     }
+    content.extend(attachments.iter().map(attachment_block));
     content.push(json!({"type": "text", "text": text}));
     let mut line = json!({"type": "user", "message": {"role": "user", "content": content},
                           "parent_tool_use_id": null, "session_id": "", "uuid": uuid});
@@ -389,7 +423,7 @@ impl Core {
             (Some(unsaid), Some(turn_words)) => Some(format!("{unsaid}\n\n{turn_words}")),
             (unsaid, turn_words) => unsaid.or(turn_words.map(str::to_owned)),
         };
-        let line = user_line(&params.message.text, instructions.as_deref(), &turn.uuid, None);
+        let line = user_line(&params.message.text, &params.attachments, instructions.as_deref(), &turn.uuid, None);
         turn.generation = generation;
         turn.phase = Phase::Sent;
         if !cli.send(&line) {
@@ -884,6 +918,7 @@ impl Session for ClaudeSession {
     }
 
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
+        attachments::refuse_untaken("claude", &attachment_support(), &params.attachments)?;
         let mut state = lock(&self.core.state);
         if state.closed {
             return Err(AgentError::Failed("This conversation is closed.".into()));
@@ -905,7 +940,14 @@ impl Session for ClaudeSession {
         let ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
         message.text = format!("{RESUMED}\n\n{}", message.text);
         state.decisions = decisions;
-        let params = SendMessageParams { chat, turn_id, message, instructions: None, unattended: false };
+        let params = SendMessageParams {
+            chat,
+            turn_id,
+            message,
+            instructions: None,
+            unattended: false,
+            attachments: Vec::new(),
+        };
         state.queue.push_back((params, true));
         drop(state);
         self.core.wake.notify_one();
@@ -941,7 +983,7 @@ impl Session for ClaudeSession {
         }
         let Some((cli, _)) = live.filter(|(_, g)| *g == turn.generation) else { return Ok(false) };
         let uuid = uuid::Uuid::new_v4().to_string();
-        if !cli.send(&user_line(&params.message.text, None, &uuid, Some("next"))) {
+        if !cli.send(&user_line(&params.message.text, &params.attachments, None, &uuid, Some("next"))) {
             return Ok(false);
         }
         turn.steers.insert(uuid.clone(), Steer { started: false, text: params.message.text.clone() });
@@ -1118,11 +1160,11 @@ mod tests {
 
     #[test]
     fn a_prompt_carries_our_uuid_and_the_turns_instructions_before_it() {
-        let line = user_line("hello", Some("Mind the tests."), "u-1", Some("next"));
+        let line = user_line("hello", &[], Some("Mind the tests."), "u-1", Some("next"));
         assert_eq!(line["uuid"], "u-1");
         assert_eq!(line["priority"], "next");
         assert_eq!(line["message"]["content"][0]["text"], "Mind the tests.");
         assert_eq!(line["message"]["content"][1]["text"], "hello");
-        assert!(user_line("hi", None, "u-2", None).get("priority").is_none());
+        assert!(user_line("hi", &[], None, "u-2", None).get("priority").is_none());
     }
 }

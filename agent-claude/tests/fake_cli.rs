@@ -134,6 +134,7 @@ async fn turns_handed_while_one_runs_queue_behind_it() {
             message: user_message(text),
             instructions: None,
             unattended: false,
+            attachments: Vec::new(),
         };
         parent.peer().request_value(protocol::methods::parent::SEND_MESSAGE, params).await.expect("handed over");
     }

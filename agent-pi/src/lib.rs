@@ -100,6 +100,8 @@ impl Agent for PiAgent {
                 resume: true,
                 // A cut is a copy of the session file through the kept turn (`cut.rs`).
                 truncate: true,
+                // pi's prompt takes images beside its text; every other attachment is said as text.
+                attachments: Some(session::attachment_support()),
                 ..Default::default()
             },
         }
@@ -147,7 +149,7 @@ impl Agent for PiAgent {
             name: "compact".into(),
             description: Some("Summarise the conversation so far".into()),
         });
-        Ok(ProbeResult { models, commands, account: None })
+        Ok(ProbeResult { models, commands, account: None, attachments: None })
     }
 
     async fn transcript(&self, id: &str, _at: &At) -> Result<Option<Vec<Turn>>, AgentError> {

@@ -16,7 +16,9 @@ use agent_runner::{
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ModelSelection};
 use async_trait::async_trait;
-use protocol::{ConfirmParams, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec};
+use protocol::{
+    Attachment, AttachmentSupport, ConfirmParams, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec,
+};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +29,7 @@ use crate::mapper::{display_name_of, HostTool, Step, ToolCatalog, TurnMapper};
 use crate::models::{split_model_id, thinking_level};
 use crate::options::{path_string, PiOptions};
 use crate::process::{Output, PiError, PiProcess, UiAnswer};
+use agent_runner::attachments;
 use agent_runner::child::ChildCommand;
 use agent_runner::lock;
 
@@ -119,6 +122,32 @@ fn bridge_tools(tools: &[ToolSpec]) -> Value {
             })
             .collect(),
     )
+}
+
+/// The images pi's prompt takes beside its text.
+pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// What pi takes as attachments: images; the rest is said as text.
+pub fn attachment_support() -> AttachmentSupport {
+    AttachmentSupport { types: IMAGE_TYPES.iter().map(|t| (*t).to_owned()).collect(), max_bytes: None }
+}
+
+/// A prompt (or a steer) as pi's RPC takes it: each text attachment said before the words, with
+/// its label and where it is from, and the images beside them.
+pub fn prompt_command(kind: &str, text: &str, attachments: &[Attachment]) -> Value {
+    let mut said: Vec<String> =
+        attachments.iter().filter(|a| !attachments::is_binary(a)).map(attachments::as_text).collect();
+    said.push(text.to_owned());
+    let mut command = json!({"type": kind, "message": said.join("\n\n")});
+    let images: Vec<Value> = attachments
+        .iter()
+        .filter(|a| attachments::is_binary(a))
+        .filter_map(|a| Some(json!({"type": "image", "data": a.data.as_ref()?, "mimeType": a.content_type})))
+        .collect();
+    if !images.is_empty() {
+        command["images"] = Value::Array(images);
+    }
+    command
 }
 
 /// A message for the bridge's `/ahpd` command, as the prompt that carries it.
@@ -514,7 +543,7 @@ impl Inner {
         if stopped {
             return self.end_turn(&turn_id, TurnEnd::Cancelled);
         }
-        match pi.request(json!({"type": "prompt", "message": text})).await {
+        match pi.request(prompt_command("prompt", &text, &params.attachments)).await {
             Ok(_) => {
                 let mut state = lock(&self.state);
                 let Some(live) = state.turn.as_ref().filter(|live| live.mapper.turn_id() == turn_id) else { return };
@@ -610,6 +639,7 @@ impl Session for PiSession {
     }
 
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
+        attachments::refuse_untaken("pi", &attachment_support(), &params.attachments)?;
         lock(&self.inner.state).queue.push_back(params);
         self.inner.pump();
         Ok(())
@@ -650,7 +680,8 @@ impl Session for PiSession {
                 _ => return Ok(false),
             }
         };
-        Ok(pi.request(json!({"type": "steer", "message": params.message.text})).await.is_ok())
+        let steer = prompt_command("steer", &params.message.text, &params.attachments);
+        Ok(pi.request(steer).await.is_ok())
     }
 
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {

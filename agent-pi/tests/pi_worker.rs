@@ -109,6 +109,7 @@ async fn send(parent: &TestParent, chat: &str, turn_id: &str, text: &str, instru
         message,
         instructions: instructions.map(str::to_owned),
         unattended: false,
+        attachments: Vec::new(),
     };
     parent.peer().request_value(parent::SEND_MESSAGE, params).await.expect("the prompt is handed over");
 }
@@ -390,6 +391,7 @@ async fn a_steering_message_reaches_the_running_turn() {
         turn_id: "t1".into(),
         id: "s1".into(),
         message: user_message("steered: say bye"),
+        attachments: Vec::new(),
     };
     let taken = parent.peer().request_value(parent::STEER, steer).await.expect("steer");
     assert_eq!(taken["taken"], true);

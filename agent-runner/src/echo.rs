@@ -259,7 +259,14 @@ impl Session for Arc<EchoSession> {
     /// A lost turn goes on: the words are said again, after what the turn said before.
     async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
         let ResumeTurnParams { chat, turn_id, message, .. } = params;
-        let params = SendMessageParams { chat, turn_id, message, instructions: None, unattended: false };
+        let params = SendMessageParams {
+            chat,
+            turn_id,
+            message,
+            instructions: None,
+            unattended: false,
+            attachments: Vec::new(),
+        };
         lock(&self.state).queue.push_back((params, true));
         self.pump();
         Ok(())

@@ -12,6 +12,7 @@
 #![deny(clippy::print_stdout)]
 
 pub mod agent;
+pub mod attachments;
 pub mod child;
 pub mod echo;
 pub mod host;

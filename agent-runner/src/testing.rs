@@ -253,6 +253,7 @@ impl TestParent {
             message,
             instructions: None,
             unattended: false,
+            attachments: Vec::new(),
         };
         self.peer.request_value(parent::SEND_MESSAGE, params).await.map(|_| ())
     }

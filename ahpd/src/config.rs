@@ -69,6 +69,9 @@ fn frame(v: &Value) -> Result<(), &'static str> {
         .map(|_| ())
         .ok_or("an integer between 65536 and 67108864")
 }
+fn attachment_bytes(v: &Value) -> Result<(), &'static str> {
+    within(v, 1024, 1024 * 1024 * 1024).then_some(()).ok_or("an integer between 1024 and 1073741824")
+}
 fn within(v: &Value, low: u64, high: u64) -> bool {
     v.as_u64().is_some_and(|n| (low..=high).contains(&n))
 }
@@ -134,6 +137,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },
+    KeySpec { name: "attachmentLimitBytes", default: || Value::from(5 * 1024 * 1024), applies: Applies::Restart, about: "The largest attachment a message may carry once read (a file, a pasted image, a resource a client serves); a larger one is refused naming this limit. A backend may take less.", check: attachment_bytes, secret: false },
     KeySpec { name: "maxJsonDepth", default: || Value::from(64), applies: Applies::Restart, about: "The deepest nesting of objects and arrays a client's message may have; a deeper one is answered with an error and not read.", check: depth, secret: false },
     KeySpec { name: "maxConnections", default: || Value::from(256), applies: Applies::Restart, about: "WebSocket connections open at once; the one past it is refused (HTTP 503) and the others go on.", check: count, secret: false },
     KeySpec { name: "maxSubscriptionsPerConnection", default: || Value::from(1024), applies: Applies::Restart, about: "Channels one connection may watch at once; a subscribe past it is refused.", check: count, secret: false },

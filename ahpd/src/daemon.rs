@@ -225,6 +225,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         root_token: plan.token.clone(),
         host_tools_withheld: crate::host::rootconfig::host_tools_withheld(config),
         terminals: terminal_settings(config),
+        attachment_limit: config.u64("attachmentLimitBytes"),
         ..HostConfig::default()
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.

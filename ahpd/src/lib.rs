@@ -14,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod fileuri;
 pub mod fsutil;
 pub mod host;
 pub mod logging;

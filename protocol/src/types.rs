@@ -75,6 +75,9 @@ pub struct AgentFeatures {
     /// is answered after a restart.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub resume_turn: bool,
+    /// What it takes as attachments beside text; absent: text alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<AttachmentSupport>,
 }
 
 /// Who the agent is: seed 004's `provider`, `displayName`, `description` and capabilities.
@@ -200,6 +203,10 @@ pub struct ProbeResult {
     /// The account the harness bills to, in the shape of VS Code's `vscode.codexAccount`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<Value>,
+    /// What it takes as attachments, when it learned more than its handshake said (an ACP agent
+    /// names its prompt capabilities once it is started); absent: as the handshake said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachments: Option<AttachmentSupport>,
 }
 
 /// `agent/directories` result.
@@ -496,6 +503,10 @@ pub struct SendMessageParams {
     /// `instructions` tell the model to decide instead; a backend may also withhold its asking tool.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unattended: bool,
+    /// The message's attachments as the host read them, in the message's order: what the model
+    /// is given beside the text (`message.attachments` is as the client sent them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// `session/resumeTurn` params: a turn the backend lost (its process died, or the daemon
@@ -631,6 +642,9 @@ pub struct SteerParams {
     pub id: String,
     /// The message.
     pub message: Message,
+    /// Its attachments as the host read them (see [`SendMessageParams::attachments`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// `session/steer` result: taken, or not yet (false; the parent hands it again).
@@ -914,6 +928,62 @@ pub struct KeepResourceResult {
     pub content_ref: Option<ContentRef>,
 }
 
+// Attachments: what a backend takes, and a message's attachments as the host hands them over.
+
+/// What a backend takes as attachments beside text ([`AgentFeatures::attachments`], refined by
+/// [`ProbeResult::attachments`]). Text it always takes: a text attachment reaches the model as
+/// text, with its label and where it is from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentSupport {
+    /// MIME types it takes as they are beside text: `image/png`, or a family as `image/*`.
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// The largest attachment it takes, in bytes; absent: the host's own limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+}
+
+impl AttachmentSupport {
+    /// True when `content_type` is one of the types taken as they are.
+    pub fn takes(&self, content_type: &str) -> bool {
+        let wanted = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        self.types.iter().any(|t| match t.strip_suffix("/*") {
+            Some(family) => wanted.split('/').next() == Some(family),
+            None => t.eq_ignore_ascii_case(&wanted),
+        })
+    }
+}
+
+/// One attachment of a message, its content read by the host: a file the client named (read from
+/// the session's folder or through the client), a pasted one, a selection, a text the client
+/// wrote for the model. Exactly one of `text` and `data` is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// What a person reads (a file's name).
+    pub label: String,
+    /// Where it is from (the URI the client named, `file://` for a file); absent for content
+    /// that came inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// For a selection: the part of the resource it is (zero-based lines and characters); its
+    /// `text` is that part alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<ahp_types::state::TextRange>,
+    /// The client's display hint (`image`, `document`, `selection`, `directory`, `symbol`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_kind: Option<String>,
+    /// Its MIME type.
+    pub content_type: String,
+    /// Its content, when it is text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Its bytes in base64, when it is not text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -933,6 +1003,25 @@ mod tests {
     fn a_kept_output_is_named_by_its_chat_and_key() {
         assert_eq!(terminal_output_uri("ahp-chat:/c1", "toolu_01"), "ahp-terminal:/c1.toolu_01");
         assert_eq!(terminal_output_uri("ahp-chat:/c1", "a/b c"), "ahp-terminal:/c1.a%2Fb%20c");
+    }
+
+    #[test]
+    fn attachment_types_match_exactly_or_by_family() {
+        let support = AttachmentSupport { types: vec!["image/*".into(), "application/pdf".into()], max_bytes: None };
+        assert!(support.takes("image/png"));
+        assert!(support.takes("Application/PDF; q=1"));
+        assert!(!support.takes("application/zip"));
+        assert!(!AttachmentSupport::default().takes("image/png"));
+    }
+
+    #[test]
+    fn a_send_without_attachments_reads_as_before() {
+        let send: SendMessageParams = serde_json::from_value(serde_json::json!({
+            "chat": "ahp-chat:/c", "turnId": "t", "message": {"text": "hi", "origin": {"kind": "user"}}
+        }))
+        .expect("decodes");
+        assert!(send.attachments.is_empty());
+        assert!(!serde_json::to_string(&send).expect("encodes").contains("attachments"));
     }
 
     #[test]

@@ -511,6 +511,40 @@ impl TestClient {
         Ok(self.mirror.chat(chat).map(open_questions).unwrap_or_default())
     }
 
+    /// Starts a turn with `message` (attachments and all); answers its id and the action's client
+    /// sequence number.
+    pub async fn send_message(&self, chat: &str, message: Message) -> anyhow::Result<(String, i64)> {
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let action = StateAction::ChatTurnStarted(ChatTurnStartedAction {
+            turn_id: turn_id.clone(),
+            started_at: now_iso(),
+            message,
+            queued_message_id: None,
+            meta: None,
+        });
+        let seq = self.dispatch(chat, action).await?;
+        Ok((turn_id, seq))
+    }
+
+    /// Waits for the host's echo of this client's action number `seq` and answers it: its
+    /// `rejectionReason` says whether it was refused.
+    pub async fn echo_of(&mut self, seq: i64) -> anyhow::Result<ActionEnvelope> {
+        let mine =
+            |e: &ActionEnvelope, id: &str| e.origin.as_ref().is_some_and(|o| o.client_id == id && o.client_seq == seq);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            self.pump()?;
+            if let Some(found) = self.envelopes.iter().find(|e| mine(e, &self.client_id)) {
+                return Ok(found.clone());
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                bail!("waited {PATIENCE:?} for the echo of action {seq}");
+            }
+            let _ = self.next_event(left).await;
+        }
+    }
+
     /// Dispatches a pending message (queued or steering).
     pub async fn pending(
         &self,

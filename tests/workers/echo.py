@@ -36,8 +36,12 @@ def emit(chat, action):
 
 
 def schema():
+    properties = {}
+    if options.get("heldCompletions"):
+        # A key whose values are asked for (`agent/completions`), not listed.
+        properties["branch"] = {"type": "string", "title": "Branch", "sessionMutable": True}
     return {
-        "schema": {"type": "object", "properties": {}},
+        "schema": {"type": "object", "properties": properties},
         "defaults": {},
     }
 

@@ -437,6 +437,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             if a.started_at.parse::<jiff::Timestamp>().is_err() {
                 return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
             }
+            check_attachments(core, channel, &a.message)?;
             Ok(Then::Nothing)
         }
         StateAction::ChatTurnCancelled(a) => {
@@ -518,6 +519,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         StateAction::ChatPendingMessageSet(a) => {
             read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             user_message(&a.message)?;
+            check_attachments(core, channel, &a.message)?;
             Ok(match a.kind {
                 PendingMessageKind::Queued => Then::StartQueued,
                 // Refused up front where the backend cannot take a message mid-turn, so the
@@ -629,6 +631,15 @@ fn check_terminal(core: &Core, conn: &ConnState, channel: &str, action: &StateAc
         }
         _ => Ok(Then::Nothing),
     }
+}
+
+/// A message's attachments must be able to reach the chat's model (`attachments.rs`).
+fn check_attachments(core: &Core, chat: &str, message: &ahp_types::state::Message) -> Result<(), String> {
+    if message.attachments.as_ref().is_none_or(Vec::is_empty) {
+        return Ok(());
+    }
+    let rules = core.attachment_rules(chat).ok_or("no such chat")?;
+    super::attachments::check(&rules, message)
 }
 
 /// Only the client that runs a tool call may complete it (or change its content).

@@ -639,7 +639,7 @@ impl Host {
             customizations: None,
             changesets: None,
             input_needed: None,
-            meta: None,
+            meta: core.with_commands(&provider, None),
         };
         let annotations = format!("{uri}/annotations");
         core.ch.sessions.insert(uri.clone(), state);

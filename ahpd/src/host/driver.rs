@@ -34,8 +34,9 @@ pub enum Op {
     /// Make sure the backend holds the conversation; `announce_ready` says `session/ready` (or
     /// `session/creationFailed`) after the session's first one.
     Ensure { announce_ready: bool },
-    /// A turn's prompt (the host said its start already); `unattended` when nobody watches it.
-    Send { turn_id: String, message: Message, unattended: bool },
+    /// A turn's prompt (the host said its start already); `unattended` when nobody watches it;
+    /// `client` sent it, when a client did.
+    Send { turn_id: String, message: Message, unattended: bool, client: Option<String> },
     /// A turn the backend lost runs again (the host said so already).
     ResumeTurn { turn_id: String, message: Message, decisions: Vec<protocol::Decision> },
     /// A client stopped a worker (a subagent) a tool call of the running turn started.
@@ -185,7 +186,9 @@ impl Driver {
                     self.host.creation_finished(&chat, Ok(()));
                 }
             }
-            Op::Send { turn_id, message, unattended } => self.send(worker, turn_id, message, unattended).await,
+            Op::Send { turn_id, message, unattended, client } => {
+                self.send(worker, turn_id, message, unattended, client).await
+            }
             Op::ResumeTurn { turn_id, message, decisions } => {
                 if !self.host.is_running(&chat, &turn_id) {
                     return;
@@ -224,7 +227,15 @@ impl Driver {
                 }
             }
             Op::Steer { turn_id, id, message } => {
-                let params = protocol::SteerParams { chat, turn_id, id: id.clone(), message };
+                let attachments = match self.host.read_attachments(&chat, &message, None).await {
+                    Ok(read) => read,
+                    Err(why) => {
+                        // Not steered in: it runs as the next turn, which fails with the reason.
+                        tracing::info!(chat = %self.chat, "a steering message's attachments could not be read: {why}");
+                        return self.host.steering_kept_back(&self.chat, &id);
+                    }
+                };
+                let params = protocol::SteerParams { chat, turn_id, id: id.clone(), message, attachments };
                 let taken = self
                     .request(worker, parent::STEER, params)
                     .await
@@ -253,13 +264,25 @@ impl Driver {
         }
     }
 
-    /// Hands a turn's prompt over: its model and agent first, unless it was stopped meanwhile.
-    async fn send(&mut self, worker: &WorkerHandle, turn_id: String, message: Message, unattended: bool) {
+    /// Hands a turn's prompt over: its attachments read, its model and agent first, unless it was
+    /// stopped meanwhile.
+    async fn send(
+        &mut self,
+        worker: &WorkerHandle,
+        turn_id: String,
+        message: Message,
+        unattended: bool,
+        client: Option<String>,
+    ) {
         let chat = self.chat.clone();
         if !self.host.is_running(&chat, &turn_id) {
             // Stopped while the host prepared it: never sent.
             return;
         }
+        let attachments = match self.host.read_attachments(&chat, &message, client.as_deref()).await {
+            Ok(read) => read,
+            Err(why) => return self.host.send_failed(&chat, &turn_id, "attachmentRefused", why),
+        };
         if let Some(model) = message.model.clone() {
             let params = protocol::ChangeModelParams { chat: chat.clone(), model: model.clone() };
             if let Err(e) = self.call(worker, parent::CHANGE_MODEL, params).await {
@@ -285,6 +308,7 @@ impl Driver {
             message,
             instructions,
             unattended,
+            attachments,
         };
         if let Err(e) = self.call(worker, parent::SEND_MESSAGE, params).await {
             self.host.send_failed(&chat, &turn_id, "sendFailed", e);

@@ -35,7 +35,7 @@ pub use super::errors::AhpError;
 pub use super::grants::refusal;
 pub use super::limits::over_limit;
 pub use super::questions::{Answer, Unanswered};
-pub use super::requests::{file_uri, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
+pub use super::requests::{file_uri, ClientRequestError, ClientResource, CLIENT_REQUEST_TIMEOUT};
 pub use super::terminal_channels::{
     claiming_session, content_bytes, is_running, output_of, tail, TerminalSettings, COMMAND_PREFIX,
 };

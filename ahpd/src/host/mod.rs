@@ -12,9 +12,11 @@
 //! reach it through [`facade`].
 
 pub mod actions;
+pub mod attachments;
 pub mod catalog;
 pub mod clients;
 pub mod commands;
+pub mod completions;
 pub mod core;
 pub mod driver;
 pub mod edits;
@@ -36,6 +38,7 @@ pub mod subagents;
 pub mod terminal_channels;
 pub mod turns;
 pub mod unload;
+pub mod usage;
 pub mod write;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -91,6 +94,8 @@ pub struct HostConfig {
     pub host_tools_withheld: std::collections::BTreeSet<String>,
     /// What terminals may hold and where they run.
     pub terminals: terminal_channels::TerminalSettings,
+    /// The largest attachment a message may carry, once read (`attachmentLimitBytes`).
+    pub attachment_limit: u64,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -142,6 +147,7 @@ impl Default for HostConfig {
             root_token: None,
             host_tools_withheld: Default::default(),
             terminals: terminal_channels::TerminalSettings::default(),
+            attachment_limit: attachments::DEFAULT_LIMIT_BYTES,
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -157,6 +163,10 @@ pub struct AgentEntry {
     pub schema: Option<SchemaResult>,
     /// The models it offers.
     pub models: Vec<SessionModelInfo>,
+    /// The commands behind a slash it reported.
+    pub commands: Vec<protocol::SlashCommand>,
+    /// What it takes as attachments, when its probe said more than its handshake.
+    pub attachments: Option<protocol::AttachmentSupport>,
 }
 
 /// The host's own record of a session, beside its channel state.
@@ -283,6 +293,8 @@ pub struct Core {
     terminal_list: Vec<String>,
     /// The `!` command each chat runs or ran last: (turn id, terminal channel).
     command_turns: HashMap<String, (String, String)>,
+    /// The largest attachment a message may carry, once read.
+    attachment_limit: u64,
 }
 
 /// The host; cheap to clone.
@@ -326,7 +338,14 @@ impl Host {
         let agents = supervisor
             .providers()
             .into_iter()
-            .map(|provider| AgentEntry { provider, descriptor: None, schema: None, models: Vec::new() })
+            .map(|provider| AgentEntry {
+                provider,
+                descriptor: None,
+                schema: None,
+                models: Vec::new(),
+                commands: Vec::new(),
+                attachments: None,
+            })
             .collect();
         let stored = store.count().unwrap_or_else(|e| {
             tracing::error!("{e}");
@@ -364,6 +383,7 @@ impl Host {
             terminals: None,
             terminal_list: Vec::new(),
             command_turns: HashMap::new(),
+            attachment_limit: config.attachment_limit,
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -474,6 +494,7 @@ impl Host {
 
     fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {
         let mut core = self.lock();
+        mark_dynamic(provider, &descriptor, &mut schema);
         // The host's own settings (isolation, …) join every agent's.
         core.workspaces.extend_schema(provider, &mut schema);
         if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
@@ -492,9 +513,16 @@ impl Host {
             schema
         });
         if let Some(entry) = core.agents.iter_mut().find(|a| a.provider == provider) {
-            if let Some(schema) = schema {
+            if let Some(mut schema) = schema {
+                if let Some(descriptor) = &entry.descriptor {
+                    mark_dynamic(provider, descriptor, &mut schema);
+                }
                 // What later sessions start with, and what a client may change from now on.
                 entry.schema = Some(schema);
+            }
+            entry.commands = probe.commands;
+            if probe.attachments.is_some() {
+                entry.attachments = probe.attachments;
             }
             entry.models = probe
                 .models
@@ -506,6 +534,7 @@ impl Host {
                 .collect();
         }
         core.publish_agents();
+        core.publish_commands(provider);
     }
 
     fn run_backend_call(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {
@@ -563,6 +592,22 @@ impl Core {
     /// The sessions' tools endpoints, to open one or say where they are served.
     pub fn endpoints_mut(&mut self) -> &mut endpoints::Endpoints {
         &mut self.endpoints
+    }
+}
+
+/// Marks the keys of its own schema a backend answers completions for as `enumDynamic` (seed 004:
+/// a client then asks `sessionConfigCompletions` rather than take it for a fact typed in); a key
+/// it names that its schema does not declare is skipped, and said in the log.
+fn mark_dynamic(provider: &str, descriptor: &AgentDescriptor, schema: &mut SchemaResult) {
+    for key in &descriptor.features.completions {
+        match schema.schema.properties.get_mut(key) {
+            Some(property) => property.enum_dynamic = Some(true),
+            None => tracing::warn!(
+                provider,
+                key,
+                "the agent answers completions for a key its schema does not declare; skipped"
+            ),
+        }
     }
 }
 

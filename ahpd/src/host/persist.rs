@@ -121,8 +121,15 @@ impl Core {
     /// progress is left to the checkpoint.
     pub fn persist_after(&mut self, chat: &str, started: bool, changes_record: bool, turn_ended: bool) {
         if turn_ended {
+            // The turn, its chat's record and what it used land in the store together.
+            let together = self.store.savepoint("turn_end").is_ok();
             self.persist_last_turn(chat);
             self.persist_chat(chat);
+            let usage = self.ch.chats.get(chat).and_then(|c| c.turns.last()).and_then(|t| t.usage.clone());
+            self.bank_usage(chat, usage.as_ref());
+            if together {
+                Self::log_store(self.store.release("turn_end"));
+            }
         } else if changes_record {
             self.persist_chat(chat);
         }
@@ -385,7 +392,7 @@ impl Host {
             customizations: None,
             changesets: None,
             input_needed: None,
-            meta: record.meta.clone(),
+            meta: core.with_commands(&record.provider, record.meta.clone()),
         };
         core.ch.sessions.insert(uri.clone(), state);
         core.ch.mark_loaded(&uri);
@@ -464,6 +471,8 @@ impl Host {
             }
             let resumable = core.abilities(&chat).resume_turn;
             let turn = interrupted_turn(active, resumable);
+            // What it used before it stopped was reported, so it is banked.
+            let usage = turn.usage.clone();
             tracing::warn!(chat, turn = %turn.id, "a turn was running when ahpd stopped; it is ended as failed");
             // A resumed turn was stored once when it failed: it takes that place again.
             let stored = core.store.turn_position(&chat, &turn.id).ok().flatten();
@@ -479,6 +488,7 @@ impl Host {
                 state.status = (state.status & !status::ACTIVITY) | status::ERROR;
             }
             core.sync_chat(&chat);
+            core.bank_usage(&chat, usage.as_ref());
             if let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) {
                 core.persist_session(&session);
             }

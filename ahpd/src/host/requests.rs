@@ -175,6 +175,31 @@ pub enum ClientRequestError {
     Disconnected,
     /// It did not answer in time.
     TimedOut,
+    /// It answered with base64 that does not decode.
+    Undecodable(String),
+}
+
+/// A resource a client read for this host (its answer to `resourceRead`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientResource {
+    /// Its content, when the client sent it as text (`encoding: "utf-8"`); `bytes` is empty then.
+    pub text: Option<String>,
+    /// Its content, when the client sent it as base64.
+    pub bytes: Vec<u8>,
+    /// The type the client said it is.
+    pub content_type: Option<String>,
+}
+
+impl ClientResource {
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.text.as_ref().map_or(self.bytes.len(), String::len)
+    }
+
+    /// True when it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Host {
@@ -203,6 +228,23 @@ impl Host {
                 self.lock().ch.forget_request(conn, request);
                 Err(ClientRequestError::TimedOut)
             }
+        }
+    }
+
+    /// Asks the connected client `client_id` for a resource it publishes (`resourceRead`).
+    pub async fn read_client_resource(&self, client_id: &str, uri: &str) -> Result<ClientResource, ClientRequestError> {
+        let params = serde_json::json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "uri": uri });
+        let answer = self.request_client(client_id, "resourceRead", params).await?;
+        let data = answer.get("data").and_then(Value::as_str).unwrap_or_default();
+        let content_type = answer.get("contentType").and_then(Value::as_str).map(str::to_owned);
+        if answer.get("encoding").and_then(Value::as_str) == Some("base64") {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map_err(|e| ClientRequestError::Undecodable(e.to_string()))?;
+            Ok(ClientResource { text: None, bytes, content_type })
+        } else {
+            Ok(ClientResource { text: Some(data.to_owned()), bytes: Vec::new(), content_type })
         }
     }
 

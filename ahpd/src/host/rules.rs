@@ -242,18 +242,8 @@ impl Host {
 
     /// A text file a client publishes, or nothing (logged) when it cannot be read.
     async fn read_from(&self, client: &str, uri: &str) -> Option<String> {
-        let params = json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "uri": uri });
-        match self.request_client(client, "resourceRead", params).await {
-            Ok(answer) => {
-                let data = answer.get("data").and_then(Value::as_str).unwrap_or_default();
-                if answer.get("encoding").and_then(Value::as_str) == Some("base64") {
-                    use base64::Engine;
-                    let bytes = base64::engine::general_purpose::STANDARD.decode(data).ok()?;
-                    String::from_utf8(bytes).ok()
-                } else {
-                    Some(data.to_owned())
-                }
-            }
+        match self.read_client_resource(client, uri).await {
+            Ok(read) => read.text.or_else(|| String::from_utf8(read.bytes).ok()),
             Err(e) => {
                 tracing::warn!(client, rule = uri, "could not read the client's rule: {e:?}");
                 None

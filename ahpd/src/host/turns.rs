@@ -8,7 +8,8 @@
 use std::time::Instant;
 
 use ahp_types::actions::{
-    ActionOrigin, ChatErrorAction, ChatPendingMessageRemovedAction, ChatTurnStartedAction, StateAction,
+    ActionOrigin, ChatErrorAction, ChatPendingMessageRemovedAction, ChatTurnStartedAction, SessionMetaChangedAction,
+    StateAction,
 };
 use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, PendingMessageKind};
 use protocol::{EmitChannel, EmitParams};
@@ -155,6 +156,7 @@ impl Core {
     /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
     pub fn start_turn(&mut self, chat: &str, start: ChatTurnStartedAction, origin: Option<(ConnId, ActionOrigin)>) {
         let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
+        let client = origin.as_ref().map(|(_, o)| o.client_id.clone());
         // A queued or steering message's turn is its sender's.
         if let Some(sender) = start.queued_message_id.as_deref().and_then(|q| self.sender_of(chat, q)) {
             self.note_sender(chat, &turn_id, sender);
@@ -185,7 +187,7 @@ impl Core {
         // A turn the host began that nobody watches (a wakeup's) has nobody to answer it.
         let unattended = extra.is_none() && !self.is_attended(chat);
         if let Some(meta) = self.chats.get(chat) {
-            let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message, unattended });
+            let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message, unattended, client });
         }
         self.offer_steering(chat);
     }
@@ -213,7 +215,15 @@ impl Host {
                     return;
                 };
                 if backend_may_say_on_session(&params.action) {
-                    core.apply(&session, params.action, None, None);
+                    let action = match params.action {
+                        StateAction::SessionMetaChanged(said) => {
+                            let held = core.ch.sessions.get(&session).and_then(|s| s.meta.as_ref());
+                            let meta = super::usage::merge_backend_meta(held, said.meta);
+                            StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) })
+                        }
+                        other => other,
+                    };
+                    core.apply(&session, action, None, None);
                 } else {
                     tracing::warn!(
                         session,
@@ -415,6 +425,17 @@ impl Host {
         } else if let Some(meta) = core.chats.get_mut(chat) {
             // Not yet: hand it again on the turn's next action, or run it next once it ended.
             meta.steering_offered = None;
+            core.start_next(chat);
+        }
+    }
+
+    /// A steering message that cannot be steered in (its attachments could not be read) waits
+    /// for the running turn to end and then runs as a turn of its own, which says why it fails;
+    /// it is not handed to this turn again.
+    pub(super) fn steering_kept_back(&self, chat: &str, id: &str) {
+        let mut core = self.lock();
+        let current = core.ch.chats.get(chat).and_then(|c| c.steering_message.as_ref().map(|s| s.id.clone()));
+        if current.as_deref() == Some(id) {
             core.start_next(chat);
         }
     }

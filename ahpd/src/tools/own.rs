@@ -4,12 +4,13 @@
 //! that are the session's — its own, and those open in its folder — with their last lines). The
 //! third, `schedule_wakeup`, is `wakeups.rs`.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde_json::{json, Value};
 
 use super::{Group, ToolCall, ToolInfo, ToolResult};
+use crate::fileuri::{path_of_file_uri, place, Placed};
 use crate::host::facade::{self, path_of, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use crate::host::Host;
 
@@ -131,47 +132,6 @@ fn valid_scheme(scheme: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
-/// A path from a `file:` URI, percent-decoded.
-fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
-    let rest = uri.split_once(':')?.1;
-    let path = match rest.strip_prefix("//") {
-        // After the authority (empty, or `localhost`) comes the path.
-        Some(after) => &after[after.find('/')?..],
-        None => rest,
-    };
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    let path = PathBuf::from(String::from_utf8(out).ok()?);
-    path.is_absolute().then_some(path)
-}
-
-/// `..` and `.` taken out without touching the disk (for a path that does not exist).
-fn lexically_normal(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
     let Some(path) = path_of_file_uri(uri) else {
         return Err(format!("Invalid {RESOURCE} input: {uri} does not name an absolute path.").into());
@@ -188,26 +148,19 @@ async fn read_file(host: &Host, call: &ToolCall, uri: &str) -> ToolResult {
     if folders.is_empty() {
         return Err(format!("This session has no folder, so {RESOURCE} reads no files.").into());
     }
-    let roots: Vec<PathBuf> = folders.iter().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())).collect();
     let outside = || {
         let shown: Vec<String> = folders.iter().map(|f| f.display().to_string()).collect();
         format!("{uri} is outside this session's folders; {RESOURCE} reads files under {} only.", shown.join(", "))
     };
-    // Resolved through symlinks, so what is read is what the folder holds, not where a link points.
-    let real = match tokio::fs::canonicalize(&path).await {
-        Ok(real) => real,
-        Err(_) => {
-            let normal = lexically_normal(&path);
-            return Err(if roots.iter().chain(folders.iter()).any(|r| normal.starts_with(r)) {
-                format!("There is no file at {uri}.").into()
-            } else {
-                outside().into()
-            });
-        }
+    let placed = {
+        let folders = folders.clone();
+        tokio::task::spawn_blocking(move || place(&path, &folders)).await.unwrap_or(Placed::Outside)
     };
-    if !roots.iter().any(|r| real.starts_with(r)) {
-        return Err(outside().into());
-    }
+    let real = match placed {
+        Placed::Inside(real) => real,
+        Placed::Missing => return Err(format!("There is no file at {uri}.").into()),
+        Placed::Outside => return Err(outside().into()),
+    };
     let meta = tokio::fs::metadata(&real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
     if meta.is_dir() {
         return list_dir(&real, uri).await;
@@ -252,21 +205,11 @@ async fn list_dir(dir: &Path, uri: &str) -> ToolResult {
 
 /// Reads a resource a connected client publishes, by asking that client.
 async fn read_published(host: &Host, client: &str, uri: &str) -> ToolResult {
-    let params = json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "uri": uri });
-    match host.request_client(client, "resourceRead", params).await {
-        Ok(result) => {
-            let data = result.get("data").and_then(Value::as_str).unwrap_or("");
-            let content_type = result.get("contentType").and_then(Value::as_str);
-            match result.get("encoding").and_then(Value::as_str) {
-                Some("base64") => {
-                    let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(data)
-                        .map_err(|e| format!("{client} answered {uri} with base64 that does not decode: {e}"))?;
-                    Ok(text_or_base64(uri, bytes, content_type))
-                }
-                _ => Ok(data.to_owned()),
-            }
-        }
+    match host.read_client_resource(client, uri).await {
+        Ok(read) => match read.text {
+            Some(text) => Ok(text),
+            None => Ok(text_or_base64(uri, read.bytes, read.content_type.as_deref())),
+        },
         Err(ClientRequestError::NotConnected) => {
             Err(format!("No connected client publishes {uri}: no client {client} is connected to this host.").into())
         }
@@ -278,20 +221,15 @@ async fn read_published(host: &Host, client: &str, uri: &str) -> ToolResult {
         Err(ClientRequestError::TimedOut) => {
             Err(format!("{client} did not answer for {uri} within {} s.", CLIENT_REQUEST_TIMEOUT.as_secs()).into())
         }
+        Err(ClientRequestError::Undecodable(why)) => {
+            Err(format!("{client} answered {uri} with base64 that does not decode: {why}").into())
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_uris_become_paths() {
-        assert_eq!(path_of_file_uri("file:///w/a%20b.txt"), Some(PathBuf::from("/w/a b.txt")));
-        assert_eq!(path_of_file_uri("file://localhost/w/x"), Some(PathBuf::from("/w/x")));
-        assert_eq!(path_of_file_uri("file:relative"), None);
-        assert_eq!(lexically_normal(Path::new("/w/x/../../etc/passwd")), PathBuf::from("/etc/passwd"));
-    }
 
     #[test]
     fn a_terminals_last_lines_are_its_text() {

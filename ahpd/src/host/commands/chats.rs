@@ -2,11 +2,14 @@
 //! chat's turns with `fetchTurns`, and `completions`.
 
 use ahp_types::actions::{ChatTurnsLoadedAction, SessionChatRemovedAction, StateAction};
-use ahp_types::commands::{ChatSource, CompletionsParams, CreateChatParams, DisposeChatParams, FetchTurnsParams};
+use ahp_types::commands::{
+    ChatSource, CompletionItemKind, CompletionsParams, CreateChatParams, DisposeChatParams, FetchTurnsParams,
+};
 use serde_json::Value;
 
 use super::Reply;
 use crate::host::catalog::Farewell;
+use crate::host::completions;
 use crate::host::core::{channel_kind, ChannelKind};
 use crate::host::errors::AhpError;
 use crate::host::requests::ConnState;
@@ -122,11 +125,41 @@ impl Host {
         reply.send_locked(&mut core, Ok(serde_json::json!({})));
     }
 
-    pub(super) fn completions(&self, _conn: &mut ConnState, params: CompletionsParams) -> Result<Value, AhpError> {
+    /// `completions` while a message is composed: `/` at its start answers the commands of the
+    /// chat's backend, `@` the files in the session's folder (walked off the runtime).
+    pub(super) fn completions(&self, conn: &mut ConnState, reply: Reply, params: CompletionsParams) {
         let mut core = self.lock();
         if !self.ensure_loaded(&mut core, &params.channel) || !core.ch.chats.contains_key(&params.channel) {
-            return Err(AhpError::not_found(format!("There is no chat {}", params.channel)));
+            drop(core);
+            let e = AhpError::not_found(format!("There is no chat {}", params.channel));
+            return reply.send(self, Err(e));
         }
-        Ok(serde_json::json!({ "items": [] }))
+        let none = || Ok(serde_json::json!({ "items": [] }));
+        if params.kind != CompletionItemKind::UserMessage {
+            return reply.send_locked(&mut core, none());
+        }
+        let Some(typed) = completions::typed_at(&params.text, params.offset) else {
+            return reply.send_locked(&mut core, none());
+        };
+        if typed.trigger == '/' {
+            let items = completions::command_items(&core.chat_commands(&params.channel), &typed);
+            return reply.send_locked(&mut core, Ok(serde_json::json!({ "items": items })));
+        }
+        let folder = core
+            .chats
+            .get(&params.channel)
+            .and_then(|m| core.sessions.get(&m.session))
+            .and_then(|s| s.working_directory.clone());
+        let Some(folder) = folder else {
+            return reply.send_locked(&mut core, none());
+        };
+        drop(core);
+        let (host, waiting) = (self.clone(), conn.in_flight.begin());
+        self.spawn("file completions", async move {
+            let items =
+                tokio::task::spawn_blocking(move || completions::file_items(&folder, &typed)).await.unwrap_or_default();
+            drop(waiting);
+            reply.send(&host, Ok(serde_json::json!({ "items": items })));
+        });
     }
 }

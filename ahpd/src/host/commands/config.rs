@@ -37,12 +37,13 @@ impl Host {
             Ok(p) => p,
             Err(e) => return reply.send(self, Err(e)),
         };
-        let answers = self
-            .lock()
-            .agent(&provider)
-            .and_then(|a| a.descriptor.as_ref())
-            .map(|d| d.features.completions.contains(&params.property));
-        if answers != Some(true) {
+        // Asked of the backend only for a key its schema marks `enumDynamic` (which the host does
+        // for every key the backend says it answers); any other key has no values to offer.
+        let answers =
+            self.lock().agent(&provider).and_then(|a| a.schema.as_ref()).is_some_and(|s| {
+                s.schema.properties.get(&params.property).is_some_and(|p| p.enum_dynamic == Some(true))
+            });
+        if !answers {
             return reply.send(self, Ok(serde_json::json!({ "items": [] })));
         }
         let (host, waiting) = (self.clone(), conn.in_flight.begin());

@@ -102,7 +102,9 @@ impl Host {
             meta: None,
             snapshots,
             default_directory: self.config().default_directory.as_ref().map(|d| file_uri(d)),
-            completion_trigger_characters: None,
+            completion_trigger_characters: Some(
+                crate::host::completions::TRIGGERS.iter().map(|t| (*t).to_owned()).collect(),
+            ),
             terminal_command_prefix: core
                 .terminals_feature()
                 .map(|_| crate::host::terminal_channels::COMMAND_PREFIX.to_owned()),

@@ -198,7 +198,7 @@ fn requests() -> Vec<Command> {
         // Refused in every case while chat moves are off, so nothing is asked first.
         Command::request("moveChat", Grant::Anyone, H::returns::<Value>(Host::move_chat)),
         Command::request("fetchTurns", Grant::ChatTurns, H::answers::<FetchTurnsParams>(Host::fetch_turns)),
-        Command::request("completions", Grant::SessionRead, H::returns::<CompletionsParams>(Host::completions)),
+        Command::request("completions", Grant::SessionRead, H::answers::<CompletionsParams>(Host::completions)),
         // AHP commands this host does not serve: refused as such, whoever asks.
         Command::request(
             "createTerminal",
