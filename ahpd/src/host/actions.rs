@@ -158,6 +158,8 @@ enum Then {
     TerminalInput(String),
     /// A client resized a terminal: its pty takes the size (columns, rows).
     TerminalResize(u16, u16),
+    /// A customization was toggled: the client rules that applied before it.
+    Toggled(Vec<String>),
 }
 
 impl Host {
@@ -281,6 +283,7 @@ impl Host {
                     feature.resize(channel, cols, rows);
                 }
             }
+            Then::Toggled(before) => self.rules_toggled(core, channel, &before),
             Then::Config(changes) => {
                 let chats: Vec<String> = core.backend_chats_of(channel);
                 for chat in chats {
@@ -410,10 +413,20 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
                 Err("A client can only remove itself from a session's active clients".to_owned())
             }
         }
-        StateAction::SessionCustomizationToggled(_)
-        | StateAction::SessionMcpServerStartRequested(_)
-        | StateAction::SessionMcpServerStopRequested(_)
-        | StateAction::SessionMcpServerBackgroundRequested(_) => Ok(Then::Nothing),
+        StateAction::SessionCustomizationToggled(a) => {
+            shown_customization(core, channel, &a.id, false).map(|_| Then::Toggled(core.client_rule_bodies(channel)))
+        }
+        StateAction::SessionMcpServerStartRequested(ahp_types::actions::SessionMcpServerStartRequestedAction {
+            id,
+            ..
+        })
+        | StateAction::SessionMcpServerStopRequested(ahp_types::actions::SessionMcpServerStopRequestedAction {
+            id,
+            ..
+        })
+        | StateAction::SessionMcpServerBackgroundRequested(
+            ahp_types::actions::SessionMcpServerBackgroundRequestedAction { id, .. },
+        ) => shown_customization(core, channel, id, true),
         StateAction::SessionWorkingDirectorySet(_)
         | StateAction::SessionWorkingDirectoryRemoved(_)
         | StateAction::SessionWorkingDirectoryReplaced(_) => {
@@ -640,6 +653,42 @@ fn check_attachments(core: &Core, chat: &str, message: &ahp_types::state::Messag
     }
     let rules = core.attachment_rules(chat).ok_or("no such chat")?;
     super::attachments::check(&rules, message)
+}
+
+/// A toggle or an MCP server request must name what the session shows: otherwise it would be
+/// echoed and change nothing, which a client would take for done. `mcp` asks for an MCP server.
+fn shown_customization(core: &Core, session: &str, id: &str, mcp: bool) -> Result<Then, String> {
+    use ahp_types::state::{ChildCustomization, Customization};
+    let list = core.ch.sessions.get(session).and_then(|s| s.customizations.as_deref()).unwrap_or_default();
+    let found = list.iter().find_map(|c| match c {
+        Customization::McpServer(m) if m.id == id => Some(true),
+        Customization::Plugin(p) if p.id == id => Some(false),
+        Customization::Directory(d) if d.id == id => Some(false),
+        Customization::Plugin(p) => child_is_mcp(p.children.as_deref(), id),
+        Customization::Directory(d) => child_is_mcp(d.children.as_deref(), id),
+        _ => None,
+    });
+    fn child_is_mcp(children: Option<&[ChildCustomization]>, id: &str) -> Option<bool> {
+        children.unwrap_or_default().iter().find_map(|c| match c {
+            ChildCustomization::McpServer(m) if m.id == id => Some(true),
+            ChildCustomization::Agent(x) if x.id == id => Some(false),
+            ChildCustomization::Skill(x) if x.id == id => Some(false),
+            ChildCustomization::Prompt(x) if x.id == id => Some(false),
+            ChildCustomization::Rule(x) if x.id == id => Some(false),
+            ChildCustomization::Hook(x) if x.id == id => Some(false),
+            _ => None,
+        })
+    }
+    match found {
+        Some(is_mcp) if is_mcp || !mcp => Ok(Then::Nothing),
+        Some(_) => Err(format!("Customization {id} of this session is not an MCP server")),
+        None if mcp => Err(format!(
+            "This session has no MCP server {id}; its MCP servers are those its state lists under customizations"
+        )),
+        None => Err(format!(
+            "This session has no customization {id}; what it has is listed under its state's customizations"
+        )),
+    }
 }
 
 /// Only the client that runs a tool call may complete it (or change its content).

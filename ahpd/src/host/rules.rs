@@ -3,14 +3,16 @@
 //! client (`resourceList`, `resourceRead`), keeps the bodies of those whose frontmatter says
 //! `alwaysApply: true`, and joins them to `Start.instructions` after the host tools' own. The copy
 //! is the session's `customizations` (each plugin with its rules as children), so every client sees
-//! what applies. Rules are read when a chat starts, so a change restarts the session's chats
-//! between turns.
+//! what applies. A client's `session/customizationToggled` of a plugin or of one of its rules
+//! turns its bodies off (or on again) on that copy. Rules are read when a chat starts, so a
+//! change of what applies restarts the session's chats between turns.
 
 use std::collections::BTreeMap;
 
 use ahp_types::actions::{SessionCustomizationsChangedAction, StateAction};
 use ahp_types::state::{
-    ChildCustomization, ClientPluginCustomization, Customization, PluginCustomization, RuleCustomization,
+    ChildCustomization, ClientPluginCustomization, Customization, CustomizationEnablement, PluginCustomization,
+    RuleCustomization,
 };
 use serde_json::{json, Value};
 
@@ -28,10 +30,22 @@ const MAX_ENTRIES: usize = 256;
 pub struct CopiedRules {
     /// The plugins (URI and version token) the client published when the copy was made.
     pub sources: Vec<String>,
-    /// The bodies that apply, in the order the plugins and their files were listed.
-    pub bodies: Vec<String>,
+    /// The bodies that apply unless toggled off, in the order the plugins and their files were
+    /// listed.
+    pub bodies: Vec<RuleBody>,
     /// The copies, as the session's `customizations` show them.
     pub plugins: Vec<Customization>,
+}
+
+/// The body of one rule that applies, and where it is shown (its plugin's and its own id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleBody {
+    /// The id of the plugin it came with.
+    pub plugin: String,
+    /// The rule's id (its file's URI).
+    pub rule: String,
+    /// What joins the instructions.
+    pub text: String,
 }
 
 /// True for a file that may hold a rule: `.mdc` or `.instructions.md`.
@@ -76,13 +90,54 @@ fn rule_name(uri: &str) -> String {
     file.strip_suffix(".instructions.md").or_else(|| file.strip_suffix(".mdc")).unwrap_or(file).to_owned()
 }
 
+/// False when a client toggled off `body`'s plugin (as `client` published it) or the rule itself.
+fn toggled_on(shown: &[Customization], client: &str, body: &RuleBody) -> bool {
+    let plugin = shown.iter().find_map(|c| match c {
+        Customization::Plugin(p) if p.id == body.plugin && p.client_id.as_deref() == Some(client) => Some(p),
+        _ => None,
+    });
+    let Some(plugin) = plugin else { return true };
+    let plugin_on = match plugin.enablement.as_deref().and_then(<[_]>::first) {
+        Some(CustomizationEnablement::Global { enabled })
+        | Some(CustomizationEnablement::Workspace { enabled, .. })
+        | Some(CustomizationEnablement::Session { enabled }) => *enabled,
+        Some(CustomizationEnablement::Unknown(_)) | None => true,
+    };
+    let rule_on = plugin.children.iter().flatten().all(|c| match c {
+        ChildCustomization::Rule(r) if r.id == body.rule => r.enabled != Some(false),
+        _ => true,
+    });
+    plugin_on && rule_on
+}
+
 impl Core {
-    /// The client rules that join `session`'s instructions, clients in id order.
+    /// The client rules that join `session`'s instructions, clients in id order, less those a
+    /// client toggled off (the rule, or its plugin) on the session's `customizations`.
     pub fn client_rule_bodies(&self, session: &str) -> Vec<String> {
+        let shown = self.ch.sessions.get(session).and_then(|s| s.customizations.as_deref()).unwrap_or_default();
         self.client_rules
             .get(session)
-            .map(|by_client| by_client.values().flat_map(|c| c.bodies.clone()).collect())
+            .map(|by_client| {
+                by_client
+                    .iter()
+                    .flat_map(|(client, copied)| copied.bodies.iter().map(move |b| (client, b)))
+                    .filter(|(client, body)| toggled_on(shown, client, body))
+                    .map(|(_, body)| body.text.clone())
+                    .collect()
+            })
             .unwrap_or_default()
+    }
+}
+
+/// Every started chat of `session` restarts between turns, so its next start reads the rules.
+fn restart_live_chats(core: &mut Core, session: &str) {
+    let chats: Vec<String> = core.backend_chats_of(session);
+    for chat in chats {
+        let Some(meta) = core.chats.get(&chat) else { continue };
+        if meta.live.is_none() {
+            continue; // Not started: its first start reads the rules anyway.
+        }
+        core.restart_between_turns(&chat);
     }
 }
 
@@ -115,6 +170,16 @@ impl Host {
         }
     }
 
+    /// A client toggled a customization of `session` (already applied): when that changed which
+    /// rules apply (`before`, as they were), each chat restarts between turns to carry the rest.
+    pub(super) fn rules_toggled(&self, core: &mut Core, session: &str, before: &[String]) {
+        if core.client_rule_bodies(session) == before {
+            return;
+        }
+        tracing::info!(session, "a client toggled the session's rules; its chats restart between turns");
+        restart_live_chats(core, session);
+    }
+
     /// Keeps what was copied; when the bodies changed, each chat restarts (a busy one when its
     /// turn ends) so its next start carries them.
     fn rules_copied(&self, core: &mut Core, session: &str, client: &str, rules: CopiedRules) {
@@ -137,14 +202,7 @@ impl Host {
             return;
         }
         tracing::info!(session, client, "the client's rules changed; the session's chats restart between turns");
-        let chats: Vec<String> = core.backend_chats_of(session);
-        for chat in chats {
-            let Some(meta) = core.chats.get(&chat) else { continue };
-            if meta.live.is_none() {
-                continue; // Not started: its first start reads the rules anyway.
-            }
-            core.restart_between_turns(&chat);
-        }
+        restart_live_chats(core, session);
     }
 
     /// Copies `plugins` from `client`: each with its rule files as children, and the bodies of
@@ -162,7 +220,8 @@ impl Host {
                         false
                     }
                     Some(body) if !body.is_empty() => {
-                        copy.bodies.push(body.clone());
+                        let rule = file.clone();
+                        copy.bodies.push(RuleBody { plugin: plugin.id.clone(), rule, text: body.clone() });
                         true
                     }
                     _ => false,
@@ -255,6 +314,26 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_applies_unless_it_or_its_plugin_was_toggled_off() {
+        let shown = |plugin_on: Option<bool>, rule_on: bool| -> Vec<Customization> {
+            serde_json::from_value(json!([{
+                "type": "plugin", "id": "team", "uri": "virtual://c1/team", "name": "Team", "clientId": "c1",
+                "enablement": plugin_on.map(|on| json!([{"kind": "session", "enabled": on}])),
+                "children": [{"type": "rule", "id": "r1", "uri": "virtual://c1/team/r1.mdc", "name": "r1",
+                              "enabled": rule_on}]
+            }]))
+            .expect("a plugin")
+        };
+        let body = RuleBody { plugin: "team".into(), rule: "r1".into(), text: "Be brief.".into() };
+        assert!(toggled_on(&shown(None, true), "c1", &body));
+        assert!(toggled_on(&shown(Some(true), true), "c1", &body));
+        assert!(!toggled_on(&shown(Some(false), true), "c1", &body), "its plugin is off");
+        assert!(!toggled_on(&shown(None, false), "c1", &body), "the rule is off");
+        assert!(toggled_on(&shown(Some(false), true), "c2", &body), "another client's plugin of that id");
+        assert!(toggled_on(&[], "c1", &body), "not shown yet");
+    }
 
     #[test]
     fn only_always_applied_rules_give_their_body_without_the_frontmatter() {
