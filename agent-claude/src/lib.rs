@@ -210,6 +210,8 @@ impl Agent for Claude {
                 resume_turn: true,
                 // Images and PDFs as content blocks of their own; the rest as text.
                 attachments: Some(session::attachment_support()),
+                // Its `system/init` says each MCP server's status.
+                mcp_status: true,
             },
         }
     }

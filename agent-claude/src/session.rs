@@ -19,8 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnEnd, TurnWriter};
+use ahp_types::actions::{SessionMcpServerStateChangedAction, StateAction};
 use ahp_types::common::JsonObject;
-use ahp_types::state::ModelSelection;
+use ahp_types::state::{
+    ErrorInfo, McpServerErrorState, McpServerReadyState, McpServerStartingState, McpServerState, McpServerStoppedState,
+    ModelSelection,
+};
 use async_trait::async_trait;
 use protocol::{
     AnswerParams, Attachment, AttachmentSupport, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams,
@@ -142,6 +146,23 @@ pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, model: Option<&str>, pe
     }
     args.extend(spec.extra_args.iter().cloned());
     args
+}
+
+/// An MCP server's state from the status Claude's `system/init` reports for it.
+pub fn mcp_state(status: &str) -> McpServerState {
+    match status {
+        "connected" => McpServerState::Ready(McpServerReadyState {}),
+        "pending" => McpServerState::Starting(McpServerStartingState { blocking: None }),
+        "disabled" => McpServerState::Stopped(McpServerStoppedState {}),
+        other => McpServerState::Error(McpServerErrorState {
+            error: ErrorInfo {
+                error_type: "mcpServer".into(),
+                message: format!("Claude Code reports the server {other}"),
+                stack: None,
+                meta: None,
+            },
+        }),
+    }
 }
 
 /// What Claude takes as attachments beside text: images and PDFs, as content blocks of their own.
@@ -561,12 +582,33 @@ impl Core {
     }
 
     fn on_line(self: Arc<Self>, generation: u64, line: Value) {
+        if line["type"] == "system" && line["subtype"] == "init" {
+            self.say_mcp_servers(&line);
+        }
         match line["type"].as_str() {
             Some("control_request") => self.on_control_request(generation, &line),
             Some("control_cancel_request") => self.on_control_cancel(&line),
             Some("command_lifecycle") => self.on_lifecycle(generation, &line),
             Some("keep_alive") => {}
             _ => self.on_output(generation, &line),
+        }
+    }
+
+    /// Says the state of each of the deployment's MCP servers as the CLI's `system/init` reports
+    /// it (its own in-process servers left out).
+    fn say_mcp_servers(&self, line: &Value) {
+        for server in line["mcp_servers"].as_array().into_iter().flatten() {
+            let (Some(name), Some(status)) = (server["name"].as_str(), server["status"].as_str()) else { continue };
+            if [HOST_SERVER, CLIENT_SERVER].contains(&name) {
+                continue;
+            }
+            let state = mcp_state(status);
+            let action = StateAction::SessionMcpServerStateChanged(Box::new(SessionMcpServerStateChangedAction {
+                id: name.to_owned(),
+                state,
+                channel: None,
+            }));
+            self.host.emit_session(action);
         }
     }
 
@@ -1156,6 +1198,15 @@ mod tests {
         let whole = ForkFrom { at: None, ..from };
         let args = launch_args(&spec(), Begin::Fork(&whole), None, "default");
         assert!(!args.iter().any(|a| a.starts_with("--resume-session-at")), "{args:?}");
+    }
+
+    #[test]
+    fn the_clis_mcp_statuses_become_server_states() {
+        assert!(matches!(mcp_state("connected"), McpServerState::Ready(_)));
+        assert!(matches!(mcp_state("pending"), McpServerState::Starting(_)));
+        assert!(matches!(mcp_state("disabled"), McpServerState::Stopped(_)));
+        let McpServerState::Error(failed) = mcp_state("failed") else { panic!("an error") };
+        assert_eq!(failed.error.message, "Claude Code reports the server failed");
     }
 
     #[test]

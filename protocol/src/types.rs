@@ -78,6 +78,11 @@ pub struct AgentFeatures {
     /// What it takes as attachments beside text; absent: text alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<AttachmentSupport>,
+    /// It runs `Start.mcpServers` and says each one's state (`session/mcpServerStateChanged` on
+    /// the session channel, the server's name as its id): the parent shows them on the session
+    /// and lets a client stop and start them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mcp_status: bool,
 }
 
 /// Who the agent is: seed 004's `provider`, `displayName`, `description` and capabilities.

@@ -1,14 +1,17 @@
 //! Toggles reach the backend: a client's plugin toggled off on a session takes its rules out of
 //! what the real `claude` CLI is told from the next turn on (the mock's logged requests show it),
-//! and toggled on again brings them back. A toggle or an MCP server request that names nothing the
+//! and toggled on again brings them back; a deployment's MCP server (a real one, made with the
+//! Python MCP SDK) shows on the session with the state the CLI reports, and a client's stop and
+//! start take its tools out of the model's requests and back. A toggle or an MCP server request that names nothing the
 //! session's state lists under `customizations` is refused in the action's `rejectionReason`, the
 //! session unchanged, rather than echoed as if it had been done. Through the official client.
 
+use ahp_types::actions::SessionMcpServerStartRequestedAction as Start;
 use ahp_types::actions::{
     SessionCustomizationToggledAction, SessionMcpServerStartRequestedAction, SessionMcpServerStopRequestedAction,
     StateAction,
 };
-use ahp_types::state::{CustomizationEnablement, TurnState};
+use ahp_types::state::{Customization, CustomizationEnablement, McpServerState, SessionState, TurnState};
 use serde_json::json;
 use tests::installed::claude_entry;
 use tests::mocks::anthropic::MockAnthropic;
@@ -57,6 +60,86 @@ async fn a_plugin_toggled_off_takes_its_rules_out_of_claudes_next_turn_and_back_
     assert!(request.body.to_string().contains(ALWAYS_RULE), "the rule is back: {}", request.body);
     c1.check_against_snapshot(&session).await?;
     c1.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+/// Whether a request to the model offers the probe server's tool: as a tool, or in the CLI's
+/// latest word on its deferred tools (a `system` message that lists them as available, or one that
+/// says they are no longer; the conversation keeps the earlier ones).
+fn offers_probe(request: &tests::mocks::anthropic::RecordedRequest) -> bool {
+    if request.body["tools"].to_string().contains("mcp__probe__") || request.system_text().contains("mcp__probe__") {
+        return true;
+    }
+    let latest = request
+        .messages()
+        .into_iter()
+        .rev()
+        .filter(|m| m["role"] == "system")
+        .map(|m| m.to_string())
+        .find(|text| text.contains("mcp__probe__shout"));
+    latest.is_some_and(|text| !text.contains("no longer available"))
+}
+
+/// The state the session shows for MCP server `id`.
+fn server_state(session: Option<&SessionState>, id: &str) -> Option<McpServerState> {
+    session?.customizations.as_ref()?.iter().find_map(|c| match c {
+        Customization::McpServer(m) if m.id == id => Some(m.state.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn a_deployments_mcp_server_shows_its_state_and_a_client_stops_and_starts_it() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/server.py");
+    let probe = json!({ "type": "stdio", "command": tests::mcp::python(), "args": [script] });
+    let config = json!({ "agents": { "claude": claude_entry(&mock) }, "mcpServers": { "probe": probe } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    assert!(
+        matches!(server_state(a.mirror.session(&session), "probe"), Some(McpServerState::Starting(_))),
+        "shown before the backend said anything"
+    );
+    let asked = mock.turn_requests().len();
+    assert_eq!(a.turn(&chat, "hello").await?.state, TurnState::Complete);
+    let s = session.clone();
+    a.until("the CLI says the server runs", move |m| {
+        matches!(server_state(m.session(&s), "probe"), Some(McpServerState::Ready(_)))
+    })
+    .await?;
+    let request = mock.turn_requests().get(asked).cloned().expect("the model was asked");
+    assert!(offers_probe(&request), "the server's tool is offered");
+
+    // Stopped: the next turn's CLI runs without it.
+    let seq = a
+        .dispatch(
+            &session,
+            StateAction::SessionMcpServerStopRequested(SessionMcpServerStopRequestedAction { id: "probe".into() }),
+        )
+        .await?;
+    assert_eq!(a.echo_of(seq).await?.rejection_reason, None);
+    assert!(matches!(server_state(a.mirror.session(&session), "probe"), Some(McpServerState::Stopped(_))));
+    let asked = mock.turn_requests().len();
+    assert_eq!(a.turn(&chat, "without it?").await?.state, TurnState::Complete);
+    let request = mock.turn_requests().get(asked).cloned().expect("the model was asked");
+    assert!(!offers_probe(&request), "its tools are gone");
+    assert!(request.transcript_text().contains("hello"), "the conversation went on");
+    assert!(matches!(server_state(a.mirror.session(&session), "probe"), Some(McpServerState::Stopped(_))));
+
+    // Started again: back at the next turn, and said to run.
+    let seq = a.dispatch(&session, StateAction::SessionMcpServerStartRequested(Start { id: "probe".into() })).await?;
+    assert_eq!(a.echo_of(seq).await?.rejection_reason, None);
+    let asked = mock.turn_requests().len();
+    assert_eq!(a.turn(&chat, "and with it?").await?.state, TurnState::Complete);
+    let s = session.clone();
+    a.until("the server runs again", move |m| {
+        matches!(server_state(m.session(&s), "probe"), Some(McpServerState::Ready(_)))
+    })
+    .await?;
+    let request = mock.turn_requests().get(asked).cloned().expect("the model was asked");
+    assert!(offers_probe(&request), "its tool is back");
+    a.check_against_snapshot(&session).await?;
     Ok(())
 }
 

@@ -160,6 +160,8 @@ enum Then {
     TerminalResize(u16, u16),
     /// A customization was toggled: the client rules that applied before it.
     Toggled(Vec<String>),
+    /// A client asked to start (true) or stop an MCP server.
+    McpServer(String, bool),
 }
 
 impl Host {
@@ -284,6 +286,7 @@ impl Host {
                 }
             }
             Then::Toggled(before) => self.rules_toggled(core, channel, &before),
+            Then::McpServer(id, run) => self.mcp_server_requested(core, channel, &id, run),
             Then::Config(changes) => {
                 let chats: Vec<String> = core.backend_chats_of(channel);
                 for chat in chats {
@@ -416,15 +419,13 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         StateAction::SessionCustomizationToggled(a) => {
             shown_customization(core, channel, &a.id, false).map(|_| Then::Toggled(core.client_rule_bodies(channel)))
         }
-        StateAction::SessionMcpServerStartRequested(ahp_types::actions::SessionMcpServerStartRequestedAction {
-            id,
-            ..
-        })
-        | StateAction::SessionMcpServerStopRequested(ahp_types::actions::SessionMcpServerStopRequestedAction {
-            id,
-            ..
-        })
-        | StateAction::SessionMcpServerBackgroundRequested(
+        StateAction::SessionMcpServerStartRequested(a) => {
+            shown_customization(core, channel, &a.id, true).map(|_| Then::McpServer(a.id.clone(), true))
+        }
+        StateAction::SessionMcpServerStopRequested(a) => {
+            shown_customization(core, channel, &a.id, true).map(|_| Then::McpServer(a.id.clone(), false))
+        }
+        StateAction::SessionMcpServerBackgroundRequested(
             ahp_types::actions::SessionMcpServerBackgroundRequestedAction { id, .. },
         ) => shown_customization(core, channel, id, true),
         StateAction::SessionWorkingDirectorySet(_)

@@ -636,7 +636,7 @@ impl Host {
             chats: Vec::new(),
             default_chat: None,
             config: Some(config),
-            customizations: None,
+            customizations: core.initial_customizations(&uri, &provider),
             changesets: None,
             input_needed: None,
             meta: core.with_commands(&provider, None),

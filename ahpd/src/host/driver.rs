@@ -398,7 +398,8 @@ impl Host {
             tools: core.tool_specs(&session_uri),
             // The host's own tools as one MCP server, unless its plugin says they are not taken.
             tools_endpoint: if core.takes_host_tools(&session_uri) { core.endpoints.open(&session_uri) } else { None },
-            mcp_servers: core.settings.mcp_servers.clone(),
+            // The deployment's servers, less those a client stopped in this session.
+            mcp_servers: core.mcp_servers_for(&session_uri),
             // The tools' instructions, then the clients' rules (seed 000).
             instructions: [core.tool_instructions(&session_uri), core.client_rule_bodies(&session_uri)].concat(),
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,

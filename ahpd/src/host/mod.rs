@@ -26,6 +26,7 @@ pub mod facade;
 pub mod foreign;
 pub mod grants;
 pub mod limits;
+pub mod mcpservers;
 pub mod offer;
 pub mod persist;
 pub mod questions;
@@ -273,6 +274,8 @@ pub struct Core {
     foreign: std::collections::HashMap<String, foreign::ForeignRow>,
     /// The rules copied from each session's clients: session, then client id.
     client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
+    /// The configured MCP servers each session stopped (`mcpservers.rs`).
+    mcp_stopped: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
     /// Chats whose backend session starts again once their running turn ends (their rules or
     /// their session's folder changed meanwhile).
     restart_after_turn: HashSet<String>,
@@ -374,6 +377,7 @@ impl Host {
             users: config.users.clone(),
             foreign: std::collections::HashMap::new(),
             client_rules: std::collections::HashMap::new(),
+            mcp_stopped: std::collections::HashMap::new(),
             restart_after_turn: HashSet::new(),
             questions: Default::default(),
             tools,

@@ -389,7 +389,7 @@ impl Host {
             chats: summaries,
             default_chat: record.default_chat.clone(),
             config: Some(SessionConfigState { schema, values: record.config.clone() }),
-            customizations: None,
+            customizations: core.initial_customizations(&uri, &record.provider),
             changesets: None,
             input_needed: None,
             meta: core.with_commands(&record.provider, record.meta.clone()),

@@ -129,8 +129,9 @@ impl Core {
     }
 }
 
-/// Every started chat of `session` restarts between turns, so its next start reads the rules.
-fn restart_live_chats(core: &mut Core, session: &str) {
+/// Every started chat of `session` restarts between turns, so its next start reads what it is
+/// started with again (the rules, the MCP servers).
+pub(super) fn restart_live_chats(core: &mut Core, session: &str) {
     let chats: Vec<String> = core.backend_chats_of(session);
     for chat in chats {
         let Some(meta) = core.chats.get(&chat) else { continue };
@@ -193,7 +194,8 @@ impl Host {
             by_client.insert(client.to_owned(), rules);
         }
         if shown_changed {
-            let customizations: Vec<Customization> = by_client.values().flat_map(|c| c.plugins.clone()).collect();
+            let plugins: Vec<Customization> = by_client.values().flat_map(|c| c.plugins.clone()).collect();
+            let customizations = [core.mcp_customizations(session), plugins].concat();
             let action =
                 StateAction::SessionCustomizationsChanged(SessionCustomizationsChangedAction { customizations });
             core.apply(session, action, None, None);

@@ -223,7 +223,9 @@ impl Host {
                         }
                         other => other,
                     };
-                    core.apply(&session, action, None, None);
+                    if core.mcp_report_applies(&session, &action) {
+                        core.apply(&session, action, None, None);
+                    }
                 } else {
                     tracing::warn!(
                         session,
