@@ -273,3 +273,47 @@ async fn an_acp_agent_is_handed_a_file_and_a_selection_as_its_prompt_takes_them(
         .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_resource_the_client_serves_is_read_through_it_and_reaches_claude() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let config = json!({ "agents": { "claude": claude_entry(&mock) } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut c1 = TestClient::connect(&daemon.url, "c1").await?;
+    c1.client.set_resource_request_handlers(tests::plugins::team_plugin());
+    let (session, chat) = c1.create_session("claude", None).await?;
+
+    // Not a file of the session's folder: the host asks the client that sent it (`resourceRead`).
+    let uri = "virtual://c1/team/rules/always.mdc";
+    let resource = MessageAttachment::Resource(MessageResourceAttachment {
+        label: "always.mdc".into(),
+        range: None,
+        display_kind: Some("document".into()),
+        meta: None,
+        uri: uri.into(),
+        size_hint: None,
+        content_type: Some("text/markdown".into()),
+        nonce: None,
+        selection: None,
+    });
+    let (turn_id, _) = c1.send_message(&chat, with("what does the rule say?", vec![resource])).await?;
+    assert_eq!(c1.finished(&chat, &turn_id).await?.state, TurnState::Complete);
+    let requests = mock.turn_requests();
+    let seen = texts(&last_user_blocks(requests.last().ok_or_else(|| anyhow::anyhow!("no request"))?)).join("\n");
+    assert!(seen.contains(tests::plugins::ALWAYS_RULE), "the client's resource reached the model:\n{seen}");
+    assert!(seen.contains(&format!("label=\"always.mdc\" location=\"{uri}\"")), "with where it is from:\n{seen}");
+
+    // One the client cannot serve ends the turn in error saying so; nothing reaches the model.
+    let before = mock.turn_requests().len();
+    let MessageAttachment::Resource(mut missing) = file(Path::new("/nowhere"), "x") else { unreachable!() };
+    missing.uri = "virtual://c1/team/rules/gone.mdc".into();
+    let (turn_id, _) = c1.send_message(&chat, with("and this?", vec![MessageAttachment::Resource(missing)])).await?;
+    let failed = c1.finished(&chat, &turn_id).await?;
+    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
+    let said = format!("{failed:?}");
+    assert!(said.contains("could not read virtual://c1/team/rules/gone.mdc"), "{said}");
+    assert_eq!(mock.turn_requests().len(), before, "nothing reached the model");
+    c1.check_against_snapshot(&session).await?;
+    c1.check_against_snapshot(&chat).await?;
+    Ok(())
+}
