@@ -152,10 +152,10 @@ async fn requests_in_flight_per_connection_are_limited() -> anyhow::Result<()> {
     let mut ws = initialized(&daemon.url, "busy").await?;
     // The key the worker answers completions for is marked for clients to ask about.
     let resolved = ws.call(9, "resolveSessionConfig", json!({ "channel": ROOT, "provider": "py" })).await?;
-    assert_eq!(resolved["result"]["schema"]["properties"]["branch"]["enumDynamic"], true, "{resolved}");
+    assert_eq!(resolved["result"]["schema"]["properties"]["target"]["enumDynamic"], true, "{resolved}");
     let ask = |id: u64, query: &str| {
         json!({ "jsonrpc": "2.0", "id": id, "method": "sessionConfigCompletions",
-                "params": { "channel": ROOT, "provider": "py", "property": "branch", "query": query } })
+                "params": { "channel": ROOT, "provider": "py", "property": "target", "query": query } })
     };
     // Two the worker holds: both wait for their answers.
     ws.send(ask(10, "a")).await?;

@@ -3,7 +3,7 @@
 
 The test suite runs it as an agent of kind `command` to show the worker protocol is really
 language-neutral. Options: `reply` (a prefix for every answer); `heldCompletions` (offer
-completions for the property `branch` and hold every `agent/completions` request until one asks
+completions for the property `target` and hold every `agent/completions` request until one asks
 with the query `release`, which answers them all: requests that stay in flight as long as a test
 needs). Logs go to stderr only.
 """
@@ -39,7 +39,7 @@ def schema():
     properties = {}
     if options.get("heldCompletions"):
         # A key whose values are asked for (`agent/completions`), not listed.
-        properties["branch"] = {"type": "string", "title": "Branch", "sessionMutable": True}
+        properties["target"] = {"type": "string", "title": "Target", "sessionMutable": True}
     return {
         "schema": {"type": "object", "properties": properties},
         "defaults": {},
@@ -75,7 +75,7 @@ def handle(msg):
         answer(msg_id, {"protocolVersion": PROTOCOL_VERSION, "agent": {
             "provider": params.get("provider", "py-echo"), "displayName": "Python echo",
             "description": "A worker written in Python",
-            "features": {"completions": ["branch"]} if options.get("heldCompletions") else {}}})
+            "features": {"completions": ["target"]} if options.get("heldCompletions") else {}}})
     elif method == "agent/schema":
         answer(msg_id, schema())
     elif method == "agent/completions":
