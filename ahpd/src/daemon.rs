@@ -122,6 +122,11 @@ pub fn plan(args: &DaemonArgs) -> Result<Plan, String> {
 }
 
 /// Runs the daemon in the foreground until SIGTERM or SIGINT.
+/// Set (to anything) in the environment of a daemon run only to check its line: it reads its
+/// options and config, then exits 0, or says why not and exits 2. `ahpd restart` sets it; a
+/// launched daemon never inherits it.
+pub const CHECK_LINE_ENV: &str = "AHPD_CHECK_LINE";
+
 pub fn run_foreground(args: DaemonArgs) -> ExitCode {
     let plan = match plan(&args) {
         Ok(plan) => plan,
@@ -130,7 +135,7 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if std::env::var_os(crate::verbs::restart::CHECK_LINE_ENV).is_some() {
+    if std::env::var_os(CHECK_LINE_ENV).is_some() {
         // `ahpd restart` asks whether this binary can start with this line and today's config.
         for warning in &plan.config.warnings {
             eprintln!("warning: {warning}");

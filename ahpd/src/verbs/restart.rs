@@ -12,12 +12,9 @@ use std::time::Duration;
 use super::launch::{self, Launch};
 use super::{ask, fail, find, forget_stale, say, wait_for_exit, Found, EXIT_CONFLICT, EXIT_WITHIN};
 use crate::control::{Line, Request, Status};
+use crate::daemon::CHECK_LINE_ENV;
 use crate::paths::Paths;
 use crate::service::{self, Manager};
-
-/// Set (to anything) in the environment of a daemon run only to check its line: it reads its
-/// options and config, then exits 0, or says why not and exits 2.
-pub const CHECK_LINE_ENV: &str = "AHPD_CHECK_LINE";
 
 /// How long the check may take.
 const CHECK_WITHIN: Duration = Duration::from_secs(10);
