@@ -241,6 +241,21 @@ impl Daemon {
         status["loadedSessions"].as_u64().ok_or_else(|| anyhow!("no loadedSessions in {status}"))
     }
 
+    /// Waits until `ahpd status` counts `want` clients in their disconnect grace period (a closed
+    /// connection the host has seen), asking again after each answer.
+    pub async fn until_clients_away(&self, want: u64) -> anyhow::Result<()> {
+        let mut seen = None;
+        for _ in 0..1000 {
+            let status = self.status().await?;
+            let away = status["clientsAway"].as_u64().ok_or_else(|| anyhow!("no clientsAway in {status}"))?;
+            if away >= want {
+                return Ok(());
+            }
+            seen = Some(away);
+        }
+        bail!("never {want} clients away (last {seen:?})")
+    }
+
     /// Moves its manual clock `step_ms` at a time (through `clock`, a connection to it) until it
     /// holds `want` sessions in memory; more than `want` left after a hundred steps, or fewer than
     /// `want` at any reading, is an error.

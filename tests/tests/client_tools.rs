@@ -242,6 +242,8 @@ async fn a_client_that_stays_away_has_its_calls_failed_in_vscodes_words() -> any
     let turn_id = driver.send(&chat, r#"call c1__openFile {}"#).await?;
     waiting_for(&mut driver, &session, "c1").await?;
     editor.client.shutdown().await;
+    // The grace period starts when the host has seen the connection close: move the clock after.
+    daemon.until_clients_away(1).await?;
     advance(&driver, 31_000).await?;
     let turn = driver.finished(&chat, &turn_id).await?;
     let Some(ToolCallState::Completed(call)) = the_call(&turn) else { anyhow::bail!("{:?}", the_call(&turn)) };

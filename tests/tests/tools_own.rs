@@ -385,6 +385,12 @@ async fn comments_are_annotations_every_client_sees_and_only_feedback_ones_are_t
     // viewUnreviewedComments asks first, in the calling turn; yes reveals every waiting comment.
     let turn_id = a.send(&chat, "call viewUnreviewedComments {}").await?;
     let questions = a.until_questions(&chat, 1).await?;
+    // The session's channel says it in its own envelope, which may come after the chat's.
+    let s = session.clone();
+    a.until("the question on the session's inputNeeded list", move |m| {
+        m.session(&s).and_then(|x| x.input_needed.as_ref()).is_some_and(|list| !list.is_empty())
+    })
+    .await?;
     let asked = a.mirror.session(&session).and_then(|s| s.input_needed.clone()).unwrap_or_default();
     assert_eq!(asked.len(), 1, "the question is on the session's inputNeeded list");
     a.answer(&chat, &questions[0], Some("yes")).await?;

@@ -98,6 +98,11 @@ impl Core {
         self.chats.get(chat)?.client_calls.get(id).map(|c| c.owner.as_str())
     }
 
+    /// Clients whose connections all closed and whose grace period runs now, by session.
+    pub fn clients_away(&self) -> usize {
+        self.grace.keys().filter(|(session, client)| !self.client_present(session, client)).count()
+    }
+
     /// True while a connection holding `client_id` watches `session`.
     fn client_present(&self, session: &str, client_id: &str) -> bool {
         self.ch

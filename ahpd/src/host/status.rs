@@ -1,6 +1,6 @@
 //! What `ahpd status` reads from the running host: how many sessions it keeps, which agents it
-//! offers and whether each one's worker runs, and which turns are running (a restart that is not
-//! forced waits for none).
+//! offers and whether each one's worker runs, which clients are away in their grace period, and
+//! which turns are running (a restart that is not forced waits for none).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +15,10 @@ pub struct HostStatus {
     /// Of those, the ones in memory now (used lately, or watched, or running).
     #[serde(default)]
     pub loaded_sessions: usize,
+    /// Clients in their disconnect grace period (their connections closed, their place and calls
+    /// kept), counted once per session.
+    #[serde(default)]
+    pub clients_away: usize,
     /// The configured agents, in the config's order.
     pub agents: Vec<AgentStatus>,
     /// Turns running now, by chat.
@@ -74,6 +78,12 @@ impl Host {
             })
             .collect();
         running_turns.sort_by(|a, b| a.chat.cmp(&b.chat));
-        HostStatus { sessions, loaded_sessions: core.loaded_sessions(), agents, running_turns }
+        HostStatus {
+            sessions,
+            loaded_sessions: core.loaded_sessions(),
+            clients_away: core.clients_away(),
+            agents,
+            running_turns,
+        }
     }
 }
