@@ -253,6 +253,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     host.recover_interrupted();
     host.run_checkpoints();
     host.run_unloads();
+    host.run_delta_flushes();
     host.watch_users();
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
@@ -377,6 +378,7 @@ pub fn live_settings(config: &Config) -> crate::host::LiveSettings {
         mcp_servers,
         orchestration_limits: config.string("agentOrchestrationLimits").as_deref() != Some("off"),
         limits_per_session: config.string("agentOrchestrationLimitsScope").as_deref() == Some("session"),
+        delta_window_ms: config.u64("deltaWindowMs"),
     }
 }
 

@@ -99,6 +99,23 @@ impl DaemonOptions {
         Self { config: Some(config), ..Self::default() }
     }
 
+    /// The config file to write: the test's, with `deltaWindowMs` 0 unless the test sets it, and
+    /// on the manual clock one holding just that. Tests that count streamed pieces or frames
+    /// (and, on the manual clock, wait for streamed text mid-turn, where a window ends only when
+    /// the test moves the clock) see every delta as the backend said it; a daemon started with no
+    /// config runs with the default window, and tests/coalescing.rs turns it on and moves the clock.
+    fn config_to_write(&self) -> Option<serde_json::Value> {
+        let manual = self.env.iter().any(|(k, v)| k == "AHPD_TEST_CLOCK" && v == "manual");
+        let mut config = self.config.clone();
+        if manual {
+            config.get_or_insert_with(|| serde_json::json!({}));
+        }
+        if let Some(serde_json::Value::Object(keys)) = config.as_mut() {
+            keys.entry("deltaWindowMs").or_insert(serde_json::json!(0));
+        }
+        config
+    }
+
     /// The test chose the daemon's token (or none): the harness presents nothing for it.
     fn chooses_a_token(&self) -> bool {
         let flags = ["--connection-token", "--connection-token-file", "--without-connection-token"];
@@ -156,8 +173,8 @@ impl Daemon {
     pub async fn start_in(home: &Path, options: DaemonOptions) -> anyhow::Result<Self> {
         let config_dir = home.join("config").join("ahpd");
         std::fs::create_dir_all(&config_dir)?;
-        if let Some(config) = &options.config {
-            std::fs::write(config_dir.join("config.json"), serde_json::to_vec_pretty(config)?)?;
+        if let Some(config) = options.config_to_write() {
+            std::fs::write(config_dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
         }
         let mut command = Command::new(options.bin.clone().unwrap_or_else(ahpd_bin));
         if !options.args.iter().any(|a| a == "--port") {

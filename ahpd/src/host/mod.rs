@@ -18,6 +18,7 @@ pub mod clients;
 pub mod commands;
 pub mod completions;
 pub mod core;
+pub mod deltas;
 pub mod driver;
 pub mod edits;
 pub mod endpoints;
@@ -114,6 +115,8 @@ pub struct LiveSettings {
     pub orchestration_limits: bool,
     /// Count the limits per session rather than per session tree.
     pub limits_per_session: bool,
+    /// How long a backend's streamed text is held to be merged (`deltaWindowMs`); 0 holds none.
+    pub delta_window_ms: u64,
 }
 
 impl Default for LiveSettings {
@@ -125,6 +128,7 @@ impl Default for LiveSettings {
             mcp_servers: None,
             orchestration_limits: true,
             limits_per_session: false,
+            delta_window_ms: 0,
         }
     }
 }
@@ -298,6 +302,8 @@ pub struct Core {
     command_turns: HashMap<String, (String, String)>,
     /// The largest attachment a message may carry, once read.
     attachment_limit: u64,
+    /// Backends' streamed text held back to be merged (`deltas.rs`).
+    deltas: deltas::Coalescer,
 }
 
 /// The host; cheap to clone.
@@ -388,6 +394,7 @@ impl Host {
             terminal_list: Vec::new(),
             command_turns: HashMap::new(),
             attachment_limit: config.attachment_limit,
+            deltas: deltas::Coalescer::default(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }

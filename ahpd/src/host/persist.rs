@@ -259,6 +259,8 @@ impl Host {
     /// Makes sure the channel `uri` is in memory, loading its session from the store on first
     /// use. Answers whether the channel exists.
     pub fn ensure_loaded(&self, core: &mut Core, uri: &str) -> bool {
+        // Whoever asks is about to read the channel: the text held back for it is part of it.
+        core.flush_delta(uri);
         if core.ch.has_channel(uri) {
             return true;
         }

@@ -190,6 +190,7 @@ pub fn apply_live(settings: &LiveSettings, changes: &[(String, Value)]) -> LiveS
             }
             "agentOrchestrationLimits" => next.orchestration_limits = value.as_str() != Some("off"),
             "agentOrchestrationLimitsScope" => next.limits_per_session = value.as_str() == Some("session"),
+            "deltaWindowMs" => next.delta_window_ms = value.as_u64().unwrap_or(next.delta_window_ms),
             _ => {}
         }
     }

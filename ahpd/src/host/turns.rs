@@ -286,7 +286,9 @@ impl Core {
             StateAction::ChatTurnStarted(a) => Some(a.turn_id.clone()),
             _ => None,
         };
-        self.apply(chat, action, None, None);
+        if let Some(action) = self.hold_delta(chat, action) {
+            self.apply(chat, action, None, None);
+        }
         if let Some(turn_id) = started {
             if let Some(meta) = self.chats.get_mut(chat) {
                 meta.turn_clock = Some((turn_id, Instant::now()));

@@ -7,7 +7,7 @@
 //! - a session: its record is written and its root summary told, when changed;
 //! - annotations: their state is written;
 //! - a terminal: the root's list of terminals follows its title, claim and lifecycle;
-//! - a chat: its record and turns are written as `persist.rs` says, the session's `inputNeeded`
+//! - a chat: the streamed text held back for it goes out first (`deltas.rs`), its record and turns are written as `persist.rs` says, the session's `inputNeeded`
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
 //! - a changeset: nothing more;
@@ -77,6 +77,8 @@ impl Core {
         origin: Option<ActionOrigin>,
         extra: Option<ConnId>,
     ) -> Committed {
+        // Streamed text the backend said before this goes out first (`deltas.rs`).
+        self.flush_delta(chat);
         let before = self.running_turn(chat);
         // Durable at once: a turn that starts (or runs again), and one that parks a question a
         // person must still find waiting after a crash.

@@ -27,6 +27,8 @@ struct Load {
 struct Measured {
     actions: usize,
     seconds: f64,
+    /// CPU the daemon spent on the case, in ms (user + system, from /proc); 0 for the baseline.
+    cpu_ms: f64,
     latencies_us: Vec<u64>,
 }
 
@@ -148,7 +150,7 @@ async fn baseline(load: Load) -> anyhow::Result<Measured> {
     for p in producers {
         p.await?;
     }
-    let mut measured = Measured { actions: 0, seconds: 0.0, latencies_us: Vec::new() };
+    let mut measured = Measured { actions: 0, seconds: 0.0, cpu_ms: 0.0, latencies_us: Vec::new() };
     for r in readers {
         let t = r.await?;
         measured.actions += t.actions;
@@ -185,6 +187,7 @@ async fn through_ahpd(daemon: &Daemon, provider: &str, load: Load) -> anyhow::Re
         }));
     }
     let text: String = (0..load.words).map(|w| format!("word{w} ")).collect();
+    let cpu_before = cpu_ms(daemon.pid());
     let started = Instant::now();
     let mut drivers = Vec::new();
     for chat in chats.clone() {
@@ -201,20 +204,39 @@ async fn through_ahpd(daemon: &Daemon, provider: &str, load: Load) -> anyhow::Re
     for d in drivers {
         d.await??;
     }
-    let mut measured = Measured { actions: 0, seconds: 0.0, latencies_us: Vec::new() };
+    let mut measured = Measured { actions: 0, seconds: 0.0, cpu_ms: 0.0, latencies_us: Vec::new() };
     for r in readers {
         let t = r.await?;
         measured.actions += t.actions;
         measured.latencies_us.extend(t.latencies_us);
     }
     measured.seconds = started.elapsed().as_secs_f64();
+    measured.cpu_ms = cpu_ms(daemon.pid()) - cpu_before;
     driver.client.shutdown().await;
     Ok(measured)
 }
 
 fn row(name: &str, m: &Measured, baseline: Option<&Measured>) {
     let ratio = baseline.map(|b| format!("{:.2}x baseline", m.rate() / b.rate())).unwrap_or_default();
-    println!("{name:<28} {:>12.0} {:>9.2} {:>9.2}   {ratio}", m.rate(), m.percentile_ms(0.5), m.percentile_ms(0.99));
+    println!(
+        "{name:<28} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>9.0}   {ratio}",
+        m.rate(),
+        m.percentile_ms(0.5),
+        m.percentile_ms(0.99),
+        m.seconds,
+        m.cpu_ms
+    );
+}
+
+/// The CPU `pid` has spent so far (user + system), in ms, from /proc; 0 when unreadable.
+fn cpu_ms(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces) are split from its closing parenthesis.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat; 11 and 12 after the state field here.
+    (ticks(11) + ticks(12)) * 1000.0 / 100.0
 }
 
 /// Seeds `count` sessions (each with one completed turn) into the store under `home`.
@@ -318,10 +340,15 @@ async fn main() -> anyhow::Result<()> {
         turns: arg("--turns", 3),
         words: arg("--words", 300),
     };
-    let echo = json!({ "paceMs": 0, "chunkWords": 1, "stamp": true });
-    let config = json!({ "agents": {
+    let echo = json!({ "paceMs": arg("--pace-ms", 0), "chunkWords": 1, "stamp": true });
+    let mut config = json!({ "agents": {
         "echo-process": { "kind": "echo", "options": echo },
         "echo-inprocess": { "kind": "echo", "inProcess": true, "options": echo } } });
+    let window = std::env::args().position(|a| a == "--delta-window-ms").map(|_| arg("--delta-window-ms", 0));
+    if let Some(window) = window {
+        config["deltaWindowMs"] = json!(window);
+        println!("deltaWindowMs: {window}");
+    }
     println!(
         "load: {} clients x {} sessions x {} turns x {} words ({} deltas per client)",
         load.clients,
@@ -334,7 +361,7 @@ async fn main() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let inproc = through_ahpd(&daemon, "echo-inprocess", load).await?;
     let process = through_ahpd(&daemon, "echo-process", load).await?;
-    println!("{:<28} {:>12} {:>9} {:>9}", "", "actions/s", "p50 ms", "p99 ms");
+    println!("{:<28} {:>12} {:>9} {:>9} {:>9} {:>9}", "", "actions/s", "p50 ms", "p99 ms", "all s", "cpu ms");
     row("baseline: bare ws fan-out", &base, None);
     row("ahpd, in-process worker", &inproc, Some(&base));
     row("ahpd, worker process", &process, Some(&base));
