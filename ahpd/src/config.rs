@@ -81,6 +81,9 @@ fn depth(v: &Value) -> Result<(), &'static str> {
 /// `deltaWindowMs` when unset: see docs/config.md and docs/benchmarks.md for why.
 pub const DEFAULT_DELTA_WINDOW_MS: u64 = 50;
 
+fn process_cap(v: &Value) -> Result<(), &'static str> {
+    within(v, 0, 100_000).then_some(()).ok_or("an integer between 0 and 100000")
+}
 fn delta_window(v: &Value) -> Result<(), &'static str> {
     within(v, 0, 1000).then_some(()).ok_or("an integer between 0 and 1000")
 }
@@ -151,6 +154,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "maxSessionsPerMinute", default: || Value::from(60), applies: Applies::Restart, about: "Sessions one connection may create in any minute; createSession past it is refused with when it frees.", check: count, secret: false },
     KeySpec { name: "outboundQueueFrames", default: || Value::from(16_384), applies: Applies::Restart, about: "Messages queued for one connection that is not reading; past it the connection is dropped (it can reconnect and resume).", check: queue, secret: false },
     KeySpec { name: "deltaWindowMs", default: || Value::from(DEFAULT_DELTA_WINDOW_MS), applies: Applies::Live, about: "How long a backend's streamed text to one part is held and merged into one action before clients see it (fewer, larger deltas; the same text). 0 sends every delta as it comes.", check: delta_window, secret: false },
+    KeySpec { name: "maxBackendProcesses", default: || Value::from(0), applies: Applies::Restart, about: "Backend sessions (a Claude or pi process each) open at once; at the cap the chat used longest ago has its backend session closed first, and resumes on its next message. 0 sets no cap.", check: process_cap, secret: false },
     KeySpec { name: "sessionIdleUnloadMs", default: || Value::from(600_000), applies: Applies::Restart, about: "How long a session nobody watches and nothing runs in stays in memory; then it is unloaded (its backend sessions closed) and loads again from the store on its next use. 0 keeps every session loaded.", check: millis, secret: false },
     KeySpec { name: "workerHandshakeTimeoutMs", default: || Value::from(10_000), applies: Applies::Restart, about: "How long a worker may take to answer its handshake before it is restarted.", check: millis, secret: false },
     KeySpec { name: "logMaxBytes", default: || Value::from(10 * 1024 * 1024), applies: Applies::Restart, about: "The size past which daemon.log is moved aside while the daemon runs (a daemon started by ahpd start or a service).", check: log_bytes, secret: false },

@@ -231,6 +231,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         host_tools_withheld: crate::host::rootconfig::host_tools_withheld(config),
         terminals: terminal_settings(config),
         attachment_limit: config.u64("attachmentLimitBytes"),
+        max_backend_processes: usize::try_from(config.u64("maxBackendProcesses")).unwrap_or(0),
         ..HostConfig::default()
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.

@@ -21,6 +21,7 @@ pub mod logging;
 pub mod mcp;
 pub mod memory;
 pub mod paths;
+pub mod procs;
 pub mod server;
 pub mod service;
 pub mod store;

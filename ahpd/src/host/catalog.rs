@@ -822,6 +822,7 @@ impl Core {
     /// Takes a chat's channel and records out of memory and ends its driver.
     pub(super) fn remove_chat_state(&mut self, chat: &str, farewell: Farewell) {
         self.command_turns.remove(chat);
+        self.budget_forget(chat);
         if farewell == Farewell::Close {
             self.remove_chat_terminals(chat);
         }

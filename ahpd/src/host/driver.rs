@@ -65,6 +65,9 @@ pub enum Op {
     /// The chat's session is unloaded from memory: close the backend's session, then cancel the
     /// token, which the chat's next driver waits on (so its start follows this close).
     Unload(CancellationToken),
+    /// Close the backend's session to make room under `maxBackendProcesses`, then cancel the
+    /// token, which the chat waiting for the room waits on; the next operation resumes it.
+    Park(CancellationToken),
 }
 
 /// Starts a chat's driver; operations sent to the answer run in order, once `after` (the last
@@ -109,6 +112,12 @@ impl Driver {
                 self.restart().await;
                 continue;
             }
+            if let Op::Park(done) = op {
+                self.restart().await;
+                self.host.parked(&self.chat);
+                done.cancel();
+                continue;
+            }
             if let Op::Send { turn_id, .. } = &op {
                 // What the turn changes is measured from here, before the backend can touch a file
                 // (and a folder let go while its session slept is back before the backend starts).
@@ -138,6 +147,7 @@ impl Driver {
         if self.live.as_ref().map(|w| w.incarnation) == Some(worker.incarnation) {
             return Ok(worker);
         }
+        self.host.wait_for_room(&self.chat).await;
         let start = self.host.start_for(&self.chat, worker.incarnation).ok_or_else(|| "the chat is gone".to_owned())?;
         let answer = tokio::time::timeout(
             REQUEST_TIMEOUT,
@@ -260,7 +270,7 @@ impl Driver {
             Op::SetTools(tools) => {
                 self.request(worker, parent::SET_TOOLS, protocol::SetToolsParams { chat, tools }).await;
             }
-            Op::Close | Op::Restart | Op::Unload(_) => {}
+            Op::Close | Op::Restart | Op::Unload(_) | Op::Park(_) => {}
         }
     }
 
@@ -366,6 +376,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Restart => "a restart",
         Op::Close => "the close",
         Op::Unload(_) => "the unload",
+        Op::Park(_) => "a close for the process budget",
     }
 }
 
@@ -374,6 +385,7 @@ impl Host {
     /// there from now on, so what the worker says during creation is taken.
     pub(super) fn start_for(&self, chat: &str, incarnation: u64) -> Option<protocol::Start> {
         let mut core = self.lock();
+        core.budget_settled(chat);
         let meta = core.chats.get_mut(chat)?;
         meta.live = Some(incarnation);
         let (session, conversation_id, resume, cut) =
@@ -428,6 +440,7 @@ impl Host {
 
     pub(super) fn lost_backend(&self, chat: &str, incarnation: u64) {
         let mut core = self.lock();
+        core.budget_settled(chat);
         if let Some(meta) = core.chats.get_mut(chat) {
             if meta.live == Some(incarnation) {
                 meta.live = None;

@@ -13,6 +13,7 @@
 
 pub mod actions;
 pub mod attachments;
+pub mod budget;
 pub mod catalog;
 pub mod clients;
 pub mod commands;
@@ -98,6 +99,9 @@ pub struct HostConfig {
     pub terminals: terminal_channels::TerminalSettings,
     /// The largest attachment a message may carry, once read (`attachmentLimitBytes`).
     pub attachment_limit: u64,
+    /// Backend sessions open at once before the one used longest ago is closed
+    /// (`maxBackendProcesses`); 0 sets no cap.
+    pub max_backend_processes: usize,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -153,6 +157,7 @@ impl Default for HostConfig {
             host_tools_withheld: Default::default(),
             terminals: terminal_channels::TerminalSettings::default(),
             attachment_limit: attachments::DEFAULT_LIMIT_BYTES,
+            max_backend_processes: 0,
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -304,6 +309,8 @@ pub struct Core {
     attachment_limit: u64,
     /// Backends' streamed text held back to be merged (`deltas.rs`).
     deltas: deltas::Coalescer,
+    /// Open backend sessions under `maxBackendProcesses` (`budget.rs`).
+    budget: budget::Budget,
 }
 
 /// The host; cheap to clone.
@@ -395,6 +402,7 @@ impl Host {
             command_turns: HashMap::new(),
             attachment_limit: config.attachment_limit,
             deltas: deltas::Coalescer::default(),
+            budget: budget::Budget::default(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }

@@ -1,6 +1,7 @@
 //! What `ahpd status` reads from the running host: how many sessions it keeps, which agents it
 //! offers and whether each one's worker runs, which clients are away in their grace period, and
-//! which turns are running (a restart that is not forced waits for none).
+//! which turns are running (a restart that is not forced waits for none), how many backend sessions
+//! are open and the processes under the daemon with their memory.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,15 @@ pub struct HostStatus {
     /// kept), counted once per session.
     #[serde(default)]
     pub clients_away: usize,
+    /// Backend sessions open now (a Claude or pi process each), and the cap on them
+    /// (`maxBackendProcesses`, 0: none).
+    #[serde(default)]
+    pub backend_sessions: usize,
+    #[serde(default)]
+    pub max_backend_processes: usize,
+    /// The processes under the daemon: its workers and what they run, with their memory.
+    #[serde(default)]
+    pub processes: Vec<crate::procs::ProcessStatus>,
     /// The configured agents, in the config's order.
     pub agents: Vec<AgentStatus>,
     /// Turns running now, by chat.
@@ -82,6 +92,9 @@ impl Host {
             sessions,
             loaded_sessions: core.loaded_sessions(),
             clients_away: core.clients_away(),
+            backend_sessions: core.open_backend_sessions(),
+            max_backend_processes: self.config().max_backend_processes,
+            processes: crate::procs::descendants_of(std::process::id()),
             agents,
             running_turns,
         }

@@ -156,6 +156,7 @@ impl Core {
     /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
     pub fn start_turn(&mut self, chat: &str, start: ChatTurnStartedAction, origin: Option<(ConnId, ActionOrigin)>) {
         let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
+        self.touch(chat);
         let client = origin.as_ref().map(|(_, o)| o.client_id.clone());
         // A queued or steering message's turn is its sender's.
         if let Some(sender) = start.queued_message_id.as_deref().and_then(|q| self.sender_of(chat, q)) {
@@ -303,6 +304,7 @@ impl Core {
     pub(super) fn turn_ended(&mut self, chat: &str, ended: String) {
         // A question a host tool asked in the turn is withdrawn with it.
         self.questions.forget_chat(chat);
+        self.touch(chat);
         if let Some(meta) = self.chats.get_mut(chat) {
             remember(&mut meta.ended, ended.clone());
             meta.turn_clock = None;

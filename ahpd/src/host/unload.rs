@@ -43,6 +43,12 @@ impl Core {
         if self.ch.is_watched(chat) {
             return Some("a subscriber");
         }
+        self.backend_kept_by(chat)
+    }
+
+    /// What keeps `chat`'s backend session open now (a word for the log), or `None` when it may
+    /// be closed and taken up again on the chat's next message (`budget.rs` closes such ones).
+    pub(super) fn backend_kept_by(&self, chat: &str) -> Option<&'static str> {
         let state = self.ch.chats.get(chat)?;
         if state.active_turn.is_some() || self.running_dirty.contains(chat) {
             return Some("a running turn");

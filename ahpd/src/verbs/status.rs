@@ -1,5 +1,6 @@
 //! `ahpd status [--json]`: where the running daemon listens, its pid and uptime, its sessions,
-//! agents (and whether each worker runs) and running turns.
+//! agents (and whether each worker runs), running turns, backend sessions open and the processes
+//! under the daemon (workers and what they run) with their resident memory.
 
 use std::process::ExitCode;
 
@@ -55,6 +56,11 @@ pub fn describe(status: &Status) -> Vec<String> {
         status.host.loaded_sessions,
         status.store.display()
     ));
+    lines.push(match status.host.max_backend_processes {
+        0 => format!("backend sessions open: {}", status.host.backend_sessions),
+        cap => format!("backend sessions open: {} of at most {cap}", status.host.backend_sessions),
+    });
+    lines.push(processes_line(&status.host.processes));
     let agents: Vec<String> = status
         .host
         .agents
@@ -72,6 +78,24 @@ pub fn describe(status: &Status) -> Vec<String> {
     lines
 }
 
+/// The processes under the daemon, each with its resident memory: `processes under the daemon:
+/// 2, 212 MiB resident (ahpd 1201 31 MiB, claude 1230 181 MiB)`.
+pub fn processes_line(processes: &[crate::procs::ProcessStatus]) -> String {
+    if processes.is_empty() {
+        return "processes under the daemon: none".to_owned();
+    }
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    let total: u64 = processes.iter().filter_map(|p| p.rss_bytes).sum();
+    let each: Vec<String> = processes
+        .iter()
+        .map(|p| match p.rss_bytes {
+            Some(bytes) => format!("{} {} {:.0} MiB", p.command, p.pid, mib(bytes)),
+            None => format!("{} {}", p.command, p.pid),
+        })
+        .collect();
+    format!("processes under the daemon: {}, {:.0} MiB resident ({})", processes.len(), mib(total), each.join(", "))
+}
+
 /// "5 s", "3 min 2 s", "2 h 5 min", "3 d 4 h".
 pub fn uptime(seconds: u64) -> String {
     let (d, h, m, s) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
@@ -86,6 +110,16 @@ pub fn uptime(seconds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_are_listed_with_their_memory() {
+        let p = |pid, rss| crate::procs::ProcessStatus { pid, parent: 1, command: "claude".into(), rss_bytes: rss };
+        assert_eq!(processes_line(&[]), "processes under the daemon: none");
+        assert_eq!(
+            processes_line(&[p(7, Some(3 << 20)), p(8, None)]),
+            "processes under the daemon: 2, 3 MiB resident (claude 7 3 MiB, claude 8)"
+        );
+    }
 
     #[test]
     fn uptime_reads_naturally() {
