@@ -7,7 +7,7 @@
 //! `promptCapabilities` declare). The mocks' logged requests are the evidence of what the model
 //! saw. A file is read from the session's folder, a selection cut to its lines.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ahp_types::state::{
     Message, MessageAttachment, MessageEmbeddedResourceAttachment, MessageResourceAttachment, TextPosition, TextRange,
@@ -197,16 +197,6 @@ async fn claude_is_handed_a_file_a_selection_and_an_image_and_refuses_what_it_ca
     Ok(())
 }
 
-fn pi_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    cache.join("pi").join("node_modules").join(".bin").join("pi")
-}
-
 #[tokio::test]
 async fn pi_is_handed_a_file_and_a_selection_as_text_and_refuses_a_pdf() -> anyhow::Result<()> {
     let mock = MockOpenAi::start().await?;
@@ -215,7 +205,7 @@ async fn pi_is_handed_a_file_and_a_selection_as_text_and_refuses_a_pdf() -> anyh
     let settings = json!({ "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true });
     std::fs::write(agent_dir.path().join("settings.json"), settings.to_string())?;
     let config = json!({ "attachmentLimitBytes": LIMIT, "agents": { "pi": { "kind": "pi", "options": {
-        "command": pi_bin().display().to_string(), "agentDir": agent_dir.path().display().to_string() } } } });
+        "command": tests::installed::pi_bin().display().to_string(), "agentDir": agent_dir.path().display().to_string() } } } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let dir = folder()?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;

@@ -3,7 +3,7 @@
 //! message runs (`/compact`). Through the official client, with the real `claude` CLI and the real
 //! pi on the mock model APIs, and the real claude-agent-acp over ACP.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ahp_types::state::{MessageAttachment, ResponsePart, SessionState, TurnState};
 use serde_json::{json, Value};
@@ -124,16 +124,6 @@ async fn claudes_commands_are_offered_completed_and_compact_runs() -> anyhow::Re
     Ok(())
 }
 
-fn pi_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    cache.join("pi").join("node_modules").join(".bin").join("pi")
-}
-
 #[tokio::test]
 async fn pis_commands_are_offered_and_compact_runs() -> anyhow::Result<()> {
     let mock = MockOpenAi::start().await?;
@@ -142,7 +132,7 @@ async fn pis_commands_are_offered_and_compact_runs() -> anyhow::Result<()> {
     let settings = json!({ "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true });
     std::fs::write(agent_dir.path().join("settings.json"), settings.to_string())?;
     let config = json!({ "agents": { "pi": { "kind": "pi", "options": {
-        "command": pi_bin().display().to_string(), "agentDir": agent_dir.path().display().to_string() } } } });
+        "command": tests::installed::pi_bin().display().to_string(), "agentDir": agent_dir.path().display().to_string() } } } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let dir = tempfile::Builder::new().prefix("ahpd-commands-").tempdir()?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
