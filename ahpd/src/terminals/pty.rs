@@ -164,10 +164,32 @@ fn session_of(pid: i32) -> Option<i32> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn this_process_has_a_session() {
-        let me = i32::try_from(std::process::id()).expect("a pid");
-        assert!(session_of(me).is_some_and(|s| s > 0));
+    // The test's own session may be one made outside this pid namespace (its id reads as 0 in a
+    // container), so the program started here is what is looked at.
+    #[tokio::test]
+    async fn a_program_on_a_pty_leads_its_own_session_and_goes_with_its_guard() {
+        let cwd = std::env::temp_dir();
+        let args = ["-c".to_owned(), "sleep 30 & sleep 30".to_owned()];
+        let started = spawn(Path::new("/bin/sh"), &args, &cwd, 80, 24).expect("a shell on a pty");
+        let leader = started.process.pid();
+        assert_eq!(session_of(leader), Some(leader));
+        drop(started);
+        // SIGKILL lands at once, but the state the kernel shows follows a moment later.
+        let mut tries = 0;
+        while !session_members(leader).into_iter().chain([leader]).all(is_gone) && tries < 500 {
+            tries += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(is_gone(leader), "the shell outlived its guard");
+        assert!(session_members(leader).into_iter().all(is_gone), "its job outlived its guard");
+    }
+
+    /// Gone, or killed and not yet reaped (a zombie).
+    fn is_gone(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(true)
     }
 
     #[test]
