@@ -2,6 +2,7 @@
 //! from the sessions it opened, since ACP names models and commands only once a session is open),
 //! and how a session starts.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -35,6 +36,8 @@ pub struct Shared {
     /// The worker's own folder, for sessions that have none.
     pub data_dir: Option<PathBuf>,
     learned: Mutex<Learned>,
+    /// The kinds of message from the agent this host does not map, each said once at debug.
+    unmapped: Mutex<HashSet<String>>,
     context: WorkerContext,
 }
 
@@ -67,6 +70,20 @@ impl Shared {
         }
     }
 
+    /// The agent sent something this host does not map (an update kind newer than the schema, one
+    /// it shows nothing for, a notification it does not use): the session goes on, and the first
+    /// of each kind is said at debug, so none is lost silently and none floods the log.
+    pub fn unmapped(&self, kind: &str, why: &str) {
+        if lock(&self.unmapped).insert(kind.to_owned()) {
+            tracing::debug!(
+                provider = self.provider,
+                kind,
+                why,
+                "an ACP message this host does not map (said once per kind)"
+            );
+        }
+    }
+
     /// The agent named the commands behind a slash.
     pub fn learn_commands(&self, commands: Vec<SlashCommand>) {
         let changed = {
@@ -90,7 +107,14 @@ impl AcpAgent {
     /// The backend for `provider`, running what `options` say.
     pub fn new(provider: String, options: AcpOptions, data_dir: Option<PathBuf>, context: WorkerContext) -> Self {
         Self {
-            shared: Arc::new(Shared { provider, options, data_dir, learned: Mutex::new(Learned::default()), context }),
+            shared: Arc::new(Shared {
+                provider,
+                options,
+                data_dir,
+                learned: Mutex::new(Learned::default()),
+                unmapped: Mutex::new(HashSet::new()),
+                context,
+            }),
         }
     }
 }

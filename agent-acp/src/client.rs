@@ -1,16 +1,20 @@
 //! The client's half of ACP that the host really serves: `fs/read_text_file` and
 //! `fs/write_text_file` inside the session's folders only, and `terminal/*` running real
-//! processes this worker owns.
+//! processes this worker owns. Every request and answer is the `agent-client-protocol` schema's
+//! type; [`serve`] is the one place a client method's name picks its handler.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use agent_client_protocol_schema::v1 as acp;
+use agent_client_protocol_schema::v1::CLIENT_METHOD_NAMES;
 use nix::sys::signal::Signal;
 use protocol::{codes, RpcError};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -42,8 +46,44 @@ fn failed(message: impl Into<String>) -> RpcError {
     RpcError::new(codes::INTERNAL_ERROR, message)
 }
 
-fn params<T: for<'de> Deserialize<'de>>(method: &str, value: Value) -> Result<T, RpcError> {
-    serde_json::from_value(value).map_err(|e| invalid(format!("{method}: {e}")))
+/// Runs `handler` on `params` read as the method's request type, and writes its answer.
+async fn typed<Req, Res, Fut>(method: &str, params: Value, handler: impl FnOnce(Req) -> Fut) -> Result<Value, RpcError>
+where
+    Req: DeserializeOwned,
+    Res: Serialize,
+    Fut: std::future::Future<Output = Result<Res, RpcError>>,
+{
+    let request = serde_json::from_value(params).map_err(|e| invalid(format!("{method}: {e}")))?;
+    let answer = handler(request).await?;
+    serde_json::to_value(answer).map_err(|e| failed(format!("{method}: {e}")))
+}
+
+/// The client methods this host serves: `fs/*` in the session's folders, `terminal/*` as real
+/// processes. Any other method is answered "method not found".
+pub fn serves(method: &str) -> bool {
+    let names = &CLIENT_METHOD_NAMES;
+    [
+        names.fs_read_text_file,
+        names.fs_write_text_file,
+        names.terminal_create,
+        names.terminal_output,
+        names.terminal_wait_for_exit,
+        names.terminal_kill,
+        names.terminal_release,
+    ]
+    .contains(&method)
+}
+
+/// Answers one client method the host [`serves`].
+pub async fn serve(folders: &Folders, terminals: &Terminals, method: &str, params: Value) -> Result<Value, RpcError> {
+    let names = &CLIENT_METHOD_NAMES;
+    if method == names.fs_read_text_file {
+        typed(method, params, |r| folders.read_text_file(r)).await
+    } else if method == names.fs_write_text_file {
+        typed(method, params, |r| folders.write_text_file(r)).await
+    } else {
+        terminals.handle(method, params).await
+    }
 }
 
 /// The folders a session may reach: its working directory first, then the others it was given.
@@ -116,17 +156,11 @@ impl Folders {
         }
     }
 
-    /// `fs/read_text_file`: `{path, line?, limit?}` → `{content}`.
-    pub async fn read_text_file(&self, value: Value) -> Result<Value, RpcError> {
-        #[derive(Deserialize)]
-        struct Read {
-            path: String,
-            line: Option<u64>,
-            limit: Option<u64>,
-        }
-        let read: Read = params("fs/read_text_file", value)?;
-        let path = self.inside(&read.path).map_err(|e| invalid(e.to_string()))?;
-        let text = tokio::fs::read_to_string(&path).await.map_err(|e| failed(format!("{}: {e}", read.path)))?;
+    /// `fs/read_text_file`: the file, or the lines asked for.
+    pub async fn read_text_file(&self, read: acp::ReadTextFileRequest) -> Result<acp::ReadTextFileResponse, RpcError> {
+        let named = read.path.display().to_string();
+        let path = self.inside(&named).map_err(|e| invalid(e.to_string()))?;
+        let text = tokio::fs::read_to_string(&path).await.map_err(|e| failed(format!("{named}: {e}")))?;
         let content = match (read.line, read.limit) {
             (None, None) => text,
             (line, limit) => {
@@ -135,23 +169,21 @@ impl Folders {
                 text.split_inclusive('\n').skip(skip).take(take).collect()
             }
         };
-        Ok(json!({ "content": content }))
+        Ok(acp::ReadTextFileResponse::new(content))
     }
 
-    /// `fs/write_text_file`: `{path, content}` → `null`, creating the folders on the way.
-    pub async fn write_text_file(&self, value: Value) -> Result<Value, RpcError> {
-        #[derive(Deserialize)]
-        struct Write {
-            path: String,
-            content: String,
-        }
-        let write: Write = params("fs/write_text_file", value)?;
-        let path = self.inside(&write.path).map_err(|e| invalid(e.to_string()))?;
+    /// `fs/write_text_file`, creating the folders on the way.
+    pub async fn write_text_file(
+        &self,
+        write: acp::WriteTextFileRequest,
+    ) -> Result<acp::WriteTextFileResponse, RpcError> {
+        let named = write.path.display().to_string();
+        let path = self.inside(&named).map_err(|e| invalid(e.to_string()))?;
         if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(|e| failed(format!("{}: {e}", write.path)))?;
+            tokio::fs::create_dir_all(parent).await.map_err(|e| failed(format!("{named}: {e}")))?;
         }
-        tokio::fs::write(&path, write.content).await.map_err(|e| failed(format!("{}: {e}", write.path)))?;
-        Ok(Value::Null)
+        tokio::fs::write(&path, write.content).await.map_err(|e| failed(format!("{named}: {e}")))?;
+        Ok(acp::WriteTextFileResponse::new())
     }
 }
 
@@ -163,8 +195,10 @@ struct Exit {
 }
 
 impl Exit {
-    fn to_json(self) -> Value {
-        json!({ "exitCode": self.code, "signal": self.signal.map(signal_name) })
+    fn to_acp(self) -> acp::TerminalExitStatus {
+        acp::TerminalExitStatus::new()
+            .exit_code(self.code.and_then(|c| u32::try_from(c).ok()))
+            .signal(self.signal.map(signal_name))
     }
 }
 
@@ -250,51 +284,62 @@ impl Terminals {
         }
     }
 
-    fn get(&self, value: &Value) -> Result<Arc<Terminal>, RpcError> {
-        let id = value.get("terminalId").and_then(Value::as_str).ok_or_else(|| invalid("terminalId is missing"))?;
-        lock(&self.open).get(id).cloned().ok_or_else(|| invalid(format!("there is no terminal {id}")))
+    fn get(&self, id: &acp::TerminalId) -> Result<Arc<Terminal>, RpcError> {
+        lock(&self.open).get(&*id.0).cloned().ok_or_else(|| invalid(format!("there is no terminal {id}")))
     }
 
     /// Answers one `terminal/*` request.
-    pub async fn handle(&self, method: &str, value: Value) -> Result<Value, RpcError> {
-        match method {
-            "terminal/create" => self.create(value),
-            "terminal/output" => {
-                let terminal = self.get(&value)?;
-                let exit = terminal.exit();
-                let output = lock(&terminal.output);
-                Ok(json!({
-                    "output": output.text(),
-                    "truncated": output.truncated,
-                    "exitStatus": exit.map(Exit::to_json),
-                }))
-            }
-            "terminal/wait_for_exit" => {
-                let terminal = self.get(&value)?;
-                tokio::select! {
-                    exit = terminal.finished() => Ok(exit.to_json()),
-                    _ = self.cancel.cancelled() => Err(failed("the session closed")),
-                }
-            }
-            "terminal/kill" => {
-                self.get(&value)?.process.signal(Signal::SIGKILL);
-                Ok(Value::Null)
-            }
-            "terminal/release" => {
-                let id = value.get("terminalId").and_then(Value::as_str).unwrap_or_default().to_owned();
-                let terminal =
-                    lock(&self.open).remove(&id).ok_or_else(|| invalid(format!("there is no terminal {id}")))?;
-                terminal.process.signal(Signal::SIGKILL);
-                let text = lock(&terminal.output).text();
-                let mut released = lock(&self.released);
-                released.push_back((id, text));
-                while released.len() > KEPT_OUTPUTS {
-                    released.pop_front();
-                }
-                Ok(Value::Null)
-            }
-            other => Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {other}"))),
+    pub async fn handle(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let names = &CLIENT_METHOD_NAMES;
+        if method == names.terminal_create {
+            typed(method, params, |r| async { self.create(r) }).await
+        } else if method == names.terminal_output {
+            typed(method, params, |r| async { self.output(r) }).await
+        } else if method == names.terminal_wait_for_exit {
+            typed(method, params, |r| self.wait_for_exit(r)).await
+        } else if method == names.terminal_kill {
+            typed(method, params, |r| async { self.kill(r) }).await
+        } else if method == names.terminal_release {
+            typed(method, params, |r| async { self.release(r) }).await
+        } else {
+            Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("this client does not answer {method}")))
         }
+    }
+
+    fn output(&self, request: acp::TerminalOutputRequest) -> Result<acp::TerminalOutputResponse, RpcError> {
+        let terminal = self.get(&request.terminal_id)?;
+        let exit = terminal.exit();
+        let output = lock(&terminal.output);
+        Ok(acp::TerminalOutputResponse::new(output.text(), output.truncated).exit_status(exit.map(Exit::to_acp)))
+    }
+
+    async fn wait_for_exit(
+        &self,
+        request: acp::WaitForTerminalExitRequest,
+    ) -> Result<acp::WaitForTerminalExitResponse, RpcError> {
+        let terminal = self.get(&request.terminal_id)?;
+        tokio::select! {
+            exit = terminal.finished() => Ok(acp::WaitForTerminalExitResponse::new(exit.to_acp())),
+            _ = self.cancel.cancelled() => Err(failed("the session closed")),
+        }
+    }
+
+    fn kill(&self, request: acp::KillTerminalRequest) -> Result<acp::KillTerminalResponse, RpcError> {
+        self.get(&request.terminal_id)?.process.signal(Signal::SIGKILL);
+        Ok(acp::KillTerminalResponse::new())
+    }
+
+    fn release(&self, request: acp::ReleaseTerminalRequest) -> Result<acp::ReleaseTerminalResponse, RpcError> {
+        let id = request.terminal_id.0.to_string();
+        let terminal = lock(&self.open).remove(&id).ok_or_else(|| invalid(format!("there is no terminal {id}")))?;
+        terminal.process.signal(Signal::SIGKILL);
+        let text = lock(&terminal.output).text();
+        let mut released = lock(&self.released);
+        released.push_back((id, text));
+        while released.len() > KEPT_OUTPUTS {
+            released.pop_front();
+        }
+        Ok(acp::ReleaseTerminalResponse::new())
     }
 
     /// What a terminal printed (open or released), for the tool call that shows it.
@@ -305,27 +350,9 @@ impl Terminals {
         lock(&self.released).iter().rev().find(|(kept, _)| kept == id).map(|(_, text)| text.clone())
     }
 
-    fn create(&self, value: Value) -> Result<Value, RpcError> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct EnvVar {
-            name: String,
-            value: String,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Create {
-            command: String,
-            #[serde(default)]
-            args: Vec<String>,
-            #[serde(default)]
-            env: Vec<EnvVar>,
-            cwd: Option<String>,
-            output_byte_limit: Option<u64>,
-        }
-        let create: Create = params("terminal/create", value)?;
+    fn create(&self, create: acp::CreateTerminalRequest) -> Result<acp::CreateTerminalResponse, RpcError> {
         let cwd = match &create.cwd {
-            Some(cwd) => self.folders.inside(cwd).map_err(|e| invalid(e.to_string()))?,
+            Some(cwd) => self.folders.inside(&cwd.display().to_string()).map_err(|e| invalid(e.to_string()))?,
             None => self
                 .folders
                 .cwd()
@@ -378,7 +405,7 @@ impl Terminals {
         }
         let id = format!("term-{}", self.next.fetch_add(1, Ordering::Relaxed));
         lock(&self.open).insert(id.clone(), Arc::new(Terminal { process, output, readers_done, readers_left }));
-        Ok(json!({ "terminalId": id }))
+        Ok(acp::CreateTerminalResponse::new(id))
     }
 
     /// Kills every command still running (the session is closing).
@@ -392,6 +419,7 @@ impl Terminals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("agent-acp-client-{name}-{}", std::process::id()));
@@ -427,10 +455,10 @@ mod tests {
         let folders = Arc::new(Folders::new(vec![dir.clone()]));
         let terminals = Terminals::new(folders, TaskTracker::new(), CancellationToken::new());
         let created = terminals
-            .handle("terminal/create", json!({"command": "pwd; echo oops >&2; exit 4"}))
+            .handle("terminal/create", json!({"sessionId": "s", "command": "pwd; echo oops >&2; exit 4"}))
             .await
             .expect("create");
-        let id = json!({"terminalId": created["terminalId"]});
+        let id = json!({"sessionId": "s", "terminalId": created["terminalId"]});
         let exit = terminals.handle("terminal/wait_for_exit", id.clone()).await.expect("wait");
         assert_eq!(exit["exitCode"], 4);
         let output = terminals.handle("terminal/output", id.clone()).await.expect("output");

@@ -5,12 +5,19 @@
 //! names one, else from the legacy `modes`); a config option of category `model` is the session's
 //! models, chosen per turn rather than as a key; every other option is a control of its own under
 //! `acp.<id>`, because the ids are the server's and the other keys are the host's.
+//!
+//! What the server sends is read as the `agent-client-protocol` schema's types; the only ACP this
+//! module spells itself is the session-model API from before config options (`models`,
+//! `session/set_model`), which the schema no longer carries and older agents still speak.
 
 use std::collections::HashMap;
 
+use agent_client_protocol_schema::v1 as acp;
+use agent_client_protocol_schema::v1::{SessionConfigOptionCategory as Category, AGENT_METHOD_NAMES};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionModelInfo};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The key the server's mode is kept under.
 pub const MODE_KEY: &str = "permissionMode";
@@ -47,7 +54,7 @@ pub struct ConfigOption {
     /// More about it.
     pub description: Option<String>,
     /// `mode`, `model`, `thought_level`, ... or none.
-    pub category: Option<String>,
+    pub category: Option<Category>,
     /// What it takes.
     pub kind: Kind,
     /// The value in force.
@@ -57,9 +64,9 @@ pub struct ConfigOption {
 impl ConfigOption {
     /// The AHP key it is kept under; none for the model option, which is the session's models.
     pub fn key(&self) -> Option<String> {
-        match self.category.as_deref() {
-            Some("model") if matches!(self.kind, Kind::Select(_)) => None,
-            Some("mode") if matches!(self.kind, Kind::Select(_)) => Some(MODE_KEY.to_owned()),
+        match self.category {
+            Some(Category::Model) if matches!(self.kind, Kind::Select(_)) => None,
+            Some(Category::Mode) if matches!(self.kind, Kind::Select(_)) => Some(MODE_KEY.to_owned()),
             _ => Some(format!("{OPTION_PREFIX}{}", self.id)),
         }
     }
@@ -140,90 +147,129 @@ pub enum Ask {
     Nothing,
 }
 
-fn text(value: &Value, key: &str) -> Option<String> {
-    value.get(key).and_then(Value::as_str).map(str::to_owned)
+/// The request an [`Ask`] stands for.
+#[derive(Debug)]
+pub enum AskRequest {
+    /// `session/set_mode`.
+    Mode(acp::SetSessionModeRequest),
+    /// `session/set_config_option`.
+    Option(acp::SetSessionConfigOptionRequest),
+    /// `session/set_model`.
+    Model(SetModelRequest),
 }
 
-fn choices(options: &Value) -> Vec<Choice> {
-    let mut out = Vec::new();
-    for entry in options.as_array().into_iter().flatten() {
+/// `session/set_model`'s params (the session-model API from before config options).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetModelRequest {
+    session_id: acp::SessionId,
+    model_id: String,
+}
+
+/// The method `session/set_model`, which the schema no longer names.
+pub const SET_MODEL: &str = "session/set_model";
+
+/// `models` in a `session/new` or `session/load` answer, from before config options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LegacyModels {
+    #[serde(default)]
+    current_model_id: String,
+    available_models: Vec<LegacyModel>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LegacyModel {
+    model_id: String,
+    name: Option<String>,
+    description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct LegacyAnswer {
+    models: Option<LegacyModels>,
+}
+
+fn choice(option: &acp::SessionConfigSelectOption) -> Choice {
+    let value = option.value.to_string();
+    let name = if option.name.is_empty() { value.clone() } else { option.name.clone() };
+    Choice { value, name, description: option.description.clone() }
+}
+
+fn choices(options: &acp::SessionConfigSelectOptions) -> Vec<Choice> {
+    match options {
+        acp::SessionConfigSelectOptions::Ungrouped(options) => options.iter().map(choice).collect(),
         // A group's values are flattened into the one list a picker draws.
-        if let Some(inner) = entry.get("options").filter(|o| o.is_array()) {
-            out.extend(choices(inner));
-        } else if let Some(value) = text(entry, "value") {
-            let name = text(entry, "name").unwrap_or_else(|| value.clone());
-            out.push(Choice { value, name, description: text(entry, "description") });
+        acp::SessionConfigSelectOptions::Grouped(groups) => {
+            groups.iter().flat_map(|g| g.options.iter().map(choice)).collect()
         }
+        _ => Vec::new(),
     }
-    out
 }
 
-/// Reads a `configOptions` list leniently: an option of a kind this bridge cannot draw is left out.
-pub fn parse_options(list: &Value) -> Vec<ConfigOption> {
-    let mut out = Vec::new();
-    for entry in list.as_array().into_iter().flatten() {
-        let Some(id) = text(entry, "id") else {
-            continue;
-        };
-        let kind = match entry.get("type").and_then(Value::as_str) {
-            Some("select") | None if entry.get("options").is_some() => Kind::Select(choices(&entry["options"])),
-            Some("boolean") => Kind::Boolean,
-            _ => continue,
-        };
-        out.push(ConfigOption {
-            name: text(entry, "name").unwrap_or_else(|| id.clone()),
-            description: text(entry, "description"),
-            category: text(entry, "category"),
-            current: entry.get("currentValue").cloned().unwrap_or(Value::Null),
-            kind,
-            id,
-        });
-    }
-    out
-}
-
-fn parse_modes(modes: &Value) -> Option<(String, Vec<Mode>)> {
-    let available = modes.get("availableModes")?.as_array()?;
-    let list: Vec<Mode> = available
-        .iter()
-        .filter_map(|m| {
-            let id = text(m, "id")?;
-            Some(Mode { name: text(m, "name").unwrap_or_else(|| id.clone()), description: text(m, "description"), id })
-        })
-        .collect();
-    let current = text(modes, "currentModeId").or_else(|| list.first().map(|m| m.id.clone()))?;
-    Some((current, list))
-}
-
-fn parse_legacy_models(models: &Value) -> Option<(String, Vec<Choice>)> {
-    let available = models.get("availableModels")?.as_array()?;
-    let list: Vec<Choice> = available
-        .iter()
-        .filter_map(|m| {
-            let value = text(m, "modelId")?;
-            Some(Choice {
-                name: text(m, "name").unwrap_or_else(|| value.clone()),
-                description: text(m, "description"),
-                value,
+/// The server's config options as this bridge draws them: one of a kind it cannot draw is left out.
+pub fn parse_options(list: &[acp::SessionConfigOption]) -> Vec<ConfigOption> {
+    list.iter()
+        .filter_map(|option| {
+            let (kind, current) = match &option.kind {
+                acp::SessionConfigKind::Select(select) => {
+                    (Kind::Select(choices(&select.options)), Value::String(select.current_value.to_string()))
+                }
+                acp::SessionConfigKind::Boolean(boolean) => (Kind::Boolean, Value::Bool(boolean.current_value)),
+                _ => return None,
+            };
+            let id = option.id.to_string();
+            Some(ConfigOption {
+                name: if option.name.is_empty() { id.clone() } else { option.name.clone() },
+                description: option.description.clone(),
+                category: option.category.clone(),
+                current,
+                kind,
+                id,
             })
         })
+        .collect()
+}
+
+fn parse_modes(modes: &acp::SessionModeState) -> (String, Vec<Mode>) {
+    let list = modes
+        .available_modes
+        .iter()
+        .map(|m| Mode { id: m.id.to_string(), name: m.name.clone(), description: m.description.clone() })
         .collect();
-    let current = text(models, "currentModelId").unwrap_or_default();
-    Some((current, list))
+    (modes.current_mode_id.to_string(), list)
+}
+
+fn parse_legacy_models(models: LegacyModels) -> (String, Vec<Choice>) {
+    let list = models
+        .available_models
+        .into_iter()
+        .map(|m| Choice {
+            name: m.name.unwrap_or_else(|| m.model_id.clone()),
+            description: m.description,
+            value: m.model_id,
+        })
+        .collect();
+    (models.current_model_id, list)
 }
 
 impl Offers {
-    /// What a `session/new` or `session/load` answer offers.
+    /// What a `session/new` or `session/load` answer offers: its modes and config options as the
+    /// schema reads them (`LoadSessionResponse` holds exactly what both answers offer), and the
+    /// models from before config options. What cannot be read offers nothing.
     pub fn from_answer(answer: &Value) -> Self {
+        let offered: acp::LoadSessionResponse = serde_json::from_value(answer.clone()).unwrap_or_default();
+        let legacy: LegacyAnswer = serde_json::from_value(answer.clone()).unwrap_or_default();
         Self {
-            modes: answer.get("modes").and_then(parse_modes),
-            options: answer.get("configOptions").map(parse_options).unwrap_or_default(),
-            legacy_models: answer.get("models").and_then(parse_legacy_models),
+            modes: offered.modes.as_ref().map(parse_modes),
+            options: offered.config_options.as_deref().map(parse_options).unwrap_or_default(),
+            legacy_models: legacy.models.map(parse_legacy_models),
         }
     }
 
-    fn option_of_category(&self, category: &str) -> Option<&ConfigOption> {
-        self.options.iter().find(|o| o.category.as_deref() == Some(category) && matches!(o.kind, Kind::Select(_)))
+    fn option_of_category(&self, category: Category) -> Option<&ConfigOption> {
+        self.options.iter().find(|o| o.category.as_ref() == Some(&category) && matches!(o.kind, Kind::Select(_)))
     }
 
     /// The values in force, by AHP key.
@@ -242,7 +288,7 @@ impl Offers {
 
     /// The models a turn may name, in the server's order.
     pub fn models(&self, provider: &str) -> Vec<SessionModelInfo> {
-        let choices: Vec<Choice> = match (self.option_of_category("model"), &self.legacy_models) {
+        let choices: Vec<Choice> = match (self.option_of_category(Category::Model), &self.legacy_models) {
             (Some(ConfigOption { kind: Kind::Select(choices), .. }), _) => choices.clone(),
             (_, Some((_, list))) => list.clone(),
             _ => Vec::new(),
@@ -273,7 +319,7 @@ impl Offers {
 
     /// The model in force, if the server names one.
     pub fn current_model(&self) -> Option<String> {
-        match (self.option_of_category("model"), &self.legacy_models) {
+        match (self.option_of_category(Category::Model), &self.legacy_models) {
             (Some(option), _) => option.current.as_str().map(str::to_owned),
             (_, Some((current, _))) if !current.is_empty() => Some(current.clone()),
             _ => None,
@@ -294,7 +340,7 @@ impl Offers {
         if self.current_model().as_deref() == Some(model.as_str()) {
             return Ok(Ask::Nothing);
         }
-        Ok(match self.option_of_category("model") {
+        Ok(match self.option_of_category(Category::Model) {
             Some(option) => Ask::SetOption { config_id: option.id.clone(), value: Value::String(model.to_owned()) },
             None => Ask::SetModel(model),
         })
@@ -304,7 +350,7 @@ impl Offers {
     /// `Err` with VS Code's sentence for a value it does not offer.
     pub fn ask(&self, key: &str, value: &Value) -> Result<Option<Ask>, NotOffered> {
         if key == MODE_KEY {
-            if let Some(option) = self.option_of_category("mode") {
+            if let Some(option) = self.option_of_category(Category::Mode) {
                 return self.ask_option(option, value).map(Some);
             }
             let Some((current, modes)) = &self.modes else {
@@ -336,7 +382,7 @@ impl Offers {
 
     /// The server moved its mode.
     pub fn mode_moved(&mut self, id: &str) {
-        if let Some(option) = self.options.iter_mut().find(|o| o.category.as_deref() == Some("mode")) {
+        if let Some(option) = self.options.iter_mut().find(|o| o.category == Some(Category::Mode)) {
             option.current = Value::String(id.to_owned());
         }
         if let Some((current, _)) = &mut self.modes {
@@ -354,7 +400,7 @@ impl Offers {
     /// The controls a client draws for this session, by key.
     pub fn properties(&self) -> HashMap<String, SessionConfigPropertySchema> {
         let mut properties = HashMap::new();
-        if let Some(option) = self.option_of_category("mode") {
+        if let Some(option) = self.option_of_category(Category::Mode) {
             properties.insert(MODE_KEY.to_owned(), control(option, "Mode"));
         } else if let Some((current, modes)) = &self.modes {
             let mut schema = property("Mode", Some("How the agent asks before it acts".into()));
@@ -414,21 +460,39 @@ fn control(option: &ConfigOption, title: &str) -> SessionConfigPropertySchema {
     schema
 }
 
-/// The params of the request an [`Ask`] stands for.
-pub fn request_of(ask: &Ask, session_id: &str) -> Option<(&'static str, Value)> {
+/// The request an [`Ask`] stands for, in the schema's types; none for [`Ask::Nothing`].
+pub fn request_of(ask: &Ask, session_id: &str) -> Option<AskRequest> {
+    let session_id = acp::SessionId::new(session_id);
     match ask {
-        Ask::SetMode(id) => Some(("session/set_mode", json!({"sessionId": session_id, "modeId": id}))),
+        Ask::SetMode(id) => Some(AskRequest::Mode(acp::SetSessionModeRequest::new(session_id, id.clone()))),
         Ask::SetOption { config_id, value } => {
-            Some(("session/set_config_option", json!({"sessionId": session_id, "configId": config_id, "value": value})))
+            let value = match value {
+                Value::Bool(on) => acp::SessionConfigOptionValue::boolean(*on),
+                Value::String(id) => acp::SessionConfigOptionValue::value_id(id.clone()),
+                other => acp::SessionConfigOptionValue::value_id(other.to_string()),
+            };
+            Some(AskRequest::Option(acp::SetSessionConfigOptionRequest::new(session_id, config_id.clone(), value)))
         }
-        Ask::SetModel(id) => Some(("session/set_model", json!({"sessionId": session_id, "modelId": id}))),
+        Ask::SetModel(id) => Some(AskRequest::Model(SetModelRequest { session_id, model_id: id.clone() })),
         Ask::Nothing => None,
+    }
+}
+
+impl AskRequest {
+    /// The method the request goes out as.
+    pub fn method(&self) -> &'static str {
+        match self {
+            AskRequest::Mode(_) => AGENT_METHOD_NAMES.session_set_mode,
+            AskRequest::Option(_) => AGENT_METHOD_NAMES.session_set_config_option,
+            AskRequest::Model(_) => SET_MODEL,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn claude_like() -> Offers {
         Offers::from_answer(&json!({
@@ -438,7 +502,8 @@ mod tests {
                 {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "auto",
                  "options": [{"value": "auto", "name": "Auto"}, {"value": "default", "name": "Default"}]},
                 {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "default",
-                 "options": [{"value": "default", "name": "Default"}, {"group": "more", "name": "More", "options": [{"value": "opus", "name": "Opus"}]}]},
+                 "options": [{"group": "main", "name": "Main", "options": [{"value": "default", "name": "Default"}]},
+                             {"group": "more", "name": "More", "options": [{"value": "opus", "name": "Opus"}]}]},
                 {"id": "fast", "name": "Fast", "type": "boolean", "currentValue": false},
                 {"id": "weird", "name": "Weird", "type": "slider"}
             ]

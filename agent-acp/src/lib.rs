@@ -8,10 +8,13 @@
 //! it asks of its client - files inside the session's folders, terminals - is served here
 //! ([`client`]).
 //!
-//! The JSON-RPC is `agent_runner::rpc`'s peer, started for a foreign program
-//! (`Peer::start_foreign`), rather than the `agent-client-protocol` crate: an agent is someone
-//! else's program - string ids, stray lines on stdout and update kinds newer than any schema must
-//! not end a conversation, so everything is read leniently from JSON.
+//! Every ACP message is a type of the `agent-client-protocol` schema (`agent-client-protocol-schema`,
+//! the exact version `agent-client-protocol` 5.2 re-exports as `schema`), carried by
+//! `agent_runner::rpc`'s peer started for a foreign program (`Peer::start_foreign`) rather than
+//! the crate's own connection: an agent is someone else's program - string ids, stray lines on
+//! stdout and update kinds newer than the schema must not end a conversation - and the worker
+//! keeps one JSON-RPC layer. What the schema cannot read is said once at debug per kind
+//! ([`agent::Shared::unmapped`]) and the session goes on.
 //!
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use agent_client_protocol_schema::v1 as acp;
+use agent_client_protocol_schema::v1::{PermissionOptionKind, SessionUpdate, ToolCallStatus, ToolKind};
 use agent_runner::{Question, TurnEnd, TurnWriter};
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
@@ -14,48 +16,20 @@ use serde_json::{json, Value};
 
 use crate::client::Terminals;
 
-/// An ACP permission option, as the agent named it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PermissionOption {
-    /// Its id, which the answer names.
-    pub id: String,
-    /// What a person reads.
-    pub name: String,
-    /// `allow_once`, `allow_always`, `reject_once`, `reject_always`.
-    pub kind: String,
-}
-
-impl PermissionOption {
-    fn approves(&self) -> bool {
-        self.kind.starts_with("allow")
-    }
-}
-
-/// Reads a permission request's `options`.
-pub fn permission_options(options: &Value) -> Vec<PermissionOption> {
-    options
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|o| {
-            let id = o.get("optionId")?.as_str()?.to_owned();
-            let name = o.get("name").and_then(Value::as_str).unwrap_or(&id).to_owned();
-            let kind = o.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
-            Some(PermissionOption { id, name, kind })
-        })
-        .collect()
+fn approves(option: &acp::PermissionOption) -> bool {
+    matches!(option.kind, PermissionOptionKind::AllowOnce | PermissionOptionKind::AllowAlways)
 }
 
 /// The agent's own options as a confirmation offers them: approvals first, each group in the
 /// agent's order.
-pub fn confirmation_options(options: &[PermissionOption]) -> Vec<ConfirmationOption> {
-    let approvals = options.iter().filter(|o| o.approves());
-    let denials = options.iter().filter(|o| !o.approves());
+pub fn confirmation_options(options: &[acp::PermissionOption]) -> Vec<ConfirmationOption> {
+    let approvals = options.iter().filter(|o| approves(o));
+    let denials = options.iter().filter(|o| !approves(o));
     approvals
         .map(|o| (o, ConfirmationOptionKind::Approve, 0))
         .chain(denials.map(|o| (o, ConfirmationOptionKind::Deny, 1)))
         .map(|(o, kind, group)| ConfirmationOption {
-            id: o.id.clone(),
+            id: o.option_id.to_string(),
             label: o.name.clone(),
             kind,
             group: Some(group),
@@ -66,41 +40,52 @@ pub fn confirmation_options(options: &[PermissionOption]) -> Vec<ConfirmationOpt
 /// The outcome a person's answer stands for: the option they picked when it is one of the
 /// agent's, else the agent's "once" option of the kind they chose (never an "always" nobody
 /// picked), else whatever option of that kind there is; `None` when the agent offered none.
-pub fn chosen_option(options: &[PermissionOption], approved: bool, picked: Option<&str>) -> Option<String> {
+pub fn chosen_option(
+    options: &[acp::PermissionOption],
+    approved: bool,
+    picked: Option<&str>,
+) -> Option<acp::PermissionOptionId> {
     if let Some(picked) = picked {
-        if let Some(option) = options.iter().find(|o| o.id == picked) {
-            return Some(option.id.clone());
+        if let Some(option) = options.iter().find(|o| &*o.option_id.0 == picked) {
+            return Some(option.option_id.clone());
         }
     }
-    let once = if approved { "allow_once" } else { "reject_once" };
+    let once = if approved { PermissionOptionKind::AllowOnce } else { PermissionOptionKind::RejectOnce };
     options
         .iter()
         .find(|o| o.kind == once)
-        .or_else(|| options.iter().find(|o| o.approves() == approved))
-        .map(|o| o.id.clone())
+        .or_else(|| options.iter().find(|o| approves(o) == approved))
+        .map(|o| o.option_id.clone())
 }
 
-/// An outcome answer for `session/request_permission`.
-pub fn permission_answer(option: Option<String>) -> Value {
-    match option {
-        Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
-        None => json!({"outcome": {"outcome": "cancelled"}}),
-    }
+/// The answer to `session/request_permission`: the option chosen, or `cancelled`.
+pub fn permission_answer(option: Option<acp::PermissionOptionId>) -> acp::RequestPermissionResponse {
+    acp::RequestPermissionResponse::new(match option {
+        Some(id) => acp::RequestPermissionOutcome::Selected(acp::SelectedPermissionOutcome::new(id)),
+        None => acp::RequestPermissionOutcome::Cancelled,
+    })
 }
 
-/// How a prompt's stop reason ends the turn.
-pub fn stop_reason_end(provider: &str, reason: &str) -> TurnEnd {
+/// How a prompt's answer ends the turn: by its stop reason, or as an error when the answer is not
+/// one ACP's schema reads (a stop reason newer than it, say).
+pub fn prompt_end(provider: &str, answer: &Result<acp::PromptResponse, String>) -> TurnEnd {
     let error =
         |kind: &str, sentence: &str| TurnEnd::Error(agent_runner::error_info(kind, format!("{provider}: {sentence}")));
+    let reason = match answer {
+        Ok(answer) => answer.stop_reason,
+        Err(why) => {
+            return error("stopReason", &format!("the agent stopped for a reason this host does not know: {why}"))
+        }
+    };
     match reason {
-        "end_turn" => TurnEnd::Complete,
-        "cancelled" => TurnEnd::Cancelled,
-        "max_tokens" => error("maxTokens", "the agent stopped: the model reached its output limit"),
-        "max_turn_requests" => {
+        acp::StopReason::EndTurn => TurnEnd::Complete,
+        acp::StopReason::Cancelled => TurnEnd::Cancelled,
+        acp::StopReason::MaxTokens => error("maxTokens", "the agent stopped: the model reached its output limit"),
+        acp::StopReason::MaxTurnRequests => {
             error("maxTurnRequests", "the agent stopped: it made as many model requests as one turn allows")
         }
-        "refusal" => error("refusal", "the agent refused to go on"),
-        other => error("stopReason", &format!("the agent stopped for a reason this host does not know: {other}")),
+        acp::StopReason::Refusal => error("refusal", "the agent refused to go on"),
+        other => error("stopReason", &format!("the agent stopped for a reason this host does not know: {other:?}")),
     }
 }
 
@@ -113,99 +98,121 @@ fn text_content(text: String) -> ToolResultContent {
 }
 
 /// What an ACP content block says, as text: prose as it is, a link as a link.
-fn block_text(block: &Value) -> Option<String> {
-    match block.get("type").and_then(Value::as_str)? {
-        "text" => text_of(block, "text"),
-        "resource_link" => {
-            let uri = text_of(block, "uri")?;
-            let name = text_of(block, "name").unwrap_or_else(|| uri.clone());
-            Some(format!("[{name}]({uri})"))
+fn block_text(block: &acp::ContentBlock) -> Option<String> {
+    match block {
+        acp::ContentBlock::Text(text) => Some(text.text.clone()),
+        acp::ContentBlock::ResourceLink(link) => {
+            let name = if link.name.is_empty() { &link.uri } else { &link.name };
+            Some(format!("[{name}]({})", link.uri))
         }
-        "resource" => block.get("resource").and_then(|r| text_of(r, "text")),
+        acp::ContentBlock::Resource(embedded) => match &embedded.resource {
+            acp::EmbeddedResourceResource::TextResourceContents(text) => Some(text.text.clone()),
+            _ => None,
+        },
         _ => None,
     }
+}
+
+/// A kind's name as ACP spells it (`execute`, `switch_mode`, ...).
+fn kind_name(kind: ToolKind) -> Option<String> {
+    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned))
 }
 
 #[derive(Debug, Default)]
 struct Call {
     title: String,
-    kind: Option<String>,
+    kind: Option<ToolKind>,
     input: Option<String>,
-    status: String,
+    status: ToolCallStatus,
     readied: bool,
     asked: bool,
     done: bool,
-    content: Vec<Value>,
+    content: Vec<acp::ToolCallContent>,
     raw_output: Option<Value>,
 }
 
 impl Call {
-    fn merge(&mut self, update: &Value) {
-        if let Some(title) = text_of(update, "title").filter(|t| !t.is_empty()) {
-            self.title = title;
+    fn merge(&mut self, fields: &acp::ToolCallUpdateFields) {
+        if let Some(title) = fields.title.as_ref().filter(|t| !t.is_empty()) {
+            self.title = title.clone();
         }
-        if let Some(kind) = text_of(update, "kind") {
+        if let Some(kind) = fields.kind {
             self.kind = Some(kind);
         }
-        if let Some(status) = text_of(update, "status") {
+        if let Some(status) = fields.status {
             self.status = status;
         }
-        match update.get("rawInput") {
+        match &fields.raw_input {
             Some(Value::Object(map)) if map.is_empty() => {}
             Some(Value::Null) | None => {}
             Some(input) => self.input = Some(input.to_string()),
         }
-        if let Some(content) = update.get("content").and_then(Value::as_array) {
+        if let Some(content) = &fields.content {
             self.content = content.clone();
         }
-        if let Some(output) = update.get("rawOutput").filter(|o| !o.is_null()) {
+        if let Some(output) = fields.raw_output.as_ref().filter(|o| !o.is_null()) {
             self.raw_output = Some(output.clone());
         }
     }
 
     fn started(&self) -> bool {
-        matches!(self.status.as_str(), "in_progress" | "completed" | "failed")
+        matches!(self.status, ToolCallStatus::InProgress | ToolCallStatus::Completed | ToolCallStatus::Failed)
     }
 
     fn finished(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed")
+        matches!(self.status, ToolCallStatus::Completed | ToolCallStatus::Failed)
     }
 }
 
-/// The name a call is drawn under: the harness's own tool name where it says one.
-fn tool_name(update: &Value) -> Option<String> {
+/// A `tool_call` as the update it amounts to: what it leaves at the schema's defaults (no
+/// content, no locations, `pending`) moves nothing a call already has.
+fn update_of_call(call: &acp::ToolCall) -> acp::ToolCallUpdate {
+    let mut update = acp::ToolCallUpdate::from(call.clone());
+    let fields = &mut update.fields;
+    fields.content = fields.content.take().filter(|c| !c.is_empty());
+    fields.locations = fields.locations.take().filter(|l| !l.is_empty());
+    fields.status = fields.status.filter(|s| *s != ToolCallStatus::Pending);
     update
-        .pointer("/_meta/claudeCode/toolName")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or_else(|| text_of(update, "name"))
-        .or_else(|| text_of(update, "kind"))
+}
+
+/// The name a call is drawn under: the harness's own tool name where it says one.
+fn tool_name(update: &acp::ToolCallUpdate) -> Option<String> {
+    update
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get("claudeCode"))
+        .and_then(|claude| text_of(claude, "toolName"))
+        .or_else(|| update.fields.name.clone())
+        .or_else(|| update.fields.kind.and_then(kind_name))
 }
 
 /// Host-only fields of a question: what it asks to do, so the host can decide by its policy.
-fn question_meta(call: &Call, tool_call: &Value) -> Option<serde_json::Map<String, Value>> {
+/// The input is the agent's own (`rawInput` is free-form in ACP), read for the fields harnesses use.
+fn question_meta(call: &Call, tool_call: &acp::ToolCallUpdate) -> Option<serde_json::Map<String, Value>> {
     let mut meta = serde_json::Map::new();
     let input: Value = call.input.as_deref().and_then(|i| serde_json::from_str(i).ok()).unwrap_or(Value::Null);
     let path = tool_call
-        .pointer("/locations/0/path")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+        .fields
+        .locations
+        .as_ref()
+        .and_then(|l| l.first())
+        .map(|l| l.path.display().to_string())
         .or_else(|| text_of(&input, "file_path"))
         .or_else(|| text_of(&input, "path"));
-    match call.kind.as_deref() {
-        Some("execute") => {
+    match call.kind {
+        Some(ToolKind::Execute) => {
             meta.insert("permissionKind".into(), json!("shell"));
             if let Some(command) = text_of(&input, "command") {
                 meta.insert("shellCommand".into(), json!(command));
             }
         }
-        Some("edit" | "delete" | "move") => {
+        Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move) => {
             meta.insert("permissionKind".into(), json!("write"));
         }
-        Some("read" | "search") => {
+        Some(ToolKind::Read | ToolKind::Search) => {
             meta.insert("permissionKind".into(), json!("read"));
         }
-        Some("fetch") => {
+        Some(ToolKind::Fetch) => {
             meta.insert("permissionKind".into(), json!("url"));
             if let Some(url) = text_of(&input, "url") {
                 meta.insert("permissionUrl".into(), json!(url));
@@ -227,9 +234,9 @@ pub struct TurnMap {
     writer: TurnWriter,
     calls: HashMap<String, Call>,
     plan: Option<Vec<ToolResultContent>>,
-    response_usage: Option<Value>,
-    context: Option<Value>,
-    cost: Option<Value>,
+    response_usage: Option<acp::Usage>,
+    context: Option<(u64, u64)>,
+    cost: Option<acp::Cost>,
 }
 
 impl TurnMap {
@@ -257,54 +264,51 @@ impl TurnMap {
 
     /// Takes one `session/update` of the kinds a turn streams; answers false for a kind that is
     /// not the turn's (config, commands), which the session handles.
-    pub fn update(&mut self, update: &Value, terminals: &Terminals) -> bool {
-        let kind = update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default();
-        match kind {
-            "agent_message_chunk" => {
-                if let Some(text) = update.get("content").and_then(block_text) {
+    pub fn update(&mut self, update: &SessionUpdate, terminals: &Terminals) -> bool {
+        match update {
+            SessionUpdate::AgentMessageChunk(chunk) => {
+                if let Some(text) = block_text(&chunk.content) {
                     self.writer.text(&text);
                 }
             }
-            "agent_thought_chunk" => {
-                if let Some(text) = update.get("content").and_then(block_text) {
+            SessionUpdate::AgentThoughtChunk(chunk) => {
+                if let Some(text) = block_text(&chunk.content) {
                     self.writer.reasoning(&text);
                 }
             }
-            "tool_call" | "tool_call_update" => self.tool_call(update, terminals),
-            "plan" => self.plan(update),
-            "usage_update" => {
-                self.context = Some(json!({"used": update.get("used"), "size": update.get("size")}));
-                if let Some(cost) = update.get("cost").filter(|c| !c.is_null()) {
+            SessionUpdate::ToolCall(call) => self.tool_call(&update_of_call(call), terminals),
+            SessionUpdate::ToolCallUpdate(update) => self.tool_call(update, terminals),
+            SessionUpdate::Plan(plan) => self.plan(plan),
+            SessionUpdate::UsageUpdate(usage) => {
+                self.context = Some((usage.used, usage.size));
+                if let Some(cost) = &usage.cost {
                     self.cost = Some(cost.clone());
                 }
             }
-            "user_message_chunk" => {}
+            SessionUpdate::UserMessageChunk(_) => {}
             _ => return false,
         }
         true
     }
 
-    fn call_entry(&mut self, update: &Value) -> Option<(String, bool)> {
-        let id = text_of(update, "toolCallId")?;
-        let new = !self.calls.contains_key(&id);
-        if new {
-            let title = text_of(update, "title").filter(|t| !t.is_empty());
+    fn call_entry(&mut self, update: &acp::ToolCallUpdate) -> String {
+        let id = update.tool_call_id.to_string();
+        if !self.calls.contains_key(&id) {
+            let title = update.fields.title.clone().filter(|t| !t.is_empty());
             let name = tool_name(update).or_else(|| title.clone()).unwrap_or_else(|| "tool".to_owned());
             let title = title.unwrap_or_else(|| name.clone());
             // A call ends the prose before it: the next chunk opens a part of its own.
             self.writer.tool_start(&id, &name, &title, None);
-            self.calls.insert(id.clone(), Call { title, status: "pending".into(), ..Call::default() });
+            self.calls.insert(id.clone(), Call { title, ..Call::default() });
         }
         if let Some(call) = self.calls.get_mut(&id) {
-            call.merge(update);
+            call.merge(&update.fields);
         }
-        Some((id, new))
+        id
     }
 
-    fn tool_call(&mut self, update: &Value, terminals: &Terminals) {
-        let Some((id, _)) = self.call_entry(update) else {
-            return;
-        };
+    fn tool_call(&mut self, update: &acp::ToolCallUpdate, terminals: &Terminals) {
+        let id = self.call_entry(update);
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
@@ -324,7 +328,7 @@ impl TurnMap {
         let content = contents(&call.content, terminals);
         if call.finished() {
             call.done = true;
-            let success = call.status == "completed";
+            let success = call.status == ToolCallStatus::Completed;
             let shown = if content.is_empty() {
                 call.raw_output
                     .as_ref()
@@ -350,14 +354,14 @@ impl TurnMap {
                 error,
             };
             self.writer.tool_complete(&id, result);
-        } else if (call.readied || call.asked) && !content.is_empty() && update.get("content").is_some() {
+        } else if (call.readied || call.asked) && !content.is_empty() && update.fields.content.is_some() {
             self.writer.tool_content(&id, content);
         }
     }
 
     /// The agent asks before a call runs: the call waits with the agent's own options.
-    pub fn ask(&mut self, tool_call: &Value, options: &[PermissionOption]) -> Option<String> {
-        let (id, _) = self.call_entry(tool_call)?;
+    pub fn ask(&mut self, tool_call: &acp::ToolCallUpdate, options: &[acp::PermissionOption]) -> Option<String> {
+        let id = self.call_entry(tool_call);
         let call = self.calls.get_mut(&id)?;
         call.asked = true;
         let meta = question_meta(call, tool_call);
@@ -367,18 +371,14 @@ impl TurnMap {
         Some(id)
     }
 
-    fn plan(&mut self, update: &Value) {
-        let lines: Vec<ToolResultContent> = update
-            .get("entries")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+    fn plan(&mut self, plan: &acp::Plan) {
+        let lines: Vec<ToolResultContent> = plan
+            .entries
+            .iter()
             .map(|entry| {
-                let status = entry.get("status").and_then(Value::as_str).unwrap_or("pending");
-                let content = entry.get("content").and_then(Value::as_str).unwrap_or_default();
-                let mark = if status == "completed" { "x" } else { " " };
-                let note = if status == "in_progress" { " (in progress)" } else { "" };
-                text_content(format!("- [{mark}] {content}{note}"))
+                let mark = if entry.status == acp::PlanEntryStatus::Completed { "x" } else { " " };
+                let note = if entry.status == acp::PlanEntryStatus::InProgress { " (in progress)" } else { "" };
+                text_content(format!("- [{mark}] {}{note}", entry.content))
             })
             .collect();
         let id = self.plan_id();
@@ -391,8 +391,8 @@ impl TurnMap {
     }
 
     /// The prompt's answer carried usage.
-    pub fn response_usage(&mut self, usage: Option<&Value>) {
-        self.response_usage = usage.filter(|u| !u.is_null()).cloned();
+    pub fn response_usage(&mut self, usage: Option<acp::Usage>) {
+        self.response_usage = usage;
     }
 
     /// Ends the turn: the plan closed with its last state, what it used, then exactly one ending.
@@ -409,25 +409,26 @@ impl TurnMap {
             };
             self.writer.tool_complete(&id, result);
         }
-        let cost_now = self.cost.as_ref().and_then(|c| c.get("amount")).and_then(Value::as_f64);
+        let cost_now = self.cost.as_ref().map(|c| c.amount);
         if self.response_usage.is_some() || self.context.is_some() || self.cost.is_some() {
-            let tokens = |key: &str| self.response_usage.as_ref().and_then(|u| u.get(key)).and_then(Value::as_i64);
+            let usage = self.response_usage.as_ref();
+            let tokens = |count: Option<u64>| count.and_then(|n| i64::try_from(n).ok());
             let mut meta = JsonObject::new();
-            if let Some(context) = &self.context {
-                meta.insert("ahpd.context".into(), context.clone());
+            if let Some((used, size)) = self.context {
+                meta.insert("ahpd.context".into(), json!({"used": used, "size": size}));
             }
             if let (Some(cost), Some(now)) = (&self.cost, cost_now) {
                 let spent = now - cost_before.unwrap_or(0.0);
-                meta.insert("ahpd.cost".into(), json!({"amount": spent, "currency": cost.get("currency")}));
+                meta.insert("ahpd.cost".into(), json!({"amount": spent, "currency": cost.currency}));
             }
-            if let Some(write) = tokens("cachedWriteTokens") {
+            if let Some(write) = tokens(usage.and_then(|u| u.cached_write_tokens)) {
                 meta.insert("cacheWriteTokens".into(), json!(write));
             }
             self.writer.usage(UsageInfo {
-                input_tokens: tokens("inputTokens"),
-                output_tokens: tokens("outputTokens"),
+                input_tokens: tokens(usage.map(|u| u.input_tokens)),
+                output_tokens: tokens(usage.map(|u| u.output_tokens)),
                 model,
-                cache_read_tokens: tokens("cachedReadTokens"),
+                cache_read_tokens: tokens(usage.and_then(|u| u.cached_read_tokens)),
                 meta: (!meta.is_empty()).then_some(meta),
             });
         }
@@ -453,19 +454,17 @@ impl TurnMap {
 
 /// A call's ACP content as what a client shows: text, a diff as what it did to which file, a
 /// terminal as what it printed.
-fn contents(content: &[Value], terminals: &Terminals) -> Vec<ToolResultContent> {
+fn contents(content: &[acp::ToolCallContent], terminals: &Terminals) -> Vec<ToolResultContent> {
     content
         .iter()
-        .filter_map(|entry| match entry.get("type").and_then(Value::as_str)? {
-            "content" => entry.get("content").and_then(block_text).map(text_content),
-            "diff" => {
-                let path = text_of(entry, "path")?;
-                let verb = if entry.get("oldText").is_none_or(Value::is_null) { "Created" } else { "Edited" };
-                Some(text_content(format!("{verb} {path}")))
+        .filter_map(|entry| match entry {
+            acp::ToolCallContent::Content(content) => block_text(&content.content).map(text_content),
+            acp::ToolCallContent::Diff(diff) => {
+                let verb = if diff.old_text.is_none() { "Created" } else { "Edited" };
+                Some(text_content(format!("{verb} {}", diff.path.display())))
             }
-            "terminal" => {
-                let id = text_of(entry, "terminalId")?;
-                terminals.output_of(&id).filter(|o| !o.is_empty()).map(text_content)
+            acp::ToolCallContent::Terminal(terminal) => {
+                terminals.output_of(&terminal.terminal_id.0).filter(|o| !o.is_empty()).map(text_content)
             }
             _ => None,
         })
@@ -476,12 +475,13 @@ fn contents(content: &[Value], terminals: &Terminals) -> Vec<ToolResultContent> 
 mod tests {
     use super::*;
 
-    fn options() -> Vec<PermissionOption> {
-        permission_options(&json!([
+    fn options() -> Vec<acp::PermissionOption> {
+        serde_json::from_value(json!([
             {"optionId": "reject", "name": "No", "kind": "reject_once"},
             {"optionId": "always", "name": "Always", "kind": "allow_always"},
             {"optionId": "once", "name": "Yes", "kind": "allow_once"},
         ]))
+        .expect("options")
     }
 
     #[test]
@@ -495,16 +495,24 @@ mod tests {
     #[test]
     fn a_choice_names_an_option_and_never_an_always_nobody_picked() {
         let options = options();
-        assert_eq!(chosen_option(&options, true, Some("always")), Some("always".into()));
-        assert_eq!(chosen_option(&options, true, None), Some("once".into()));
-        assert_eq!(chosen_option(&options, false, None), Some("reject".into()));
-        assert_eq!(chosen_option(&options, true, Some("made-up")), Some("once".into()));
+        let chosen = |approved, picked| chosen_option(&options, approved, picked).map(|id| id.to_string());
+        assert_eq!(chosen(true, Some("always")), Some("always".into()));
+        assert_eq!(chosen(true, None), Some("once".into()));
+        assert_eq!(chosen(false, None), Some("reject".into()));
+        assert_eq!(chosen(true, Some("made-up")), Some("once".into()));
         assert_eq!(chosen_option(&[], true, None), None);
-        assert_eq!(permission_answer(None), json!({"outcome": {"outcome": "cancelled"}}));
+        assert_eq!(
+            serde_json::to_value(permission_answer(None)).expect("json"),
+            json!({"outcome": {"outcome": "cancelled"}})
+        );
     }
 
     #[test]
     fn stop_reasons() {
+        let stop_reason_end = |_: &str, reason: &str| {
+            let answer = serde_json::from_value(json!({"stopReason": reason})).map_err(|e| e.to_string());
+            prompt_end("p", &answer)
+        };
         assert_eq!(stop_reason_end("p", "end_turn"), TurnEnd::Complete);
         assert_eq!(stop_reason_end("p", "cancelled"), TurnEnd::Cancelled);
         for reason in ["max_tokens", "max_turn_requests", "refusal", "new_reason"] {

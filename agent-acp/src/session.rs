@@ -1,6 +1,7 @@
 //! One conversation with an ACP agent: its own agent process (started again on the next message
 //! when it dies, the conversation reloaded with `session/load`), the handshake, the turns one
-//! after another, the questions it parks, and the client methods it is served.
+//! after another, the questions it parks, and the client methods it is served. Every message is
+//! the `agent-client-protocol` schema's type, carried by agent-runner's JSON-RPC peer.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -8,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_client_protocol_schema::v1 as acp;
+use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES};
+use agent_client_protocol_schema::ProtocolVersion;
 use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
 use ahp_types::actions::{SessionConfigChangedAction, StateAction};
 use ahp_types::common::JsonObject;
@@ -17,24 +21,24 @@ use protocol::{
     codes, Attachment, AttachmentSupport, ConfirmParams, McpServer, RpcError, SendMessageParams, SetConfigResult,
     Start, ToolsEndpoint,
 };
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::Shared;
-use crate::client::{Folders, Terminals};
-use crate::config::{request_of, Ask, Offers};
-use crate::mapping::{
-    chosen_option, permission_answer, permission_options, stop_reason_end, PermissionOption, TurnMap,
-};
+use crate::client::{self, Folders, Terminals};
+use crate::config::{request_of, Ask, AskRequest, Offers};
+use crate::mapping::{chosen_option, permission_answer, prompt_end, TurnMap};
 use agent_runner::attachments;
 use agent_runner::child::{describe_exit, Child, ChildCommand};
 use agent_runner::lock;
 use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
 
 /// The ACP protocol version this client speaks.
-const ACP_VERSION: u64 = 1;
+const ACP_VERSION: ProtocolVersion = ProtocolVersion::V1;
 
 /// How long a stopped turn waits for the agent to answer its prompt `cancelled`.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
@@ -71,25 +75,17 @@ impl Caps {
         AttachmentSupport { types, max_bytes: None }
     }
 
-    fn from_answer(answer: &Value) -> Self {
-        let caps = answer.get("agentCapabilities").cloned().unwrap_or(Value::Null);
-        let flag = |pointer: &str| caps.pointer(pointer).and_then(Value::as_bool).unwrap_or(false);
+    fn from_answer(answer: &acp::InitializeResponse) -> Self {
+        let caps = &answer.agent_capabilities;
+        let prompt = &caps.prompt_capabilities;
         Self {
-            load_session: flag("/loadSession"),
-            mcp_http: flag("/mcpCapabilities/http"),
-            additional_directories: caps
-                .pointer("/sessionCapabilities/additionalDirectories")
-                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false)),
-            image: flag("/promptCapabilities/image"),
-            audio: flag("/promptCapabilities/audio"),
-            embedded_context: flag("/promptCapabilities/embeddedContext"),
-            auth_methods: answer
-                .get("authMethods")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|m| m.get("id").and_then(Value::as_str).map(str::to_owned))
-                .collect(),
+            load_session: caps.load_session,
+            mcp_http: caps.mcp_capabilities.http,
+            additional_directories: caps.session_capabilities.additional_directories.is_some(),
+            image: prompt.image,
+            audio: prompt.audio,
+            embedded_context: prompt.embedded_context,
+            auth_methods: answer.auth_methods.iter().map(|m| m.id().to_string()).collect(),
         }
     }
 }
@@ -110,7 +106,7 @@ struct Running {
 /// A permission request waiting for a person.
 struct Parked {
     responder: Responder,
-    options: Vec<PermissionOption>,
+    options: Vec<acp::PermissionOption>,
 }
 
 /// Changes asked while no agent ran, made when one next opens.
@@ -271,8 +267,16 @@ impl AcpSession {
         }
     }
 
-    /// One step of the handshake, bounded by the start timeout.
-    async fn step(&self, link: &Link, method: &str, params: Value) -> Result<Value, String> {
+    /// One step of the handshake, bounded by the start timeout, its answer read as `R`.
+    async fn step<R: DeserializeOwned>(&self, link: &Link, method: &str, params: impl Serialize) -> Result<R, String> {
+        let answer = self.step_value(link, method, params).await?;
+        serde_json::from_value(answer).map_err(|why| {
+            format!("{}: {} answered {method} oddly: {why}", self.provider(), self.inner.shared.options.command_line())
+        })
+    }
+
+    /// One step of the handshake, its answer as it came.
+    async fn step_value(&self, link: &Link, method: &str, params: impl Serialize) -> Result<Value, String> {
         let options = &self.inner.shared.options;
         let command = options.command_line();
         let provider = self.provider();
@@ -283,7 +287,9 @@ impl AcpSession {
         };
         match answer {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(PeerError::Rpc(error))) if error.code == AUTH_REQUIRED && method != "authenticate" => {
+            Ok(Err(PeerError::Rpc(error)))
+                if error.code == AUTH_REQUIRED && method != AGENT_METHOD_NAMES.authenticate =>
+            {
                 Err(self.sign_in_needed(&link.caps))
             }
             Ok(Err(PeerError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
@@ -311,23 +317,13 @@ impl AcpSession {
     async fn handshake(&self, mut link: Link, opening: Opening) -> Result<(), String> {
         let provider = self.provider().to_owned();
         let options = self.inner.shared.options.clone();
-        let init = self
-            .step(
-                &link,
-                "initialize",
-                json!({
-                    "protocolVersion": ACP_VERSION,
-                    "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
-                    "clientInfo": {"name": "ahpd", "title": "ahpd", "version": env!("CARGO_PKG_VERSION")},
-                }),
-            )
-            .await?;
-        let version = init.get("protocolVersion").and_then(Value::as_u64);
-        if version != Some(ACP_VERSION) {
+        let init: acp::InitializeResponse =
+            self.step(&link, AGENT_METHOD_NAMES.initialize, initialize_request()).await?;
+        if init.protocol_version != ACP_VERSION {
             return Err(format!(
                 "{provider}: {} speaks ACP version {}, and this host speaks {ACP_VERSION}",
                 options.command_line(),
-                version.map(|v| v.to_string()).unwrap_or_else(|| "(none given)".into())
+                init.protocol_version
             ));
         }
         link.caps = Caps::from_answer(&init);
@@ -341,7 +337,13 @@ impl AcpSession {
                 };
                 return Err(format!("{provider} offers {offered}, not {}", auth.method_id));
             }
-            self.step(&link, "authenticate", json!({"methodId": auth.method_id})).await?;
+            let _: Value = self
+                .step_value(
+                    &link,
+                    AGENT_METHOD_NAMES.authenticate,
+                    acp::AuthenticateRequest::new(auth.method_id.clone()),
+                )
+                .await?;
         }
         let servers = mcp_servers(
             &provider,
@@ -349,7 +351,7 @@ impl AcpSession {
             self.inner.tools_endpoint.as_ref().filter(|_| options.host_tools),
             link.caps.mcp_http,
         );
-        let cwd = self.inner.cwd.display().to_string();
+        let cwd = self.inner.cwd.clone();
         let known = self.state().acp_id.clone();
         let answer = match (opening, known) {
             (Opening::Resume | Opening::Restart, Some(id)) if link.caps.load_session => {
@@ -358,8 +360,8 @@ impl AcpSession {
                     state.loading = true;
                     state.replayed.clear();
                 }
-                let loaded =
-                    self.step(&link, "session/load", json!({"sessionId": id, "cwd": cwd, "mcpServers": servers})).await;
+                let load = acp::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(servers);
+                let loaded = self.step_value(&link, AGENT_METHOD_NAMES.session_load, load).await;
                 {
                     let mut state = self.state();
                     state.loading = false;
@@ -371,11 +373,7 @@ impl AcpSession {
                         state.first_prompt = true;
                     }
                 }
-                let mut answer = loaded?;
-                if let Value::Object(map) = &mut answer {
-                    map.entry("sessionId").or_insert(Value::String(id));
-                }
-                answer
+                (id, loaded?)
             }
             (Opening::Resume, Some(id)) => {
                 return Err(format!(
@@ -383,11 +381,16 @@ impl AcpSession {
                 ));
             }
             (opening, _) => {
-                let mut params = json!({"cwd": cwd, "mcpServers": servers});
-                if link.caps.additional_directories && !self.inner.additional_directories.is_empty() {
-                    params["additionalDirectories"] = json!(self.inner.additional_directories);
+                let mut new = acp::NewSessionRequest::new(cwd).mcp_servers(servers);
+                if link.caps.additional_directories {
+                    new = new.additional_directories(
+                        self.inner.additional_directories.iter().map(PathBuf::from).collect::<Vec<_>>(),
+                    );
                 }
-                let answer = self.step(&link, "session/new", params).await?;
+                let answer = self.step_value(&link, AGENT_METHOD_NAMES.session_new, new).await?;
+                let opened: acp::NewSessionResponse = serde_json::from_value(answer.clone()).map_err(|why| {
+                    format!("{provider}: {} answered session/new oddly: {why}", options.command_line())
+                })?;
                 if opening == Opening::Restart {
                     // Said in the turn that started it again, and the new conversation opens
                     // with the session's instructions as the first one did.
@@ -401,12 +404,10 @@ impl AcpSession {
                         turn.notice(&notice);
                     }
                 }
-                answer
+                (opened.session_id.to_string(), answer)
             }
         };
-        let Some(acp_id) = answer.get("sessionId").and_then(Value::as_str).map(str::to_owned) else {
-            return Err(format!("{provider}: {} opened a session without naming it", options.command_line()));
-        };
+        let (acp_id, answer) = answer;
         let offers = Offers::from_answer(&answer);
         {
             let mut state = self.state();
@@ -489,15 +490,22 @@ impl AcpSession {
         let Some(acp_id) = self.state().acp_id.clone() else {
             return Err("no conversation is open".into());
         };
-        let Some((method, params)) = request_of(ask, &acp_id) else {
+        let Some(request) = request_of(ask, &acp_id) else {
             return Ok(());
         };
-        let answer = link.peer.request_value(method, params).await.map_err(refusal)?;
+        let (peer, method) = (&link.peer, request.method());
+        let answer = match request {
+            AskRequest::Mode(params) => peer.request_value(method, params).await,
+            AskRequest::Option(params) => peer.request_value(method, params).await,
+            AskRequest::Model(params) => peer.request_value(method, params).await,
+        }
+        .map_err(refusal)?;
         match ask {
             Ask::SetOption { .. } => {
-                if let Some(list) = answer.get("configOptions").filter(|l| l.is_array()) {
+                // An answer without the options (or one the schema cannot read) moves nothing.
+                if let Ok(answer) = serde_json::from_value::<acp::SetSessionConfigOptionResponse>(answer) {
                     let mut offers = self.state().offers.clone();
-                    offers.options = crate::config::parse_options(list);
+                    offers.options = crate::config::parse_options(&answer.config_options);
                     self.learn(offers, false);
                 }
             }
@@ -545,35 +553,29 @@ impl AcpSession {
     /// client methods (run as tasks of their own, so a terminal waited on holds nothing up).
     fn on_message(&self, generation: u64, message: Incoming) {
         match message {
-            Incoming::Notification { method, params } if method == "session/update" => {
-                if let Some(update) = params.get("update") {
-                    self.on_update(generation, update);
+            Incoming::Notification { method, params } if method == CLIENT_METHOD_NAMES.session_update => {
+                match serde_json::from_value::<acp::SessionNotification>(params.clone()) {
+                    Ok(notification) => self.on_update(generation, &notification.update),
+                    Err(why) => self.inner.shared.unmapped(&update_kind(&params), &why.to_string()),
                 }
             }
             Incoming::Notification { method, .. } => {
-                tracing::debug!(method, "an ACP notification this host does not use")
+                self.inner.shared.unmapped(&method, "a notification this host does not use")
             }
-            Incoming::Request(Request { method, params, responder }) => match method.as_str() {
-                "session/request_permission" => self.on_permission(responder, &params),
-                "fs/read_text_file"
-                | "fs/write_text_file"
-                | "terminal/create"
-                | "terminal/output"
-                | "terminal/wait_for_exit"
-                | "terminal/kill"
-                | "terminal/release" => {
+            Incoming::Request(Request { method, params, responder }) => {
+                if method == CLIENT_METHOD_NAMES.session_request_permission {
+                    match serde_json::from_value::<acp::RequestPermissionRequest>(params) {
+                        Ok(request) => self.on_permission(responder, request),
+                        Err(why) => {
+                            responder.respond(Err(RpcError::new(codes::INVALID_PARAMS, format!("{method}: {why}"))))
+                        }
+                    }
+                } else if client::serves(&method) {
                     let (folders, terminals, cancel) =
                         (self.inner.folders.clone(), self.inner.terminals.clone(), self.inner.cancel.clone());
                     self.inner.tracker.spawn(async move {
-                        let served = async {
-                            match method.as_str() {
-                                "fs/read_text_file" => folders.read_text_file(params).await,
-                                "fs/write_text_file" => folders.write_text_file(params).await,
-                                _ => terminals.handle(&method, params).await,
-                            }
-                        };
                         tokio::select! {
-                            answer = served => {
+                            answer = client::serve(&folders, &terminals, &method, params) => {
                                 if let Err(e) = &answer {
                                     tracing::info!(method, error = %e.message, "refused a client method");
                                 }
@@ -582,55 +584,46 @@ impl AcpSession {
                             _ = cancel.cancelled() => responder.respond(Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
                         }
                     });
-                }
-                other => {
+                } else {
                     responder.respond(Err(RpcError::new(
                         codes::METHOD_NOT_FOUND,
-                        format!("this client does not answer {other}"),
+                        format!("this client does not answer {method}"),
                     )));
                 }
-            },
+            }
         }
     }
 
-    fn on_update(&self, generation: u64, update: &Value) {
-        let kind = update.get("sessionUpdate").and_then(Value::as_str).unwrap_or_default();
-        match kind {
-            "current_mode_update" => {
-                if let Some(id) = update.get("currentModeId").and_then(Value::as_str) {
-                    let mut offers = self.state().offers.clone();
-                    offers.mode_moved(id);
-                    self.learn(offers, false);
-                }
+    fn on_update(&self, generation: u64, update: &SessionUpdate) {
+        match update {
+            SessionUpdate::CurrentModeUpdate(mode) => {
+                let mut offers = self.state().offers.clone();
+                offers.mode_moved(&mode.current_mode_id.to_string());
+                self.learn(offers, false);
             }
-            "config_option_update" => {
-                if let Some(list) = update.get("configOptions") {
-                    let mut offers = self.state().offers.clone();
-                    offers.options = crate::config::parse_options(list);
-                    self.learn(offers, false);
-                }
+            SessionUpdate::ConfigOptionUpdate(options) => {
+                let mut offers = self.state().offers.clone();
+                offers.options = crate::config::parse_options(&options.config_options);
+                self.learn(offers, false);
             }
-            "available_commands_update" => {
-                let commands = update
-                    .get("availableCommands")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|c| {
-                        Some(protocol::SlashCommand {
-                            name: c.get("name")?.as_str()?.to_owned(),
-                            description: c.get("description").and_then(Value::as_str).map(str::to_owned),
-                        })
-                    })
+            SessionUpdate::AvailableCommandsUpdate(commands) => {
+                let commands = commands
+                    .available_commands
+                    .iter()
+                    .map(|c| protocol::SlashCommand { name: c.name.clone(), description: Some(c.description.clone()) })
                     .collect();
                 self.inner.shared.learn_commands(commands);
             }
             _ => {
                 let mut state = self.state();
                 let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
-                if state.loading && kind == "user_message_chunk" {
-                    if let Some(text) = update.pointer("/content/text").and_then(Value::as_str) {
-                        state.replayed.push_str(text);
+                if state.loading {
+                    if let SessionUpdate::UserMessageChunk(acp::ContentChunk {
+                        content: acp::ContentBlock::Text(text),
+                        ..
+                    }) = update
+                    {
+                        state.replayed.push_str(&text.text);
                     }
                 }
                 if state.loading || !current {
@@ -642,30 +635,30 @@ impl AcpSession {
                     Some(turn) => turn.update(update, &terminals),
                     None => false,
                 };
+                drop(state);
                 if !taken {
-                    tracing::debug!(kind, "an ACP update outside a turn, or of a kind this host does not show");
+                    let kind = update_kind(&serde_json::to_value(update).unwrap_or_default());
+                    self.inner.shared.unmapped(&kind, "an update outside a turn, or of a kind this host does not show");
                 }
             }
         }
     }
 
-    fn on_permission(&self, responder: Responder, params: &Value) {
-        let options = permission_options(params.get("options").unwrap_or(&Value::Null));
-        let tool_call = params.get("toolCall").cloned().unwrap_or(Value::Null);
+    fn on_permission(&self, responder: Responder, request: acp::RequestPermissionRequest) {
         let mut state = self.state();
         let running = state.running.is_some();
         let asked = match state.turn.as_mut() {
-            Some(turn) if running => turn.ask(&tool_call, &options),
+            Some(turn) if running => turn.ask(&request.tool_call, &request.options),
             _ => None,
         };
         let Some(call_id) = asked else {
             drop(state);
             // Nobody is there to ask: the agent hears it was cancelled.
-            responder.respond(Ok(permission_answer(None)));
+            responder.ok(permission_answer(None));
             return;
         };
-        if let Some(older) = state.parked.insert(call_id, Parked { responder, options }) {
-            older.responder.respond(Ok(permission_answer(None)));
+        if let Some(older) = state.parked.insert(call_id, Parked { responder, options: request.options }) {
+            older.responder.ok(permission_answer(None));
         }
     }
 
@@ -755,7 +748,7 @@ impl AcpSession {
             let first = std::mem::replace(&mut state.first_prompt, false);
             (state.acp_id.clone().unwrap_or_default(), self.prompt_blocks(&params, first, &link.caps))
         };
-        let asked = link.peer.request_value("session/prompt", json!({"sessionId": acp_id, "prompt": prompt}));
+        let asked = link.peer.request_value(AGENT_METHOD_NAMES.session_prompt, acp::PromptRequest::new(acp_id, prompt));
         tokio::pin!(asked);
         let answer = tokio::select! {
             answer = &mut asked => Some(answer),
@@ -768,16 +761,17 @@ impl AcpSession {
             // never does is not waited for for ever.
             None => match tokio::time::timeout(CANCEL_GRACE, &mut asked).await {
                 Ok(answer) => answer,
-                Err(_) => Ok(json!({"stopReason": "cancelled"})),
+                Err(_) => serde_json::to_value(acp::PromptResponse::new(acp::StopReason::Cancelled))
+                    .map_err(|e| PeerError::Decode(e.to_string())),
             },
         };
         match answer {
             Ok(answer) => {
-                let reason = answer.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn");
+                let answer = serde_json::from_value::<acp::PromptResponse>(answer).map_err(|e| e.to_string());
                 let end =
-                    if stopped() { agent_runner::TurnEnd::Cancelled } else { stop_reason_end(self.provider(), reason) };
-                if let Some(turn) = self.state().turn.as_mut() {
-                    turn.response_usage(answer.get("usage"));
+                    if stopped() { agent_runner::TurnEnd::Cancelled } else { prompt_end(self.provider(), &answer) };
+                if let (Some(turn), Ok(answer)) = (self.state().turn.as_mut(), answer) {
+                    turn.response_usage(answer.usage);
                 }
                 self.end_turn(end);
             }
@@ -816,16 +810,16 @@ impl AcpSession {
 
     /// The prompt's blocks: the session's instructions opening its first prompt (an ACP server
     /// keeps its own system prompt), the turn's own instructions, the attachments, then the words.
-    fn prompt_blocks(&self, params: &SendMessageParams, first: bool, caps: &Caps) -> Vec<Value> {
+    fn prompt_blocks(&self, params: &SendMessageParams, first: bool, caps: &Caps) -> Vec<acp::ContentBlock> {
         let mut blocks = Vec::new();
         if first && !self.inner.instructions.is_empty() {
-            blocks.push(json!({"type": "text", "text": self.inner.instructions.join("\n\n")}));
+            blocks.push(text_block(self.inner.instructions.join("\n\n")));
         }
         if let Some(instructions) = params.instructions.as_ref().filter(|i| !i.trim().is_empty()) {
-            blocks.push(json!({"type": "text", "text": instructions}));
+            blocks.push(text_block(instructions.clone()));
         }
         blocks.extend(params.attachments.iter().map(|a| attachment_block(a, caps)));
-        blocks.push(json!({"type": "text", "text": params.message.text}));
+        blocks.push(text_block(params.message.text.clone()));
         blocks
     }
 
@@ -838,10 +832,10 @@ impl AcpSession {
             (state.link.take(), parked, state.acp_id.clone(), state.running.is_some())
         };
         for p in parked {
-            p.responder.respond(Ok(permission_answer(None)));
+            p.responder.ok(permission_answer(None));
         }
         if let (Some(link), Some(acp_id), true) = (&link, &acp_id, running) {
-            link.peer.notify("session/cancel", json!({"sessionId": acp_id}));
+            link.peer.notify(AGENT_METHOD_NAMES.session_cancel, acp::CancelNotification::new(acp_id.clone()));
         }
         self.inner.cancel.cancel();
         if let Some(link) = link {
@@ -897,9 +891,9 @@ fn mcp_servers(
     configured: Option<&BTreeMap<String, McpServer>>,
     endpoint: Option<&ToolsEndpoint>,
     http: bool,
-) -> Vec<Value> {
-    let pairs = |map: &BTreeMap<String, String>| -> Vec<Value> {
-        map.iter().map(|(name, value)| json!({"name": name, "value": value})).collect()
+) -> Vec<acp::McpServer> {
+    let headers = |map: &BTreeMap<String, String>| -> Vec<acp::HttpHeader> {
+        map.iter().map(|(name, value)| acp::HttpHeader::new(name.clone(), value.clone())).collect()
     };
     let mut servers = Vec::new();
     for (name, server) in configured.into_iter().flatten() {
@@ -916,10 +910,15 @@ fn mcp_servers(
                         "ACP carries no cwd for a stdio MCP server; it starts where the agent does"
                     );
                 }
-                servers.push(json!({"name": name, "command": command, "args": args, "env": pairs(env)}));
+                let env = env.iter().map(|(name, value)| acp::EnvVariable::new(name.clone(), value.clone())).collect();
+                servers.push(acp::McpServer::Stdio(
+                    acp::McpServerStdio::new(name.clone(), command.clone()).args(args.clone()).env(env),
+                ));
             }
-            McpServer::Http { url, headers } if http => {
-                servers.push(json!({"type": "http", "name": name, "url": url, "headers": pairs(headers)}));
+            McpServer::Http { url, headers: pairs } if http => {
+                servers.push(acp::McpServer::Http(
+                    acp::McpServerHttp::new(name.clone(), url.clone()).headers(headers(pairs)),
+                ));
             }
             McpServer::Http { .. } => {
                 tracing::info!(
@@ -931,12 +930,11 @@ fn mcp_servers(
         }
     }
     match endpoint {
-        Some(endpoint) if http => servers.push(json!({
-            "type": "http",
-            "name": "ahp",
-            "url": endpoint.url,
-            "headers": [{"name": "Authorization", "value": format!("Bearer {}", endpoint.token)}],
-        })),
+        Some(endpoint) if http => {
+            let bearer = acp::HttpHeader::new("Authorization", format!("Bearer {}", endpoint.token));
+            servers
+                .push(acp::McpServer::Http(acp::McpServerHttp::new("ahp", endpoint.url.clone()).headers(vec![bearer])));
+        }
         Some(_) => tracing::info!(
             provider,
             "ahp: this ACP server takes no MCP server over HTTP, so the host tools were left out"
@@ -946,17 +944,35 @@ fn mcp_servers(
     servers
 }
 
+/// What a session/update names itself as (its `sessionUpdate`), for a line about one not shown.
+fn update_kind(params: &Value) -> String {
+    let update = params.get("update").unwrap_or(params);
+    update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("(no sessionUpdate)").to_owned()
+}
+
+/// The initialize request: protocol v1, files and terminals served, and who this client is.
+fn initialize_request() -> acp::InitializeRequest {
+    let fs = acp::FileSystemCapabilities::new().read_text_file(true).write_text_file(true);
+    acp::InitializeRequest::new(ACP_VERSION)
+        .client_capabilities(acp::ClientCapabilities::new().fs(fs).terminal(true))
+        .client_info(acp::Implementation::new("ahpd", env!("CARGO_PKG_VERSION")).title("ahpd".to_owned()))
+}
+
+fn text_block(text: String) -> acp::ContentBlock {
+    acp::ContentBlock::Text(acp::TextContent::new(text))
+}
+
 /// An attachment as a prompt block the agent declared it takes (`promptCapabilities`): an image or
 /// audio as itself, text as an embedded resource where the agent takes those, else as a text
 /// block with its label and where it is from.
-fn attachment_block(attachment: &Attachment, caps: &Caps) -> Value {
+fn attachment_block(attachment: &Attachment, caps: &Caps) -> acp::ContentBlock {
     if let Some(data) = attachment.data.as_ref().filter(|_| attachments::is_binary(attachment)) {
         let kind = &attachment.content_type;
         if kind.starts_with("image/") && caps.image {
-            return json!({"type": "image", "data": data, "mimeType": kind});
+            return acp::ContentBlock::Image(acp::ImageContent::new(data.clone(), kind.clone()));
         }
         if kind.starts_with("audio/") && caps.audio {
-            return json!({"type": "audio", "data": data, "mimeType": kind});
+            return acp::ContentBlock::Audio(acp::AudioContent::new(data.clone(), kind.clone()));
         }
     }
     match (&attachment.text, caps.embedded_context) {
@@ -965,9 +981,12 @@ fn attachment_block(attachment: &Attachment, caps: &Caps) -> Value {
             if let Some(range) = &attachment.selection {
                 uri = format!("{uri}#L{}-L{}", range.start.line + 1, range.end.line + 1);
             }
-            json!({"type": "resource", "resource": {"uri": uri, "text": text, "mimeType": attachment.content_type}})
+            let contents = acp::TextResourceContents::new(text.clone(), uri).mime_type(attachment.content_type.clone());
+            acp::ContentBlock::Resource(acp::EmbeddedResource::new(
+                acp::EmbeddedResourceResource::TextResourceContents(contents),
+            ))
         }
-        _ => json!({"type": "text", "text": attachments::as_text(attachment)}),
+        _ => text_block(attachments::as_text(attachment)),
     }
 }
 
@@ -1032,11 +1051,11 @@ impl Session for AcpSession {
         };
         // The questions are answered `cancelled` first, then the turn is cancelled, as ACP asks.
         for p in parked {
-            p.responder.respond(Ok(permission_answer(None)));
+            p.responder.ok(permission_answer(None));
         }
         if let Some((abort, target)) = cancel {
             if let Some((peer, acp_id)) = target {
-                peer.notify("session/cancel", json!({"sessionId": acp_id}));
+                peer.notify(AGENT_METHOD_NAMES.session_cancel, acp::CancelNotification::new(acp_id));
             }
             abort.cancel();
         }
@@ -1048,7 +1067,7 @@ impl Session for AcpSession {
             return Ok(false);
         };
         let option = chosen_option(&parked.options, params.approved, params.option_id.as_deref());
-        parked.responder.respond(Ok(permission_answer(option)));
+        parked.responder.ok(permission_answer(option));
         Ok(true)
     }
 
@@ -1127,6 +1146,7 @@ fn with_tail(process: &Child, sentence: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn mcp_servers_take_acp_shapes_and_the_endpoint_needs_http() {
@@ -1148,7 +1168,10 @@ mod tests {
             },
         );
         let endpoint = ToolsEndpoint { url: "http://127.0.0.1:1/ahp-mcp/x".into(), token: "tok".into() };
-        let with_http = mcp_servers("p", Some(&configured), Some(&endpoint), true);
+        let json = |servers: Vec<acp::McpServer>| -> Vec<Value> {
+            servers.into_iter().map(|s| serde_json::to_value(s).expect("json")).collect()
+        };
+        let with_http = json(mcp_servers("p", Some(&configured), Some(&endpoint), true));
         assert_eq!(
             with_http,
             vec![
@@ -1158,7 +1181,7 @@ mod tests {
                        "headers": [{"name": "Authorization", "value": "Bearer tok"}]}),
             ]
         );
-        let without_http = mcp_servers("p", Some(&configured), Some(&endpoint), false);
+        let without_http = json(mcp_servers("p", Some(&configured), Some(&endpoint), false));
         assert_eq!(without_http.len(), 1);
         assert_eq!(without_http[0]["name"], "files");
     }
