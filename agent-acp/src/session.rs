@@ -556,7 +556,10 @@ impl AcpSession {
             Incoming::Notification { method, params } if method == CLIENT_METHOD_NAMES.session_update => {
                 match serde_json::from_value::<acp::SessionNotification>(params.clone()) {
                     Ok(notification) => self.on_update(generation, &notification.update),
-                    Err(why) => self.inner.shared.unmapped(&update_kind(&params), &why.to_string()),
+                    Err(why) => {
+                        let why = format!("this host's ACP schema does not read it: {why}");
+                        self.inner.shared.unmapped(&update_kind(&params), &why)
+                    }
                 }
             }
             Incoming::Notification { method, .. } => {

@@ -429,3 +429,37 @@ async fn a_client_rule_added_later_reaches_the_resumed_acp_conversation_once() -
     c1.check_against_snapshot(&chat).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_the_host_does_not_map_leaves_the_turn_going_and_is_logged_once() -> anyhow::Result<()> {
+    let fake = repo().join("agent-acp/tests/fixtures/fake_acp_agent.py").display().to_string();
+    let config =
+        json!({ "agents": { "scripted": { "kind": "acp", "options": { "command": "python3", "args": [fake] } } } });
+    let mut options = DaemonOptions::with_config(config);
+    options.env.push(("AHPD_LOG".into(), "info,agent_acp=debug".into()));
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_, chat) = a.create_session("scripted", None).await?;
+
+    // A kind newer than the schema, twice, and one the schema knows and the host shows nothing for.
+    let script = "say before; update made_up_update; update made_up_update; title Named; say after";
+    let first = a.turn(&chat, script).await?;
+    assert_eq!(first.state, TurnState::Complete, "{first:?}");
+    let text = turn_text(&first);
+    assert!(text.starts_with("before") && text.ends_with("after"), "{text}");
+    let second = a.turn(&chat, "update made_up_update; update later_update; say again").await?;
+    assert_eq!(second.state, TurnState::Complete, "{second:?}");
+    assert_eq!(turn_text(&second), "again");
+    a.check_against_snapshot(&chat).await?;
+
+    // The worker's log is one stream the daemon passes on in order: once the last kind is in, any
+    // line about the earlier ones is too.
+    daemon.wait_for_log("later_update", tests::PATIENCE).await?;
+    let said = |kind: &str| -> Vec<String> {
+        let named = format!("\"{kind}\""); // the line's kind field, not the schema's list of kinds
+        daemon.log().lines().filter(|l| l.contains("does not map") && l.contains(&named)).map(str::to_owned).collect()
+    };
+    assert_eq!(said("made_up_update").len(), 1, "once for three of them:\n{}", daemon.log());
+    assert_eq!(said("session_info_update").len(), 1, "the known kind not shown is said too:\n{}", daemon.log());
+    Ok(())
+}
