@@ -58,23 +58,8 @@ where
     serde_json::to_value(answer).map_err(|e| failed(format!("{method}: {e}")))
 }
 
-/// The client methods this host serves: `fs/*` in the session's folders, `terminal/*` as real
-/// processes. Any other method is answered "method not found".
-pub fn serves(method: &str) -> bool {
-    let names = &CLIENT_METHOD_NAMES;
-    [
-        names.fs_read_text_file,
-        names.fs_write_text_file,
-        names.terminal_create,
-        names.terminal_output,
-        names.terminal_wait_for_exit,
-        names.terminal_kill,
-        names.terminal_release,
-    ]
-    .contains(&method)
-}
-
-/// Answers one client method the host [`serves`].
+/// Answers one client method other than `session/request_permission`: `fs/*` in the session's
+/// folders, `terminal/*` as real processes, anything else "method not found".
 pub async fn serve(folders: &Folders, terminals: &Terminals, method: &str, params: Value) -> Result<Value, RpcError> {
     let names = &CLIENT_METHOD_NAMES;
     if method == names.fs_read_text_file {

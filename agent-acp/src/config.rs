@@ -259,8 +259,8 @@ impl Offers {
     /// schema reads them (`LoadSessionResponse` holds exactly what both answers offer), and the
     /// models from before config options. What cannot be read offers nothing.
     pub fn from_answer(answer: &Value) -> Self {
-        let offered: acp::LoadSessionResponse = serde_json::from_value(answer.clone()).unwrap_or_default();
-        let legacy: LegacyAnswer = serde_json::from_value(answer.clone()).unwrap_or_default();
+        let offered = acp::LoadSessionResponse::deserialize(answer).unwrap_or_default();
+        let legacy = LegacyAnswer::deserialize(answer).unwrap_or_default();
         Self {
             modes: offered.modes.as_ref().map(parse_modes),
             options: offered.config_options.as_deref().map(parse_options).unwrap_or_default(),

@@ -22,6 +22,7 @@ use protocol::{
     Start, ToolsEndpoint,
 };
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -388,7 +389,7 @@ impl AcpSession {
                     );
                 }
                 let answer = self.step_value(&link, AGENT_METHOD_NAMES.session_new, new).await?;
-                let opened: acp::NewSessionResponse = serde_json::from_value(answer.clone()).map_err(|why| {
+                let opened: acp::NewSessionResponse = acp::NewSessionResponse::deserialize(&answer).map_err(|why| {
                     format!("{provider}: {} answered session/new oddly: {why}", options.command_line())
                 })?;
                 if opening == Opening::Restart {
@@ -554,7 +555,8 @@ impl AcpSession {
     fn on_message(&self, generation: u64, message: Incoming) {
         match message {
             Incoming::Notification { method, params } if method == CLIENT_METHOD_NAMES.session_update => {
-                match serde_json::from_value::<acp::SessionNotification>(params.clone()) {
+                // Read in place: the update's own JSON is still there to name a kind the schema does not know.
+                match acp::SessionNotification::deserialize(&params) {
                     Ok(notification) => self.on_update(generation, &notification.update),
                     Err(why) => {
                         let why = format!("this host's ACP schema does not read it: {why}");
@@ -573,7 +575,7 @@ impl AcpSession {
                             responder.respond(Err(RpcError::new(codes::INVALID_PARAMS, format!("{method}: {why}"))))
                         }
                     }
-                } else if client::serves(&method) {
+                } else {
                     let (folders, terminals, cancel) =
                         (self.inner.folders.clone(), self.inner.terminals.clone(), self.inner.cancel.clone());
                     self.inner.tracker.spawn(async move {
@@ -587,11 +589,6 @@ impl AcpSession {
                             _ = cancel.cancelled() => responder.respond(Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
                         }
                     });
-                } else {
-                    responder.respond(Err(RpcError::new(
-                        codes::METHOD_NOT_FOUND,
-                        format!("this client does not answer {method}"),
-                    )));
                 }
             }
         }
