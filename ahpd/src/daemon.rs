@@ -301,7 +301,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         let shown = if to_a_log { None } else { plan.token.as_deref() };
         println!("web: {}", crate::web::page_url(&url, shown));
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
-        let app = server::router(host.clone(), door);
+        let app = server::router(host.clone(), door, cancel.child_token());
         let shutdown = cancel.clone();
         axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -1,46 +1,80 @@
-//! The tools endpoints: one MCP server per session under `/ahp-mcp/<id>` (streamable HTTP,
-//! revision 2025-06-18, one bearer token per session) for backends that cannot take tools in
-//! process, and `/mcp` for a caller with no session (the sessionless tools).
+//! The tools endpoints: one MCP server per session under `/ahp-mcp/<id>` (one bearer token per
+//! session) for backends that cannot take tools in process, and `/mcp` for a caller with no
+//! session (the sessionless tools). Both are `rmcp`'s streamable HTTP server, stateless and
+//! answering in JSON, mounted on the daemon's router; [`ToolsServer`] is its handler.
 //!
-//! Each answers `initialize`, `tools/list` and `tools/call` with JSON responses, `202` to a
-//! notification, and a GET event stream that says `notifications/tools/list_changed` when the
-//! session's set changes. A wrong or missing token, an unknown path, a batch or a body that is not
-//! JSON each get their own status and JSON-RPC error, and touch nothing.
+//! What rmcp does not carry is the smallest layer of ours, on top of it: the doors (this file's
+//! [`session_door`], and `server::sessionless_door` for `/mcp`) check the bearer and put the
+//! caller in the request's extensions, where the handler reads it; [`one_message`] refuses a body
+//! that is not one JSON-RPC message with a JSON-RPC error (rmcp answers it with a bare 415); and
+//! the GET event stream that says `notifications/tools/list_changed`, which rmcp's stateless mode
+//! has no stream for.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::Stream;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock, ErrorData,
+    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerJsonRpcMessage, ServerNotification, Tool, ToolAnnotations, ToolListChangedNotification,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 pub use crate::host::endpoints::PREFIX;
 use crate::host::facade::{Caller, ToolCall};
 use crate::host::Host;
 use crate::users::constant_time_eq;
 
-/// The MCP revision this host speaks.
-pub const MCP_REVISION: &str = "2025-06-18";
-/// Who a message on a tools endpoint comes from.
-enum Door {
+/// The largest message body read (rmcp's own default).
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Who a message on a tools endpoint comes from: put in the request's extensions by the door,
+/// read by [`ToolsServer`].
+#[derive(Debug, Clone)]
+pub enum Door {
     /// A session's own endpoint.
     Session(String),
     /// `/mcp`: a caller with no session.
     Sessionless(Caller),
 }
 
-fn rpc_error(status: StatusCode, id: Value, code: i32, message: impl Into<String>) -> Response {
-    let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message.into() } });
-    (status, [("content-type", "application/json")], body.to_string()).into_response()
+/// rmcp's streamable HTTP server, serving [`ToolsServer`] with no sessions.
+pub type Server = StreamableHttpService<ToolsServer, NeverSessionManager>;
+
+/// The MCP server both endpoints run: rmcp's streamable HTTP server with no sessions of its own
+/// (each POST stands alone, as the host's endpoints always did), answering in JSON, stopping with
+/// the daemon. The `Host` check is the door's: a backend may reach its endpoint at any address the
+/// daemon listens on, and `/mcp`'s door checks `Host` as the WebSocket's does.
+pub fn service(host: Host, cancel: CancellationToken) -> Server {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .disable_allowed_hosts()
+        .with_cancellation_token(cancel);
+    StreamableHttpService::new(
+        move || Ok(ToolsServer { host: host.clone() }),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
 }
 
-fn rpc_result(id: Value, result: Value) -> Response {
-    let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
-    (StatusCode::OK, [("content-type", "application/json")], body.to_string()).into_response()
+fn rpc_error(status: StatusCode, code: i32, message: impl Into<String>) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message.into() } });
+    (status, [("content-type", "application/json")], body.to_string()).into_response()
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
@@ -55,12 +89,11 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 fn authorize(host: &Host, id: &str, headers: &HeaderMap) -> Result<String, Response> {
     let core = host.lock();
     let Some(endpoint) = core.endpoints().get(id) else {
-        return Err(rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {PREFIX}/{id}")));
+        return Err(rpc_error(StatusCode::NOT_FOUND, -32001, format!("No tools server at {PREFIX}/{id}")));
     };
     if !bearer_matches(headers, &endpoint.token) {
         return Err(rpc_error(
             StatusCode::UNAUTHORIZED,
-            Value::Null,
             -32001,
             "This tools server answers only its own session's token",
         ));
@@ -68,47 +101,70 @@ fn authorize(host: &Host, id: &str, headers: &HeaderMap) -> Result<String, Respo
     Ok(endpoint.session.clone())
 }
 
-/// `POST /ahp-mcp/<id>`: one JSON-RPC message.
-pub async fn post_session(
+/// The door of `/ahp-mcp/<id>`: only the session's own token passes, and the request goes on
+/// carrying [`Door::Session`].
+pub async fn session_door(
     State(host): State<Host>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    mut request: Request,
+    next: Next,
 ) -> Response {
-    let session = match authorize(&host, &id, &headers) {
-        Ok(session) => session,
-        Err(response) => return response,
-    };
-    handle(&host, Door::Session(session), body).await
-}
-
-/// `POST /mcp`: one JSON-RPC message from a caller with no session, whom the listener let in.
-pub async fn post_sessionless(host: &Host, caller: Caller, body: Bytes) -> Response {
-    handle(host, Door::Sessionless(caller), body).await
-}
-
-/// `GET /mcp`: an event stream that says when the sessionless tools change.
-pub fn get_sessionless(host: &Host) -> Response {
-    let rx = host.lock().endpoints_mut().sessionless_stream();
-    Sse::new(changes(rx)).keep_alive(KeepAlive::default()).into_response()
+    match authorize(&host, &id, request.headers()) {
+        Ok(session) => {
+            request.extensions_mut().insert(Door::Session(session));
+            next.run(request).await
+        }
+        Err(refusal) => refusal,
+    }
 }
 
 /// A refusal at `/mcp`'s door, in the endpoint's shape.
 pub fn door_refusal(status: StatusCode, message: impl Into<String>) -> Response {
-    rpc_error(status, Value::Null, -32001, message)
+    rpc_error(status, -32001, message)
 }
 
-/// `GET /ahp-mcp/<id>`: an event stream that says when the session's tools change.
-pub async fn get_session(State(host): State<Host>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    if let Err(response) = authorize(&host, &id, &headers) {
-        return response;
-    }
-    let rx = match host.lock().endpoints().get(&id) {
-        Some(endpoint) => endpoint.changes(),
-        None => {
-            return rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {PREFIX}/{id}"))
-        }
+/// In front of rmcp on a POST: a body that is not JSON, a batch, or not one JSON-RPC message gets
+/// its JSON-RPC error (-32700, -32600) and a 400, and touches nothing; one message goes on.
+pub async fn one_message(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            -32600,
+            format!("A message may be at most {MAX_BODY_BYTES} bytes"),
+        );
     };
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(message) => message,
+        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, -32700, format!("Parse error: {e}")),
+    };
+    if message.is_array() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "Batches are not supported: send one JSON-RPC message per request",
+        );
+    }
+    if !message.is_object() {
+        return rpc_error(StatusCode::BAD_REQUEST, -32600, "A message must be a JSON-RPC 2.0 object");
+    }
+    if let Err(e) = serde_json::from_value::<ClientJsonRpcMessage>(message) {
+        return rpc_error(StatusCode::BAD_REQUEST, -32600, format!("Not an MCP message this server reads: {e}"));
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// `GET /ahp-mcp/<id>`, past its door: an event stream that says when the session's tools change.
+pub async fn session_stream(State(host): State<Host>, Path(id): Path<String>) -> Response {
+    let Some(rx) = host.lock().endpoints().get(&id).map(|endpoint| endpoint.changes()) else {
+        return rpc_error(StatusCode::NOT_FOUND, -32001, format!("No tools server at {PREFIX}/{id}"));
+    };
+    Sse::new(changes(rx)).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// `GET /mcp`, past its door: an event stream that says when the sessionless tools change.
+pub fn sessionless_stream(host: &Host) -> Response {
+    let rx = host.lock().endpoints_mut().sessionless_stream();
     Sse::new(changes(rx)).keep_alive(KeepAlive::default()).into_response()
 }
 
@@ -116,8 +172,11 @@ fn changes(rx: broadcast::Receiver<()>) -> impl Stream<Item = Result<Event, Infa
     futures_util::stream::unfold(rx, |mut rx| async move {
         match rx.recv().await {
             Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                let note = json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" });
-                Some((Ok(Event::default().event("message").data(note.to_string())), rx))
+                let note = ServerJsonRpcMessage::notification(ServerNotification::ToolListChangedNotification(
+                    ToolListChangedNotification::default(),
+                ));
+                let data = serde_json::to_string(&note).unwrap_or_default();
+                Some((Ok(Event::default().event("message").data(data)), rx))
             }
             Err(broadcast::error::RecvError::Closed) => None,
         }
@@ -126,65 +185,64 @@ fn changes(rx: broadcast::Receiver<()>) -> impl Stream<Item = Result<Event, Infa
 
 /// Any other method under the prefix.
 pub async fn other_method() -> Response {
-    rpc_error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        Value::Null,
-        -32000,
-        "This tools server takes POST (and GET for its event stream)",
-    )
+    rpc_error(StatusCode::METHOD_NOT_ALLOWED, -32000, "This tools server takes POST (and GET for its event stream)")
 }
 
 /// An unknown path under the prefix.
 pub async fn unknown_path(uri: axum::http::Uri) -> Response {
-    rpc_error(StatusCode::NOT_FOUND, Value::Null, -32001, format!("No tools server at {}", uri.path()))
+    rpc_error(StatusCode::NOT_FOUND, -32001, format!("No tools server at {}", uri.path()))
 }
 
-/// Handles one JSON-RPC message for a session's endpoint or the sessionless one.
-async fn handle(host: &Host, door: Door, body: Bytes) -> Response {
-    let message: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, format!("Parse error: {e}")),
-    };
-    if message.is_array() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            -32600,
-            "Batches are not supported: send one JSON-RPC message per request",
-        );
+/// rmcp's handler for both endpoints: `tools/list` and `tools/call` for whoever the door let in.
+#[derive(Clone)]
+pub struct ToolsServer {
+    host: Host,
+}
+
+impl ServerHandler for ToolsServer {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("ahpd", env!("CARGO_PKG_VERSION")))
     }
-    let Some(object) = message.as_object() else {
-        return rpc_error(StatusCode::BAD_REQUEST, Value::Null, -32600, "A message must be a JSON-RPC 2.0 object");
-    };
-    let Some(id) = object.get("id").cloned().filter(|v| !v.is_null()) else {
-        // A notification (notifications/initialized, …) or a response: nothing to answer.
-        return StatusCode::ACCEPTED.into_response();
-    };
-    let method = object.get("method").and_then(Value::as_str).unwrap_or("");
-    let params = object.get("params").cloned().unwrap_or(Value::Null);
-    match method {
-        "initialize" => rpc_result(
-            id,
-            json!({
-                "protocolVersion": MCP_REVISION,
-                "capabilities": { "tools": { "listChanged": true } },
-                "serverInfo": { "name": "ahpd", "version": env!("CARGO_PKG_VERSION") },
-            }),
-        ),
-        "ping" => rpc_result(id, json!({})),
-        "tools/list" => rpc_result(id, json!({ "tools": list(host, &door) })),
-        "tools/call" => call(host, door, id, params).await,
-        other => rpc_error(
-            StatusCode::OK,
-            id,
-            -32601,
-            format!("This server answers initialize, tools/list and tools/call, not {other}"),
-        ),
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(list(&self.host, &door_of(&context)?)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let door = door_of(&context)?;
+        let name = request.name.into_owned();
+        let input = request.arguments.map_or_else(|| json!({}), Value::Object);
+        let tool_use = context.meta.get("claudecode/toolUseId").and_then(Value::as_str).map(str::to_owned);
+        match door {
+            Door::Session(session) => call(&self.host, session, name, input, tool_use).await,
+            Door::Sessionless(caller) => call_sessionless(&self.host, caller, name, input).await,
+        }
+        .map(CallToolResponse::from)
     }
 }
 
-/// The tools an endpoint offers, in MCP's shape.
-fn list(host: &Host, door: &Door) -> Vec<Value> {
+/// The door the request came through (its extensions, from [`session_door`] or `/mcp`'s).
+fn door_of(context: &RequestContext<RoleServer>) -> Result<Door, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Door>())
+        .cloned()
+        .ok_or_else(|| ErrorData::internal_error("The request came through no door", None))
+}
+
+/// The tools a door offers, as MCP tools: the definitions' names, descriptions, input schemas
+/// and annotations (`deferLoading` is the host's hint to a harness, never on the wire).
+fn list(host: &Host, door: &Door) -> Vec<Tool> {
     let core = host.lock();
     let definitions = match door {
         Door::Session(session) => core.tool_specs(session).into_iter().map(|spec| spec.definition).collect(),
@@ -192,32 +250,42 @@ fn list(host: &Host, door: &Door) -> Vec<Value> {
             core.sessionless_tools(caller).into_iter().map(|tool| tool.definition).collect::<Vec<_>>()
         }
     };
-    definitions
-        .into_iter()
-        .map(|d| {
-            let mut tool = json!({ "name": d.name, "inputSchema": d.input_schema.unwrap_or_else(|| json!({ "type": "object", "properties": {} })) });
-            if let Some(description) = d.description {
-                tool["description"] = Value::String(description);
-            }
-            if let Some(annotations) = d.annotations {
-                tool["annotations"] = serde_json::to_value(annotations).unwrap_or(Value::Null);
-            }
-            tool
-        })
-        .collect()
+    definitions.into_iter().map(mcp_tool).collect()
 }
 
-async fn call(host: &Host, door: Door, id: Value, params: Value) -> Response {
-    let Some(name) = params.get("name").and_then(Value::as_str).map(str::to_owned) else {
-        return rpc_error(StatusCode::OK, id, -32602, "tools/call needs a tool name");
-    };
-    let input = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    let tool_use =
-        params.get("_meta").and_then(|m| m.get("claudecode/toolUseId")).and_then(Value::as_str).map(str::to_owned);
-    let session = match door {
-        Door::Session(session) => session,
-        Door::Sessionless(caller) => return call_sessionless(host, caller, id, name, input).await,
-    };
+fn mcp_tool(definition: ahp_types::state::ToolDefinition) -> Tool {
+    let mut tool = Tool::default();
+    tool.name = definition.name.into();
+    tool.description = definition.description.map(Into::into);
+    tool.input_schema = Arc::new(match definition.input_schema {
+        Some(Value::Object(schema)) => schema,
+        _ => json!({ "type": "object", "properties": {} }).as_object().cloned().unwrap_or_default(),
+    });
+    tool.annotations = definition
+        .annotations
+        .and_then(|a| serde_json::to_value(a).ok())
+        .and_then(|a| serde_json::from_value::<ToolAnnotations>(a).ok());
+    tool
+}
+
+fn result_of(outcome: protocol::ToolOutcome) -> CallToolResult {
+    let content = vec![ContentBlock::text(outcome.text)];
+    if outcome.success {
+        CallToolResult::success(content)
+    } else {
+        CallToolResult::error(content)
+    }
+}
+
+/// A call on a session's endpoint: a client's tool goes to its owner through the parent, a host
+/// tool the session is offered runs as the person who sent the running turn.
+async fn call(
+    host: &Host,
+    session: String,
+    name: String,
+    input: Value,
+    tool_use: Option<String>,
+) -> Result<CallToolResult, ErrorData> {
     let (chat, turn_id, offered, client_tool, sender) = {
         let core = host.lock();
         let offered = core.offers_host_tool(&session, &name);
@@ -227,43 +295,32 @@ async fn call(host: &Host, door: Door, id: Value, params: Value) -> Response {
         (chat, turn, offered, core.client_tool(&session, &name).is_some(), sender)
     };
     if client_tool {
-        // A client's tool: handed to its owner through the parent, like any backend's call.
         let Some(chat) = chat else {
-            return rpc_error(StatusCode::OK, id, -32602, format!("{name} was called with no chat to run it in"));
+            return Err(ErrorData::invalid_params(format!("{name} was called with no chat to run it in"), None));
         };
-        let outcome = host.run_client_tool(&chat, tool_use, &name, input).await;
-        let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
-        if !outcome.success {
-            result["isError"] = Value::Bool(true);
-        }
-        return rpc_result(id, result);
+        return Ok(result_of(host.run_client_tool(&chat, tool_use, &name, input).await));
     }
     if !offered {
-        return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
+        return Err(ErrorData::invalid_params(format!("No tool named {name}"), None));
     }
     let call =
         ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(sender), input };
-    let outcome = host.run_tool(&name, call).await;
-    let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
-    if !outcome.success {
-        result["isError"] = Value::Bool(true);
-    }
-    rpc_result(id, result)
+    Ok(result_of(host.run_tool(&name, call).await))
 }
 
 /// A call on `/mcp`: a tool this caller is listed, run with no session, chat or turn.
-async fn call_sessionless(host: &Host, caller: Caller, id: Value, name: String, input: Value) -> Response {
+async fn call_sessionless(
+    host: &Host,
+    caller: Caller,
+    name: String,
+    input: Value,
+) -> Result<CallToolResult, ErrorData> {
     let listed = host.lock().sessionless_tools(&caller).iter().any(|t| t.definition.name == name);
     if !listed {
-        return rpc_error(StatusCode::OK, id, -32602, format!("No tool named {name}"));
+        return Err(ErrorData::invalid_params(format!("No tool named {name}"), None));
     }
     let call = ToolCall { session: None, chat: None, turn_id: None, tool_call_id: None, caller, input };
-    let outcome = host.run_tool(&name, call).await;
-    let mut result = json!({ "content": [{ "type": "text", "text": outcome.text }] });
-    if !outcome.success {
-        result["isError"] = Value::Bool(true);
-    }
-    rpc_result(id, result)
+    Ok(result_of(host.run_tool(&name, call).await))
 }
 
 impl crate::host::Core {

@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use tokio_util::sync::CancellationToken;
 
 use crate::host::Host;
 use crate::tools::Caller;
@@ -46,13 +47,17 @@ struct AppState {
     connections: Arc<tokio::sync::Semaphore>,
 }
 
-/// The router for the daemon's one listener.
-pub fn router(host: Host, door: DoorPolicy) -> Router {
+/// The router for the daemon's one listener. `cancel` stops the tools endpoints' MCP server.
+pub fn router(host: Host, door: DoorPolicy, cancel: CancellationToken) -> Router {
     use crate::mcp;
+    let tools_server = mcp::service(host.clone(), cancel);
     let tools = Router::new()
         .route(
             "/ahp-mcp/{id}",
-            axum::routing::post(mcp::post_session).get(mcp::get_session).fallback(mcp::other_method),
+            mcp_post(tools_server.clone())
+                .get(mcp::session_stream)
+                .route_layer(axum::middleware::from_fn_with_state(host.clone(), mcp::session_door))
+                .fallback(mcp::other_method),
         )
         .with_state(host.clone());
     let connections = Arc::new(tokio::sync::Semaphore::new(door.max_connections));
@@ -62,11 +67,24 @@ pub fn router(host: Host, door: DoorPolicy) -> Router {
         .route("/ui/door", get(door_check))
         .route("/ui/{file}", get(crate::web::asset))
         .route("/favicon.ico", get(crate::web::favicon))
-        .route("/mcp", axum::routing::post(sessionless_post).get(sessionless_get).fallback(mcp::other_method))
+        .route(
+            "/mcp",
+            mcp_post(tools_server)
+                .get(sessionless_stream)
+                .route_layer(axum::middleware::from_fn_with_state(state.clone(), sessionless_door))
+                .fallback(mcp::other_method),
+        )
         .fallback(not_found)
         .with_state(state)
         .merge(tools)
         .layer(axum::middleware::map_response(|response: Response| async move { crate::web::secure(response) }))
+}
+
+/// A tools endpoint's POST: rmcp's server, behind the check that a body is one message. The GET
+/// (the event stream) is added beside it, and the door in front of both puts who is calling in the
+/// request's extensions.
+fn mcp_post<S: Clone + Send + Sync + 'static>(server: crate::mcp::Server) -> axum::routing::MethodRouter<S> {
+    axum::routing::post_service(server).layer(axum::middleware::from_fn(crate::mcp::one_message))
 }
 
 /// `GET /ui/door`: whether the token the page holds (as a Bearer) lets it in: 204, or 401 with the
@@ -86,29 +104,26 @@ async fn door_check(
     }
 }
 
-/// `POST /mcp`: the sessionless tools, for a caller the door lets in.
-async fn sessionless_post(
+/// The door of `/mcp`: a caller [`sessionless_caller`] lets in goes on carrying
+/// [`crate::mcp::Door::Sessionless`]; anyone else is refused in the endpoint's shape.
+async fn sessionless_door(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
 ) -> Response {
-    match sessionless_caller(&app, &headers, peer) {
-        Ok(caller) => crate::mcp::post_sessionless(&app.host, caller, body).await,
+    match sessionless_caller(&app, request.headers(), peer) {
+        Ok(caller) => {
+            request.extensions_mut().insert(crate::mcp::Door::Sessionless(caller));
+            next.run(request).await
+        }
         Err((status, why)) => crate::mcp::door_refusal(status, why),
     }
 }
 
-/// `GET /mcp`: the event stream that says when the sessionless tools change.
-async fn sessionless_get(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    match sessionless_caller(&app, &headers, peer) {
-        Ok(_) => crate::mcp::get_sessionless(&app.host),
-        Err((status, why)) => crate::mcp::door_refusal(status, why),
-    }
+/// `GET /mcp`, past its door: the event stream that says when the sessionless tools change.
+async fn sessionless_stream(State(app): State<AppState>) -> Response {
+    crate::mcp::sessionless_stream(&app.host)
 }
 
 /// Who may use `/mcp`: a caller presenting the daemon's connection token as a Bearer (root) or,
