@@ -1,25 +1,55 @@
 //! The official Python MCP SDK as a client of ahpd's tools endpoints (`tests/mcp/client.py`,
-//! installed by `scripts/deps/mcp.sh`).
+//! installed by `scripts/deps/mcp.sh`): 1.22.0 by default, or the newest release in one of its
+//! modes ([`Sdk`]).
 
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context};
 use serde_json::Value;
 
-/// The venv's python with the `mcp` package.
+/// Which release of the SDK runs the client, and how it connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sdk {
+    /// 1.22.0 (`mcp-venv`): an `initialize` session at 2025-06-18, its newest revision.
+    Pinned,
+    /// The newest release (`mcp-venv-latest`) in one of its `Client` modes: `"legacy"` (the
+    /// `initialize` handshake at its newest handshake revision), `"auto"` (`server/discover`
+    /// first), or a revision such as `"2026-07-28"` (each request on its own).
+    Latest(&'static str),
+}
+
+/// The python of the venv with the pinned `mcp` package.
 pub fn python() -> PathBuf {
+    python_of(Sdk::Pinned)
+}
+
+/// The python of the venv that holds `sdk`.
+pub fn python_of(sdk: Sdk) -> PathBuf {
     let cache = std::env::var_os("AHPD_TEST_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache"));
-    let python = cache.join("mcp-venv/bin/python");
+    let venv = match sdk {
+        Sdk::Pinned => "mcp-venv",
+        Sdk::Latest(_) => "mcp-venv-latest",
+    };
+    let python = cache.join(venv).join("bin/python");
     assert!(python.exists(), "{} is missing: run scripts/test (or scripts/deps/mcp.sh) first", python.display());
     python
 }
 
-/// Runs the client; answers its one line of JSON.
+/// Runs the pinned client; answers its one line of JSON.
 pub async fn mcp_client(url: &str, token: &str, args: &[&str]) -> anyhow::Result<Value> {
+    mcp_client_of(Sdk::Pinned, url, token, args).await
+}
+
+/// Runs the client on `sdk`; answers its one line of JSON.
+pub async fn mcp_client_of(sdk: Sdk, url: &str, token: &str, args: &[&str]) -> anyhow::Result<Value> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/client.py");
-    let out = tokio::process::Command::new(python()).arg(script).arg(url).arg(token).args(args).output().await?;
+    let mut command = tokio::process::Command::new(python_of(sdk));
+    if let Sdk::Latest(mode) = sdk {
+        command.env("MCP_MODE", mode);
+    }
+    let out = command.arg(script).arg(url).arg(token).args(args).output().await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -34,6 +64,11 @@ pub async fn list_tools(url: &str, token: &str) -> anyhow::Result<Value> {
     mcp_client(url, token, &["list"]).await
 }
 
+/// Lists a tools endpoint's tools with the client on `sdk`; says the revision agreed on.
+pub async fn list_tools_of(sdk: Sdk, url: &str, token: &str) -> anyhow::Result<Value> {
+    mcp_client_of(sdk, url, token, &["list"]).await
+}
+
 /// Calls a tool; answers `{isError, text}` (or `{httpError}`).
 pub async fn call_tool(url: &str, token: &str, name: &str, arguments: &Value) -> anyhow::Result<Value> {
     mcp_client(url, token, &["call", name, &arguments.to_string()]).await
@@ -41,9 +76,15 @@ pub async fn call_tool(url: &str, token: &str, name: &str, arguments: &Value) ->
 
 /// Calls several tools in order over one MCP session; answers each `{isError, text}`.
 pub async fn call_tools(url: &str, token: &str, calls: &[(&str, Value)]) -> anyhow::Result<Vec<Value>> {
+    call_tools_of(Sdk::Pinned, url, token, calls).await
+}
+
+/// Calls several tools in order with the client on `sdk`; answers each `{isError, text}` (or
+/// `{rpcError}`).
+pub async fn call_tools_of(sdk: Sdk, url: &str, token: &str, calls: &[(&str, Value)]) -> anyhow::Result<Vec<Value>> {
     let list: Vec<Value> =
         calls.iter().map(|(name, args)| Value::from(vec![Value::from(*name), args.clone()])).collect();
-    let out = mcp_client(url, token, &["calls", &Value::from(list).to_string()]).await?;
+    let out = mcp_client_of(sdk, url, token, &["calls", &Value::from(list).to_string()]).await?;
     match out.get("results").and_then(Value::as_array) {
         Some(results) if results.len() == calls.len() => Ok(results.clone()),
         _ => Err(anyhow!("the MCP client did not answer every call: {out}")),

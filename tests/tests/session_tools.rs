@@ -523,6 +523,31 @@ async fn with_no_token_the_sessionless_door_answers_this_machine_and_says_when_i
     Ok(())
 }
 
+#[tokio::test]
+async fn the_sessionless_door_answers_the_newest_sdk_at_the_newest_revision() -> anyhow::Result<()> {
+    let mut options = options();
+    options.args.extend(["--connection-token".to_owned(), "s3cret".to_owned()]);
+    let daemon = Daemon::start_with(options).await?;
+    let mcp = format!("{}/mcp", daemon.url.replace("ws://", "http://"));
+    let sdk = tests::mcp::Sdk::Latest("auto");
+    let listed = tests::mcp::list_tools_of(sdk, &mcp, "s3cret").await?;
+    assert_eq!(listed["protocolVersion"], "2026-07-28", "{listed}");
+    assert_eq!(names(&listed).len(), 11, "{listed}");
+    let r = tests::mcp::call_tools_of(
+        sdk,
+        &mcp,
+        "s3cret",
+        &[("list_models", json!({})), ("get_current_session", json!({})), ("send_message", json!({ "message": "m" }))],
+    )
+    .await?;
+    assert_eq!(json_of(&r[0])?["models"], json!([]));
+    assert_eq!(r[1]["rpcError"], "No tool named get_current_session");
+    refused(&r[2], "Invalid send_message input: session must be a non-empty string.");
+    let wrong = tests::mcp::list_tools_of(sdk, &mcp, "wrong").await?;
+    assert_eq!(wrong["refused"], "Refused: wrong connection token.", "{wrong}");
+    Ok(())
+}
+
 /// People in a users directory, by `ahpd user add`: their tokens by id.
 async fn people(home: &tests::daemon::Home, who: &[(&str, &str)]) -> anyhow::Result<Vec<String>> {
     let mut tokens = Vec::new();

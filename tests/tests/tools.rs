@@ -3,7 +3,7 @@
 //! official Python SDK), which another session's token cannot use.
 
 use serde_json::{json, Value};
-use tests::mcp::{call_tool, list_tools};
+use tests::mcp::{call_tool, call_tools_of, list_tools, list_tools_of, Sdk};
 use tests::raw::http_post;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
@@ -56,6 +56,51 @@ async fn a_real_mcp_client_lists_and_calls_a_sessions_tools() -> anyhow::Result<
 
     let refused = call_tool(&url, &token, "list_models", &json!({ "agent": "nobody" })).await?;
     assert_eq!(refused["isError"], true, "a refusal is an error result the model can read: {refused}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn clients_at_2025_06_18_and_at_the_newest_revisions_list_and_call_a_sessions_tools() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("notes", None).await?;
+    let server_tools = server_tool_names(&a, &session);
+    let (url, token) = endpoint(&mut a, &chat).await?;
+    // 1.22.0 and the newest SDK's handshake agree on the revision each asks for; the newest, in
+    // auto mode, finds the host answers `server/discover` and speaks the per-request revision.
+    let clients = [
+        (Sdk::Pinned, "2025-06-18"),
+        (Sdk::Latest("legacy"), "2025-11-25"),
+        (Sdk::Latest("auto"), "2026-07-28"),
+        (Sdk::Latest("2026-07-28"), "2026-07-28"),
+    ];
+    for (sdk, revision) in clients {
+        let listed = list_tools_of(sdk, &url, &token).await?;
+        assert_eq!(listed["protocolVersion"], revision, "{sdk:?}: {listed}");
+        let names: Vec<&str> =
+            listed["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, server_tools.iter().map(String::as_str).collect::<Vec<_>>(), "{sdk:?}");
+        let r = call_tools_of(
+            sdk,
+            &url,
+            &token,
+            &[("list_agents", json!({})), ("list_models", json!({ "agent": "nobody" })), ("no_such_tool", json!({}))],
+        )
+        .await?;
+        assert_eq!(r[0]["isError"], false, "{sdk:?}: {}", r[0]);
+        let agents: Value = serde_json::from_str(r[0]["text"].as_str().unwrap_or("{}"))?;
+        assert_eq!(agents["agents"][0]["agent"], "notes", "{sdk:?}: {agents}");
+        assert_eq!(r[1]["isError"], true, "{sdk:?}: a refusal is an error result the model can read: {}", r[1]);
+        assert_eq!(r[2]["rpcError"], "No tool named no_such_tool", "{sdk:?}: {}", r[2]);
+        // 1.x says the status; 2.x reads the refusal's JSON-RPC error and says its words.
+        let other = list_tools_of(sdk, &url, "wrong").await?;
+        match sdk {
+            Sdk::Pinned => assert_eq!(other["httpError"], 401, "a wrong token: {other}"),
+            Sdk::Latest(_) => {
+                assert_eq!(other["refused"], "This tools server answers only its own session's token", "{sdk:?}")
+            }
+        }
+    }
     Ok(())
 }
 
