@@ -21,9 +21,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::Stream;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock, ErrorData,
-    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerJsonRpcMessage, ServerNotification, Tool, ToolAnnotations, ToolListChangedNotification,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerJsonRpcMessage, ServerNotification, Tool, ToolAnnotations, ToolListChangedNotification,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -227,6 +227,26 @@ impl ServerHandler for ToolsServer {
             Door::Sessionless(caller) => call_sessionless(&self.host, caller, name, input).await,
         }
         .map(CallToolResponse::from)
+    }
+
+    /// A method rmcp does not know, or a known one whose params did not read as its type (a
+    /// `tools/call` with no tool name comes here as a custom request).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(match request.method.as_str() {
+            "tools/call" => ErrorData::invalid_params(
+                "tools/call needs a tool name (a string), and arguments that are an object when given",
+                None,
+            ),
+            other => ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("This server answers initialize, tools/list and tools/call, not {other}"),
+                None,
+            ),
+        })
     }
 }
 

@@ -147,6 +147,40 @@ async fn another_sessions_token_no_token_a_wrong_path_or_a_bad_body_touch_nothin
 }
 
 #[tokio::test]
+async fn a_revision_the_host_does_not_speak_or_a_request_short_of_its_revisions_fields_is_refused_clearly(
+) -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_s, c) = a.create_session("notes", None).await?;
+    let (url, token) = endpoint(&mut a, &c).await?;
+    let auth = format!("Bearer {token}");
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string();
+    let revision = |version| [("Authorization", auth.as_str()), ("MCP-Protocol-Version", version)];
+    let (status, body) = http_post(&url, &revision("1999-01-01"), &list).await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("Unsupported MCP-Protocol-Version: 1999-01-01"), "{body}");
+    // The per-request revision needs its headers and `_meta`; a request without them is told so.
+    let (status, body) = http_post(&url, &revision("2026-07-28"), &list).await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("-32020") && body.contains("Mcp-Method"), "{body}");
+    // An `initialize` naming a revision the host does not know is offered its newest handshake.
+    let init = json!({ "jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } } });
+    let (status, body) = http_post(&url, &[("Authorization", &auth)], &init.to_string()).await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body)?["result"]["protocolVersion"], "2025-11-25", "{body}");
+    let call = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": { "name": 7 } }).to_string();
+    let (status, body) = http_post(&url, &[("Authorization", &auth)], &call).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("-32602") && body.contains("tools/call needs a tool name"), "{body}");
+    // None of it touched the endpoint.
+    let (status, body) = http_post(&url, &[("Authorization", &auth)], &list).await?;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("list_agents"), "{body}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_backends_model_calls_a_host_tool_through_the_worker_protocol() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(notes_daemon()).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
