@@ -92,7 +92,9 @@ impl Agent for PiAgent {
             provider: self.provider.clone(),
             display_name: "pi".into(),
             description: Some("pi, a small coding agent, driven over its RPC mode".into()),
-            capabilities: None,
+            // Each chat is a pi (and a session file) of its own; a fork begins as a copy of its
+            // source's session file through the kept turn (`cut.rs`), run where the source ran.
+            capabilities: Some(agent_runner::agent::forking_chats()),
             features: AgentFeatures {
                 transcript: true,
                 probe: true,

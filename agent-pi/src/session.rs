@@ -165,32 +165,46 @@ fn refused(e: PiError) -> AgentError {
 impl PiSession {
     /// Starts pi for `start` and waits until it answers.
     pub async fn start(options: Arc<PiOptions>, start: Start, host: SessionHost) -> Result<Self, AgentError> {
-        let cwd = match &start.working_directory {
+        let folder = match &start.working_directory {
             Some(dir) => {
                 let dir = PathBuf::from(dir);
                 if !dir.is_dir() {
                     return Err(AgentError::Refused(format!("The folder {} does not exist.", dir.display())));
                 }
-                dir
+                Some(dir)
             }
-            None => {
-                let dir = options.scratch_dir(&start.conversation_id);
-                std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
-                dir
-            }
+            None => None,
         };
         // A cut begins a session file of its own, copied from its source's: the source keeps
-        // its record whole.
+        // its record whole (a fork's source is another chat's, which goes on as it was).
         let conversation_id = match &start.cut {
             Some(cut) if cut.source == start.conversation_id => uuid::Uuid::new_v4().to_string(),
             _ => start.conversation_id.clone(),
         };
         let session_file = options.session_file(&conversation_id);
         if let Some(cut) = &start.cut {
-            crate::cut::write_cut(&options.session_file(&cut.source), &session_file, cut, &conversation_id)?;
+            let source_file = options.session_file(&cut.source);
+            crate::cut::write_cut(&source_file, &session_file, cut, &conversation_id)?;
         } else if !start.resume && session_file.exists() {
             tracing::warn!(file = %session_file.display(), "a new conversation names a session file that exists: pi continues it");
         }
+        let cwd = match folder {
+            Some(dir) => {
+                crate::cut::run_in(&session_file, &dir)?;
+                dir
+            }
+            // Without the session's folder, a conversation runs where its record says it began
+            // (pi runs a session file's tools there): a cut where its source ran, so the files
+            // its kept turns made are at hand; a new one in a scratch folder of its own.
+            None => match crate::cut::recorded_folder(&session_file) {
+                Some(dir) => dir,
+                None => {
+                    let dir = options.scratch_dir(&conversation_id);
+                    std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
+                    dir
+                }
+            },
+        };
         let mut args = vec![
             "--mode".to_owned(),
             "rpc".to_owned(),

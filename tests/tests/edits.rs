@@ -1,8 +1,8 @@
 //! The conversation a client edits, end to end through the official AHP client over a real
 //! daemon: a chat truncated and sent a new message, a chat forked at a turn, a turn resumed after
 //! its worker was killed, a confirmation that outlives a `kill -9` of the daemon, and the bad
-//! input each of them refuses. Claude runs the real CLI against the scripted Anthropic mock, whose
-//! logged requests are the evidence of what the model saw.
+//! input each of them refuses. Claude and pi run the real CLIs against the scripted Anthropic and
+//! OpenAI mocks, whose logged requests are the evidence of what the model saw.
 
 use ahp_types::actions::{ChatTruncatedAction, ChatTurnResumeAction, StateAction};
 use ahp_types::state::{ResponsePart, TurnState};
@@ -130,6 +130,80 @@ async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::R
     a.check_against_snapshot(&fork).await?;
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+/// The text of every message the pi mock was sent in its last request.
+fn pi_last_seen(mock: &tests::mocks::openai::MockOpenAi) -> String {
+    mock.requests().last().map(|r| r.all_text()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn pi_forked_at_turn_two_of_three_goes_on_independently_and_after_a_kill_9() -> anyhow::Result<()> {
+    let mock = tests::mocks::openai::MockOpenAi::start().await?;
+    let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+    let home = tempfile::Builder::new().prefix("ahpd-pi-fork-").tempdir()?;
+    let options = || -> anyhow::Result<DaemonOptions> {
+        let entry = tests::installed::pi_entry(&mock, agent_dir.path())?;
+        Ok(DaemonOptions::with_config(json!({ "agents": { "pi": entry } })))
+    };
+    let mut first = Daemon::start_in(home.path(), options()?).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("pi", None).await?;
+    let ids = three_turns(&mut a, &chat).await?;
+
+    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    a.request(
+        "createChat",
+        json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": ids[1] } }),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("createChat: {e}"))?;
+    a.subscribe(&fork).await?;
+    let copied: Vec<String> =
+        a.mirror.chat(&fork).map(|c| c.turns.iter().map(|t| t.id.clone()).collect()).unwrap_or_default();
+    assert_eq!(copied, ids[..2].to_vec(), "the fork holds turns 1 and 2");
+
+    assert_eq!(a.turn(&fork, "fork speaking").await?.state, TurnState::Complete);
+    let seen = pi_last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && seen.contains("remember BRAVO"), "turns 1-2: {seen}");
+    assert!(!seen.contains("CHARLIE"), "not turn 3: {seen}");
+
+    assert_eq!(a.turn(&chat, "original speaking").await?.state, TurnState::Complete);
+    let seen = pi_last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && seen.contains("remember CHARLIE"), "all three: {seen}");
+    assert!(!seen.contains("fork speaking"), "nothing of the fork: {seen}");
+
+    assert_eq!(a.turn(&fork, "fork again").await?.state, TurnState::Complete);
+    let seen = pi_last_seen(&mock);
+    assert!(
+        seen.contains("fork speaking") && !seen.contains("CHARLIE") && !seen.contains("original speaking"),
+        "{seen}"
+    );
+    a.check_against_snapshot(&fork).await?;
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+    drop(a);
+    first.kill9().await?;
+
+    // After a kill -9 of the daemon each goes on from its own record.
+    let second = Daemon::start_in(home.path(), options()?).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&fork).await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.mirror.chat(&fork).map(|c| c.turns.len()), Some(4), "the fork's turns came back");
+    assert_eq!(b.turn(&fork, "fork after restart").await?.state, TurnState::Complete);
+    let seen = pi_last_seen(&mock);
+    assert!(seen.contains("remember BRAVO") && seen.contains("fork again"), "the fork's own history: {seen}");
+    assert!(!seen.contains("CHARLIE") && !seen.contains("original speaking"), "{seen}");
+    assert_eq!(b.turn(&chat, "original after restart").await?.state, TurnState::Complete);
+    let seen = pi_last_seen(&mock);
+    assert!(seen.contains("remember CHARLIE") && seen.contains("original speaking"), "the original's: {seen}");
+    assert!(!seen.contains("fork speaking") && !seen.contains("fork again"), "nothing of the fork: {seen}");
+    b.check_against_snapshot(&fork).await?;
+    b.check_against_snapshot(&chat).await?;
+    b.check_against_snapshot(&session).await?;
     Ok(())
 }
 
