@@ -18,7 +18,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnEnd, TurnWriter};
+use agent_runner::{
+    accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnEnd, TurnWriter, RESUMED,
+};
 use ahp_types::actions::{SessionMcpServerStateChangedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
@@ -77,10 +79,6 @@ pub struct SessionSpec {
     /// The host keeps what a command printed as an exited terminal (`Start.terminalOutputs`).
     pub terminal_outputs: bool,
 }
-
-/// What opens the prompt of a turn that goes on after its process was lost.
-pub const RESUMED: &str = "(This request was cut off before you finished it: the program that ran you stopped. \
-Carry on with it from where you were; what you did already is done.)";
 
 /// Where a conversation that begins as a copy of another is copied from (`Start.cut`).
 #[derive(Debug, Clone, PartialEq, Eq)]

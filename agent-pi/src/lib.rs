@@ -102,6 +102,9 @@ impl Agent for PiAgent {
                 resume: true,
                 // A cut is a copy of the session file through the kept turn (`cut.rs`).
                 truncate: true,
+                // pi continues the session file, which holds the lost turn's prompt and what it
+                // finished, and is told to carry on with it.
+                resume_turn: true,
                 // pi's prompt takes images beside its text; every other attachment is said as text.
                 attachments: Some(session::attachment_support()),
                 ..Default::default()

@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use agent_runner::{
     accepted, error_info, not_offered, not_writable, AgentError, Question, Session, SessionHost, TurnEnd, TurnWriter,
+    RESUMED,
 };
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ModelSelection};
 use async_trait::async_trait;
 use protocol::{
-    Attachment, AttachmentSupport, ConfirmParams, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec,
+    Attachment, AttachmentSupport, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams, SetConfigResult,
+    Start, SteerParams, ToolSpec,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -53,7 +55,11 @@ struct State {
     pi: Option<Arc<PiProcess>>,
     /// Why pi went away, until it is started again.
     gone: Option<String>,
-    queue: VecDeque<SendMessageParams>,
+    /// Turns handed, oldest first; true for one the host resumed (`session/resumeTurn`).
+    queue: VecDeque<(SendMessageParams, bool)>,
+    /// What people answered a resumed turn's questions while its pi was gone: carried out when
+    /// pi asks the same again.
+    decisions: Vec<Decision>,
     turn: Option<Live>,
     barrier: Option<String>,
     /// The `get_state` asked after a prompt was taken: a prompt an extension handled starts no run.
@@ -155,6 +161,35 @@ fn bridge_command(message: Value) -> Value {
     json!({ "type": "prompt", "message": format!("/{BRIDGE} {message}") })
 }
 
+/// The bridge's answer to a tool gate.
+fn gate_answer(approved: bool) -> Value {
+    if approved {
+        json!({"allow": true})
+    } else {
+        json!({"allow": false, "reason": "The user denied this tool call."})
+    }
+}
+
+/// Whether a person allowed a call of `tool` with `input` before this pi asked it (a decision
+/// on a resumed turn's parked question), taken out of `decisions`.
+fn take_decision(decisions: &mut Vec<Decision>, tool: &str, input: &Value) -> Option<bool> {
+    let at = decisions.iter().position(|d| match d {
+        Decision::Confirmation { tool_name, tool_input, .. } => {
+            tool_name == tool
+                && tool_input
+                    .as_deref()
+                    .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                    .is_none_or(|asked| asked == *input)
+        }
+        // pi asks a person nothing but whether a tool may run.
+        Decision::Answer { .. } => false,
+    })?;
+    match decisions.remove(at) {
+        Decision::Confirmation { approved, .. } => Some(approved),
+        Decision::Answer { .. } => None,
+    }
+}
+
 fn refused(e: PiError) -> AgentError {
     match e {
         PiError::Refused(sentence) => AgentError::Refused(sentence),
@@ -225,6 +260,7 @@ impl PiSession {
                 pi: None,
                 gone: None,
                 queue: VecDeque::new(),
+                decisions: Vec::new(),
                 turn: None,
                 barrier: None,
                 prompt_check: None,
@@ -365,6 +401,8 @@ impl Inner {
         state.barrier = None;
         state.prompt_check = None;
         state.gates.clear();
+        // A resumed turn's answers are for its own calls only.
+        state.decisions.clear();
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -416,9 +454,17 @@ impl Inner {
             "writes" => !READ_ONLY_TOOLS.contains(&tool),
             _ => false,
         };
+        if let Some(approved) = take_decision(&mut state.decisions, tool, input) {
+            // Answered by a person after the pi that first asked was gone.
+            if approved {
+                live.mapper.gate(call_id, tool, input, None);
+            }
+            pi.answer_ui(dialog, UiAnswer::Value(gate_answer(approved).to_string()));
+            return;
+        }
         if !ask {
             live.mapper.gate(call_id, tool, input, None);
-            pi.answer_ui(dialog, UiAnswer::Value(json!({"allow": true}).to_string()));
+            pi.answer_ui(dialog, UiAnswer::Value(gate_answer(true).to_string()));
             return;
         }
         let options = vec![
@@ -493,8 +539,9 @@ impl Inner {
             if state.turn.is_some() {
                 return;
             }
-            let Some(params) = state.queue.pop_front() else { return };
-            let writer = TurnWriter::new(self.host.clone(), params.turn_id.clone());
+            let Some((params, resumed)) = state.queue.pop_front() else { return };
+            let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
+            let writer = writer(self.host.clone(), params.turn_id.clone());
             state.turn = Some(Live { mapper: TurnMapper::new(writer), prompt_sent: false });
             params
         };
@@ -654,7 +701,30 @@ impl Session for PiSession {
 
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
         attachments::refuse_untaken("pi", &attachment_support(), &params.attachments)?;
-        lock(&self.inner.state).queue.push_back(params);
+        lock(&self.inner.state).queue.push_back((params, false));
+        self.inner.pump();
+        Ok(())
+    }
+
+    /// The lost turn goes on: pi continues the conversation's session file (which holds the
+    /// turn's prompt and what it finished), told the turn was cut off and given its request
+    /// again; what a person answered meanwhile is carried out when pi asks the same again.
+    async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
+        let ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
+        message.text = format!("{RESUMED}\n\n{}", message.text);
+        let params = SendMessageParams {
+            chat,
+            turn_id,
+            message,
+            instructions: None,
+            unattended: false,
+            attachments: Vec::new(),
+        };
+        {
+            let mut state = lock(&self.inner.state);
+            state.decisions = decisions;
+            state.queue.push_back((params, true));
+        }
         self.inner.pump();
         Ok(())
     }
@@ -706,13 +776,8 @@ impl Session for PiSession {
                 live.mapper.denied(&params.tool_call_id);
             }
         }
-        let answer = if params.approved {
-            json!({"allow": true})
-        } else {
-            json!({"allow": false, "reason": "The user denied this tool call."})
-        };
         if let Some(pi) = &state.pi {
-            pi.answer_ui(&dialog, UiAnswer::Value(answer.to_string()));
+            pi.answer_ui(&dialog, UiAnswer::Value(gate_answer(params.approved).to_string()));
         }
         Ok(true)
     }

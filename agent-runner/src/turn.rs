@@ -45,6 +45,11 @@ pub enum TurnEnd {
     Error(ErrorInfo),
 }
 
+/// What opens the prompt of a turn that goes on after the process that ran it was lost
+/// (`session/resumeTurn`): the model is told to carry on rather than begin again.
+pub const RESUMED: &str = "(This request was cut off before you finished it: the program that ran you stopped. \
+Carry on with it from where you were; what you did already is done.)";
+
 /// A confirmation question on a tool call: what `chat/toolCallReady` carries when it waits.
 #[derive(Debug, Clone, Default)]
 pub struct Question {

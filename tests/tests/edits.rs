@@ -249,6 +249,55 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
 }
 
 #[tokio::test]
+async fn a_pi_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
+    let mock = tests::mocks::openai::MockOpenAi::start().await?;
+    let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+    let entry = tests::installed::pi_entry(&mock, agent_dir.path())?;
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "pi": entry } }))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("pi", None).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+
+    let turn_id = a.send(&chat, "[[hold]] tell me a story").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+    })
+    .await?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no pi worker"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let failed = a.finished(&chat, &turn_id).await?;
+    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
+    assert!(
+        matches!(failed.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
+        "the error says it can be resumed: {:?}",
+        failed.response_parts.last()
+    );
+
+    // The resumed request holds again (it carries the turn's words): let it go at once. The
+    // stream the kill cut may not have seen its connection close yet and take one release.
+    mock.release();
+    mock.release();
+    let before = mock.requests().len();
+    a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: turn_id.clone() })).await?;
+    let (c, t) = (chat.clone(), turn_id.clone());
+    a.until("the resumed turn to complete", move |m| {
+        m.chat(&c).is_some_and(|s| {
+            s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
+        })
+    })
+    .await?;
+    assert!(mock.requests().len() > before, "the model was asked again");
+    let seen = pi_last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
+    assert!(seen.contains("cut off before you finished it") && seen.contains("tell me a story"), "{seen}");
+    let done = a.mirror.chat(&chat).and_then(|c| c.turns.last().cloned()).expect("the turn");
+    assert!(tests::turn_text(&done).contains("released"), "the resumed answer is the turn's: {done:?}");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<()> {
     let options = DaemonOptions::with_config(
         json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 20, "chunkWords": 1 } } } }),
@@ -326,6 +375,50 @@ async fn a_confirmation_pending_at_kill_9_of_the_daemon_is_pending_after_restart
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     assert!(target.exists(), "the approved write happened after the restart");
     let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
+    b.check_against_snapshot(&chat).await?;
+    b.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pi_confirmation_pending_at_kill_9_of_the_daemon_is_pending_after_restart_and_approving_it_completes(
+) -> anyhow::Result<()> {
+    let mock = tests::mocks::openai::MockOpenAi::start().await?;
+    let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-agent-").tempdir()?;
+    let home = tempfile::Builder::new().prefix("ahpd-pi-parked-").tempdir()?;
+    let options = || -> anyhow::Result<DaemonOptions> {
+        let entry = tests::installed::pi_entry(&mock, agent_dir.path())?;
+        Ok(DaemonOptions::with_config(json!({ "agents": { "pi": entry } })))
+    };
+    let mut first = Daemon::start_in(home.path(), options()?).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("pi", Some(json!({"ask": "writes"}))).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+    let target = home.path().join("parked.txt");
+    let turn_id = a.send(&chat, &format!("make a file [[bash echo hi > {}]]", target.display())).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    let asked = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).expect("the turn runs");
+    drop(a);
+    first.kill9().await?;
+
+    let second = Daemon::start_in(home.path(), options()?).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let restored = b.mirror.chat(&chat).and_then(|c| c.active_turn.clone());
+    assert_eq!(restored.as_ref().map(|t| &t.id), Some(&turn_id), "the turn is still running");
+    assert_eq!(restored.map(|t| t.response_parts), Some(asked.response_parts), "holding the same question");
+    assert_eq!(tests::client::waiting_calls(b.mirror.chat(&chat).expect("chat")), waiting, "still waiting");
+
+    let before = mock.requests().len();
+    // The resumed pi asks the same again and is answered with what was decided: the turn would
+    // wait for ever if it were asked of a person a second time.
+    b.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = b.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(target.exists(), "the approved command ran after the restart");
+    let seen = mock.requests()[before..].iter().map(|r| r.all_text()).collect::<Vec<_>>().join("\n");
     assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
     b.check_against_snapshot(&chat).await?;
     b.check_against_snapshot(&session).await?;
