@@ -557,3 +557,30 @@ async fn a_session_resumes_in_a_fresh_worker_process() {
     assert!(asked.contains("remember the word zebra"), "the model sees the earlier messages: {asked}");
     parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
 }
+
+#[tokio::test]
+async fn a_conversation_moved_to_another_folder_runs_its_tools_there() {
+    let world = World::new("moved").await;
+    let chat = "ahp-chat:/moved";
+    let mut parent = world.parent(no_tools()).await;
+    parent.create(world.start(chat)).await.expect("pi starts");
+    send(&parent, chat, "t1", "[[bash pwd]]", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert!(markdown(&turn).contains(&format!("tool said: {}", world.work.display())), "{}", markdown(&turn));
+    parent.peer().request_value(parent::CLOSE, json!({"chat": chat})).await.expect("close");
+
+    // pi runs a session file's tools where its header says, not in its own folder: the worker
+    // makes the header name the folder the conversation goes on in.
+    let elsewhere = world.data.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("a second folder");
+    let mut s = world.start(chat);
+    s.resume = true;
+    s.working_directory = Some(elsewhere.to_string_lossy().into_owned());
+    parent.create(s).await.expect("pi resumes");
+    send(&parent, chat, "t2", "[[bash pwd]]", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert!(markdown(&turn).contains(&format!("tool said: {}", elsewhere.display())), "{}", markdown(&turn));
+    let asked = last_request(&world.mock).all_text();
+    assert!(asked.contains(&world.work.display().to_string()), "the same conversation, resumed: {asked}");
+    parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+}
