@@ -3,10 +3,11 @@
 //!
 //! A session file is a tree of entries; the conversation is the branch from the last entry back to
 //! the root. Every user message opens a turn named by its entry id (what the worker recorded the
-//! live turn as), assistant messages add their thinking, text and tool calls, tool results complete
-//! those calls, and the last assistant message says how the turn ended. Custom messages (the host's
-//! hidden instructions among them) are never shown. A call the file holds no result for never
-//! finished: it reads back cancelled with reason `skipped`.
+//! live turn as), but for the one a resumed turn was sent again with, which goes on with its turn;
+//! assistant messages add their thinking, text and tool calls, tool results complete those calls,
+//! and the last assistant message says how the turn ended. Custom messages (the host's hidden
+//! instructions among them) are never shown. A call the file holds no result for never finished:
+//! it reads back cancelled with reason `skipped`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -97,6 +98,8 @@ fn turns_of(text: &str) -> Vec<Value> {
             Some("message") => {
                 let message = entry.get("message").cloned().unwrap_or(Value::Null);
                 match message.get("role").and_then(Value::as_str) {
+                    // A resumed turn's second prompt goes on with the turn it resumes.
+                    Some("user") if current.is_some() && resumes(&message) => {}
                     Some("user") => {
                         if let Some(done) = current.take() {
                             turns.push(done.finish());
@@ -130,6 +133,11 @@ fn turns_of(text: &str) -> Vec<Value> {
         turns.push(done.finish());
     }
     turns
+}
+
+/// The prompt the worker sent a turn it resumed (`session/resumeTurn`).
+fn resumes(message: &Value) -> bool {
+    content_text(message.get("content").unwrap_or(&Value::Null)).starts_with(agent_runner::RESUMED)
 }
 
 fn millis(message: &Value) -> i64 {
@@ -339,6 +347,26 @@ mod tests {
         let turns = turns_of(&forked);
         assert_eq!(turns.len(), 2);
         assert_eq!(turns[1]["id"], "u9");
+    }
+
+    #[test]
+    fn a_resumed_turn_reads_back_as_the_one_turn() {
+        let resumed = format!(
+            "{}\n{}\n",
+            r#"{"type":"message","id":"u1","parentId":null,"timestamp":"2026-11-30T02:33:00.000Z","message":{"role":"user","content":"tell me","timestamp":1796005980000}}"#,
+            json!({"type": "message", "id": "u2", "parentId": "u1", "timestamp": "2026-11-30T02:33:01.000Z",
+                   "message": {"role": "user", "content": format!("{}\n\ntell me", agent_runner::RESUMED),
+                               "timestamp": 1_796_005_981_000_i64}}),
+        );
+        let resumed = format!(
+            "{resumed}{}\n",
+            r#"{"type":"message","id":"a1","parentId":"u2","timestamp":"2026-11-30T02:33:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"told"}],"stopReason":"stop","timestamp":1796005982000}}"#
+        );
+        let turns = turns_of(&resumed);
+        assert_eq!(turns.len(), 1, "{turns:?}");
+        assert_eq!(turns[0]["id"], "u1");
+        assert_eq!(turns[0]["message"]["text"], "tell me");
+        assert!(turns[0].to_string().contains("told"));
     }
 
     #[test]
