@@ -98,6 +98,21 @@ impl RawSocket {
         }
     }
 
+    /// The next text frame as it came, unparsed (a load generator's cheap read); `None` once the
+    /// peer closed (or reset) the connection; waits at most 30 s for either.
+    pub async fn next_text(&mut self) -> anyhow::Result<Option<String>> {
+        loop {
+            let message = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .map_err(|_| anyhow!("neither a message nor the end within 30 s"))?;
+            match message {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(None),
+                Some(Ok(Message::Text(text))) => return Ok(Some(text.as_str().to_owned())),
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
     /// The next response (skipping notifications).
     pub async fn response(&mut self) -> anyhow::Result<Value> {
         loop {
