@@ -302,11 +302,16 @@ impl Peer {
 /// Writes each line `rx` gives (its newline included) to `writer`, until every sender is gone or
 /// `close` is cancelled (what is queued by then is written first), then shuts the writer: one
 /// process's stdin, or one side of the worker protocol.
+///
+/// Lines that are already waiting go out together, copied into one buffer and written with one
+/// write and one flush: streaming emits many small lines, and a write per line would be a system
+/// call per delta on an unbuffered pipe.
 pub async fn write_lines<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut rx: mpsc::UnboundedReceiver<String>,
     close: tokio_util::sync::CancellationToken,
 ) {
+    let mut batch: Vec<u8> = Vec::new();
     loop {
         let line = tokio::select! {
             biased;
@@ -316,22 +321,27 @@ pub async fn write_lines<W: AsyncWrite + Unpin>(
             },
             _ = close.cancelled() => break,
         };
-        if writer.write_all(line.as_bytes()).await.is_err() {
-            return;
-        }
-        // Write whatever else is already waiting before flushing once: streaming emits many
-        // small lines, and one flush per line would be one syscall per delta.
-        while let Ok(more) = rx.try_recv() {
-            if writer.write_all(more.as_bytes()).await.is_err() {
-                return;
+        batch.clear();
+        batch.extend_from_slice(line.as_bytes());
+        while batch.len() < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(more) => batch.extend_from_slice(more.as_bytes()),
+                Err(_) => break,
             }
         }
-        if writer.flush().await.is_err() {
+        if writer.write_all(&batch).await.is_err() || writer.flush().await.is_err() {
             return;
+        }
+        // One large message (a file's contents) does not keep its buffer for ever.
+        if batch.capacity() > 4 * BATCH_BYTES {
+            batch = Vec::new();
         }
     }
     let _ = writer.shutdown().await;
 }
+
+/// How many bytes of waiting lines one write gathers before it goes out (a pipe holds 64 KiB).
+const BATCH_BYTES: usize = 64 * 1024;
 
 async fn read_loop<R: AsyncRead + Unpin>(
     reader: R,
