@@ -369,7 +369,7 @@ impl Channels {
 
     /// Queues a frame for one connection; one that cannot take it is dropped rather than buffered
     /// without bound (it can reconnect and resume).
-    pub fn send(&mut self, id: ConnId, frame: Frame) {
+    pub fn send(&self, id: ConnId, frame: Frame) {
         let Some(conn) = self.conns.get(&id) else {
             return;
         };
@@ -389,14 +389,14 @@ impl Channels {
         }
     }
 
-    /// Sends a frame to every subscriber of a channel.
-    pub fn broadcast(&mut self, channel: &str, frame: &Frame) {
+    /// Sends a frame to every subscriber of a channel: the same bytes to each (a `Frame` is
+    /// shared, so a clone is a count, not a copy), with nothing allocated per subscriber.
+    pub fn broadcast(&self, channel: &str, frame: &Frame) {
         let Some(set) = self.subscribers.get(channel) else {
             return;
         };
-        let ids: Vec<ConnId> = set.iter().copied().collect();
-        for id in ids {
-            self.send(id, frame.clone());
+        for id in set {
+            self.send(*id, frame.clone());
         }
     }
 

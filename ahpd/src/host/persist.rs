@@ -139,7 +139,9 @@ impl Core {
                 // A crash right after a start still knows the turn was running, and one right
                 // after a question still finds the question.
                 self.checkpoint(chat);
-            } else {
+            } else if !self.running_dirty.contains(chat) {
+                // Every streamed delta lands here: the name is copied once per checkpoint, not
+                // once per delta.
                 self.running_dirty.insert(chat.to_owned());
             }
         }
