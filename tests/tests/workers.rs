@@ -239,6 +239,12 @@ async fn a_stop_ends_the_turn_and_drops_what_was_queued_behind_it() -> anyhow::R
     // Nothing starts behind a stop, and the backend has settled its question: the next turn runs.
     let state = a.mirror.chat(&chat).expect("chat").clone();
     assert!(state.queued_messages.is_none() && state.active_turn.is_none());
+    // The session's list follows on its own channel, in an envelope after the turn's end: wait for it.
+    let s = session.clone();
+    a.until("the session to need no input", move |m| {
+        m.session(&s).is_some_and(|s| s.input_needed.as_ref().is_none_or(|l| l.is_empty()))
+    })
+    .await?;
     assert!(input_needed(&a, &session).is_empty());
     let next = a.turn(&chat, "list").await?;
     assert_eq!(next.state, TurnState::Complete);

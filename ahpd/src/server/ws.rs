@@ -4,6 +4,7 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
+use crate::host::core::Frame;
 use crate::host::requests::ConnState;
 use crate::host::Host;
 
@@ -28,7 +29,7 @@ pub async fn serve(host: Host, socket: WebSocket, principal: crate::users::Princ
             // A client that stopped reading blocks the send once its socket is full: the kick
             // must end that wait too, or the connection would stay open for ever.
             tokio::select! {
-                sent = sink.send(Message::Text(frame)) => if sent.is_err() { break },
+                sent = send_queued(&mut sink, frame, &mut rx) => if sent.is_err() { break },
                 _ = writer_kick.cancelled() => break,
             }
         }
@@ -63,6 +64,27 @@ pub async fn serve(host: Host, socket: WebSocket, principal: crate::users::Princ
         kick.cancel();
     }
 }
+
+/// Sends `first` and whatever else is already queued for the connection (up to [`BATCH_FRAMES`])
+/// with one flush: the frames are framed into the socket's buffer and written together, where a
+/// flush per frame was a system call per envelope per client (the largest cost `perf` showed
+/// under a streaming fan-out, docs/benchmarks.md).
+async fn send_queued<S>(sink: &mut S, first: Frame, rx: &mut mpsc::Receiver<Frame>) -> Result<(), S::Error>
+where
+    S: futures_util::Sink<Message> + Unpin,
+{
+    sink.feed(Message::Text(first)).await?;
+    for _ in 1..BATCH_FRAMES {
+        match rx.try_recv() {
+            Ok(frame) => sink.feed(Message::Text(frame)).await?,
+            Err(_) => break,
+        }
+    }
+    sink.flush().await
+}
+
+/// The most frames one flush gathers, so one busy connection still lets the others' writes in.
+const BATCH_FRAMES: usize = 256;
 
 /// How long a closing connection may take to send what is queued and its close frame.
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
