@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runner::{
-    accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnEnd, TurnWriter, RESUMED,
+    accepted, not_offered, not_writable, resumed_request, AgentError, Session, SessionHost, TurnEnd, TurnWriter,
 };
 use ahp_types::actions::{SessionMcpServerStateChangedAction, StateAction};
 use ahp_types::common::JsonObject;
@@ -977,17 +977,8 @@ impl Session for ClaudeSession {
         if state.closed {
             return Err(AgentError::Failed("This conversation is closed.".into()));
         }
-        let ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
-        message.text = format!("{RESUMED}\n\n{}", message.text);
+        let (params, decisions) = resumed_request(params);
         state.decisions = decisions;
-        let params = SendMessageParams {
-            chat,
-            turn_id,
-            message,
-            instructions: None,
-            unattended: false,
-            attachments: Vec::new(),
-        };
         state.queue.push_back((params, true));
         drop(state);
         self.core.wake.notify_one();

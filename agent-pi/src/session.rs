@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runner::{
-    accepted, error_info, not_offered, not_writable, AgentError, Question, Session, SessionHost, TurnEnd, TurnWriter,
-    RESUMED,
+    accepted, error_info, not_offered, not_writable, resumed_request, AgentError, Question, Session, SessionHost,
+    TurnEnd, TurnWriter,
 };
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ModelSelection};
@@ -710,16 +710,7 @@ impl Session for PiSession {
     /// turn's prompt and what it finished), told the turn was cut off and given its request
     /// again; what a person answered meanwhile is carried out when pi asks the same again.
     async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
-        let ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
-        message.text = format!("{RESUMED}\n\n{}", message.text);
-        let params = SendMessageParams {
-            chat,
-            turn_id,
-            message,
-            instructions: None,
-            unattended: false,
-            attachments: Vec::new(),
-        };
+        let (params, decisions) = resumed_request(params);
         {
             let mut state = lock(&self.inner.state);
             state.decisions = decisions;

@@ -30,7 +30,7 @@ pub use agent::{accepted, not_offered, not_writable, Agent, AgentError, Session}
 pub use host::SessionHost;
 pub use runtime::{init_stderr_logging, run_stdio_worker, serve, AgentFactory, WorkerContext};
 pub use sync::lock;
-pub use turn::{error_info, now_iso, tool_result, Question, TurnEnd, TurnWriter, RESUMED};
+pub use turn::{error_info, now_iso, resumed_request, tool_result, Question, TurnEnd, TurnWriter, RESUMED};
 
 use std::sync::Arc;
 

@@ -50,6 +50,22 @@ pub enum TurnEnd {
 pub const RESUMED: &str = "(This request was cut off before you finished it: the program that ran you stopped. \
 Carry on with it from where you were; what you did already is done.)";
 
+/// What a lost turn sends its backend again (`session/resumeTurn`): its words after [`RESUMED`],
+/// without the attachments it carried, and apart, what a person answered to its parked questions.
+pub fn resumed_request(params: protocol::ResumeTurnParams) -> (protocol::SendMessageParams, Vec<protocol::Decision>) {
+    let protocol::ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
+    message.text = format!("{RESUMED}\n\n{}", message.text);
+    let request = protocol::SendMessageParams {
+        chat,
+        turn_id,
+        message,
+        instructions: None,
+        unattended: false,
+        attachments: Vec::new(),
+    };
+    (request, decisions)
+}
+
 /// A confirmation question on a tool call: what `chat/toolCallReady` carries when it waits.
 #[derive(Debug, Clone, Default)]
 pub struct Question {
