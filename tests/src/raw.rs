@@ -55,16 +55,7 @@ impl RawSocket {
     /// The next JSON message, or `None` once the peer closed (or reset) the connection; waits at
     /// most 30 s for either.
     pub async fn next_or_end(&mut self) -> anyhow::Result<Option<Value>> {
-        loop {
-            let message = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
-                .await
-                .map_err(|_| anyhow!("neither a message nor the end within 30 s"))?;
-            match message {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return Ok(None),
-                Some(Ok(Message::Text(text))) => return Ok(Some(serde_json::from_str(&text)?)),
-                Some(Ok(_)) => continue,
-            }
-        }
+        Ok(self.next_text().await?.map(|text| serde_json::from_str(&text)).transpose()?)
     }
 
     /// Connects with no extra headers.
