@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -303,7 +304,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         announce_facts(&plan, &agent_lines, |line| println!("{line}"));
         let app = server::router(host.clone(), door, cancel.child_token());
         let shutdown = cancel.clone();
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        axum::serve(listener.tap_io(without_nagle), app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .context("the listener failed")?;
@@ -398,6 +399,15 @@ fn announce_facts(plan: &Plan, agents: &[String], say: impl Fn(&str)) {
     say(&format!("config: {}", if files.is_empty() { "none (defaults)".to_owned() } else { files.join(", ") }));
     say(&plan.token_source.to_string());
     say(&format!("pid {}", std::process::id()));
+}
+
+/// Streamed deltas are small frames written one after another. With Nagle's algorithm a frame
+/// written while the one before is unacknowledged waits for the client's delayed ACK, up to 40 ms
+/// on Linux: that was the p99 of a realistic load (docs/benchmarks.md, "Nagle").
+fn without_nagle(stream: &mut tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!("could not set TCP_NODELAY on a connection: {e}");
+    }
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
