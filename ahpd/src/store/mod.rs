@@ -10,6 +10,7 @@
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
+mod checkpointer;
 pub mod records;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,9 @@ pub struct Store {
     path: PathBuf,
     /// Told whenever the `wakeups` table changes, so the timer that reads it looks again.
     wakeups_changed: std::sync::Arc<tokio::sync::Notify>,
+    /// Moves the log into the database file off the writer's path; `None` if it could not start,
+    /// and SQLite's automatic checkpoint is left on instead.
+    _checkpointer: Option<checkpointer::Checkpointer>,
 }
 
 /// A page of session summaries, newest first.
@@ -79,9 +83,10 @@ impl Store {
             let _ = std::fs::create_dir_all(dir);
         }
         let conn = Connection::open(path).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
-        let mut store = Self { conn, path: path.to_owned(), wakeups_changed: Default::default() };
+        let mut store = Self { conn, path: path.to_owned(), wakeups_changed: Default::default(), _checkpointer: None };
         store.configure()?;
         store.migrate()?;
+        store.checkpoint_elsewhere()?;
         Ok(store)
     }
 
@@ -96,6 +101,19 @@ impl Store {
         self.sql(self.conn.pragma_update(None, "synchronous", "NORMAL"))?;
         self.sql(self.conn.pragma_update(None, "foreign_keys", "ON"))?;
         self.sql(self.conn.busy_timeout(std::time::Duration::from_secs(5)))?;
+        Ok(())
+    }
+
+    /// Hands the log's checkpoints to a thread of their own: a commit made under the host's lock
+    /// must not be the one that pays for the database file's fsync.
+    fn checkpoint_elsewhere(&mut self) -> Result<(), StoreError> {
+        match checkpointer::Checkpointer::start(&self.path) {
+            Ok(checkpointer) => {
+                self.sql(self.conn.pragma_update(None, "wal_autocheckpoint", 0))?;
+                self._checkpointer = Some(checkpointer);
+            }
+            Err(e) => tracing::warn!("the store checkpoints as it commits ({e})"),
+        }
         Ok(())
     }
 
@@ -588,5 +606,44 @@ mod tests {
         store.delete_wakeup("ahp-chat:/a").expect("delete");
         store.release("fire").expect("release");
         assert!(store.wakeup("ahp-chat:/a").expect("read").is_none());
+    }
+}
+
+#[cfg(test)]
+mod checkpoint_tests {
+    use super::*;
+
+    /// The host writes under its lock, so its connection must never be the one that checkpoints:
+    /// the log reaches the database file through the checkpointer's thread alone.
+    #[test]
+    fn the_log_reaches_the_database_file_without_the_writer_checkpointing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("store.sqlite");
+        let mut store = Store::open(&path).expect("store");
+        let automatic: i64 = store.conn.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)).expect("pragma");
+        assert_eq!(automatic, 0, "the writer's connection checkpoints on its own");
+        let before = std::fs::metadata(&path).expect("file").len();
+        store
+            .in_transaction(|s| {
+                for i in 0..200 {
+                    let uri = format!("ahp-session:/{i}");
+                    let summary = serde_json::json!({ "resource": uri, "padding": "x".repeat(2_000) });
+                    s.sql(s.conn.execute(
+                        "INSERT INTO sessions (uri, provider, created_at, modified_at, summary, record) VALUES (?1, 'echo', '', '', ?2, '{}')",
+                        params![uri, summary.to_string()],
+                    ))?;
+                }
+                Ok(())
+            })
+            .expect("writes");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::metadata(&path).expect("file").len() <= before {
+            assert!(std::time::Instant::now() < deadline, "nothing reached the database file within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        drop(store);
+        let reopened = Store::open(&path).expect("reopened");
+        let count: i64 = reopened.conn.query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0)).expect("count");
+        assert_eq!(count, 200);
     }
 }
