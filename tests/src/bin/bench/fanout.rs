@@ -65,6 +65,8 @@ pub struct Measured {
     pub worker_cpu_ms: f64,
     /// Emit-to-receipt latencies of stamped deltas, µs.
     pub latencies_us: Vec<u64>,
+    /// When each of those was received, µs after the first envelope of the run.
+    pub received_us: Vec<u64>,
     /// Connections that ended before every turn did (closed by the server, or an error).
     pub cut: usize,
 }
@@ -84,6 +86,25 @@ impl Measured {
         sorted[i] as f64 / 1000.0
     }
 
+    /// Where in the run the tail fell: per 100 ms of the run, the deltas that took longer than
+    /// `over_ms` and the longest, for the `worst` such windows, in time order.
+    pub fn tail_windows(&self, over_ms: f64, worst: usize) -> Vec<(u64, usize, f64)> {
+        let mut windows: std::collections::BTreeMap<u64, (usize, u64)> = std::collections::BTreeMap::new();
+        for (latency, at) in self.latencies_us.iter().zip(&self.received_us) {
+            if *latency as f64 / 1000.0 > over_ms {
+                let w = windows.entry(at / 100_000).or_default();
+                w.0 += 1;
+                w.1 = w.1.max(*latency);
+            }
+        }
+        let mut by_count: Vec<(u64, usize, f64)> =
+            windows.into_iter().map(|(w, (n, max))| (w * 100, n, max as f64 / 1000.0)).collect();
+        by_count.sort_by_key(|w| std::cmp::Reverse(w.1));
+        by_count.truncate(worst);
+        by_count.sort_by_key(|w| w.0);
+        by_count
+    }
+
     /// Server CPU per envelope it sent, µs.
     pub fn server_us_per_envelope(&self) -> f64 {
         self.server_cpu_ms * 1000.0 / self.sent as f64
@@ -99,8 +120,13 @@ impl Measured {
         self.worker_cpu_ms * 1000.0 / self.committed as f64
     }
 
-    fn add(&mut self, t: Tally) {
+    fn add(&mut self, t: Tally, origin: Option<Instant>) {
         self.delivered += t.actions;
+        if let Some(origin) = origin {
+            let since =
+                |at: Instant| u64::try_from(at.saturating_duration_since(origin).as_micros()).unwrap_or(u64::MAX);
+            self.received_us.extend(t.received.iter().map(|at| since(*at)));
+        }
         self.latencies_us.extend(t.latencies_us);
         self.cut += usize::from(t.cut);
     }
@@ -116,6 +142,7 @@ fn now_ns() -> u64 {
 struct Tally {
     actions: usize,
     latencies_us: Vec<u64>,
+    received: Vec<Instant>,
     ended: usize,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -135,6 +162,7 @@ impl Tally {
         self.actions += 1;
         if let Some(stamp) = number_after(frame, r#""ahpd.emittedAtUnixNs":"#) {
             self.latencies_us.push(now_ns().saturating_sub(stamp) / 1000);
+            self.received.push(now);
         }
         if frame.contains(r#""type":"chat/turnComplete""#) {
             self.ended += 1;
@@ -170,6 +198,8 @@ pub async fn bare_server(load: Load) -> anyhow::Result<()> {
     let mut writers = Vec::new();
     for _ in 0..load.clients {
         let (stream, _) = listener.accept().await?;
+        // As the daemon does: without it a small frame can wait for the client's delayed ACK.
+        stream.set_nodelay(true)?;
         let ws = tokio_tungstenite::accept_async(stream).await?;
         let (tx, mut rx) = mpsc::channel::<String>(16_384);
         senders.push(tx);
@@ -263,8 +293,9 @@ pub async fn baseline(load: Load) -> anyhow::Result<Measured> {
     }
     let mut measured = Measured { server_cpu_ms: cpu_ms(pid).0 - cpu_before, ..Measured::default() };
     measured.seconds = span(&tallies);
+    let origin = tallies.iter().filter_map(|t| t.first).min();
     for t in tallies {
-        measured.add(t);
+        measured.add(t, origin);
     }
     measured.committed = measured.delivered / load.clients.max(1);
     measured.sent = measured.delivered;
@@ -318,16 +349,21 @@ pub async fn through_ahpd(daemon: &Daemon, provider: &str, load: Load) -> anyhow
             for _ in 0..load.turns {
                 client.turn(&chat, &text).await?;
             }
-            client.client.shutdown().await;
-            anyhow::Ok(())
+            anyhow::Ok(client)
         }));
     }
+    // The drivers leave once every reader has all it waits for: 50 connections closing are not
+    // part of the load, and would otherwise land among the last deltas of the chats still going.
+    let mut finished = Vec::new();
     for d in drivers {
-        d.await??;
+        finished.push(d.await??);
     }
     let mut tallies = Vec::new();
     for r in readers {
         tallies.push(r.await?);
+    }
+    for client in finished {
+        client.client.shutdown().await;
     }
     let mut measured = Measured {
         server_cpu_ms: cpu_ms(daemon.pid()).0 - cpu_before,
@@ -335,8 +371,9 @@ pub async fn through_ahpd(daemon: &Daemon, provider: &str, load: Load) -> anyhow
         seconds: span(&tallies),
         ..Measured::default()
     };
+    let origin = tallies.iter().filter_map(|t| t.first).min();
     for t in tallies {
-        measured.add(t);
+        measured.add(t, origin);
     }
     measured.committed = measured.delivered / load.clients.max(1);
     // Each chat's driver watches it too.

@@ -5,7 +5,8 @@
 //!   echo streams unpaced; `realistic`: the same at a model's pace (20 clients, 50 chats, 50
 //!   deltas a second each, the default `deltaWindowMs`). Delivered actions/s, emit→receipt
 //!   p50/p99/p999, connections cut, and the CPU of the daemon and of its workers per committed
-//!   action and per envelope, against a bare WebSocket fan-out server's CPU per frame;
+//!   action and per envelope, against a bare WebSocket fan-out server's CPU per frame; `--tail`
+//!   prints where in the run the deltas over 5 ms fell;
 //! - `memory`: resident memory idle, over stored and loaded sessions, and per backend process;
 //! - `store`: start-up and the first page over 10 000 stored sessions;
 //! - `bare-server`: the baseline server itself, run by the others in a process of its own.
@@ -57,6 +58,13 @@ fn row(name: &str, m: &Measured) {
         m.server_us_per_envelope(),
         m.worker_us_per_action(),
     );
+}
+
+/// Where the run's tail fell (`--tail`): the 100 ms windows with the most deltas over 5 ms.
+fn tail(name: &str, m: &Measured) {
+    let windows = m.tail_windows(5.0, 12);
+    let shown: Vec<String> = windows.iter().map(|(at, n, max)| format!("{at}ms:{n}(max {max:.0})")).collect();
+    println!("{name}: deltas over 5 ms by 100 ms window of the run: {}", shown.join(" "));
 }
 
 fn ratios(name: &str, m: &Measured, base: &Measured) {
@@ -117,6 +125,10 @@ async fn fanout_bench(realistic: bool) -> anyhow::Result<()> {
         process.committed,
         load.sessions * load.turns * load.words
     );
+    if has("--tail") {
+        tail("baseline", &base);
+        tail("ahpd, worker process", &process);
+    }
     ratios("ahpd, worker process", &process, &base);
     if let Some(inproc) = &inproc {
         ratios("ahpd, in-process worker", inproc, &base);
