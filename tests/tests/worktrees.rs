@@ -406,6 +406,52 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     Ok(())
 }
 
+/// Waits until `path` exists (a git hook says it got there).
+async fn until_exists(path: &Path) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !path.exists() {
+        ensure!(tokio::time::Instant::now() < deadline, "{} did not appear", path.display());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_turn_cancelled_while_its_worktree_is_cut_leaves_no_worktree_and_the_next_message_works() -> anyhow::Result<()>
+{
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    // git runs `post-checkout` as it makes the worktree: held there, the cut is in progress.
+    let (cutting, go) = (root.path().join("cutting"), root.path().join("go"));
+    let hook = repo.path.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\ntouch '{}'\nwhile [ ! -f '{}' ]; do sleep 0.05; done\n", cutting.display(), go.display()),
+    )?;
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let daemon = Daemon::start_with(options(root.path())).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
+
+    let call = format!(r#"call set_workspace {{"workspaceFolder": "{}", "isolation": true}}"#, repo.path.display());
+    let turn = c.send(&chat, &call).await?;
+    until_exists(&cutting).await?;
+    let stop = ChatTurnCancelledAction { turn_id: turn.clone(), duration: 1, meta: None };
+    c.dispatch(&chat, StateAction::ChatTurnCancelled(stop)).await?;
+    c.finished(&chat, &turn).await?;
+    std::fs::write(&go, "")?;
+
+    daemon.wait_for_log("a worktree nobody took up was removed", PATIENCE).await?;
+    assert_eq!(git(&repo.path, &["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1);
+    assert_eq!(git(&repo.path, &["branch", "--list", "ahpd/*"]).trim(), "", "the branch cut for it is gone");
+    assert_eq!(folder_of(&c, &session)?, repo.path, "the cancelled turn moved nothing");
+    assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", repo.path.display()));
+    for channel in [&session, &chat] {
+        c.check_against_snapshot(channel).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn create_session_with_a_worktree_from_a_models_tool_call() -> anyhow::Result<()> {
     let repo = repo();

@@ -162,12 +162,18 @@ pub async fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> T
     };
     let folder = if isolation {
         let request = FolderRequest { owner: session.clone(), session: session.clone(), from: folder, title, settings };
-        cut(host, TOOL, request, &chat, &turn_id).await?
+        cut(host, TOOL, request).await?
     } else {
         folder
     };
     let uri = file_uri(&folder);
-    wait_for_turn(tools, host, chat, WorkspaceRequest { turn_id, folder, moves: Moves::Session { cut: isolation } });
+    wait_for_turn(
+        tools,
+        host,
+        TOOL,
+        chat,
+        WorkspaceRequest { turn_id, folder, moves: Moves::Session { cut: isolation } },
+    )?;
     Ok(format!(
         "Workspace will be set to {uri} after this turn ends. End this turn now without calling more tools or replying; the host will continue the original task automatically in the selected workspace."
     ))
@@ -183,28 +189,34 @@ fn running(core: &Core, tool: &str, chat: &str, turn_id: &str) -> Result<(), Ref
     }
 }
 
-/// Cuts the worktree a request asks for, while the turn that asked still runs; a refusal is the
-/// feature's sentence, as the tool's input's fault.
-async fn cut(host: &Host, tool: &str, request: FolderRequest, chat: &str, turn_id: &str) -> Result<PathBuf, Refusal> {
-    let owner = request.owner.clone();
+/// Cuts the worktree a request asks for; a refusal is the feature's sentence, as the tool's
+/// input's fault.
+async fn cut(host: &Host, tool: &str, request: FolderRequest) -> Result<PathBuf, Refusal> {
     let workspaces = host.lock().workspaces();
-    let folder =
-        workspaces.make_folder(host, request).await.map_err(|e| format!("Invalid {tool} input: {}", e.message))?;
-    let mut core = host.lock();
-    if let Err(refusal) = running(&core, tool, chat, turn_id) {
-        // The turn ended while the worktree was cut: nothing is left of it.
-        workspaces.settle(&mut core, &owner, false);
-        return Err(refusal);
-    }
-    Ok(folder)
+    Ok(workspaces.make_folder(host, request).await.map_err(|e| format!("Invalid {tool} input: {}", e.message))?)
 }
 
-/// Keeps a workspace change until its turn ends; one it replaces is dropped.
-fn wait_for_turn(tools: &HostTools, host: &Host, chat: String, request: WorkspaceRequest) {
+/// Keeps a workspace change until its turn ends; one it replaces is dropped. Whether the turn
+/// still runs is asked under the same lock its ending takes: a turn that ended while the tool
+/// worked (a worktree takes a while to cut) would never carry the change out, and the worktree
+/// cut for it would stay. Then nothing is left of the change, and the call is refused.
+fn wait_for_turn(
+    tools: &HostTools,
+    host: &Host,
+    tool: &str,
+    chat: String,
+    request: WorkspaceRequest,
+) -> Result<(), Refusal> {
+    let mut core = host.lock();
+    if let Err(refusal) = running(&core, tool, &chat, &request.turn_id) {
+        drop_worktree(&mut core, &chat, &request);
+        return Err(refusal);
+    }
     let replaced = tools.state().workspace_requests.insert(chat.clone(), request);
     if let Some(replaced) = replaced {
-        drop_worktree(&mut host.lock(), &chat, &replaced);
+        drop_worktree(&mut core, &chat, &replaced);
     }
+    Ok(())
 }
 
 /// An absolute local path or `file://` URI with no query or fragment.
@@ -255,9 +267,9 @@ pub async fn isolate_session(tools: &HostTools, host: &Host, call: &ToolCall) ->
         let title = core.chat(&chat).map(|m| m.title.clone()).filter(|t| !t.is_empty());
         FolderRequest { owner: chat.clone(), session, from, title, settings }
     };
-    let folder = cut(host, TOOL, request, &chat, &turn_id).await?;
+    let folder = cut(host, TOOL, request).await?;
     let uri = file_uri(&folder);
-    wait_for_turn(tools, host, chat, WorkspaceRequest { turn_id, folder, moves: Moves::Chat });
+    wait_for_turn(tools, host, TOOL, chat, WorkspaceRequest { turn_id, folder, moves: Moves::Chat })?;
     Ok(format!(
         "This chat will move to its own worktree {uri} after this turn ends; the session's other chats keep their folders. End this turn now without calling more tools or replying; the host will continue the original task automatically in the worktree."
     ))
