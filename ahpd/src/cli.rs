@@ -129,8 +129,9 @@ pub enum Verb {
     Send(SendArgs),
     /// Follow live activity until interrupted: across every session one line per event (a session
     /// added or removed, a message, a reply, a failure, something waiting for you); for one
-    /// SESSION, its replies as they stream.
-    #[command(after_help = "Exit codes: 1 none running, or the daemon went away.")]
+    /// SESSION, its replies as they stream. When the daemon goes away (a restart, a crash) it says
+    /// so and watches again once one is back.
+    #[command(after_help = "Exit codes: 1 none running when it starts, or the session is not found.")]
     Watch(WatchArgs),
     /// Print how to reach the running daemon: the web window's address and the URL for VS Code
     /// (on stderr), and on stdout the JSON to paste into VS Code's settings.json

@@ -4,6 +4,7 @@
 //! --json` lists what listSessions lists; `ahpd connect` prints the settings VS Code reads; `ahpd
 //! watch` follows what happens across sessions and in one.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -155,7 +156,10 @@ struct Watching {
 
 impl Watching {
     async fn start(daemon: &Daemon, args: &[&str]) -> anyhow::Result<Self> {
-        let home = &daemon.home;
+        Self::start_in(&daemon.home, args).await
+    }
+
+    async fn start_in(home: &Path, args: &[&str]) -> anyhow::Result<Self> {
         let mut child = tokio::process::Command::new(ahpd_bin())
             .arg("watch")
             .args(args)
@@ -214,6 +218,41 @@ async fn watch_follows_activity_across_sessions_and_in_one() -> anyhow::Result<(
     one.until("▸ just this one").await?;
     one.until("just this one").await?;
     Ok(())
+}
+
+/// The URL (with its token) of the daemon `ahpd start` left running in `home`.
+fn started_url(home: &tests::Home) -> anyhow::Result<String> {
+    let record = home.record().context("no daemon record")?;
+    let url = record["url"].as_str().context("no url in the record")?.to_owned();
+    let token = tests::daemon::kept_token(home.path()).context("no token kept")?;
+    Ok(format!("{url}/?tkn={token}"))
+}
+
+#[tokio::test]
+async fn watch_waits_out_a_restart_and_goes_on_watching() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.expect(0, &["start", "--port", "0"]).await?;
+    let mut all = Watching::start_in(home.path(), &[]).await?;
+    let mut client = TestClient::connect(&started_url(&home)?, "driver").await?;
+    let (session, chat) = client.create_session("echo", None).await?;
+    client.turn(&chat, "before the restart").await?;
+    all.until("◂ before the restart").await?;
+    let mut one = Watching::start_in(home.path(), &[&session]).await?;
+    drop(client);
+
+    // `ahpd restart` starts it again on a port of its own (`--port 0`): the watchers find it
+    // through its record.
+    home.expect(0, &["restart"]).await?;
+    let mut client = TestClient::connect(&started_url(&home)?, "driver").await?;
+    client.subscribe(&session).await?;
+    client.subscribe(&chat).await?;
+    client.turn(&chat, "after the restart").await?;
+    all.until("▸ after the restart").await?;
+    all.until("◂ after the restart").await?;
+    one.until("▸ after the restart").await?;
+    one.until("after the restart").await?;
+    home.expect(0, &["stop"]).await.map(|_| ())
 }
 
 #[tokio::test]

@@ -1,10 +1,11 @@
 //! `ahpd watch [SESSION]`: follows live activity until interrupted. Across sessions, one line per
 //! thing that happened (a session added or removed, a message, a reply, a failure, something that
-//! waits for a person); for one session, its replies stream as they are written. Exit 1 when the
-//! daemon goes away.
+//! waits for a person); for one session, its replies stream as they are written. When the daemon
+//! goes away (`ahpd restart`, a crash) it says so, waits for one to be back and watches again.
 
 use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use ahp::SubscriptionEvent;
 use ahp_types::state::ResponsePart;
@@ -15,27 +16,54 @@ use super::remote::{self as client, Connection, Target};
 use super::say;
 use crate::cli::WatchArgs;
 
-/// Runs `ahpd watch`.
+/// The longest wait between two looks for a daemon that went away.
+const LOOK_AT_MOST_EVERY: Duration = Duration::from_secs(2);
+
+/// The connection closed: the daemon went away.
+struct Gone;
+
+/// Runs `ahpd watch`. The first connection must succeed; after that a daemon that goes away is
+/// waited for.
 pub async fn run(args: &WatchArgs) -> ExitCode {
-    client::run(&args.client, |target| async move {
-        let conn = client::connect(&target).await?;
-        match &args.session {
-            Some(session) => one(conn, &session_uri(session)).await,
-            None => all(conn, &target).await,
+    client::run(&args.client, |first| async move {
+        let mut target = first;
+        let mut conn = client::connect(&target).await?;
+        loop {
+            let Gone = match &args.session {
+                Some(session) => one(conn, &session_uri(session)).await?,
+                None => all(conn, &target).await?,
+            };
+            eprintln!("The daemon at {} went away; watching again once it is back (Ctrl-C stops).", target.url);
+            (target, conn) = back(args).await;
         }
     })
     .await
 }
 
+/// Waits until a daemon answers again (where the record says it now listens, or at `--url`),
+/// looking more rarely as the wait goes on.
+async fn back(args: &WatchArgs) -> (Target, Connection) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LOOK_AT_MOST_EVERY);
+        let Ok(paths) = crate::paths::Paths::platform() else { continue };
+        let Ok(target) = client::target(&args.client, &paths).await else { continue };
+        if let Ok(conn) = client::connect(&target).await {
+            return (target, conn);
+        }
+    }
+}
+
 /// One session: each message and its reply as it streams.
-async fn one(mut conn: Connection, session: &str) -> Result<ExitCode, String> {
+async fn one(mut conn: Connection, session: &str) -> Result<Gone, String> {
     let mut folded = Folded::default();
     let chat = conn.default_chat(&mut folded, session).await?;
     conn.watch(&mut folded, &chat).await?;
     eprintln!("Watching {session} (Ctrl-C stops).");
     let mut printer = Printer::default();
     loop {
-        let (channel, event) = conn.next().await?;
+        let Ok((channel, event)) = conn.next().await else { return Ok(Gone) };
         let SubscriptionEvent::Action(env) = event else { continue };
         if !folded.fold(&env) || channel != chat {
             continue;
@@ -57,7 +85,7 @@ async fn one(mut conn: Connection, session: &str) -> Result<ExitCode, String> {
 }
 
 /// Every session: one line per event.
-async fn all(mut conn: Connection, target: &Target) -> Result<ExitCode, String> {
+async fn all(mut conn: Connection, target: &Target) -> Result<Gone, String> {
     let mut titles: HashMap<String, String> = HashMap::new();
     let mut chat_of: HashMap<String, String> = HashMap::new();
     let mut folded = Folded::default();
@@ -74,7 +102,7 @@ async fn all(mut conn: Connection, target: &Target) -> Result<ExitCode, String> 
     }
     eprintln!("Watching {} ({} sessions; Ctrl-C stops).", target.url, titles.len());
     loop {
-        let (channel, event) = conn.next().await?;
+        let Ok((channel, event)) = conn.next().await else { return Ok(Gone) };
         match event {
             SubscriptionEvent::SessionAdded(added) => {
                 let summary = serde_json::to_value(&added.summary).unwrap_or(Value::Null);
