@@ -91,13 +91,16 @@ async fn pi_truncated_after_the_first_turn_goes_on_from_it() -> anyhow::Result<(
     Ok(())
 }
 
-#[tokio::test]
-async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
-    let mock = MockAnthropic::start().await?;
-    let daemon = Daemon::start_with(claude_options(&mock)).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (session, chat) = a.create_session("claude", None).await?;
-    let ids = three_turns(&mut a, &chat).await?;
+/// Three turns in `chat`, a fork of it at turn two, then each spoken to in turn: the backend's
+/// next request (`last_seen`, the text of its last request) holds the fork's own history, or the
+/// original's, and never the other's. Answers the fork.
+async fn fork_at_turn_two_and_go_on(
+    a: &mut TestClient,
+    session: &str,
+    chat: &str,
+    last_seen: impl Fn() -> String,
+) -> anyhow::Result<String> {
+    let ids = three_turns(a, chat).await?;
 
     let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
     a.request(
@@ -112,24 +115,34 @@ async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::R
     assert_eq!(copied, ids[..2].to_vec(), "the fork holds turns 1 and 2");
 
     assert_eq!(a.turn(&fork, "fork speaking").await?.state, TurnState::Complete);
-    let seen = last_seen(&mock);
+    let seen = last_seen();
     assert!(seen.contains("remember ALPHA") && seen.contains("remember BRAVO"), "turns 1-2: {seen}");
     assert!(!seen.contains("CHARLIE"), "not turn 3: {seen}");
 
-    assert_eq!(a.turn(&chat, "original speaking").await?.state, TurnState::Complete);
-    let seen = last_seen(&mock);
+    assert_eq!(a.turn(chat, "original speaking").await?.state, TurnState::Complete);
+    let seen = last_seen();
     assert!(seen.contains("remember ALPHA") && seen.contains("remember CHARLIE"), "all three: {seen}");
     assert!(!seen.contains("fork speaking"), "nothing of the fork: {seen}");
 
     assert_eq!(a.turn(&fork, "fork again").await?.state, TurnState::Complete);
-    let seen = last_seen(&mock);
+    let seen = last_seen();
     assert!(
         seen.contains("fork speaking") && !seen.contains("CHARLIE") && !seen.contains("original speaking"),
         "{seen}"
     );
     a.check_against_snapshot(&fork).await?;
-    a.check_against_snapshot(&chat).await?;
-    a.check_against_snapshot(&session).await?;
+    a.check_against_snapshot(chat).await?;
+    a.check_against_snapshot(session).await?;
+    Ok(fork)
+}
+
+#[tokio::test]
+async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = Daemon::start_with(claude_options(&mock)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    fork_at_turn_two_and_go_on(&mut a, &session, &chat, || last_seen(&mock)).await?;
     Ok(())
 }
 
@@ -150,39 +163,7 @@ async fn pi_forked_at_turn_two_of_three_goes_on_independently_and_after_a_kill_9
     let mut first = Daemon::start_in(home.path(), options()?).await?;
     let mut a = TestClient::connect(&first.url, "a").await?;
     let (session, chat) = a.create_session("pi", None).await?;
-    let ids = three_turns(&mut a, &chat).await?;
-
-    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
-    a.request(
-        "createChat",
-        json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": ids[1] } }),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("createChat: {e}"))?;
-    a.subscribe(&fork).await?;
-    let copied: Vec<String> =
-        a.mirror.chat(&fork).map(|c| c.turns.iter().map(|t| t.id.clone()).collect()).unwrap_or_default();
-    assert_eq!(copied, ids[..2].to_vec(), "the fork holds turns 1 and 2");
-
-    assert_eq!(a.turn(&fork, "fork speaking").await?.state, TurnState::Complete);
-    let seen = pi_last_seen(&mock);
-    assert!(seen.contains("remember ALPHA") && seen.contains("remember BRAVO"), "turns 1-2: {seen}");
-    assert!(!seen.contains("CHARLIE"), "not turn 3: {seen}");
-
-    assert_eq!(a.turn(&chat, "original speaking").await?.state, TurnState::Complete);
-    let seen = pi_last_seen(&mock);
-    assert!(seen.contains("remember ALPHA") && seen.contains("remember CHARLIE"), "all three: {seen}");
-    assert!(!seen.contains("fork speaking"), "nothing of the fork: {seen}");
-
-    assert_eq!(a.turn(&fork, "fork again").await?.state, TurnState::Complete);
-    let seen = pi_last_seen(&mock);
-    assert!(
-        seen.contains("fork speaking") && !seen.contains("CHARLIE") && !seen.contains("original speaking"),
-        "{seen}"
-    );
-    a.check_against_snapshot(&fork).await?;
-    a.check_against_snapshot(&chat).await?;
-    a.check_against_snapshot(&session).await?;
+    let fork = fork_at_turn_two_and_go_on(&mut a, &session, &chat, || pi_last_seen(&mock)).await?;
     drop(a);
     first.kill9().await?;
 
