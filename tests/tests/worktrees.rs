@@ -162,6 +162,27 @@ fn tool_results(turn: &Turn) -> Vec<(String, bool, String)> {
         .collect()
 }
 
+/// Waits until every tool call of the chat's running turn has finished. The notes agent runs a
+/// message's commands side by side, so its question can come while the tool still works (a
+/// worktree being cut), or before the host has even taken the call.
+async fn until_tools_done(c: &mut TestClient, chat: &str) -> anyhow::Result<()> {
+    let ch = chat.to_owned();
+    c.until("the turn's tool calls to finish", move |m| {
+        m.chat(&ch).and_then(|s| s.active_turn.as_ref()).is_some_and(|turn| {
+            let calls: Vec<Value> = turn
+                .response_parts
+                .iter()
+                .filter_map(|p| match p {
+                    ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+                    _ => None,
+                })
+                .collect();
+            !calls.is_empty() && calls.iter().all(|call| call["status"] == "completed")
+        })
+    })
+    .await
+}
+
 /// Answers the one open question of the chat's running turn.
 async fn answer_question(c: &mut TestClient, chat: &str) -> anyhow::Result<()> {
     let questions = c.until_questions(chat, 1).await?;
@@ -361,6 +382,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     let (other, other_chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
     let turn = c.send(&other_chat, &call).await?;
     c.until_questions(&other_chat, 1).await?;
+    until_tools_done(&mut c, &other_chat).await?;
     let stop = ChatTurnCancelledAction { turn_id: turn.clone(), duration: 1, meta: None };
     c.dispatch(&other_chat, StateAction::ChatTurnCancelled(stop)).await?;
     c.finished(&other_chat, &turn).await?;
@@ -394,6 +416,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     c.subscribe(&third).await?;
     let turn = c.send(&third, "call isolate_session {}; ask ready?").await?;
     c.until_questions(&third, 1).await?;
+    until_tools_done(&mut c, &third).await?;
     let stop = ChatTurnCancelledAction { turn_id: turn.clone(), duration: 1, meta: None };
     c.dispatch(&third, StateAction::ChatTurnCancelled(stop)).await?;
     c.finished(&third, &turn).await?;
