@@ -51,18 +51,12 @@ pub const RESUMED: &str = "(This request was cut off before you finished it: the
 Carry on with it from where you were; what you did already is done.)";
 
 /// What a lost turn sends its backend again (`session/resumeTurn`): its words after [`RESUMED`],
-/// without the attachments it carried, and apart, what a person answered to its parked questions.
+/// with the attachments it carried, and apart, what a person answered to its parked questions.
 pub fn resumed_request(params: protocol::ResumeTurnParams) -> (protocol::SendMessageParams, Vec<protocol::Decision>) {
-    let protocol::ResumeTurnParams { chat, turn_id, mut message, decisions } = params;
+    let protocol::ResumeTurnParams { chat, turn_id, mut message, decisions, attachments } = params;
     message.text = format!("{RESUMED}\n\n{}", message.text);
-    let request = protocol::SendMessageParams {
-        chat,
-        turn_id,
-        message,
-        instructions: None,
-        unattended: false,
-        attachments: Vec::new(),
-    };
+    let request =
+        protocol::SendMessageParams { chat, turn_id, message, instructions: None, unattended: false, attachments };
     (request, decisions)
 }
 

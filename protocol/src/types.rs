@@ -529,6 +529,10 @@ pub struct ResumeTurnParams {
     /// parked: the backend carries each out when its agent asks the same again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<Decision>,
+    /// The message's attachments read again (see [`SendMessageParams::attachments`]): the
+    /// request goes on with what it was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// A person's answer to a question a lost turn had parked.

@@ -5,7 +5,8 @@
 //! OpenAI mocks, whose logged requests are the evidence of what the model saw.
 
 use ahp_types::actions::{ChatTruncatedAction, ChatTurnResumeAction, StateAction};
-use ahp_types::state::{ResponsePart, TurnState};
+use ahp_types::state::{MessageAttachment, MessageEmbeddedResourceAttachment, ResponsePart, TurnState};
+use base64::Engine;
 use serde_json::json;
 use tests::daemon::children_of;
 use tests::installed::claude_entry;
@@ -196,7 +197,18 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
     let (_session, chat) = a.create_session("claude", None).await?;
     assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
 
-    let turn_id = a.send(&chat, "SLOW tell me a story").await?;
+    // The turn carries an attachment, which its resumed request carries again.
+    let mut message = tests::user_message("SLOW tell me a story");
+    message.attachments = Some(vec![MessageAttachment::EmbeddedResource(MessageEmbeddedResourceAttachment {
+        label: "plot.txt".into(),
+        range: None,
+        display_kind: None,
+        meta: None,
+        data: base64::engine::general_purpose::STANDARD.encode("the plot: ATTACHED-ZULU"),
+        content_type: "text/plain".into(),
+        selection: None,
+    })]);
+    let (turn_id, _) = a.send_message(&chat, message).await?;
     let c = chat.clone();
     a.until("the answer to start streaming", move |m| {
         m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
@@ -225,6 +237,14 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
     let seen = last_seen(&mock);
     assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
     assert!(seen.contains("tell me a story"), "the turn's request goes on: {seen}");
+    let request = mock.turn_requests().last().cloned().ok_or_else(|| anyhow::anyhow!("no request"))?;
+    let resumed = request
+        .messages()
+        .into_iter()
+        .rev()
+        .find(|m| m["role"] == "user" && m.to_string().contains("cut off before you finished"))
+        .ok_or_else(|| anyhow::anyhow!("no resumed request in {seen}"))?;
+    assert!(resumed.to_string().contains("ATTACHED-ZULU"), "the resumed request carries the attachment: {resumed}");
     a.check_against_snapshot(&chat).await?;
     Ok(())
 }

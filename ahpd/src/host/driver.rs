@@ -203,8 +203,18 @@ impl Driver {
                 if !self.host.is_running(&chat, &turn_id) {
                     return;
                 }
-                let params =
-                    protocol::ResumeTurnParams { chat: chat.clone(), turn_id: turn_id.clone(), message, decisions };
+                // Read again, as when it was sent: a file gone since is said, not left out.
+                let attachments = match self.host.read_attachments(&chat, &message, None).await {
+                    Ok(read) => read,
+                    Err(why) => return self.host.send_failed(&chat, &turn_id, "attachmentRefused", why),
+                };
+                let params = protocol::ResumeTurnParams {
+                    chat: chat.clone(),
+                    turn_id: turn_id.clone(),
+                    message,
+                    decisions,
+                    attachments,
+                };
                 if let Err(e) = self.call(worker, parent::RESUME_TURN, params).await {
                     let why = format!("The {} agent could not resume the turn: {e}", self.provider);
                     self.host.send_failed(&chat, &turn_id, "resumeFailed", why);
