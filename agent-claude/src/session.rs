@@ -409,7 +409,7 @@ impl Core {
             uuid: uuid::Uuid::new_v4().to_string(),
             recorded: false,
             steers: HashMap::new(),
-            subagents: Subagents::default(),
+            subagents: Subagents::new(self.spec.terminal_outputs),
         });
         Some(params)
     }

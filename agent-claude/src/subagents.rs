@@ -24,6 +24,8 @@ pub struct Subagents {
     running: HashMap<String, Subagent>,
     /// Task ids said before the subagent's first line.
     task_ids: HashMap<String, String>,
+    /// A command a subagent runs shows its output as a terminal the host keeps, as its parent's do.
+    terminal_outputs: bool,
 }
 
 /// The Task call a line belongs to, when it is a subagent's.
@@ -32,6 +34,11 @@ pub fn parent_of(line: &Value) -> Option<&str> {
 }
 
 impl Subagents {
+    /// None yet; their commands' outputs kept as terminals when `terminal_outputs` (the start's).
+    pub fn new(terminal_outputs: bool) -> Self {
+        Self { terminal_outputs, ..Self::default() }
+    }
+
     /// Maps a subagent's line in its own chat, opening that chat first. `input` is the Task
     /// call's input, as the turn holds it.
     pub fn line(&mut self, host: &SessionHost, tools: &[ToolSpec], call: &str, input: &Value, line: &Value) {
@@ -67,7 +74,9 @@ impl Subagents {
                 prompt: input["prompt"].as_str().unwrap_or_default().to_owned(),
             };
             let own = host.subagent_started(params);
-            Subagent { mapper: TurnMapper::new(TurnWriter::new(own, turn_id), tools.to_vec()), task_id }
+            let mapper = TurnMapper::new(TurnWriter::new(own, turn_id), tools.to_vec())
+                .with_terminal_outputs(self.terminal_outputs);
+            Subagent { mapper, task_id }
         })
     }
 

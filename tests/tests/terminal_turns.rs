@@ -150,3 +150,48 @@ async fn a_command_claude_runs_shows_its_output_as_a_terminal_readable_after_a_r
     assert!(terminal_output(&state).contains("from-bash"), "kept across the restart: {state:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_command_a_claude_subagent_runs_shows_its_output_as_a_terminal_in_its_own_chat() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon = tests::Daemon::start_with(tests::DaemonOptions::with_config(claude_config(&mock))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude", None).await?;
+    assert_eq!(a.turn(&chat, "hello").await?.state, TurnState::Complete);
+    let offered = mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
+    let task = ["Agent", "Task"].into_iter().find(|t| offered.iter().any(|o| o == t)).expect("a Task tool");
+
+    let bash = json!({ "command": "echo from-the-subagent", "description": "Say where it is from" });
+    let args = json!({ "description": "Run a command", "prompt": format!("TOOL:Bash ARGS:{bash}"),
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = a.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c) = (session.clone(), chat.clone());
+    a.until("the subagent's chat", move |m| {
+        m.session(&s).is_some_and(|st| {
+            st.chats
+                .iter()
+                .any(|x| matches!(&x.origin, Some(ahp_types::state::ChatOrigin::Tool { chat: p, .. }) if *p == c))
+        })
+    })
+    .await?;
+    let sub = a
+        .mirror
+        .session(&session)
+        .and_then(|st| st.chats.iter().find(|x| x.origin.is_some()).map(|x| x.resource.clone()))
+        .ok_or_else(|| anyhow::anyhow!("no subagent chat"))?;
+    a.subscribe(&sub).await?;
+    // The CLI lets a subagent run this command without asking.
+    assert_eq!(a.finished(&chat, &turn_id).await?.state, TurnState::Complete);
+
+    let done = a.mirror.chat(&sub).and_then(|c| c.turns.last().cloned()).ok_or_else(|| anyhow::anyhow!("no turn"))?;
+    let parts = terminal_parts(&done);
+    let [(success, terminal)] = &parts[..] else { anyhow::bail!("one terminal part: {:?}", done.response_parts) };
+    assert!(success, "{done:?}");
+    assert_eq!(terminal.title, "echo from-the-subagent");
+    a.subscribe(&terminal.resource).await?;
+    let state = a.mirror.terminal(&terminal.resource).cloned().ok_or_else(|| anyhow::anyhow!("no terminal"))?;
+    assert!(terminal_output(&state).contains("from-the-subagent"), "{state:?}");
+    a.check_against_snapshot(&sub).await?;
+    a.check_against_snapshot(&terminal.resource).await?;
+    Ok(())
+}
