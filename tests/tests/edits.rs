@@ -189,6 +189,43 @@ async fn pi_forked_at_turn_two_of_three_goes_on_independently_and_after_a_kill_9
     Ok(())
 }
 
+/// Once the running turn `turn_id` has said something, `kill -9` of the chat's worker: the turn
+/// ends failed, saying it can be resumed.
+async fn kill_the_worker_once_it_streams(
+    a: &mut TestClient,
+    daemon: &Daemon,
+    chat: &str,
+    turn_id: &str,
+) -> anyhow::Result<()> {
+    let c = chat.to_owned();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+    })
+    .await?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no worker"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let failed = a.finished(chat, turn_id).await?;
+    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
+    assert!(
+        matches!(failed.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
+        "the error says it can be resumed: {:?}",
+        failed.response_parts.last()
+    );
+    Ok(())
+}
+
+/// Resumes `turn_id` (`chat/turnResume`) and waits until it completes as the chat's last turn.
+async fn resume_until_complete(a: &mut TestClient, chat: &str, turn_id: &str) -> anyhow::Result<()> {
+    a.dispatch(chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: turn_id.to_owned() })).await?;
+    let (c, t) = (chat.to_owned(), turn_id.to_owned());
+    a.until("the resumed turn to complete", move |m| {
+        m.chat(&c).is_some_and(|s| {
+            s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
+        })
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -209,30 +246,10 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
         selection: None,
     })]);
     let (turn_id, _) = a.send_message(&chat, message).await?;
-    let c = chat.clone();
-    a.until("the answer to start streaming", move |m| {
-        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
-    })
-    .await?;
-    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
-    let failed = a.finished(&chat, &turn_id).await?;
-    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
-    assert!(
-        matches!(failed.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
-        "the error says it can be resumed: {:?}",
-        failed.response_parts.last()
-    );
+    kill_the_worker_once_it_streams(&mut a, &daemon, &chat, &turn_id).await?;
 
     let before = mock.turn_requests().len();
-    a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: turn_id.clone() })).await?;
-    let (c, t) = (chat.clone(), turn_id.clone());
-    a.until("the resumed turn to complete", move |m| {
-        m.chat(&c).is_some_and(|s| {
-            s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
-        })
-    })
-    .await?;
+    resume_until_complete(&mut a, &chat, &turn_id).await?;
     assert!(mock.turn_requests().len() > before, "the model was asked again");
     let seen = last_seen(&mock);
     assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
@@ -260,34 +277,14 @@ async fn a_pi_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow:
     assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
 
     let turn_id = a.send(&chat, "[[hold]] tell me a story").await?;
-    let c = chat.clone();
-    a.until("the answer to start streaming", move |m| {
-        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
-    })
-    .await?;
-    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no pi worker"))?;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
-    let failed = a.finished(&chat, &turn_id).await?;
-    assert_eq!(failed.state, TurnState::Error, "{failed:?}");
-    assert!(
-        matches!(failed.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
-        "the error says it can be resumed: {:?}",
-        failed.response_parts.last()
-    );
+    kill_the_worker_once_it_streams(&mut a, &daemon, &chat, &turn_id).await?;
 
     // The resumed request holds again (it carries the turn's words): let it go at once. The
     // stream the kill cut may not have seen its connection close yet and take one release.
     mock.release();
     mock.release();
     let before = mock.requests().len();
-    a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: turn_id.clone() })).await?;
-    let (c, t) = (chat.clone(), turn_id.clone());
-    a.until("the resumed turn to complete", move |m| {
-        m.chat(&c).is_some_and(|s| {
-            s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
-        })
-    })
-    .await?;
+    resume_until_complete(&mut a, &chat, &turn_id).await?;
     assert!(mock.requests().len() > before, "the model was asked again");
     let seen = pi_last_seen(&mock);
     assert!(seen.contains("remember ALPHA"), "in the resumed conversation: {seen}");
