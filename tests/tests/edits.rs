@@ -602,11 +602,20 @@ async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Res
     let daemon = Daemon::start_with(options).await?;
     let clock = TestClient::connect(&daemon.url, "clock").await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session("claude", None).await?;
+    let (session, chat) = a.create_session("claude", None).await?;
     let args = json!({ "delaySeconds": 60, "prompt": "wake up and report" });
     let turn = a.turn(&chat, &format!("later TOOL:mcp__host__schedule_wakeup ARGS:{args}")).await?;
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     assert!(!last_seen(&mock).contains("Nobody is watching"), "a watched turn is not told so");
+    // Nobody watches from here. A connection's messages are handled in order, so once a request
+    // sent after the unsubscribes is answered the daemon has taken them (a closed socket alone
+    // may still be unread when the clock moves).
+    for channel in [&session, &chat] {
+        a.client.unsubscribe(channel.to_string()).await.map_err(|e| anyhow::anyhow!("unsubscribe: {e}"))?;
+    }
+    a.request("listSessions", json!({ "channel": "ahp-root://" }))
+        .await
+        .map_err(|e| anyhow::anyhow!("listSessions: {e}"))?;
     a.client.shutdown().await;
 
     clock
