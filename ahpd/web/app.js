@@ -7,6 +7,7 @@ import { h, ago, uriPath, pathUri, uuid } from './dom.js';
 import { Connection, ROOT } from './rpc.js';
 import { applyRoot, applySession, applyChat, Status, activityOf } from './reducer.js';
 import { ChatPane, glance, confirmButtons } from './chat.js';
+import { Attempts } from './attempts.js';
 
 const TOKEN_KEY = 'ahpd.token';
 
@@ -50,6 +51,7 @@ class App {
         if (pane.visible) pane.settle();
       }
     });
+    this.attempts = new Attempts(this);
     this.build();
     this.conn = new Connection({
       token: takeToken(),
@@ -200,6 +202,7 @@ class App {
       const a = activityOf(s.status);
       if (a === Status.InProgress || a === Status.InputNeeded) want.add(uri);
     }
+    for (const uri of this.attempts.watched()) want.add(uri);
     for (const uri of want) if (!this.watching.has(uri)) this.watch(uri);
     for (const uri of [...this.watching]) if (!want.has(uri)) {
       this.watching.delete(uri);
@@ -342,16 +345,26 @@ class App {
     };
     agentSelect.addEventListener('change', () => { values = {}; resolve(); });
     const create = h('button', { class: 'primary', type: 'button', data: { action: 'create' } }, 'Start');
+    const several = this.attempts.section(agents, agentSelect);
     const dialog = h('dialog', { class: 'new-session' },
       h('h2', { text: 'New session' }),
       h('label', {}, h('span', { text: 'Agent' }), agentSelect), about,
       h('label', {}, h('span', { text: 'Folder' }), folder),
-      fields, error,
+      fields, several.el, error,
       h('div', { class: 'dialog-actions' }, h('button', { type: 'button', on: { click: () => dialog.close() } }, 'Cancel'), create));
     create.addEventListener('click', async () => {
       const session = `ahp-session:/${uuid()}`;
       const config = {};
       for (const [key, prop] of Object.entries(schema.properties ?? {})) if (!prop.readOnly && values[key] !== undefined) config[key] = values[key];
+      const plan = several.plan();
+      if (plan) {
+        // Several attempts at one task (attempts.js): the settings chosen go to the attempts on this agent.
+        try {
+          await this.attempts.start(plan, folder.value.trim() ? pathUri(folder.value) : null, (p) => (p === agentSelect.value ? config : {}));
+          dialog.close();
+        } catch (e) { error.textContent = e.message; }
+        return;
+      }
       try {
         await this.conn.request('createSession', {
           channel: session, provider: agentSelect.value,
@@ -401,9 +414,10 @@ class App {
     }
     for (const b of this.filterEls) b.querySelector('.count').textContent = counts[b.dataset.filter] ? String(counts[b.dataset.filter]) : '';
     const open = new Set(this.panes.map((p) => p.session));
-    const items = shown.map((s) => this.listItem(s, open.has(s.resource)));
+    const items = this.attempts.group(shown, (s) => this.listItem(s, open.has(s.resource)));
     if (!items.length) items.push(h('li', { class: 'none', text: this.sessions.size ? 'No session matches.' : 'No sessions yet.' }));
     this.list.replaceChildren(...items);
+    this.attempts.draw();
   }
 
   kindOf(s) {

@@ -29,6 +29,7 @@ const ASSETS: &[Asset] = &[
     Asset { name: "markdown.js", mime: JS, body: include_str!("../../web/markdown.js") },
     Asset { name: "chat.js", mime: JS, body: include_str!("../../web/chat.js") },
     Asset { name: "dom.js", mime: JS, body: include_str!("../../web/dom.js") },
+    Asset { name: "attempts.js", mime: JS, body: include_str!("../../web/attempts.js") },
     Asset { name: "style.css", mime: "text/css; charset=utf-8", body: include_str!("../../web/style.css") },
 ];
 

@@ -1,0 +1,235 @@
+//! Several attempts at one task in the web window (issue 28), in a real browser against a real
+//! daemon on a real Git repository: one prompt from New session starts three notes sessions, each
+//! in a worktree of its own on a branch of its own; the list shows them as one task (after a
+//! reload too); the compare view shows each one's files and lines; "Merge this one" merges one
+//! and discards the other two, and git shows the merge in the base checkout with the others'
+//! worktrees and branches gone. Screenshots go to target/window-shots/.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tests::browser::Browser;
+use tests::{Daemon, DaemonOptions, TestClient};
+
+fn js_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The page address the daemon announced (its `web:` line).
+async fn announced_page(daemon: &Daemon) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
+            return Ok(line.to_owned());
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs git in `dir`; answers what it printed.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository on `main` with one commit: `a.txt` holding `one`.
+fn repo(dir: &Path) -> PathBuf {
+    let path = dir.join("project");
+    std::fs::create_dir_all(&path).expect("mkdir");
+    let path = path.canonicalize().expect("canonical");
+    git(&path, &["init", "-q", "-b", "main"]);
+    std::fs::write(path.join("a.txt"), "one\n").expect("write");
+    git(&path, &["add", "a.txt"]);
+    git(&path, &["commit", "-q", "-m", "first"]);
+    path
+}
+
+fn shots() -> anyhow::Result<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Sets a `<select>` in the page to `value` as a person picking it would.
+async fn choose(browser: &mut Browser, selector: &str, value: &str) -> anyhow::Result<()> {
+    browser
+        .eval(&format!(
+            "(() => {{ const s = document.querySelector({}); s.value = {}; s.dispatchEvent(new Event('change')); return s.value; }})()",
+            js_str(selector),
+            js_str(value)
+        ))
+        .await
+        .map(|_| ())
+}
+
+/// The attempts' branches in the repository.
+fn attempt_branches(repo: &Path) -> Vec<String> {
+    git(repo, &["branch", "--list", "attempts/*", "--format=%(refname:short)"]).lines().map(str::to_owned).collect()
+}
+
+// Each attempt's `!` command writes what its attempt number says: attempt N puts `attempt N` in
+// a.txt (+1 −1) and N lines in steps.txt (+N), so the three differ and the counts say which is which.
+const PROMPT: &str = r#"!n=${PWD##*-}; echo "attempt $n" > a.txt; seq $n > steps.txt"#;
+
+#[tokio::test]
+async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_merged() -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("ahpd-attempts-").tempdir()?;
+    let repo = repo(dir.path());
+    let root = dir.path().join("worktrees");
+    let config =
+        json!({ "agents": { "notes": { "kind": "notes" }, "echo": { "kind": "echo" } }, "worktreesRoot": root });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let page = announced_page(&daemon).await?;
+    let mut browser = Browser::launch().await?;
+    browser.open(&page, 1280, 800).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+
+    // New session: one prompt, the repository, the notes agent three times.
+    browser.click("button[data-action=new]").await?;
+    browser.wait_for("document.querySelector('dialog.new-session select[name=ask]')").await?;
+    choose(&mut browser, "dialog.new-session select[name=agent]", "notes").await?;
+    browser.wait_for("document.querySelector('dialog.new-session select[name=ask]')").await?;
+    choose(&mut browser, "dialog.new-session select[name=ask]", "\"never\"").await?;
+    browser
+        .eval(&format!(
+            "(() => {{ const f = document.querySelector('dialog.new-session input[name=folder]'); f.value = {}; return true; }})()",
+            js_str(&repo.display().to_string())
+        ))
+        .await?;
+    browser.click("dialog.new-session input[name=attempts]").await?;
+    browser.wait_for("document.querySelectorAll('dialog.new-session .attempt-row').length === 2").await?;
+    browser.click("dialog.new-session button[data-action=add-attempt]").await?;
+    // Another agent for the second attempt (a `!` command is the host's, whatever the agent).
+    choose(&mut browser, "dialog.new-session .attempt-row:nth-child(2) select[name=attempt-agent]", "echo").await?;
+    browser
+        .eval(&format!(
+            "(() => {{ document.querySelector('dialog.new-session textarea[name=prompt]').value = {}; return true; }})()",
+            js_str(PROMPT)
+        ))
+        .await?;
+    browser.screenshot(&shots()?.join("attempts-new.png")).await?;
+    browser.click("dialog.new-session button[data-action=create]").await?;
+
+    // One task in the list, three attempts under it, each with its changes once its command ran.
+    browser
+        .wait_for(
+            "(() => { const t = document.querySelectorAll('.sessions > li.task'); return t.length === 1 && t[0].querySelectorAll('li[data-attempt]').length === 3; })()",
+        )
+        .await?;
+    browser
+        .wait_for("[...window.ahpd.sessions.values()].filter((s) => s.changes?.files === 2 && (s.status & 0x7) === 1).length === 3")
+        .await?;
+    let branches = attempt_branches(&repo);
+    assert_eq!(branches.len(), 3, "a branch each: {branches:?}");
+    let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.lines().filter(|l| l.starts_with("worktree ")).count(), 4, "a worktree each: {worktrees}");
+    for (i, branch) in branches.iter().enumerate() {
+        assert!(branch.ends_with(&format!("/{}", i + 1)), "{branches:?}");
+    }
+    browser.screenshot(&shots()?.join("attempts-list.png")).await?;
+
+    // A reload (and so any client) sees the same task: the group is in the branches.
+    browser.goto(&format!("{}/", daemon.url.replace("ws://", "http://"))).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    browser.wait_for("document.querySelectorAll('.sessions > li.task li[data-attempt]').length === 3").await?;
+
+    // The compare view: each attempt's state, time, files and lines.
+    browser.click(".sessions > li.task button[data-action=compare]").await?;
+    let columns = browser
+        .wait_for(
+            "(() => { const cols = [...document.querySelectorAll('dialog.compare .compare-column')]; if (cols.length !== 3 || cols.some((c) => !c.querySelector('.compare-files'))) return false; return cols.map((c) => ({ attempt: c.dataset.attempt, who: c.querySelector('.who').textContent, branch: c.querySelector('[data-field=branch]').textContent, state: c.querySelector('[data-field=state]').textContent, lines: c.querySelector('[data-field=lines]').textContent, time: c.querySelector('[data-field=time]').textContent, files: [...c.querySelectorAll('.compare-files li')].map((li) => li.textContent) })); })()",
+        )
+        .await?;
+    eprintln!("compare view: {columns:#}");
+    for (i, column) in columns.as_array().cloned().unwrap_or_default().iter().enumerate() {
+        let n = i + 1;
+        assert_eq!(column["attempt"], json!(n.to_string()), "{columns}");
+        assert_eq!(column["state"], json!("idle"), "{columns}");
+        assert_eq!(column["who"], json!(if n == 2 { "echo" } else { "notes" }), "{columns}");
+        assert_eq!(column["branch"], json!(format!("{} (against main)", branches[i])), "{columns}");
+        assert_eq!(column["lines"], json!(format!("+{} −1 in 2 files", n + 1)), "{columns}");
+        assert_eq!(column["files"], json!(["a.txt+1 −1", format!("steps.txt+{n} −0")]), "{columns}");
+        assert!(column["time"].as_str().is_some_and(|t| t.ends_with(" s") || t.contains("min")), "{columns}");
+    }
+    browser.screenshot(&shots()?.join("attempts-compare.png")).await?;
+
+    // A merge the host refuses (the base checkout has uncommitted work) discards nothing, and the
+    // view says why in the host's words.
+    let merge_second = "dialog.compare .compare-column[data-attempt=\"2\"] button[data-action=merge-this]";
+    std::fs::write(repo.join("a.txt"), "someone's work in progress\n")?;
+    browser.click(merge_second).await?;
+    browser.wait_for("document.querySelector('dialog.ask')?.textContent.includes('Merge attempt 2')").await?;
+    browser.click("dialog.ask button[data-action=confirm]").await?;
+    let refused = browser.wait_for("document.querySelector('dialog.compare .compare-said.error')?.textContent").await?;
+    let refused = refused.as_str().unwrap_or_default();
+    assert!(
+        refused.contains("has uncommitted changes (a.txt)") && refused.ends_with("Nothing was discarded."),
+        "{refused}"
+    );
+    assert_eq!(attempt_branches(&repo), branches, "every attempt is still there");
+    assert_eq!(browser.eval("document.querySelectorAll('dialog.compare .compare-column').length").await?, json!(3));
+    browser.screenshot(&shots()?.join("attempts-refused.png")).await?;
+    git(&repo, &["checkout", "--", "a.txt"]);
+
+    // "Merge this one" on attempt 2: asked first, then merged, and the other two discarded.
+    let chosen = browser
+        .eval("document.querySelector('dialog.compare .compare-column[data-attempt=\"2\"]').dataset.session")
+        .await?;
+    let chosen = chosen.as_str().unwrap_or_default().to_owned();
+    browser.click(merge_second).await?;
+    browser.wait_for("document.querySelector('dialog.ask')?.textContent.includes('Merge attempt 2')").await?;
+    browser.click("dialog.ask button[data-action=confirm]").await?;
+    let said = browser
+        .wait_for("document.querySelector('dialog.compare .compare-said.done, dialog.compare .compare-said.error')?.textContent")
+        .await?;
+    let said = said.as_str().unwrap_or_default().to_owned();
+    assert!(said.starts_with("Merged attempts/") && said.contains("into main"), "{said}");
+    assert!(said.contains("Discarded 2 other attempts, with their worktrees and branches."), "{said}");
+    // What is left is the merged attempt, with nothing on its branch its base does not hold.
+    browser
+        .wait_for("(() => { const c = document.querySelectorAll('dialog.compare .compare-column'); return c.length === 1 && c[0].textContent.includes('No file changed.') && c[0].querySelector('[data-field=lines]').textContent === '+0 −0 in 0 files' && c[0].querySelector('button[data-action=merge-this]').disabled; })()")
+        .await?;
+    browser.screenshot(&shots()?.join("attempts-merged.png")).await?;
+
+    // Git: attempt 2's work is in the base checkout, committed; the others' worktrees and branches are gone.
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt"))?, "attempt 2\n");
+    assert_eq!(std::fs::read_to_string(repo.join("steps.txt"))?, "1\n2\n");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "", "the base is clean");
+    assert_eq!(git(&repo, &["show", "HEAD:a.txt"]), "attempt 2\n", "merged into main's history");
+    let left = attempt_branches(&repo);
+    assert_eq!(left, [branches[1].clone()], "only the merged attempt's branch is left");
+    git(&repo, &["merge-base", "--is-ancestor", &branches[1], "main"]);
+    let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
+    let listed: Vec<&str> = worktrees.lines().filter_map(|l| l.strip_prefix("worktree ")).collect();
+    assert_eq!(listed.len(), 2, "the base and the merged attempt's: {worktrees}");
+    for gone in [&branches[0], &branches[2]] {
+        let folder = gone.replace('/', "-");
+        assert!(!listed.iter().any(|w| w.ends_with(&folder)), "{gone}'s worktree is gone: {worktrees}");
+        let under =
+            std::fs::read_dir(root.join("project"))?.filter_map(Result::ok).map(|e| e.file_name()).collect::<Vec<_>>();
+        assert!(!under.iter().any(|n| n.to_string_lossy() == folder), "{folder} left on disk: {under:?}");
+    }
+
+    // Every client sees the same: the discarded sessions are gone, the merged one stays.
+    let client = TestClient::connect(&daemon.url, "checker").await?;
+    let listed = client.request("listSessions", json!({ "channel": "ahp-root://" })).await?;
+    let items: Vec<&Value> = listed["items"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(items[0]["resource"], json!(chosen));
+
+    let seen = browser.observations().await?;
+    assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
+    assert_eq!(seen["violations"], json!([]), "{seen}");
+    browser.close().await
+}
