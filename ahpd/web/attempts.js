@@ -279,6 +279,9 @@ export class Attempts {
     const took = duration(end - Date.parse(s.createdAt));
     const c = s.changes ?? {};
     const lines = `+${c.additions ?? 0} −${c.deletions ?? 0} in ${c.files ?? 0} ${c.files === 1 ? 'file' : 'files'}`;
+    // The model its last turn ran on, when its chat is open here (a session's summary does not say).
+    const chat = this.app.chats.get(this.app.sessionStates.get(s.resource)?.defaultChat ?? s.defaultChat);
+    const model = chat?.turns?.at(-1)?.usage?.model;
     const branch = (this.app.sessionStates.get(s.resource)?.changesets ?? []).find((x) => x.changeKind === 'branch')?.label ?? '';
     const read = this.view.files.get(s.resource);
     const files = read?.files == null
@@ -297,7 +300,7 @@ export class Attempts {
       on: { click: () => this.pick(s, members) } }, others ? 'Merge this one' : 'Merge');
     return h('section', { class: 'compare-column', data: { session: s.resource, attempt: a.index } },
       h('h3', {}, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), ` Attempt ${a.index}`),
-      h('p', { class: 'who', text: s.provider }),
+      h('p', { class: 'who', text: model ? `${s.provider} · ${model}` : s.provider }),
       h('dl', {},
         h('dt', { text: 'Branch' }), h('dd', { class: 'branch', data: { field: 'branch' }, text: branch || '…' }),
         h('dt', { text: 'State' }), h('dd', { class: `state ${cls}`, data: { field: 'state' }, text: words }),

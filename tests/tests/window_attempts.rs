@@ -3,7 +3,8 @@
 //! in a worktree of its own on a branch of its own; the list shows them as one task (after a
 //! reload too); the compare view shows each one's files and lines; "Merge this one" merges one
 //! and discards the other two, and git shows the merge in the base checkout with the others'
-//! worktrees and branches gone. Screenshots go to target/window-shots/.
+//! worktrees and branches gone; two attempts on the real `pi` CLI each get the model picked for it
+//! and the compare view shows the tokens each spent. Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tests::browser::Browser;
+use tests::mocks::openai::{MockOpenAi, MODEL_ID};
 use tests::{Daemon, DaemonOptions, TestClient};
 
 fn js_str(s: &str) -> String {
@@ -231,5 +233,96 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     let seen = browser.observations().await?;
     assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
     assert_eq!(seen["violations"], json!([]), "{seen}");
+    browser.close().await
+}
+
+fn pi_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
+        return PathBuf::from(bin);
+    }
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| checkout.join(".cache"));
+    let bin = cache.join("pi").join("node_modules").join(".bin").join("pi");
+    assert!(bin.exists(), "pi is not installed at {}: run scripts/test (or scripts/deps/pi.sh)", bin.display());
+    bin
+}
+
+/// The second model pi's `models.json` names beside the mock's own.
+const SECOND_MODEL: &str = "mock-model-b";
+
+#[tokio::test]
+async fn attempts_on_pi_each_get_their_model_and_the_compare_view_shows_their_tokens() -> anyhow::Result<()> {
+    let mock = MockOpenAi::start().await?;
+    let dir = tempfile::Builder::new().prefix("ahpd-attempts-pi-").tempdir()?;
+    let repo = repo(dir.path());
+    let agent_dir = dir.path().join("pi-agent");
+    std::fs::create_dir_all(&agent_dir)?;
+    let mut models = mock.pi_models_json("mock");
+    let second = json!({ "id": SECOND_MODEL, "name": "Mock Model B", "reasoning": false, "input": ["text"], "contextWindow": 32000, "maxTokens": 4096 });
+    if let Some(list) = models["providers"]["mock"]["models"].as_array_mut() {
+        list.push(second);
+    }
+    std::fs::write(agent_dir.join("models.json"), models.to_string())?;
+    let settings = json!({ "defaultProvider": "mock", "defaultModel": MODEL_ID, "quietStartup": true });
+    std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
+    let config = json!({
+        "agents": { "pi": { "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir } } },
+        "worktreesRoot": dir.path().join("worktrees"),
+    });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut browser = Browser::launch().await?;
+    browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    let offered = browser
+        .wait_for("(window.ahpd.root?.agents ?? []).find((a) => a.provider === 'pi')?.models?.length >= 2 && window.ahpd.root.agents.find((a) => a.provider === 'pi').models.map((m) => m.id)")
+        .await?;
+    let offered: Vec<String> = serde_json::from_value(offered)?;
+    let id_of = |name: &str| offered.iter().find(|id| id.ends_with(name)).cloned().unwrap_or_default();
+    let (first, second) = (id_of(MODEL_ID), id_of(SECOND_MODEL));
+    assert!(!first.is_empty() && !second.is_empty() && first != second, "pi offers both models: {offered:?}");
+
+    browser.click("button[data-action=new]").await?;
+    browser.wait_for("document.querySelector('dialog.new-session select[name=agent]')").await?;
+    choose(&mut browser, "dialog.new-session select[name=agent]", "pi").await?;
+    browser
+        .eval(&format!(
+            "(() => {{ document.querySelector('dialog.new-session input[name=folder]').value = {}; return true; }})()",
+            js_str(&repo.display().to_string())
+        ))
+        .await?;
+    browser.click("dialog.new-session input[name=attempts]").await?;
+    browser.wait_for("document.querySelectorAll('dialog.new-session .attempt-row').length === 2").await?;
+    choose(&mut browser, "dialog.new-session .attempt-row:nth-child(1) select[name=attempt-model]", &first).await?;
+    choose(&mut browser, "dialog.new-session .attempt-row:nth-child(2) select[name=attempt-model]", &second).await?;
+    browser
+        .eval("(() => { document.querySelector('dialog.new-session textarea[name=prompt]').value = 'say hello'; return true; })()")
+        .await?;
+    browser.click("dialog.new-session button[data-action=create]").await?;
+
+    browser.wait_for("document.querySelectorAll('.sessions > li.task li[data-attempt]').length === 2").await?;
+    browser.click(".sessions > li.task button[data-action=compare]").await?;
+    let columns = browser
+        .wait_for(
+            "(() => { const cols = [...document.querySelectorAll('dialog.compare .compare-column')]; if (cols.length !== 2 || cols.some((c) => !/tokens/.test(c.querySelector('[data-field=tokens]').textContent) || c.querySelector('[data-field=state]').textContent !== 'idle')) return false; return cols.map((c) => ({ who: c.querySelector('.who').textContent, tokens: c.querySelector('[data-field=tokens]').textContent, lines: c.querySelector('[data-field=lines]').textContent })); })()",
+        )
+        .await?;
+    eprintln!("compare view: {columns:#}");
+    for (column, model) in columns.as_array().cloned().unwrap_or_default().iter().zip([&first, &second]) {
+        assert_eq!(column["who"], json!(format!("pi · {model}")), "each attempt on the model picked for it: {columns}");
+        assert_eq!(column["tokens"], json!("15 tokens (10 in, 5 out)"), "what the mock reported: {columns}");
+        assert_eq!(column["lines"], json!("+0 −0 in 0 files"), "{columns}");
+    }
+    browser.screenshot(&shots()?.join("attempts-pi-compare.png")).await?;
+
+    // Each attempt asked the model picked for it.
+    let asked: Vec<String> = mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/chat/completions") && r.all_text().contains("say hello"))
+        .filter_map(|r| r.body["model"].as_str().map(str::to_owned))
+        .collect();
+    let mut asked_sorted = asked.clone();
+    asked_sorted.sort();
+    assert_eq!(asked_sorted, [MODEL_ID, SECOND_MODEL], "one request per attempt, each with its model: {asked:?}");
     browser.close().await
 }
