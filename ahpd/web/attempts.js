@@ -156,10 +156,12 @@ export class Attempts {
   async send(session, text, model) {
     await this.app.open(session);
     const pane = this.app.panes.find((p) => p.session === session);
-    for (let tries = 0; tries < 200 && !(pane?.chat && this.app.chats.has(pane.chat)); tries++) {
-      await new Promise((r) => setTimeout(r, 50));
+    // An agent may take a while to start (app.watchChat waits for its chat the same way); a pane
+    // closed meanwhile means the person let this attempt go.
+    while (pane && this.app.panes.includes(pane) && !(pane.chat && this.app.chats.has(pane.chat))) {
+      await new Promise((r) => setTimeout(r, 100));
     }
-    if (!pane?.chat || !this.app.chats.has(pane.chat)) { this.app.toast(`${session} has no chat to send the prompt to.`); return; }
+    if (!pane?.chat || !this.app.chats.has(pane.chat)) { this.app.toast(`The prompt was not sent to ${session}: its chat was closed first.`); return; }
     const message = { text, origin: { kind: 'user' }, ...(model ? { model: { id: model } } : {}) };
     this.app.act(pane.chat, { type: 'chat/turnStarted', turnId: crypto.randomUUID(), startedAt: new Date().toISOString(), message });
   }
@@ -266,8 +268,16 @@ export class Attempts {
     const members = this.members(view.group);
     if (!members.length) { view.body.replaceChildren(h('p', { class: 'empty', text: 'No attempt of this task is left.' })); return; }
     const working = members.some((s) => activityOf(s.status) === Status.InProgress || activityOf(s.status) === Status.InputNeeded);
-    view.body.replaceChildren(...members.map((s) => this.column(s, members, working)));
     for (const s of members) this.readFiles(s);
+    // Drawn again only when something it shows moved, so a button is not replaced under the pointer.
+    const seen = JSON.stringify(members.map((s) => {
+      const state = this.app.sessionStates.get(s.resource);
+      const chat = this.app.chats.get(state?.defaultChat ?? s.defaultChat);
+      return [s.resource, s.status, s.changes, s.modifiedAt, this.app.waitingFor(s.resource), state?._meta?.usage, state?.changesets, chat?.turns?.at(-1)?.usage?.model, view.files.get(s.resource)];
+    }));
+    if (seen === view.seen && !working) return;
+    view.seen = seen;
+    view.body.replaceChildren(...members.map((s) => this.column(s, members, working)));
   }
 
   column(s, members, working) {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tests::browser::Browser;
 use tests::mocks::openai::{MockOpenAi, MODEL_ID};
-use tests::{Daemon, DaemonOptions, TestClient};
+use tests::{Daemon, DaemonOptions, TestClient, PATIENCE};
 
 fn js_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
@@ -73,6 +73,25 @@ async fn choose(browser: &mut Browser, selector: &str, value: &str) -> anyhow::R
         ))
         .await
         .map(|_| ())
+}
+
+/// Waits until the daemon logged the removal of two deleted sessions' worktrees and branches.
+async fn removed_twice(daemon: &Daemon) -> anyhow::Result<()> {
+    const REMOVED: &str = "removed the deleted session's worktree and its branch";
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while daemon.log().matches(REMOVED).count() < 2 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "two removals never logged:\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Clicks the task's Compare button (in one step: the list is redrawn as the sessions change, so a
+/// button found first and clicked after may be gone).
+async fn compare(browser: &mut Browser) -> anyhow::Result<()> {
+    browser.wait_for("document.querySelector('.sessions > li.task button[data-action=compare]')").await?;
+    browser.eval("(() => { document.querySelector('.sessions > li.task button[data-action=compare]').click(); return true; })()").await?;
+    browser.wait_for("document.querySelector('dialog.compare[open]')").await.map(|_| ())
 }
 
 /// The attempts' branches in the repository.
@@ -147,7 +166,7 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     browser.wait_for("document.querySelectorAll('.sessions > li.task li[data-attempt]').length === 3").await?;
 
     // The compare view: each attempt's state, time, files and lines.
-    browser.click(".sessions > li.task button[data-action=compare]").await?;
+    compare(&mut browser).await?;
     let columns = browser
         .wait_for(
             "(() => { const cols = [...document.querySelectorAll('dialog.compare .compare-column')]; if (cols.length !== 3 || cols.some((c) => !c.querySelector('.compare-files'))) return false; return cols.map((c) => ({ attempt: c.dataset.attempt, who: c.querySelector('.who').textContent, branch: c.querySelector('[data-field=branch]').textContent, state: c.querySelector('[data-field=state]').textContent, lines: c.querySelector('[data-field=lines]').textContent, time: c.querySelector('[data-field=time]').textContent, files: [...c.querySelectorAll('.compare-files li')].map((li) => li.textContent) })); })()",
@@ -170,7 +189,9 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     // view says why in the host's words.
     let merge_second = "dialog.compare .compare-column[data-attempt=\"2\"] button[data-action=merge-this]";
     std::fs::write(repo.join("a.txt"), "someone's work in progress\n")?;
-    browser.click(merge_second).await?;
+    browser
+        .eval(&format!("(() => {{ document.querySelector({}).click(); return true; }})()", js_str(merge_second)))
+        .await?;
     browser.wait_for("document.querySelector('dialog.ask')?.textContent.includes('Merge attempt 2')").await?;
     browser.click("dialog.ask button[data-action=confirm]").await?;
     let refused = browser.wait_for("document.querySelector('dialog.compare .compare-said.error')?.textContent").await?;
@@ -189,7 +210,9 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
         .eval("document.querySelector('dialog.compare .compare-column[data-attempt=\"2\"]').dataset.session")
         .await?;
     let chosen = chosen.as_str().unwrap_or_default().to_owned();
-    browser.click(merge_second).await?;
+    browser
+        .eval(&format!("(() => {{ document.querySelector({}).click(); return true; }})()", js_str(merge_second)))
+        .await?;
     browser.wait_for("document.querySelector('dialog.ask')?.textContent.includes('Merge attempt 2')").await?;
     browser.click("dialog.ask button[data-action=confirm]").await?;
     let said = browser
@@ -204,7 +227,9 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
         .await?;
     browser.screenshot(&shots()?.join("attempts-merged.png")).await?;
 
-    // Git: attempt 2's work is in the base checkout, committed; the others' worktrees and branches are gone.
+    // Git: attempt 2's work is in the base checkout, committed; the others' worktrees and branches
+    // are gone (the host removes them just after it answers disposeSession, and logs each).
+    removed_twice(&daemon).await?;
     assert_eq!(std::fs::read_to_string(repo.join("a.txt"))?, "attempt 2\n");
     assert_eq!(std::fs::read_to_string(repo.join("steps.txt"))?, "1\n2\n");
     assert_eq!(git(&repo, &["status", "--porcelain"]), "", "the base is clean");
@@ -300,7 +325,7 @@ async fn attempts_on_pi_each_get_their_model_and_the_compare_view_shows_their_to
     browser.click("dialog.new-session button[data-action=create]").await?;
 
     browser.wait_for("document.querySelectorAll('.sessions > li.task li[data-attempt]').length === 2").await?;
-    browser.click(".sessions > li.task button[data-action=compare]").await?;
+    compare(&mut browser).await?;
     let columns = browser
         .wait_for(
             "(() => { const cols = [...document.querySelectorAll('dialog.compare .compare-column')]; if (cols.length !== 2 || cols.some((c) => !/tokens/.test(c.querySelector('[data-field=tokens]').textContent) || c.querySelector('[data-field=state]').textContent !== 'idle')) return false; return cols.map((c) => ({ who: c.querySelector('.who').textContent, tokens: c.querySelector('[data-field=tokens]').textContent, lines: c.querySelector('[data-field=lines]').textContent })); })()",
@@ -324,5 +349,15 @@ async fn attempts_on_pi_each_get_their_model_and_the_compare_view_shows_their_to
     let mut asked_sorted = asked.clone();
     asked_sorted.sort();
     assert_eq!(asked_sorted, [MODEL_ID, SECOND_MODEL], "one request per attempt, each with its model: {asked:?}");
+
+    // At 800×900 the task and the compare view still fit: every button inside its column.
+    browser.open(&announced_page(&daemon).await?, 800, 900).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    compare(&mut browser).await?;
+    let outside = browser
+        .wait_for("(() => { const cols = [...document.querySelectorAll('dialog.compare .compare-column')]; if (cols.length !== 2 || cols.some((c) => !c.textContent.includes('No file changed.'))) return false; const out = []; for (const c of cols) { const box = c.getBoundingClientRect(); for (const b of c.querySelectorAll('button')) { const r = b.getBoundingClientRect(); if (r.left < box.left || r.right > box.right || r.right > innerWidth || r.bottom > innerHeight) out.push(b.textContent); } } return { out }; })()")
+        .await?;
+    assert_eq!(outside["out"], json!([]), "{outside}");
+    browser.screenshot(&shots()?.join("attempts-narrow.png")).await?;
     browser.close().await
 }
