@@ -142,8 +142,10 @@ export class Attempts {
       try {
         await this.app.conn.request('createSession', { channel: session, provider: attempt.provider, workingDirectories: [folder], config });
       } catch (e) {
-        // The ones made stay: they are a task of fewer attempts, and say so in the list.
-        throw new Error(made.length ? `Attempt ${i + 1} could not start (${e.message}); ${made.length} did.` : e.message);
+        // Whole or not at all: the attempts already made go again (nothing was done in their
+        // worktrees, so the host removes them with their branches).
+        for (const m of made) await this.app.conn.request('disposeSession', { channel: m.session }).catch(() => {});
+        throw new Error(made.length ? `Attempt ${i + 1} could not start, so none was: ${e.message}` : e.message);
       }
       made.push({ session, attempt });
     }

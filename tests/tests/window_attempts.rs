@@ -1,7 +1,8 @@
 //! Several attempts at one task in the web window (issue 28), in a real browser against a real
-//! daemon on a real Git repository: one prompt from New session starts three notes sessions, each
-//! in a worktree of its own on a branch of its own; the list shows them as one task (after a
-//! reload too); the compare view shows each one's files and lines; "Merge this one" merges one
+//! daemon on a real Git repository: a checkout the host will not cut from starts none; one prompt
+//! from New session starts three sessions (notes, echo, notes), each in a worktree of its own on
+//! a branch of its own; the list shows them as one task (after a reload too); the compare view
+//! shows each one's files and lines; a refused merge discards nothing; "Merge this one" merges one
 //! and discards the other two, and git shows the merge in the base checkout with the others'
 //! worktrees and branches gone; two attempts on the real `pi` CLI each get the model picked for it
 //! and the compare view shows the tokens each spent. Screenshots go to target/window-shots/.
@@ -140,6 +141,16 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
         ))
         .await?;
     browser.screenshot(&shots()?.join("attempts-new.png")).await?;
+
+    // A base checkout with uncommitted changes cannot be cut from: the host's refusal is shown in
+    // the dialog and nothing is made.
+    std::fs::write(repo.join("a.txt"), "not committed\n")?;
+    browser.click("dialog.new-session button[data-action=create]").await?;
+    let refused = browser.wait_for("document.querySelector('dialog.new-session .form-error')?.textContent").await?;
+    assert!(refused.as_str().is_some_and(|r| r.contains("has uncommitted changes (a.txt)")), "{refused}");
+    assert_eq!(browser.eval("window.ahpd.sessions.size").await?, json!(0));
+    assert_eq!(attempt_branches(&repo), Vec::<String>::new());
+    git(&repo, &["checkout", "--", "a.txt"]);
     browser.click("dialog.new-session button[data-action=create]").await?;
 
     // One task in the list, three attempts under it, each with its changes once its command ran.
