@@ -186,19 +186,27 @@ impl Host {
             (rx, id, name, owner, self.config().client_tool_timeout_ms)
         };
         // Bounded from here, its dispatch: past its deadline it is failed as its owner's turn shows
-        // it (and the answer it gets is that failure, or its owner's, if that came first).
+        // it (and the answer it gets is that failure, or its owner's, if that came first). The
+        // wait is the host's own task, so the deadline holds even for a caller that went away
+        // (an MCP request dropped mid-call).
         let bound = Bound::of(CallKind::ClientTool, timeout_ms);
-        let mut rx = rx;
-        let stopped = || ToolOutcome::failed(format!("{name} was stopped before {owner} completed it"));
-        let outcome = match bound.within(&self.config().clock, &mut rx).await {
-            Ok(answer) => answer.unwrap_or_else(|_| stopped()),
-            Err(Expired(deadline)) => {
-                let error = format!("{name} got no answer from {owner} in {}", seconds(deadline));
-                self.fail_client_call(&mut self.lock(), chat, &id, &error, None);
-                rx.await.unwrap_or_else(|_| stopped())
-            }
-        };
-        bound.cap(outcome)
+        let stopped = format!("{name} was stopped before {owner} completed it");
+        let (answered, answer) = oneshot::channel();
+        let host = self.clone();
+        let chat = chat.to_owned();
+        self.spawn("client tool call", async move {
+            let mut rx = rx;
+            let outcome = match bound.within(&host.config().clock, &mut rx).await {
+                Ok(answer) => answer.ok(),
+                Err(Expired(deadline)) => {
+                    let error = format!("{name} got no answer from {owner} in {}", seconds(deadline));
+                    host.fail_client_call(&mut host.lock(), &chat, &id, &error, None);
+                    rx.await.ok()
+                }
+            };
+            let _ = answered.send(outcome.map(|o| bound.cap(o)));
+        });
+        answer.await.ok().flatten().unwrap_or_else(|| ToolOutcome::failed(stopped))
     }
 
     /// Makes sure the running turn shows the call, drawn under the client's own name, with the
