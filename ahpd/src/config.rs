@@ -162,6 +162,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "maxTerminalsPerSession", default: || Value::from(8), applies: Applies::Restart, about: "Terminals one session may have running at once (its own and its ! commands'); one more is refused.", check: count, secret: false },
     KeySpec { name: "maxTerminalsPerConnection", default: || Value::from(8), applies: Applies::Restart, about: "Terminals one client (by its clientId, across its connections) may have running at once; createTerminal past it is refused.", check: count, secret: false },
     KeySpec { name: "terminalScrollbackBytes", default: || Value::from(1 << 20), applies: Applies::Restart, about: "Bytes of output a terminal keeps (and a kept output holds); past it the older half is let go.", check: scrollback, secret: false },
+    KeySpec { name: "shellCommandTimeoutMs", default: || Value::from(3_600_000), applies: Applies::Restart, about: "How long a `!` command may run before it is stopped; 0 lets it run for ever.", check: millis, secret: false },
     KeySpec { name: "defaultShell", default: || Value::Null, applies: Applies::Restart, about: "The shell a terminal and a ! command run; absent: $SHELL, else /bin/sh.", check: string, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];

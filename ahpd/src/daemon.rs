@@ -353,6 +353,7 @@ pub fn terminal_settings(config: &Config) -> crate::host::terminal_channels::Ter
         per_client: size("maxTerminalsPerConnection"),
         scrollback_bytes: size("terminalScrollbackBytes"),
         default_shell: config.string("defaultShell").map(PathBuf::from),
+        command_timeout_ms: config.u64("shellCommandTimeoutMs"),
     }
 }
 

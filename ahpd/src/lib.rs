@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod backends;
 pub mod bare;
+pub mod bounds;
 pub mod cli;
 pub mod clock;
 pub mod config;

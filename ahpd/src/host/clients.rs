@@ -1,8 +1,9 @@
 //! A client's tools (seed 000 "A client's tools"): announced when the client becomes active in a
 //! session, offered to the model as `<clientId>__<name>`, run by that client and by nobody else,
-//! and bounded by the parent — a call past `clientToolTimeoutMs` is failed, and a client whose
-//! connections all closed keeps its place and its calls for `clientToolCallDisconnectTimeoutMs`,
-//! after which each call it owes is failed in VS Code's words.
+//! and bounded by the parent (`crate::bounds`) — a call past `clientToolTimeoutMs` is failed, a
+//! successful result is capped as a host tool's is, and a client whose connections all closed
+//! keeps its place and its calls for `clientToolCallDisconnectTimeoutMs`, after which each call it
+//! owes is failed in VS Code's words.
 
 use std::collections::HashMap;
 
@@ -19,6 +20,7 @@ use tokio::sync::oneshot;
 use super::core::{channel_kind, ChannelKind};
 use super::driver::Op;
 use super::{Core, Host};
+use crate::bounds::{seconds, Bound, CallKind, Expired};
 
 /// A call of a client's tool, waiting for that client.
 pub struct ClientCall {
@@ -183,19 +185,28 @@ impl Host {
             core.sync_input_needed(chat);
             (rx, id, name, owner, self.config().client_tool_timeout_ms)
         };
-        if timeout_ms > 0 {
-            let (host, chat, id, name, owner) =
-                (self.clone(), chat.to_owned(), id.clone(), name.clone(), owner.clone());
-            let clock = self.config().clock.clone();
-            let due = clock.now().saturating_add(timeout_ms);
-            self.spawn("client tool timeout", async move {
-                clock.sleep_until(due).await;
-                let mut core = host.lock();
-                let error = format!("{name} got no answer from {owner} in {} s", timeout_ms / 1000);
-                host.fail_client_call(&mut core, &chat, &id, &error, None);
-            });
-        }
-        rx.await.unwrap_or_else(|_| ToolOutcome::failed(format!("{name} was stopped before {owner} completed it")))
+        // Bounded from here, its dispatch: past its deadline it is failed as its owner's turn shows
+        // it (and the answer it gets is that failure, or its owner's, if that came first). The
+        // wait is the host's own task, so the deadline holds even for a caller that went away
+        // (an MCP request dropped mid-call).
+        let bound = Bound::of(CallKind::ClientTool, timeout_ms);
+        let stopped = format!("{name} was stopped before {owner} completed it");
+        let (answered, answer) = oneshot::channel();
+        let host = self.clone();
+        let chat = chat.to_owned();
+        self.spawn("client tool call", async move {
+            let mut rx = rx;
+            let outcome = match bound.within(&host.config().clock, &mut rx).await {
+                Ok(answer) => answer.ok(),
+                Err(Expired(deadline)) => {
+                    let error = format!("{name} got no answer from {owner} in {}", seconds(deadline));
+                    host.fail_client_call(&mut host.lock(), &chat, &id, &error, None);
+                    rx.await.ok()
+                }
+            };
+            let _ = answered.send(outcome.map(|o| bound.cap(o)));
+        });
+        answer.await.ok().flatten().unwrap_or_else(|| ToolOutcome::failed(stopped))
     }
 
     /// Makes sure the running turn shows the call, drawn under the client's own name, with the

@@ -59,8 +59,11 @@ pub trait Tools: Send + Sync + 'static {
     /// them, after every switch and in the session's own wording.
     fn offered(&self, core: &Core, session: &str) -> Vec<Offered>;
 
-    /// Runs a call of one of them, bounded (a deadline, an output cap).
+    /// Runs a call of one of them (the host bounds it: `crate::bounds`).
     fn run<'a>(&'a self, host: &'a Host, name: &'a str, call: ToolCall) -> ToolRun<'a>;
+
+    /// True for a tool that may wait for a person's answer: it waits as long as a client's tool.
+    fn waits_for_person(&self, name: &str) -> bool;
 
     /// A turn ended in `chat` (completed, cancelled or failed), before anything queued behind it
     /// starts.

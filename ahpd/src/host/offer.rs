@@ -8,6 +8,7 @@ use protocol::{ToolOutcome, ToolSpec};
 
 use super::facade::{Caller, Offered, ToolCall};
 use super::{Core, Host};
+use crate::bounds::{Bound, CallKind};
 
 impl Core {
     /// The host's own tools `session` is offered: none for a provider whose plugin says
@@ -49,10 +50,12 @@ impl Core {
 
 impl Host {
     /// Runs a call of one of the host's own tools (from a backend's model, a session's tools
-    /// endpoint, or `/mcp`).
+    /// endpoint, or `/mcp`), bounded from here, its dispatch: its deadline and its output cap.
     pub async fn run_tool(&self, name: &str, call: ToolCall) -> ToolOutcome {
         let tools = self.lock().tools.clone();
-        tools.run(self, name, call).await
+        let kind = if tools.waits_for_person(name) { CallKind::HostToolAskingPerson } else { CallKind::HostTool };
+        let bound = Bound::of(kind, self.config().client_tool_timeout_ms);
+        bound.run(&self.config().clock, name, tools.run(self, name, call)).await
     }
 
     /// Runs a tool a backend's model called in `chat`: one this session is offered, or refused.

@@ -36,11 +36,26 @@ pub struct TerminalSettings {
     pub scrollback_bytes: usize,
     /// The shell a terminal runs, when the config names one (`defaultShell`); else `$SHELL`.
     pub default_shell: Option<PathBuf>,
+    /// How long a `!` command may run before it is stopped (`shellCommandTimeoutMs`); 0 for ever.
+    pub command_timeout_ms: u64,
+}
+
+impl TerminalSettings {
+    /// How long a `!` command may run, if it has a deadline.
+    pub fn command_deadline(&self) -> Option<std::time::Duration> {
+        (self.command_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.command_timeout_ms))
+    }
 }
 
 impl Default for TerminalSettings {
     fn default() -> Self {
-        Self { per_session: 8, per_client: 8, scrollback_bytes: 1 << 20, default_shell: None }
+        Self {
+            per_session: 8,
+            per_client: 8,
+            scrollback_bytes: 1 << 20,
+            default_shell: None,
+            command_timeout_ms: 3_600_000,
+        }
     }
 }
 

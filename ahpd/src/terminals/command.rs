@@ -2,10 +2,12 @@
 //! call that names the terminal the command runs on, live while it runs; when the command exits
 //! the call completes with the terminal and the exit code, what the terminal printed is kept in
 //! the store (so the terminal reads back after a restart), and the turn ends. The backend never
-//! hears of it.
+//! hears of it. It is bounded (seed 003): past `shellCommandTimeoutMs` it is stopped and its call
+//! fails saying so, and what it printed is kept up to `terminalScrollbackBytes`, the call saying
+//! how much was let go when it printed more.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ahp_types::actions::{
     ChatToolCallCompleteAction, ChatToolCallContentChangedAction, ChatTurnCompleteAction, StateAction,
@@ -13,9 +15,11 @@ use ahp_types::actions::{
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     TerminalClaim, TerminalCommandResult, TerminalLifecycleState, TerminalRunningLifecycleState, TerminalSessionClaim,
-    TerminalState, ToolCallResult, ToolResultContent, ToolResultTerminalContent,
+    TerminalState, ToolCallResult, ToolResultContent, ToolResultTerminalContent, ToolResultTextContent,
 };
 
+use super::run::Ended;
+use crate::bounds::seconds;
 use crate::host::facade::{self, output_of, tail, CommandRun, KeptTerminalRecord, RunningCall};
 use crate::host::Core;
 
@@ -35,6 +39,8 @@ pub struct CommandTurn {
     command: String,
     cwd: String,
     started: Instant,
+    /// How long it may run (`shellCommandTimeoutMs`), to say when it was stopped.
+    deadline: Option<Duration>,
 }
 
 impl CommandTurn {
@@ -48,8 +54,9 @@ impl CommandTurn {
     }
 }
 
-/// Opens the command's terminal channel and its call in the turn, running.
-pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
+/// Opens the command's terminal channel and its call in the turn, running; it may run for
+/// `deadline`.
+pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path, deadline: Option<Duration>) -> CommandTurn {
     let turn = CommandTurn {
         session: run.session.clone(),
         chat: run.chat.clone(),
@@ -58,6 +65,7 @@ pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
         command: run.command.clone(),
         cwd: facade::file_uri(cwd),
         started: Instant::now(),
+        deadline,
     };
     let state = TerminalState {
         title: run.command.clone(),
@@ -104,21 +112,24 @@ pub fn open(core: &mut Core, run: &CommandRun, cwd: &Path) -> CommandTurn {
     turn
 }
 
-/// The command exited with `code`: what it printed is kept, its terminal leaves the root's list,
-/// and its turn — unless somebody stopped it already — completes with the terminal and the code.
-pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, code: Option<i64>, scrollback: usize) {
+/// The command exited (or was stopped at its deadline): what it printed is kept, its terminal
+/// leaves the root's list, and its turn — unless somebody stopped it already — completes with the
+/// terminal and the code.
+pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, ended: Ended, scrollback: usize) {
     if core.chat(&turn.chat).is_none() {
         // Its chat was deleted (and the command ended with it): nothing is left to keep it for.
         return;
     }
+    let code = ended.code;
     let output = core.terminal_state(uri).map(output_of).unwrap_or_default();
+    let kept = tail(&output, scrollback);
     core.keep_terminal(&KeptTerminalRecord {
         uri: uri.to_owned(),
         session: turn.session.clone(),
         chat: turn.chat.clone(),
         title: turn.command.clone(),
         cwd: Some(turn.cwd.clone()),
-        output: tail(&output, scrollback).to_owned(),
+        output: kept.to_owned(),
         exit_code: code,
         is_pty: true,
     });
@@ -132,11 +143,33 @@ pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, code: Option<i64
         preview: Some(preview.to_owned()),
         truncated: (preview.len() < output.len()).then_some(true),
     };
-    let success = code == Some(0);
-    let past = match code {
-        Some(0) => format!("Ran `{}`", turn.command),
-        Some(code) => format!("Ran `{}`, which exited with code {code}", turn.command),
-        None => format!("Ran `{}`, which ended without an exit code", turn.command),
+    let stopped = ended.timed_out.then(|| {
+        let within = turn.deadline.map(seconds).unwrap_or_default();
+        format!("`{}` did not finish within {within} (shellCommandTimeoutMs) and was stopped.", turn.command)
+    });
+    let success = code == Some(0) && stopped.is_none();
+    let past = match (code, &stopped) {
+        (_, Some(_)) => format!("Ran `{}`, which ran past its deadline and was stopped", turn.command),
+        (Some(0), None) => format!("Ran `{}`", turn.command),
+        (Some(code), None) => format!("Ran `{}`, which exited with code {code}", turn.command),
+        (None, None) => format!("Ran `{}`, which ended without an exit code", turn.command),
+    };
+    let mut content = vec![turn.terminal(uri, Some(result))];
+    let let_go = ended.printed.saturating_sub(kept.len() as u64);
+    if let_go > 0 {
+        content.push(ToolResultContent::Text(ToolResultTextContent {
+            text: format!(
+                "[Output cut: `{}` printed {} bytes; its terminal keeps the last {} (terminalScrollbackBytes) and the first {let_go} were let go.]",
+                turn.command,
+                ended.printed,
+                kept.len()
+            ),
+        }));
+    }
+    let error = match (&stopped, success) {
+        (Some(why), _) => Some(why.clone()),
+        (None, false) => Some(format!("exit code {}", code.unwrap_or(-1))),
+        (None, true) => None,
     };
     let complete = StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
         turn_id: turn.turn_id.clone(),
@@ -145,9 +178,9 @@ pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, code: Option<i64
         result: ToolCallResult {
             success,
             past_tense_message: StringOrMarkdown::Plain(past),
-            content: Some(vec![turn.terminal(uri, Some(result))]),
+            content: Some(content),
             structured_content: None,
-            error: (!success).then(|| serde_json::Value::String(format!("exit code {}", code.unwrap_or(-1)))),
+            error: error.map(serde_json::Value::String),
         },
         requires_result_confirmation: None,
     });

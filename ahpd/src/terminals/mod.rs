@@ -91,6 +91,8 @@ struct Launch<'a> {
     client: Option<String>,
     /// A `!` command's turn, ended once the program exits.
     turn: Option<command::CommandTurn>,
+    /// How long it may run before it is stopped (a `!` command's `shellCommandTimeoutMs`).
+    deadline: Option<std::time::Duration>,
 }
 
 /// The terminals feature.
@@ -166,6 +168,12 @@ impl Terminals {
         let started = pty::spawn(&launch.program, &launch.args, launch.cwd, cols, rows).map_err(|e| e.to_string())?;
         let (control, control_rx) = mpsc::unbounded_channel();
         let end = CancellationToken::new();
+        // Counted from its start, on the host's clock.
+        let deadline = launch.deadline.map(|d| {
+            let clock = host.config().clock.clone();
+            let due = clock.now().saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            (clock, due)
+        });
         let id = self.registry.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let live = Live {
             id,
@@ -184,17 +192,18 @@ impl Terminals {
             control: control_rx,
             end,
             scrollback: self.settings.scrollback_bytes,
+            deadline,
         };
         let (uri, turn, registry) = (launch.uri.to_owned(), launch.turn, self.registry.clone());
         let scrollback = self.settings.scrollback_bytes;
         host.clone().spawn("terminal", async move {
-            let code = run::run(&host, terminal).await;
+            let ended = run::run(&host, terminal).await;
             // Reaped: nothing is left to kill, and it no longer counts against a limit.
             registry.forget(&uri, id);
             let mut core = host.lock();
-            run::say_exited(&mut core, &uri, code);
+            run::say_exited(&mut core, &uri, ended.code);
             if let Some(turn) = turn {
-                command::finished(&mut core, &uri, &turn, code, scrollback);
+                command::finished(&mut core, &uri, &turn, ended, scrollback);
             }
         });
         Ok(())
@@ -299,6 +308,7 @@ impl facade::Terminals for Terminals {
             session,
             client,
             turn: None,
+            deadline: None,
         };
         if let Err(why) = self.start(launch) {
             core.close_terminal(&params.channel);
@@ -333,7 +343,8 @@ impl facade::Terminals for Terminals {
             .clone()
             .or_else(|| self.default_directory.clone())
             .ok_or("This session has no folder to run a command in")?;
-        let turn = command::open(core, &run, &cwd);
+        let deadline = self.settings.command_deadline();
+        let turn = command::open(core, &run, &cwd, deadline);
         let launch = Launch {
             uri: &run.terminal,
             program: self.shell(),
@@ -343,6 +354,7 @@ impl facade::Terminals for Terminals {
             session: Some(run.session.clone()),
             client: None,
             turn: Some(turn),
+            deadline,
         };
         if let Err(why) = self.start(launch) {
             core.close_terminal(&run.terminal);

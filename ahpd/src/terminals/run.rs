@@ -1,8 +1,9 @@
 //! One terminal's life, as a task: what its program prints goes out as `terminal/data` (shell
 //! integration stripped, whole characters only, a bounded piece at a time), the scrollback is
 //! kept under its bound, what clients type and the sizes they ask reach the pty in the order they
-//! were said, and when the program exits (or is ended) everything it printed is read before
-//! `terminal/exited` says its code.
+//! were said, and when the program exits (or is ended, or runs past its deadline) everything it
+//! printed is read before `terminal/exited` says its code. The end of its output is not its exit
+//! (seed 003): a program that closes its output and goes on running is still running.
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::escapes::ShellIntegration;
 use super::pty::PtyProcess;
+use crate::clock::{Clock, Millis};
 use crate::host::facade::{content_bytes, output_of, tail};
 use crate::host::{Core, Host};
 
@@ -50,6 +52,19 @@ pub struct Terminal {
     pub end: CancellationToken,
     /// The bytes of output it keeps.
     pub scrollback: usize,
+    /// When it is stopped if it still runs (a `!` command's deadline), on the host's clock.
+    pub deadline: Option<(Clock, Millis)>,
+}
+
+/// How a terminal's program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// Its exit code (128 + the signal for one a signal ended).
+    pub code: Option<i64>,
+    /// It ran past its deadline and was stopped.
+    pub timed_out: bool,
+    /// The bytes of output it said in all (its scrollback may keep fewer).
+    pub printed: u64,
 }
 
 /// Output on its way to `terminal/data`: shell integration out, and a character cut between two
@@ -82,12 +97,22 @@ impl Output {
     }
 }
 
-/// Runs a terminal until its program exits or it is ended; answers the program's exit code. What
-/// follows the exit (saying it, a command's turn) is the caller's.
-pub async fn run(host: &Host, mut t: Terminal) -> Option<i64> {
+/// Runs a terminal until its program exits, it is ended, or its deadline passes; answers how the
+/// program ended. What follows the exit (saying it, a command's turn) is the caller's.
+pub async fn run(host: &Host, mut t: Terminal) -> Ended {
     let mut output = Output::default();
     let mut buf = vec![0u8; PIECE_BYTES];
     let mut reading = true;
+    let mut timed_out = false;
+    let mut printed = 0u64;
+    let deadline = t.deadline.clone();
+    let due = async {
+        match deadline {
+            Some((clock, due)) => clock.sleep_until(due).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(due);
     let code = loop {
         tokio::select! {
             biased;
@@ -96,27 +121,34 @@ pub async fn run(host: &Host, mut t: Terminal) -> Option<i64> {
                 break t.process.wait().await;
             }
             code = t.process.wait() => break code,
+            () = &mut due => {
+                timed_out = true;
+                t.process.killer().kill();
+                break t.process.wait().await;
+            }
             Some(control) = t.control.recv() => apply_control(&mut t.writer, control).await,
             read = t.reader.read(&mut buf), if reading => match read {
-                Ok(n) if n > 0 => say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
-                // The pty closed (EIO once nothing holds its other side): the exit follows.
+                Ok(n) if n > 0 => printed += say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
+                // The output closed (EIO once nothing holds the pty's other side). That is not the
+                // program's exit: it may go on running, and the terminal with it, until it exits.
                 _ => reading = false,
             },
         }
     };
     if reading {
-        drain(host, &mut t, &mut output, &mut buf).await;
+        printed += drain(host, &mut t, &mut output, &mut buf).await;
     }
-    say(host, &t.uri, output.finish(), t.scrollback);
-    code
+    printed += say(host, &t.uri, output.finish(), t.scrollback);
+    Ended { code, timed_out, printed }
 }
 
-/// Reads what the program printed before it exited, until the pty closes.
-async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8]) {
+/// Reads what the program printed before it exited, until the pty closes; answers the bytes said.
+async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8]) -> u64 {
+    let mut printed = 0;
     let read_all = async {
         loop {
             match t.reader.read(buf).await {
-                Ok(n) if n > 0 => say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
+                Ok(n) if n > 0 => printed += say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
                 _ => break,
             }
         }
@@ -124,6 +156,7 @@ async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8
     if tokio::time::timeout(DRAIN_WITHIN, read_all).await.is_err() {
         tracing::debug!(terminal = %t.uri, "a terminal's pty stayed open after its program exited");
     }
+    printed
 }
 
 async fn apply_control(writer: &mut OwnedWritePty, control: Control) {
@@ -136,14 +169,17 @@ async fn apply_control(writer: &mut OwnedWritePty, control: Control) {
     }
 }
 
-/// Says output on the terminal's channel, then keeps its scrollback under the bound.
-fn say(host: &Host, uri: &str, text: String, scrollback: usize) {
+/// Says output on the terminal's channel, then keeps its scrollback under the bound; answers the
+/// bytes said.
+fn say(host: &Host, uri: &str, text: String, scrollback: usize) -> u64 {
     if text.is_empty() {
-        return;
+        return 0;
     }
+    let said = text.len() as u64;
     let mut core = host.lock();
     core.apply(uri, StateAction::TerminalData(TerminalDataAction { data: text }), None, None);
     bound_scrollback(&mut core, uri, scrollback);
+    said
 }
 
 /// A terminal holding more than `scrollback` bytes is cleared and given back its newest half:

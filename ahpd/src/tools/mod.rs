@@ -1,6 +1,6 @@
 //! The host's own tools (seed 000): what each is, which sessions are offered which, and running a
-//! call — bounded by a deadline applied at dispatch and an output cap an error never suffers
-//! (seed 003).
+//! call. The host bounds every call it dispatches (`crate::bounds`, seed 003): a tool here says
+//! only whether it may wait for a person.
 //!
 //! A tool is a [`ToolInfo`] (its definition and host-side facts) and a branch of its group's `run`.
 //! The groups live beside this file: `session` (the reference host's session tools and this host's
@@ -22,7 +22,6 @@ pub mod session;
 pub mod wakeups;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
 
 use ahp_types::state::{ToolAnnotations, ToolDefinition};
 use protocol::{ToolEffects, ToolOutcome, ToolSpec};
@@ -68,7 +67,7 @@ pub struct ToolInfo {
     /// What running it does.
     pub effects: ToolEffects,
     /// It may wait for a person (a question in the calling turn): its deadline is the one a
-    /// client's tool has (`clientToolTimeoutMs`), not [`DEADLINE`].
+    /// client's tool has (`clientToolTimeoutMs`), not a host tool's (`crate::bounds`).
     pub waits_for_person: bool,
     /// The wording one session is offered (VS Code's `getDefinitionForSession`), or `None` when the
     /// tool is not for that session (`isEnabledForSession` false). Asked with no session for a
@@ -129,6 +128,10 @@ impl Tools for HostTools {
 
     fn run<'a>(&'a self, host: &'a Host, name: &'a str, call: ToolCall) -> ToolRun<'a> {
         Box::pin(run(self, host, name, call))
+    }
+
+    fn waits_for_person(&self, name: &str) -> bool {
+        find(name).is_some_and(|t| t.waits_for_person)
     }
 
     fn turn_ended(&self, core: &mut Core, chat: &str, turn_id: &str) {
@@ -307,39 +310,16 @@ impl From<&str> for Refusal {
     }
 }
 
-/// How long a host tool may run before it is failed.
-pub const DEADLINE: Duration = Duration::from_secs(60);
-/// The most text a successful result hands the model; more is cut with a note.
-pub const OUTPUT_CAP: usize = 64 * 1024;
-
-/// Caps a successful result's text; an error is never cut (seed 003).
-pub fn cap_output(text: String) -> String {
-    if text.len() <= OUTPUT_CAP {
-        return text;
-    }
-    let mut end = OUTPUT_CAP;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n[output truncated: {} of {} bytes shown]", &text[..end], end, text.len())
-}
-
-/// Runs a host tool by name, bounded: a deadline applied here at dispatch, the output capped.
+/// Runs a host tool by name (the host bounds it: its deadline and its output cap).
 async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
     let Some(info) = find(name) else {
         return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
     };
     // A person removed or given another role is so from their turn's next call on.
     host.lock().refresh_users();
-    let deadline = deadline_of(host, info);
-    let run = dispatch(tools, host, info, call);
-    let result = match tokio::time::timeout(deadline, run).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("{name} did not finish within {} s and was stopped.", deadline.as_secs()).into()),
-    };
-    match result {
+    match dispatch(tools, host, info, call).await {
         Ok(text) => {
-            let mut outcome = ToolOutcome::ok(cap_output(text));
+            let mut outcome = ToolOutcome::ok(text);
             outcome.past_tense_message = Some(format!("Ran {name}"));
             outcome
         }
@@ -348,18 +328,6 @@ async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> Tool
             outcome.past_tense_message = Some(format!("{name} failed"));
             outcome
         }
-    }
-}
-
-/// How long a call of the tool may run: [`DEADLINE`], or a client's tool's time for one that
-/// waits for a person (`clientToolTimeoutMs`, where 0 waits for ever).
-fn deadline_of(host: &Host, info: &ToolInfo) -> Duration {
-    if !info.waits_for_person {
-        return DEADLINE;
-    }
-    match host.config().client_tool_timeout_ms {
-        0 => Duration::from_secs(u64::from(u32::MAX)),
-        ms => Duration::from_millis(ms),
     }
 }
 
