@@ -342,6 +342,44 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
     assert_eq!(all["comments"][0]["resolved"], true, "{all}");
     assert_eq!(all["comments"][0]["replies"][0]["author"], "agent");
 
+    // Live: what the agent writes next shows in the open view without asking.
+    let c3 = chat.clone();
+    c.until("the chat to be idle", move |m| m.chat(&c3).is_some_and(|s| s.active_turn.is_none())).await?;
+    c.turn(&chat, "edit b.txt written later").await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector({})",
+            js_str(&format!("{} li.file[data-path=\"b.txt\"]", view(&session)))
+        ))
+        .await?;
+
+    // One turn's changes, from the turn in the chat: the second turn wrote a.txt alone.
+    let turn_link = format!(".pane[data-session=\"{session}\"] .turn:nth-of-type(2) button[data-action=turn-changes]");
+    browser.click(&turn_link).await?;
+    let files_of_view = format!(
+        "[...document.querySelectorAll({})].map((e) => e.dataset.path).join(' ')",
+        js_str(&format!("{} li.file", view(&session)))
+    );
+    browser
+        .wait_for(&format!(
+            "document.querySelector({}).dataset.changes.includes('/turn/') && {files_of_view} === 'a.txt'",
+            js_str(&view(&session))
+        ))
+        .await?;
+    // Two turns compared: after the second against after the last, b.txt alone differs.
+    browser
+        .eval(&format!(
+            "(() => {{ const v = document.querySelector({}); const s = v.querySelector('select.scope'); s.value = [...s.options].find((o) => o.textContent.startsWith('Compare')).value; s.dispatchEvent(new Event('change')); const a = v.querySelector('select[data-role=compare-from]'); a.value = a.options[1].value; a.dispatchEvent(new Event('change')); return true; }})()",
+            js_str(&view(&session))
+        ))
+        .await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector({}).dataset.changes.includes('/compare/') && {files_of_view} === 'b.txt'",
+            js_str(&view(&session))
+        ))
+        .await?;
+
     // What the page wrote is what any client folds from the channel (VS Code's view of it).
     c.check_against_snapshot(&channel).await?;
     let Some(SnapshotState::Annotations(state)) = c.mirror.states.get(&channel) else {
