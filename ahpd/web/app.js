@@ -284,7 +284,7 @@ class App {
       this.chats.delete(pane.chat);
       this.fromSeq.delete(pane.chat);
     }
-    if (!this.panes.length) this.panesEl.append(this.welcome);
+    if (!this.panes.length && !this.changesViews?.size) this.panesEl.append(this.welcome);
     this.listDirty = true;
     this.refreshWatches();
     this.schedule();

@@ -7,9 +7,11 @@
 // annotations channel as seed 000's comments (`_meta['vscode.agentFeedback']`), so the agent's
 // `listComments` sees them, with its replies shown under them.
 //
-// API: `new ChangesView(app, { session, chat?, uri? })` (its `el` is the pane, `show(uri)` moves
-// it to another changeset, `close()` lets it go), and `openChanges(app, session, { chat?, uri?,
-// turn? })`, which opens (or reuses) the session's view beside its chat.
+// API: `new ChangesView(app, { session, chat? })` (its `el` is the pane to put in the page;
+// `start({ uri?, turn? })` watches the session and shows that changeset, by default its branch,
+// else its uncommitted changes; `show(uri)` moves it to another; `close()` lets it go), and
+// `openChanges(app, session, { chat?, uri?, turn? })`, which opens (or reuses) the session's view
+// beside its chat.
 
 import { h, uriPath } from './dom.js';
 import { parsePatch, isCut, rowsOffThread, gapRows, linesOf } from './diff.js';
@@ -248,6 +250,10 @@ export class ChangesView {
       h('div', { class: 'changes-tools' }, this.totals, h('span', { class: 'spacer' }), this.unifiedButton, this.splitButton, this.sendButton),
       h('div', { class: 'changes-main' }, this.filesEl, this.diffEl));
     this.diffBody.addEventListener('click', (e) => this.clicked(e));
+    this.diffBody.addEventListener('keydown', (e) => {
+      const gap = e.target.closest?.('.gap');
+      if (gap && (e.key === 'Enter' || e.key === ' ')) { e.preventDefault(); this.openGap(gap); }
+    });
   }
 
   // ---- which changeset ----
@@ -378,8 +384,17 @@ export class ChangesView {
       h('span', { class: `badge ${status}`, title: status, text: { added: 'A', deleted: 'D', modified: 'M', renamed: 'R', binary: 'B' }[status] }),
       h('span', { class: 'path', title: from ? `${from} → ${path}` : path, text: from ? `${from} → ${path}` : path }),
       status === 'binary' ? h('span', { class: 'stat', text: 'binary' }) : h('span', { class: 'stat' }, h('span', { class: 'plus', text: `+${d?.added ?? 0}` }), ' ', h('span', { class: 'minus', text: `−${d?.removed ?? 0}` })),
-      this.marked.has(path) ? h('span', { class: 'conflict-note', text: 'conflict' }) : null);
+      this.marked.has(path) ? h('span', { class: 'conflict-note', text: 'conflict' }) : null,
+      this.reviewBox(file));
     }));
+  }
+
+  /** "Reviewed": kept by the host at the file's content, so a file that changes again comes back. */
+  reviewBox(file) {
+    const box = h('input', { type: 'checkbox', class: 'reviewed', title: 'Reviewed', 'aria-label': `Reviewed ${pathOf(file)}`, checked: !!file.reviewed, data: { action: 'reviewed' } });
+    box.addEventListener('click', (e) => e.stopPropagation());
+    box.addEventListener('change', () => this.app.act(this.uri, { type: 'changeset/filesReviewChanged', files: [file.id], reviewed: box.checked }));
+    return box;
   }
 
   drawOperations() {

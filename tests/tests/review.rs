@@ -3,8 +3,9 @@
 //! one file each show their diff in the Changes view; merging the first lands it in the base,
 //! merging the second is refused naming the conflicting file and the base stays clean; a comment
 //! written on a diff line is what the agent's own `listComments` answers through `/ahp-mcp`, and
-//! its reply shows under the comment in the page; a 5 000-line diff opens with no long task; and
-//! `ahpd changes` does the same from a terminal (`--diff`, `--comment`, `--comments`).
+//! its reply shows under the comment in the page (and the view follows live, per turn and two
+//! turns compared); a 5 000-line diff opens with no long task; long unchanged runs fold and open;
+//! and `ahpd changes` does the same from a terminal (`--diff`, `--comment`, `--comments`).
 //! Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
@@ -523,4 +524,64 @@ async fn the_changes_verb_shows_the_diff_writes_a_comment_the_agent_lists_and_sh
     c.subscribe(&channel).await?;
     c.check_against_snapshot(&channel).await?;
     Ok(())
+}
+
+#[tokio::test]
+async fn long_unchanged_runs_are_folded_and_open_with_the_files_lines() -> anyhow::Result<()> {
+    let original: String = (1..=20).map(|i| format!("line {i}\n")).collect();
+    let (_dir, base) = repo(&[("list.txt", original)]);
+    let root = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(options(root.path())).await?;
+    let mut c = TestClient::connect(&daemon.url, "driver").await?;
+    let (session, chat, worktree) = isolated(&mut c, &base).await?;
+    let changed: String = (1..=20)
+        .map(|i| match i {
+            2 => "line two, renamed\n".to_owned(),
+            18 => "line eighteen, renamed\n".to_owned(),
+            i => format!("line {i}\n"),
+        })
+        .collect();
+    std::fs::write(worktree.join("list.txt"), changed)?;
+    c.turn(&chat, "where").await?;
+
+    // A narrow window: the view fits it.
+    let mut browser = page(&daemon, 800, 900).await?;
+    browser.wait_for(&format!("window.ahpd.sessions.has({})", js_str(&session))).await?;
+    browser.eval(&format!("window.ahpd.openChanges({}).then(() => true)", js_str(&session))).await?;
+    let body = js_str(&format!("{} .diff-body", view(&session)));
+    browser.wait_for(&format!("document.querySelector({body})?.dataset.drawn")).await?;
+    browser.screenshot(&shots()?.join("review-narrow.png")).await?;
+    let right = browser
+        .eval(&format!(
+            "Math.round(Math.max(...[...document.querySelectorAll({})].map((b) => b.getBoundingClientRect().right)))",
+            js_str(&format!("{} .ops button", view(&session)))
+        ))
+        .await?;
+    ensure!(right.as_i64().is_some_and(|r| r <= 800), "every operation is inside the window: {right}");
+    // Git's two hunks, and the nine lines between them folded.
+    let gap = browser.eval(&format!("document.querySelector({body}).querySelector('.gap')?.textContent")).await?;
+    assert_eq!(gap, json!("⋯ 9 unchanged lines"));
+    let marked =
+        browser.eval(&format!("document.querySelector({body}).querySelector('.dl.add mark')?.textContent")).await?;
+    assert_eq!(marked, json!("two, renamed"), "the changed words are marked");
+    // Marked reviewed in the page, as the host keeps it for every client.
+    browser.click(&format!("{} li.file input[data-action=reviewed]", view(&session))).await?;
+    let uri = browser.eval(&format!("document.querySelector({}).dataset.changes", js_str(&view(&session)))).await?;
+    let uri = uri.as_str().unwrap_or_default().to_owned();
+    c.subscribe(&uri).await?;
+    let u = uri.clone();
+    c.until("the file to be reviewed", move |m| {
+        m.changeset(&u).is_some_and(|s| s.files.iter().all(|f| f.reviewed == Some(true)))
+    })
+    .await?;
+    browser.click(&format!("{} .diff-body .gap", view(&session))).await?;
+    browser.wait_for(&format!("!document.querySelector({body}).querySelector('.gap')")).await?;
+    let numbers = browser
+        .eval(&format!(
+            "[...document.querySelector({body}).querySelectorAll('.dl')].map((r) => Number(r.dataset.line ?? 0)).filter((n) => n)"
+        ))
+        .await?;
+    let expected: Vec<u64> = (1..=20).collect();
+    assert_eq!(numbers, json!(expected), "every line of the file, in order, once opened");
+    browser.close().await
 }
