@@ -127,6 +127,11 @@ async fn rows(browser: &mut Browser, session: &str, kind: &str) -> anyhow::Resul
     Ok(serde_json::from_value(browser.eval(&js).await?)?)
 }
 
+/// The host's words in the page's refusal (before the line naming the files).
+fn refused_words(shown: &str) -> String {
+    shown.split("The file it names").next().unwrap_or(shown).to_owned()
+}
+
 fn shots() -> anyhow::Result<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
     std::fs::create_dir_all(&dir)?;
@@ -236,6 +241,21 @@ async fn two_attempts_show_their_diffs_the_first_merges_and_the_second_is_refuse
     assert_eq!(git(&base, &["status", "--porcelain"]), "", "the base stays clean");
     assert_eq!(read(&w2.join("a.txt")), "from the second\n", "the second attempt is kept");
     browser.screenshot(&shots.join("review-refused-merge.png")).await?;
+    // The refusal the page shows is on the changeset for every client (VS Code's view of it).
+    let uri = browser.eval(&format!("document.querySelector({}).dataset.changes", js_str(&view(&second)))).await?;
+    let uri = uri.as_str().unwrap_or_default().to_owned();
+    c.subscribe(&uri).await?;
+    let merge = c
+        .mirror
+        .changeset(&uri)
+        .and_then(|s| s.operations.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|o| o.id == "merge")
+        .context("the merge operation")?;
+    assert_eq!(merge.status, ahp_types::state::ChangesetOperationStatus::Error);
+    ensure!(merge.error.is_some_and(|e| e.message == refused_words(&refused)), "the same words");
+    c.check_against_snapshot(&uri).await?;
 
     // Discard asks first, in the host's words; keeping leaves everything as it was.
     browser.click(&format!("{} button[data-operation=discard]", view(&second))).await?;
