@@ -5,7 +5,8 @@
 //! written on a diff line is what the agent's own `listComments` answers through `/ahp-mcp`, and
 //! its reply shows under the comment in the page (and the view follows live, per turn and two
 //! turns compared); a 5 000-line diff opens with no long task; long unchanged runs fold and open;
-//! and `ahpd changes` does the same from a terminal (`--diff`, `--comment`, `--comments`).
+//! `ahpd changes` does the same from a terminal (`--diff`, `--comment`, `--comments`); and the
+//! page's diff module is checked under Node against a dynamic-programming LCS.
 //! Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
@@ -327,6 +328,16 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
         ))
         .await?;
     browser.screenshot(&shots()?.join("review-comment-and-reply.png")).await?;
+    // Side by side, the thread stays under its line.
+    let body = js_str(&format!("{} .diff-body", view(&session)));
+    for mode in ["split", "unified"] {
+        browser.click(&format!("{} button[data-mode={mode}]", view(&session))).await?;
+        browser
+            .wait_for(&format!(
+                "document.querySelector({body}).classList.contains('{mode}') && document.querySelector({body}).dataset.drawn && document.querySelector({body}).querySelector('[data-line=\"1\"] + .thread[data-comment=\"{id}\"]')"
+            ))
+            .await?;
+    }
 
     // Sending them starts a turn that asks the agent to address them; the comment is sent.
     browser.click(&format!("{} button[data-action=send-comments]", view(&session))).await?;
@@ -604,4 +615,15 @@ async fn long_unchanged_runs_are_folded_and_open_with_the_files_lines() -> anyho
     let expected: Vec<u64> = (1..=20).collect();
     assert_eq!(numbers, json!(expected), "every line of the file, in order, once opened");
     browser.close().await
+}
+
+#[tokio::test]
+async fn the_pages_diff_module_rebuilds_both_sides_minimally_and_parses_patches() -> anyhow::Result<()> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser").join("diff_check.mjs");
+    let out = tokio::process::Command::new("node").arg(&script).output().await.context("running node")?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(out.status.success(), "{said} {}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_str(said.trim()).context("one line of JSON")?;
+    assert_eq!(answer["ok"], true, "{answer}");
+    Ok(())
 }
