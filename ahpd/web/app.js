@@ -122,6 +122,8 @@ class App {
     // Notifications missed while away are lost: the list is asked for again.
     this.loadSessions().catch((e) => this.toast(`Could not list sessions: ${e.message}`));
     for (const pane of this.panes) if (!this.chats.has(pane.chat)) this.watchChat(pane);
+    // A tapped channel the daemon did not bring back (a changeset not computed yet) is told so.
+    for (const [uri, listeners] of this.taps) if (!this.conn.subscriptions.has(uri)) for (const fn of listeners) fn(null, null);
     this.refreshWatches();
   }
 

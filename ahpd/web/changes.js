@@ -108,7 +108,14 @@ class Watched {
     this.state = null;
     this.fromSeq = 0;
     this.waiting = [];
-    this.listener = (env, snap) => (snap ? this.seed(snap) : this.take(env));
+    this.listener = (env, snap) => (snap ? this.seed(snap) : env ? this.take(env) : this.again());
+  }
+
+  /** After a reconnect that did not bring the channel back: subscribe anew. */
+  again() {
+    this.state = null;
+    this.waiting = [];
+    this.app.conn.subscribe(this.uri).then((snap) => snap && this.seed(snap)).catch((e) => console.warn(`${this.uri}: ${e.message}`));
   }
 
   async start() {

@@ -4,7 +4,8 @@
 //! merging the second is refused naming the conflicting file and the base stays clean; a comment
 //! written on a diff line is what the agent's own `listComments` answers through `/ahp-mcp`, and
 //! its reply shows under the comment in the page (and the view follows live, per turn and two
-//! turns compared); a 5 000-line diff opens with no long task; long unchanged runs fold and open;
+//! turns compared, and again after `ahpd restart`); a 5 000-line diff opens with no long task;
+//! long unchanged runs fold and open;
 //! `ahpd changes` does the same from a terminal (`--diff`, `--comment`, `--comments`); and the
 //! page's diff module is checked under Node against a dynamic-programming LCS.
 //! Screenshots go to target/window-shots/.
@@ -17,8 +18,9 @@ use ahp_types::state::{SessionLifecycle, SnapshotState};
 use anyhow::{anyhow, ensure, Context};
 use serde_json::{json, Value};
 use tests::browser::Browser;
+use tests::daemon::free_port;
 use tests::mcp::call_tools;
-use tests::{turn_text, Daemon, DaemonOptions, TestClient};
+use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
 
 fn js_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
@@ -626,4 +628,57 @@ async fn the_pages_diff_module_rebuilds_both_sides_minimally_and_parses_patches(
     let answer: Value = serde_json::from_str(said.trim()).context("one line of JSON")?;
     assert_eq!(answer["ok"], true, "{answer}");
     Ok(())
+}
+
+#[tokio::test]
+async fn after_ahpd_restart_the_changes_view_comes_back_live_with_its_comments() -> anyhow::Result<()> {
+    let (_dir, base) = repo(&[("a.txt", "one\n".into())]);
+    let root = tempfile::tempdir()?;
+    let home = Home::new()?;
+    home.write_config(&json!({ "agents": { "notes": { "kind": "notes" } }, "worktreesRoot": root.path() }))?;
+    let port = free_port()?;
+    home.expect(0, &["start", "--port", &port.to_string(), "--without-connection-token"]).await?;
+    let url = format!("ws://127.0.0.1:{port}");
+    let mut c = TestClient::connect(&url, "driver").await?;
+    let (session, chat, _) = isolated(&mut c, &base).await?;
+    c.turn(&chat, "edit a.txt before the restart").await?;
+
+    let mut browser = Browser::launch().await?;
+    browser.open(&format!("http://127.0.0.1:{port}/"), 1280, 800).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    browser.wait_for(&format!("window.ahpd.sessions.has({})", js_str(&session))).await?;
+    browser.eval(&format!("window.ahpd.openChanges({}).then(() => true)", js_str(&session))).await?;
+    let body = js_str(&format!("{} .diff-body", view(&session)));
+    browser.wait_for(&format!("document.querySelector({body})?.dataset.drawn")).await?;
+    browser.click(&format!("{} .dl[data-line=\"1\"] .ln.new", view(&session))).await?;
+    browser.type_into(&format!("{} .comment-box textarea", view(&session)), "kept across").await?;
+    browser.click(&format!("{} button[data-action=comment]", view(&session))).await?;
+    let thread = js_str(&format!("{} .thread .entry.user .what", view(&session)));
+    browser.wait_for(&format!("document.querySelector({thread})?.textContent === 'kept across'")).await?;
+    browser
+        .eval("(() => { window.__sameDocument = true; window.__states = []; new MutationObserver(() => window.__states.push(document.body.dataset.connection)).observe(document.body, { attributes: true }); return true; })()")
+        .await?;
+    drop(c);
+
+    home.expect(0, &["restart"]).await?;
+    browser.wait_for("window.__states.includes('offline') && document.body.dataset.connection === 'online'").await?;
+    assert_eq!(browser.eval("window.__sameDocument === true").await?, json!(true), "no reload");
+    let mut c = TestClient::connect(&url, "driver again").await?;
+    c.subscribe(&chat).await?;
+    c.turn(&chat, "edit b.txt after the restart").await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector({})",
+            js_str(&format!("{} li.file[data-path=\"b.txt\"]", view(&session)))
+        ))
+        .await?;
+    assert_eq!(
+        browser.eval(&format!("document.querySelector({thread})?.textContent")).await?,
+        json!("kept across"),
+        "the comment is still shown"
+    );
+    let observed = browser.observations().await?;
+    ensure!(observed["errors"].as_array().is_some_and(Vec::is_empty), "page errors: {}", observed["errors"]);
+    browser.close().await?;
+    home.expect(0, &["stop"]).await.map(|_| ())
 }
