@@ -281,6 +281,8 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
     let (session, chat, worktree) = isolated(&mut c, &base).await?;
     let (url, token) = endpoint(&mut c, &chat).await?;
     c.turn(&chat, "edit a.txt from the agent").await?;
+    let title = ahp_types::actions::SessionTitleChangedAction { title: "Say it better".into() };
+    c.dispatch(&session, ahp_types::actions::StateAction::SessionTitleChanged(title)).await?;
     let channel = format!("{session}/annotations");
     c.subscribe(&channel).await?;
 
