@@ -203,6 +203,7 @@ class App {
    */
   refreshWatches() {
     const want = new Set(this.panes.map((p) => p.session));
+    for (const uri of this.changesViews?.keys() ?? []) want.add(uri);
     for (const [uri, s] of this.sessions) {
       const a = activityOf(s.status);
       if (a === Status.InProgress || a === Status.InputNeeded) want.add(uri);

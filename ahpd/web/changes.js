@@ -204,8 +204,9 @@ export async function openChanges(app, session, opts = {}) {
     app.welcome?.remove();
   }
   if (opts.chat) view.chat = opts.chat;
-  await view.start(opts);
+  // Brought into sight before its diff is drawn: scrolling to it later would lay a long one out.
   view.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest', block: 'nearest' });
+  await view.start(opts);
   return view;
 }
 
