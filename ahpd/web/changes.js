@@ -676,7 +676,9 @@ export class ChangesView {
     const lines = waiting.map((a) => {
       const from = (a.range?.start.line ?? 0) + 1;
       const to = (a.range?.end.line ?? 0) + 1;
-      return `- ${uriPath(a.resource)} ${from === to ? `line ${from}` : `lines ${from}-${to}`}: ${text(a.entries[0]?.text)}`;
+      // The path in the repository, as the changeset names it, when the file is one of its own.
+      const file = this.changeset?.files.find((f) => f.id === a.resource || f.edit.after?.uri === a.resource);
+      return `- ${file ? pathOf(file) : uriPath(a.resource)} ${from === to ? `line ${from}` : `lines ${from}-${to}`}: ${text(a.entries[0]?.text)}`;
     });
     const message = {
       text: `Please address my review comments (${waiting.length}):\n${lines.join('\n')}\n\nThey are also in listComments. Reply to each with replyToComment saying what you did, and resolve it with resolveComments once it is done.`,

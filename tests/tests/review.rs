@@ -347,7 +347,7 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
     browser.click(&format!("{} button[data-action=send-comments]", view(&session))).await?;
     let c2 = chat.clone();
     c.until("the turn asking to address the comments", move |m| {
-        let asks = |text: &str| text.contains("say which one") && text.contains("listComments");
+        let asks = |text: &str| text.contains("- a.txt line 1: say which one") && text.contains("listComments");
         m.chat(&c2).is_some_and(|s| {
             s.turns.iter().any(|t| asks(&t.message.text))
                 || s.active_turn.as_ref().is_some_and(|t| asks(&t.message.text))
@@ -415,6 +415,7 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
             js_str(&view(&session))
         ))
         .await?;
+    browser.screenshot(&shots()?.join("review-compare-turns.png")).await?;
 
     // What the page wrote is what any client folds from the channel (VS Code's view of it).
     c.check_against_snapshot(&channel).await?;
