@@ -69,11 +69,16 @@ fn options(root: &Path) -> DaemonOptions {
 /// A notes session in a worktree of its own cut from `folder`, writing without asking; answers
 /// (session, chat, its worktree).
 async fn isolated(c: &mut TestClient, folder: &Path) -> anyhow::Result<(String, String, PathBuf)> {
+    notes_session(c, folder, json!({ "ask": "never", "isolation": "worktree" })).await
+}
+
+/// A notes session in `folder` with `config`; answers (session, chat, the folder it works in).
+async fn notes_session(c: &mut TestClient, folder: &Path, config: Value) -> anyhow::Result<(String, String, PathBuf)> {
     let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
     let params = json!({
         "channel": session, "provider": "notes",
         "workingDirectories": [format!("file://{}", folder.display())],
-        "config": { "ask": "never", "isolation": "worktree" },
+        "config": config,
     });
     c.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
     c.subscribe(&session).await?;
@@ -684,4 +689,47 @@ async fn after_ahpd_restart_the_changes_view_comes_back_live_with_its_comments()
     ensure!(observed["errors"].as_array().is_some_and(Vec::is_empty), "page errors: {}", observed["errors"]);
     browser.close().await?;
     home.expect(0, &["stop"]).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn a_session_in_the_folder_itself_commits_its_uncommitted_changes_from_the_page() -> anyhow::Result<()> {
+    let (_dir, base) = repo(&[("a.txt", "one\n".into())]);
+    let root = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(options(root.path())).await?;
+    let mut c = TestClient::connect(&daemon.url, "driver").await?;
+    let (session, chat, _) = notes_session(&mut c, &base, json!({ "ask": "never" })).await?;
+    c.turn(&chat, "edit a.txt in the folder").await?;
+    assert_eq!(git(&base, &["status", "--porcelain"]), " M a.txt\n");
+
+    let mut browser = page(&daemon, 1280, 800).await?;
+    browser.wait_for(&format!("window.ahpd.sessions.has({})", js_str(&session))).await?;
+    browser.eval(&format!("window.ahpd.openChanges({}).then(() => true)", js_str(&session))).await?;
+    browser
+        .wait_for(&format!(
+            "document.querySelector({})?.dataset.drawn",
+            js_str(&format!("{} .diff-body", view(&session)))
+        ))
+        .await?;
+    let scope = browser
+        .eval(&format!(
+            "document.querySelector({}).selectedOptions[0].textContent",
+            js_str(&format!("{} select.scope", view(&session)))
+        ))
+        .await?;
+    assert_eq!(scope, json!("Uncommitted changes"));
+    assert_eq!(rows(&mut browser, &session, "add").await?, ["in the folder"]);
+    browser.click(&format!("{} button[data-operation=commit]", view(&session))).await?;
+    let done = browser
+        .wait_for(&format!("document.querySelector({})?.textContent", js_str(&format!("{} .op-done", view(&session)))))
+        .await?;
+    ensure!(done.as_str().is_some_and(|d| d.starts_with("Committed the changes on main in ")), "{done}");
+    assert_eq!(git(&base, &["status", "--porcelain"]), "", "committed");
+    assert_eq!(git(&base, &["show", "HEAD:a.txt"]), "in the folder\n");
+    browser
+        .wait_for(&format!(
+            "document.querySelector({})?.textContent === 'No changes.'",
+            js_str(&format!("{} .files .none", view(&session)))
+        ))
+        .await?;
+    browser.close().await
 }
