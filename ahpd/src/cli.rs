@@ -112,7 +112,9 @@ pub enum Verb {
     /// it has one, else its folder's uncommitted changes; one line a file (lines added and
     /// removed, or `binary`). --merge, --commit and --discard run that changeset's operation, as
     /// a client's invokeChangesetOperation does; a merge that would conflict is refused with the
-    /// files named and nothing changed.
+    /// files named and nothing changed. --diff prints each file's diff; --comment FILE:LINE TEXT
+    /// writes a line comment the agent's listComments sees (as the web window's Changes view
+    /// does), and --comments lists them with their replies.
     #[command(
         after_help = "Exit codes: 0 shown or done, 1 none running, no such session, no Git folder, or the operation was refused."
     )]
@@ -191,6 +193,16 @@ pub struct ChangesArgs {
     /// Print the changeset as JSON, as a subscription's snapshot has it.
     #[arg(long, conflicts_with_all = ["merge", "commit", "discard"])]
     pub json: bool,
+    /// Print each file's diff after the list.
+    #[arg(long, conflicts_with_all = ["merge", "commit", "discard", "json"])]
+    pub diff: bool,
+    /// Write a comment for the agent on FILE (its path in the changeset) at LINE (or a range
+    /// START-END, lines of the file as changed): a comment its listComments sees.
+    #[arg(long, num_args = 2, value_names = ["FILE:LINE", "TEXT"], conflicts_with_all = ["merge", "commit", "discard", "json", "diff"])]
+    pub comment: Option<Vec<String>>,
+    /// List the session's comments with their replies and state.
+    #[arg(long, conflicts_with_all = ["merge", "commit", "discard", "json", "diff", "comment"])]
+    pub comments: bool,
     /// Where the daemon is.
     #[command(flatten)]
     pub client: ClientArgs,

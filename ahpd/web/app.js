@@ -8,6 +8,7 @@ import { Connection, ROOT } from './rpc.js';
 import { applyRoot, applySession, applyChat, Status, activityOf } from './reducer.js';
 import { ChatPane, glance, confirmButtons } from './chat.js';
 import { Attempts } from './attempts.js';
+import { openChanges } from './changes.js';
 
 const TOKEN_KEY = 'ahpd.token';
 
@@ -43,6 +44,8 @@ class App {
     this.listDirty = true;
     this.frame = 0;
     this.watching = new Set();
+    // Channels a view of its own folds (changesets, annotations): uri → its listeners.
+    this.taps = new Map();
     this.sight = new IntersectionObserver((entries) => {
       for (const e of entries) {
         const pane = this.panes.find((p) => p.el === e.target);
@@ -121,12 +124,15 @@ class App {
     // Notifications missed while away are lost: the list is asked for again.
     this.loadSessions().catch((e) => this.toast(`Could not list sessions: ${e.message}`));
     for (const pane of this.panes) if (!this.chats.has(pane.chat)) this.watchChat(pane);
+    // A tapped channel the daemon did not bring back (a changeset not computed yet) is told so.
+    for (const [uri, listeners] of this.taps) if (!this.conn.subscriptions.has(uri)) for (const fn of listeners) fn(null, null);
     this.refreshWatches();
   }
 
   seed(snap) {
-    this.fromSeq.set(snap.resource, snap.fromSeq);
     const uri = snap.resource;
+    if (this.taps.has(uri)) { for (const fn of this.taps.get(uri)) fn(null, snap); return; }
+    this.fromSeq.set(snap.resource, snap.fromSeq);
     if (uri === ROOT) { this.root = snap.state; this.listDirty = true; }
     else if (uri.startsWith('ahp-session:')) { this.sessionStates.set(uri, snap.state); this.touchSession(uri); }
     else if (uri.startsWith('ahp-chat:')) {
@@ -156,6 +162,7 @@ class App {
   action(env) {
     if (env.rejectionReason) { this.toast(env.rejectionReason); return; }
     const uri = env.channel;
+    if (this.taps.has(uri)) { for (const fn of this.taps.get(uri)) fn(env, null); return; }
     if (this.buffered.has(uri)) { this.buffered.get(uri).push(env); return; }
     if (env.serverSeq <= (this.fromSeq.get(uri) ?? Infinity)) return;
     const a = env.action;
@@ -198,6 +205,7 @@ class App {
    */
   refreshWatches() {
     const want = new Set(this.panes.map((p) => p.session));
+    for (const uri of this.changesViews?.keys() ?? []) want.add(uri);
     for (const [uri, s] of this.sessions) {
       const a = activityOf(s.status);
       if (a === Status.InProgress || a === Status.InputNeeded) want.add(uri);
@@ -282,10 +290,15 @@ class App {
       this.chats.delete(pane.chat);
       this.fromSeq.delete(pane.chat);
     }
-    if (!this.panes.length) this.panesEl.append(this.welcome);
+    if (!this.panes.length && !this.changesViews?.size) this.panesEl.append(this.welcome);
     this.listDirty = true;
     this.refreshWatches();
     this.schedule();
+  }
+
+  /** The Changes view of a session (changes.js), beside its chat. */
+  openChanges(session, opts) {
+    return openChanges(this, session, opts).catch((e) => this.toast(`Changes: ${e.message}`));
   }
 
   archive(session) {
@@ -441,7 +454,9 @@ class App {
     } },
       h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: s.title || 'New session' }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
       h('div', { class: 'row sub' }, h('span', { class: 'provider', text: s.provider }), h('span', { class: `state ${cls}`, text: words }),
-        s.activity ? h('span', { class: 'activity', text: s.activity }) : null));
+        s.activity ? h('span', { class: 'activity', text: s.activity }) : null,
+        s.changes?.files ? h('button', { class: 'ghost changes-link', type: 'button', data: { action: 'changes' }, title: 'Show what it changed',
+          on: { click: () => this.openChanges(s.resource) } }, `+${s.changes.additions ?? 0} −${s.changes.deletions ?? 0}`) : null));
     // A confirmation can be answered here, without opening the chat.
     for (const r of state?.inputNeeded ?? []) {
       if (r.kind !== 'toolConfirmation' || r.toolCall?.status !== 'pending-confirmation') continue;

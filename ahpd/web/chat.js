@@ -135,9 +135,11 @@ export class ChatPane {
     this.chip.textContent = words;
     this.archiveButton.textContent = archived ? 'Unarchive' : 'Archive';
     const bits = [provider, folder];
-    if (changes && (changes.additions || changes.deletions)) bits.push(`+${changes.additions ?? 0} −${changes.deletions ?? 0}${changes.files ? ` in ${changes.files} files` : ''}`);
+    // What the session changed opens its Changes view.
+    if (changes && (changes.additions || changes.deletions || changes.files)) bits.push(h('button', { class: 'changes-link', type: 'button', data: { action: 'changes' }, title: 'Show the changes',
+      on: { click: () => this.app.openChanges(this.session, { chat: this.chat }) } }, `+${changes.additions ?? 0} −${changes.deletions ?? 0}${changes.files ? ` in ${changes.files} files` : ''}`));
     if (s?.lifecycle === 'failed') bits.push(`could not start: ${s.creationError?.message ?? 'unknown'}`);
-    this.meta.textContent = bits.filter(Boolean).join(' · ');
+    this.meta.replaceChildren(...bits.filter(Boolean).flatMap((b, i) => (i ? [' · ', b] : [b])));
   }
 
   drawPending() {
@@ -234,7 +236,9 @@ class TurnView {
     if (!active && turn.duration != null) bits.push(`${(turn.duration / 1000).toFixed(1)} s`);
     if (turn.usage?.outputTokens) bits.push(`${turn.usage.inputTokens ?? 0} in / ${turn.usage.outputTokens} out`);
     if (turn.usage?.model) bits.push(turn.usage.model);
-    const key = `${active}|${turn.state}|${turn.duration}|${JSON.stringify(turn.usage ?? {})}`;
+    const turnChanges = !active && this.pane.state?.changesets?.some((c) => c.changeKind === 'turn');
+    if (turnChanges) bits.push(h('button', { class: 'changes-link', type: 'button', data: { action: 'turn-changes' }, on: { click: () => this.pane.app.openChanges(this.pane.session, { chat: this.pane.chat, turn: turn.id }) } }, 'changes'));
+    const key = `${active}|${turn.state}|${turn.duration}|${JSON.stringify(turn.usage ?? {})}|${turnChanges}`;
     if (key !== this.drawnFoot) {
       this.drawnFoot = key;
       this.foot.replaceChildren(...bits.flatMap((b, i) => (i ? [' · ', b] : [b])));

@@ -30,6 +30,9 @@ const ASSETS: &[Asset] = &[
     Asset { name: "chat.js", mime: JS, body: include_str!("../../web/chat.js") },
     Asset { name: "dom.js", mime: JS, body: include_str!("../../web/dom.js") },
     Asset { name: "attempts.js", mime: JS, body: include_str!("../../web/attempts.js") },
+    Asset { name: "changes.js", mime: JS, body: include_str!("../../web/changes.js") },
+    Asset { name: "diff.js", mime: JS, body: include_str!("../../web/diff.js") },
+    Asset { name: "changes.css", mime: "text/css; charset=utf-8", body: include_str!("../../web/changes.css") },
     Asset { name: "style.css", mime: "text/css; charset=utf-8", body: include_str!("../../web/style.css") },
 ];
 
