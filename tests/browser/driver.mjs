@@ -6,10 +6,10 @@
 //
 // Commands: {op: 'open', url, width, height} (a new page), 'goto' {url}, 'click' {selector},
 // 'type' {selector, text}, 'press' {key}, 'keyboard' {text} (typed key by key into whatever has
-// the focus), 'eval' {js} (an expression, awaited in the page), 'waitFor' {js, timeoutMs} (until
-// the expression is truthy; answers its value), 'screenshot'
-// {path}, 'observations' (what was recorded), 'profileStart' and 'profileStop' (the functions
-// that took the most time in between), 'close'.
+// the focus), 'select' {selector, value} (picks an option), 'eval' {js} (an expression, awaited in
+// the page), 'waitFor' {js, timeoutMs} (until the expression is truthy; answers its value),
+// 'screenshot' {path}, 'observations' (what was recorded), 'profileStart' and 'profileStop' (the
+// functions that took the most time in between), 'close'.
 
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
@@ -76,6 +76,7 @@ const ops = {
   type: async ({ selector, text }) => { await page.waitForSelector(selector, { timeout: 30_000 }); await page.type(selector, text); return null; },
   press: async ({ key }) => { await page.keyboard.press(key); return null; },
   keyboard: async ({ text }) => { await page.keyboard.type(text); return null; },
+  select: async ({ selector, value }) => page.select(selector, value),
   eval: async ({ js }) => page.evaluate(`(async () => (${js}))()`),
   waitFor: async ({ js, timeoutMs = 30_000 }) => {
     const handle = await page.waitForFunction(js, { timeout: timeoutMs, polling: 'raf' });

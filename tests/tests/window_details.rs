@@ -2,8 +2,9 @@
 //! real daemon: the real `claude` CLI's long permission options wrap inside the chat and the
 //! session list at 1280×800 and 800×900 (every button's box checked), Deny is reached with the
 //! keyboard and the turn goes on without the command; a terminal opened in the page runs what is
-//! typed into it, in colour, at the page's size; the open chats and their terminal come back after
-//! a reload; the tab's title and icon count the sessions that need you; `?` lists the shortcuts;
+//! typed into it, in colour, at the page's size (and follows it when it grows), another client's
+//! terminal is picked from the host's list and typed into, a `!` command's is shown from its turn;
+//! the open chats and their terminal come back after a reload; the tab's title and icon count the sessions that need you; `?` lists the shortcuts;
 //! a worktree session's folder and branch are in its chat's header. Screenshots go to
 //! target/window-shots/.
 
@@ -256,6 +257,44 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     assert_eq!(state.cols, cols.as_i64(), "the page's size reached the host");
     let dir = shots()?;
     browser.screenshot(&dir.join("terminal-1280x800.png")).await?;
+
+    // The person makes the terminal taller: the host's terminal gets the rows.
+    let view = format!("[...window.ahpd.terminalViews].find((v) => v.uri === {})", js_str(&uri));
+    let rows_before = browser.eval(&format!("{view}.term.rows")).await?;
+    browser
+        .eval(&format!("(document.querySelector({}).style.height = '400px', true)", js_str(&format!("{p} .term-host"))))
+        .await?;
+    let rows = browser.wait_for(&format!("{view}.term.rows > {rows_before} && {view}.term.rows")).await?;
+    let u = uri.clone();
+    let want = rows.as_i64();
+    client.until("the page's rows", move |m| m.terminal(&u).is_some_and(|t| t.rows == want)).await?;
+
+    // A terminal another client opened, picked from the list the host keeps, takes what is typed.
+    let theirs = format!("ahp-terminal:/{}", uuid::Uuid::new_v4());
+    let claim = json!({ "kind": "client", "clientId": client.client_id });
+    let cwd = format!("file://{}", folder.path().display());
+    client
+        .request("createTerminal", json!({ "channel": theirs, "claim": claim, "cwd": cwd, "name": "theirs" }))
+        .await
+        .map_err(|e| anyhow::anyhow!("createTerminal: {e}"))?;
+    let picker = format!("{p} select.term-pick");
+    browser
+        .wait_for(&format!("document.querySelector({}).querySelector('option[value=\"{theirs}\"]')", js_str(&picker)))
+        .await?;
+    browser.call("select", json!({ "selector": picker, "value": theirs })).await?;
+    assert_eq!(shown_terminal(&mut browser, &chat).await?, theirs);
+    browser.wait_for("document.activeElement?.closest('.xterm')").await?;
+    browser.call("keyboard", json!({ "text": "echo typed-in-the-$((1+1))nd-page\r" })).await?;
+    client.subscribe(&theirs).await?;
+    let t = theirs.clone();
+    client
+        .until("what the page typed", move |m| {
+            m.terminal(&t).is_some_and(|s| terminal_output(s).contains("typed-in-the-2nd-page"))
+        })
+        .await?;
+    browser.wait_for(&format!("({}).includes('typed-in-the-2nd-page')", screen_js(&theirs))).await?;
+    browser.call("select", json!({ "selector": picker, "value": uri })).await?;
+    assert_eq!(shown_terminal(&mut browser, &chat).await?, uri);
 
     // A reload brings back the open chat and its terminal.
     browser.eval("(location.reload(), true)").await?;
