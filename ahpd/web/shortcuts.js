@@ -14,6 +14,7 @@ const KEYS = [
   [['Tab'], 'Move through buttons: Allow, Deny and every option of a confirmation'],
   [['Enter'], 'Send (in a message field); Shift+Enter starts a new line'],
   [['Esc'], 'Leave a field, or close this list'],
+  [['Shift+Esc'], 'Leave a terminal for the chat’s message field (a terminal keeps every other key)'],
 ];
 
 const typing = (el) => /INPUT|TEXTAREA|SELECT/.test(el?.tagName ?? '') || el?.isContentEditable || el?.closest?.('.xterm');
@@ -47,6 +48,13 @@ export function installShortcuts(app) {
     const at = items.indexOf(document.activeElement?.closest('li.session'));
     items[at < 0 ? 0 : Math.min(items.length - 1, Math.max(0, at + step))].focus();
   };
+  // Before the terminal sees it: the one key that leaves a terminal.
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || !e.shiftKey || !document.activeElement?.closest?.('.xterm')) return;
+    e.preventDefault();
+    e.stopPropagation();
+    currentPane()?.input.focus();
+  }, true);
   document.addEventListener('keydown', (e) => {
     if (e.key === 'Escape' && typing(document.activeElement) && !document.activeElement.closest('.xterm')) { document.activeElement.blur(); return; }
     if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented || typing(document.activeElement) || document.querySelector('dialog[open]:not(.keys)')) return;

@@ -150,6 +150,16 @@ async fn the_claude_clis_long_permission_options_stay_in_sight_and_deny_from_the
         assert!(labels.iter().any(|l| l.starts_with("Always allow")), "the CLI's own long options: {labels:?}");
         assert!(labels.iter().any(|l| l.len() > 40), "an option long enough to wrap: {labels:?}");
         assert_eq!(labels.last().map(String::as_str), Some("Deny"), "{labels:?}");
+        // In the list too, Tab goes from the first option through the others to Deny.
+        let first = ".sessions .inline-actions button";
+        browser.eval(&format!("(document.querySelector({}).focus(), true)", js_str(first))).await?;
+        for _ in 1..labels.len() {
+            browser.press("Tab").await?;
+        }
+        let focused = browser
+            .eval("document.activeElement?.closest('.inline-actions') && document.activeElement.textContent")
+            .await?;
+        assert_eq!(focused, json!("Deny"), "Tab reaches the list's Deny at {width}x{height}");
     }
 
     // At 800×900, with the keyboard: Tab from the first option through the others to Deny, Enter.
@@ -295,6 +305,10 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     browser.wait_for(&format!("({}).includes('typed-in-the-2nd-page')", screen_js(&theirs))).await?;
     browser.call("select", json!({ "selector": picker, "value": uri })).await?;
     assert_eq!(shown_terminal(&mut browser, &chat).await?, uri);
+    // Shift+Escape leaves the terminal for the chat's message field.
+    browser.wait_for("document.activeElement?.closest('.xterm')").await?;
+    browser.call("press", json!({ "key": "Escape", "modifiers": ["Shift"] })).await?;
+    browser.wait_for("document.activeElement?.closest('.composer')").await?;
 
     // A reload brings back the open chat and its terminal.
     browser.eval("(location.reload(), true)").await?;
