@@ -331,6 +331,21 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
     assert_eq!(seen["violations"], json!([]), "the page keeps its own policy: {seen}");
     assert_eq!(seen["foreign"], json!([]), "nothing asked of anywhere else: {seen}");
+
+    // A new tab at 800×900 opens where the person left off, the terminal inside its chat.
+    browser.open(&announced_page(&daemon).await?, 800, 900).await?;
+    online(&mut browser).await?;
+    assert_eq!(shown_terminal(&mut browser, &chat).await?, command);
+    browser.wait_for(&format!("({}).includes('bang-42')", screen_js(&command))).await?;
+    let inside = browser
+        .eval(&format!(
+            "(() => {{ const t = document.querySelector({}).getBoundingClientRect(); const p = document.querySelector({}).getBoundingClientRect(); return t.left >= p.left && t.right <= p.right && t.right <= innerWidth && t.bottom <= innerHeight; }})()",
+            js_str(&format!("{p} .term-screen .xterm-screen")),
+            js_str(&p)
+        ))
+        .await?;
+    assert_eq!(inside, json!(true), "the terminal fits its chat at 800×900");
+    browser.screenshot(&dir.join("terminal-800x900.png")).await?;
     browser.close().await
 }
 
