@@ -256,6 +256,16 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
         ))
         .await?;
     assert_eq!(red, json!(true), "the output keeps its colour");
+    // A 24-bit colour too (xterm.js sets it as a style attribute, which goes through the CSSOM).
+    browser.call("keyboard", json!({ "text": "printf '\\033[38;2;0;200;0mgreen-%s\\033[0m\\n' true\r" })).await?;
+    browser.wait_for(&format!("({}).includes('green-true')", screen_js(&uri))).await?;
+    let green = browser
+        .eval(&format!(
+            "[...document.querySelectorAll({})].some((s) => s.textContent.includes('green-true') && getComputedStyle(s).color === 'rgb(0, 200, 0)')",
+            js_str(&format!("{p} .xterm-rows span"))
+        ))
+        .await?;
+    assert_eq!(green, json!(true), "a 24-bit colour is drawn");
     // The host's terminal has the page's size.
     let cols = browser
         .eval(&format!("[...window.ahpd.terminalViews].find((v) => v.uri === {}).term.cols", js_str(&uri)))
