@@ -249,8 +249,9 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     let screen = browser.eval(&screen_js(&uri)).await?;
     let screen = screen.as_str().unwrap_or_default().to_owned();
     assert!(screen.contains("marker-file.txt"), "it runs in the session's folder: {screen}");
+    // Drawn on the next frame after the buffer has it.
     let red = browser
-        .eval(&format!(
+        .wait_for(&format!(
             "[...document.querySelectorAll({})].some((s) => s.textContent.includes('red-42') && getComputedStyle(s).color !== getComputedStyle(s.parentElement).color)",
             js_str(&format!("{p} .xterm-rows span"))
         ))
@@ -260,7 +261,7 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     browser.call("keyboard", json!({ "text": "printf '\\033[38;2;0;200;0mgreen-%s\\033[0m\\n' true\r" })).await?;
     browser.wait_for(&format!("({}).includes('green-true')", screen_js(&uri))).await?;
     let green = browser
-        .eval(&format!(
+        .wait_for(&format!(
             "[...document.querySelectorAll({})].some((s) => s.textContent.includes('green-true') && getComputedStyle(s).color === 'rgb(0, 200, 0)')",
             js_str(&format!("{p} .xterm-rows span"))
         ))
