@@ -23,7 +23,8 @@ const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
 
 /**
  * The branch a worktree changeset names, and its base: the worktrees feature labels it
- * "<branch> (against <base>)".
+ * "<branch> (against <base>)" (ahpd/src/worktrees/changes.rs, `branch_entry`), AHP's changeset
+ * having no field of its own for either.
  */
 export function branchOf(changesets) {
   const set = (changesets ?? []).find((c) => c.changeKind === 'branch');
