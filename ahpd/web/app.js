@@ -9,8 +9,13 @@ import { applyRoot, applySession, applyChat, Status, activityOf } from './reduce
 import { ChatPane, glance, confirmButtons } from './chat.js';
 import { Attempts } from './attempts.js';
 import { openChanges } from './changes.js';
+import { applyTerminal } from './terminal.js';
+import { Attention } from './attention.js';
+import { installShortcuts } from './shortcuts.js';
 
 const TOKEN_KEY = 'ahpd.token';
+/** Which chats were open, in which order, the filter, and each chat's terminal: kept across reloads. */
+const LAYOUT_KEY = 'ahpd.layout';
 
 /** Takes the token out of the address bar; answers the one this tab holds. */
 function takeToken() {
@@ -46,6 +51,10 @@ class App {
     this.watching = new Set();
     // Channels a view of its own folds (changesets, annotations): uri → its listeners.
     this.taps = new Map();
+    this.terminals = new Map();
+    this.terminalViews = new Set();
+    this.layoutRestored = false;
+    this.attention = new Attention(this);
     this.sight = new IntersectionObserver((entries) => {
       for (const e of entries) {
         const pane = this.panes.find((p) => p.el === e.target);
@@ -74,9 +83,11 @@ class App {
     this.status = h('span', { class: 'conn', text: 'connecting…' });
     this.searchInput = h('input', { type: 'search', placeholder: 'Search sessions', 'aria-label': 'Search sessions' });
     this.searchInput.addEventListener('input', () => { this.search = this.searchInput.value.trim().toLowerCase(); this.listDirty = true; this.schedule(); });
+    const kept = this.savedLayout().filter;
+    if (FILTERS.some(([key]) => key === kept)) this.filter = kept;
     this.filterEls = FILTERS.map(([key, label]) => h('button', {
       class: `filter${key === this.filter ? ' on' : ''}`, type: 'button', data: { filter: key },
-      on: { click: () => { this.filter = key; this.filterEls.forEach((b) => b.classList.toggle('on', b.dataset.filter === key)); this.listDirty = true; this.schedule(); } },
+      on: { click: () => { this.filter = key; this.filterEls.forEach((b) => b.classList.toggle('on', b.dataset.filter === key)); this.listDirty = true; this.schedule(); this.saveLayout(); } },
     }, label, h('span', { class: 'count' })));
     this.list = h('ul', { class: 'sessions', 'aria-label': 'Sessions' });
     this.panesEl = h('main', { class: 'panes' });
@@ -88,13 +99,12 @@ class App {
     this.toastEl = h('div', { class: 'toasts', role: 'status' });
     const top = h('header', { class: 'top' },
       h('span', { class: 'brand', text: 'ahpd' }), this.status,
-      h('span', { class: 'spacer' }),
+      h('span', { class: 'spacer' }), this.attention.askButton,
+      h('button', { class: 'ghost', type: 'button', title: 'Keyboard shortcuts (?)', 'aria-label': 'Keyboard shortcuts', data: { action: 'keys' }, on: { click: () => this.shortcuts.show() } }, '?'),
       h('button', { class: 'primary', type: 'button', data: { action: 'new' }, on: { click: () => this.newSession() } }, 'New session'));
     const side = h('aside', { class: 'side' }, this.searchInput, h('div', { class: 'filters' }, this.filterEls), this.list);
     this.rootEl.replaceChildren(top, h('div', { class: 'body' }, side, this.panesEl), this.toastEl);
-    document.addEventListener('keydown', (e) => {
-      if (e.key === '/' && !/INPUT|TEXTAREA|SELECT/.test(document.activeElement?.tagName ?? '')) { e.preventDefault(); this.searchInput.focus(); }
-    });
+    this.shortcuts = installShortcuts(this);
   }
 
   // ---- the connection ----
@@ -138,6 +148,9 @@ class App {
     else if (uri.startsWith('ahp-chat:')) {
       this.chats.set(uri, snap.state);
       for (const pane of this.panes) if (pane.chat === uri) pane.reset(snap.state);
+    } else if (uri.startsWith('ahp-terminal:')) {
+      this.terminals.set(uri, snap.state);
+      for (const view of this.terminalViews) if (view.uri === uri) { view.reset(snap.state); view.changed(); }
     }
     const held = this.buffered.get(uri);
     this.buffered.delete(uri);
@@ -157,6 +170,8 @@ class App {
     this.listDirty = true;
     this.schedule();
     this.refreshWatches();
+    this.attention.update();
+    if (!this.layoutRestored) { this.layoutRestored = true; this.restoreLayout(); }
   }
 
   action(env) {
@@ -170,7 +185,10 @@ class App {
       if (this.root && applyRoot(this.root, a)) this.listDirty = true;
     } else if (uri.startsWith('ahp-session:')) {
       const s = this.sessionStates.get(uri);
-      if (s && applySession(s, a)) this.touchSession(uri);
+      if (s && applySession(s, a)) { this.touchSession(uri); this.attention.update(); }
+    } else if (uri.startsWith('ahp-terminal:')) {
+      const t = this.terminals.get(uri);
+      if (t && applyTerminal(t, a)) for (const view of this.terminalViews) if (view.uri === uri) { view.apply(a); view.changed(); }
     } else if (uri.startsWith('ahp-chat:')) {
       const c = this.chats.get(uri);
       if (c && applyChat(c, a)) for (const pane of this.panes) if (pane.chat === uri) this.dirty.add(pane);
@@ -191,6 +209,7 @@ class App {
     this.listDirty = true;
     this.refreshWatches();
     this.schedule();
+    this.attention.update();
   }
 
   touchSession(uri) {
@@ -247,13 +266,62 @@ class App {
     return null;
   }
 
+  /** Subscribes to a terminal a view shows. */
+  watchTerminal(uri) {
+    return this.subscribe(uri);
+  }
+
+  /** A terminal no view shows any more is let go. */
+  releaseTerminal(uri) {
+    if ([...this.terminalViews].some((v) => v.uri === uri)) return;
+    this.conn.unsubscribe(uri);
+    this.terminals.delete(uri);
+    this.fromSeq.delete(uri);
+  }
+
+  // ---- what survives a reload ----
+
+  savedLayout() {
+    for (const store of [sessionStorage, localStorage]) {
+      try {
+        const saved = JSON.parse(store.getItem(LAYOUT_KEY) ?? 'null');
+        if (saved && typeof saved === 'object') return saved;
+      } catch { /* a layout that does not read is no layout */ }
+    }
+    return {};
+  }
+
+  saveLayout() {
+    if (!this.layoutRestored) return;
+    const layout = {
+      open: this.panes.map((p) => p.session),
+      filter: this.filter,
+      terminals: Object.fromEntries(this.panes.filter((p) => p.drawer.open && p.drawer.view).map((p) => [p.session, p.drawer.view.uri])),
+    };
+    const text = JSON.stringify(layout);
+    for (const store of [sessionStorage, localStorage]) try { store.setItem(LAYOUT_KEY, text); } catch { /* full or refused: not kept */ }
+  }
+
+  /** Opens the chats that were open before the reload, in their order, with their terminals. */
+  async restoreLayout() {
+    const saved = this.savedLayout();
+    const open = (Array.isArray(saved.open) ? saved.open : []).filter((uri) => this.sessions.has(uri));
+    for (const uri of [...open].reverse()) {
+      await this.open(uri, { quiet: true });
+      const terminal = saved.terminals?.[uri];
+      const pane = this.panes.find((p) => p.session === uri);
+      if (terminal && pane) pane.drawer.show(terminal);
+    }
+    this.saveLayout();
+  }
+
   // ---- doing things ----
 
   act(channel, action) {
     try { this.conn.dispatch(channel, action); } catch (e) { this.toast(`Not sent: ${e.message}`); }
   }
 
-  async open(session) {
+  async open(session, { quiet = false } = {}) {
     const existing = this.panes.find((p) => p.session === session);
     if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest' }); existing.input.focus({ preventScroll: true }); return; }
     const summary = this.sessions.get(session);
@@ -265,9 +333,10 @@ class App {
     this.panesEl.scrollLeft = 0;
     this.sight.observe(pane.el);
     this.listDirty = true;
+    this.saveLayout();
     if (!this.watching.has(session)) await this.watch(session);
     await this.watchChat(pane);
-    pane.input.focus({ preventScroll: true });
+    if (!quiet) pane.input.focus({ preventScroll: true });
   }
 
   async watchChat(pane) {
@@ -283,6 +352,8 @@ class App {
 
   close(pane) {
     this.panes = this.panes.filter((p) => p !== pane);
+    pane.drawer.drop();
+    this.saveLayout();
     this.sight.unobserve(pane.el);
     pane.el.remove();
     if (pane.chat && !this.panes.some((p) => p.chat === pane.chat)) {
@@ -431,6 +502,7 @@ class App {
     if (!items.length) items.push(h('li', { class: 'none', text: this.sessions.size ? 'No session matches.' : 'No sessions yet.' }));
     this.list.replaceChildren(...items);
     this.attempts.draw();
+    for (const pane of this.panes) pane.drawer.refresh();
   }
 
   kindOf(s) {
@@ -450,7 +522,7 @@ class App {
     const state = this.sessionStates.get(s.resource);
     const li = h('li', { class: `session ${cls}${isOpen ? ' open' : ''}`, data: { session: s.resource }, tabindex: 0, on: {
       click: (e) => { if (!e.target.closest('button')) this.open(s.resource); },
-      keydown: (e) => { if (e.key === 'Enter') this.open(s.resource); },
+      keydown: (e) => { if (e.key === 'Enter' && e.target === e.currentTarget) this.open(s.resource); },
     } },
       h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: s.title || 'New session' }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
       h('div', { class: 'row sub' }, h('span', { class: 'provider', text: s.provider }), h('span', { class: `state ${cls}`, text: words }),

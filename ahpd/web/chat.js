@@ -6,6 +6,7 @@
 import { h, uriPath } from './dom.js';
 import { MarkdownView, render as renderMarkdown } from './markdown.js';
 import { Status, activityOf } from './reducer.js';
+import { TerminalDrawer } from './terminal.js';
 
 /** A session's or chat's state at a glance: [css class, words]. */
 export function glance(status, waitingFor) {
@@ -19,6 +20,18 @@ export function glance(status, waitingFor) {
 }
 
 const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
+
+/**
+ * The branch a worktree changeset names, and its base: the worktrees feature labels it
+ * "<branch> (against <base>)" (ahpd/src/worktrees/changes.rs, `branch_entry`), AHP's changeset
+ * having no field of its own for either.
+ */
+export function branchOf(changesets) {
+  const set = (changesets ?? []).find((c) => c.changeKind === 'branch');
+  if (!set) return null;
+  const m = /^(.*) \(against (.*)\)$/.exec(set.label ?? '');
+  return m ? { name: m[1], base: m[2] === 'the commit it was cut from' ? null : m[2] } : { name: set.label, base: null };
+}
 
 /** One open chat. */
 export class ChatPane {
@@ -35,15 +48,18 @@ export class ChatPane {
     this.title = h('h2', { class: 'pane-title', title: 'Rename', on: { dblclick: () => this.rename() } });
     this.chip = h('span', { class: 'chip' });
     this.meta = h('div', { class: 'pane-meta' });
+    this.where = h('div', { class: 'pane-where' });
+    this.drawer = new TerminalDrawer(app, this);
     this.archiveButton = h('button', { class: 'ghost', type: 'button', data: { action: 'archive' }, on: { click: () => this.app.archive(session) } }, 'Archive');
     const head = h('header', { class: 'pane-head' },
       h('div', { class: 'pane-heading' }, this.chip, this.title,
         h('div', { class: 'pane-actions' },
           h('button', { class: 'ghost', type: 'button', title: 'Rename', data: { action: 'rename' }, on: { click: () => this.rename() } }, 'Rename'),
+          h('button', { class: 'ghost', type: 'button', title: 'A terminal in the session’s folder (t)', data: { action: 'terminal' }, on: { click: () => this.drawer.toggle() } }, 'Terminal'),
           this.archiveButton,
           h('button', { class: 'ghost danger', type: 'button', data: { action: 'delete' }, on: { click: () => this.app.remove(session) } }, 'Delete'),
           h('button', { class: 'ghost close', type: 'button', title: 'Close', 'aria-label': 'Close', data: { action: 'close' }, on: { click: () => this.app.close(this) } }, '×'))),
-      this.meta);
+      this.meta, this.where);
     this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
     this.empty = h('p', { class: 'empty', text: 'Loading…' });
     this.log.append(this.empty);
@@ -59,7 +75,7 @@ export class ChatPane {
     // Nothing can be sent before the chat's state is in.
     this.input.disabled = true;
     this.sendButton.disabled = true;
-    this.el.append(head, this.log, this.pendingEl, this.composer);
+    this.el.append(head, this.log, this.pendingEl, this.drawer.el, this.composer);
   }
 
   /** A fresh state (a snapshot): everything is drawn again. */
@@ -127,19 +143,36 @@ export class ChatPane {
     const folder = uriPath((s?.workingDirectories ?? summary?.workingDirectories ?? [])[0]);
     const changes = summary?.changes;
     const archived = ((s?.status ?? summary?.status ?? 0) & Status.IsArchived) !== 0;
-    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle].join('|');
+    const branch = branchOf(this.state?.changesets) ?? branchOf(s?.changesets);
+    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle, JSON.stringify(branch)].join('|');
     if (key === this.drawnHead) return;
     this.drawnHead = key;
     if (!this.title.querySelector('input')) this.title.textContent = title;
     this.chip.className = `chip ${cls}`;
     this.chip.textContent = words;
     this.archiveButton.textContent = archived ? 'Unarchive' : 'Archive';
-    const bits = [provider, folder];
+    this.drawWhere(folder, branch);
+    const bits = [provider];
     // What the session changed opens its Changes view.
     if (changes && (changes.additions || changes.deletions || changes.files)) bits.push(h('button', { class: 'changes-link', type: 'button', data: { action: 'changes' }, title: 'Show the changes',
       on: { click: () => this.app.openChanges(this.session, { chat: this.chat }) } }, `+${changes.additions ?? 0} −${changes.deletions ?? 0}${changes.files ? ` in ${changes.files} files` : ''}`));
     if (s?.lifecycle === 'failed') bits.push(`could not start: ${s.creationError?.message ?? 'unknown'}`);
     this.meta.replaceChildren(...bits.filter(Boolean).flatMap((b, i) => (i ? [' · ', b] : [b])));
+  }
+
+  /** The folder the session works in and, for a worktree, its branch and the base it came from. */
+  drawWhere(folder, branch) {
+    this.where.replaceChildren(...[
+      folder ? h('span', { class: 'pane-folder', title: folder, text: folder }) : null,
+      branch ? h('span', { class: 'pane-branch', title: `branch ${branch.name}${branch.base ? `, cut from ${branch.base}` : ''}` },
+        h('span', { class: 'branch-name', text: branch.name }), branch.base ? h('span', { class: 'branch-base', text: ` ← ${branch.base}` }) : null) : null,
+    ].filter(Boolean));
+  }
+
+  /** The session's folder as a URI (where a new terminal starts). */
+  folderUri() {
+    const s = this.app.sessionStates.get(this.session);
+    return (s?.workingDirectories ?? this.app.sessions.get(this.session)?.workingDirectories ?? [])[0] ?? null;
   }
 
   drawPending() {
@@ -317,15 +350,15 @@ function toolCall(pane, turn, t) {
       t.riskAssessment ? h('p', { class: 'risk', text: JSON.stringify(t.riskAssessment) }) : null,
       h('div', { class: 'confirm-actions' }, ...confirmButtons(pane, turn.id, t))));
   } else if (t.status === 'pending-result-confirmation') {
-    out.push(...results(t));
+    out.push(...results(t, pane));
     out.push(h('div', { class: 'confirm-actions' },
       h('button', { class: 'primary', type: 'button', on: { click: () => pane.app.act(pane.chat, { type: 'chat/toolCallResultConfirmed', turnId: turn.id, toolCallId: t.toolCallId, approved: true }) } }, 'Keep result'),
       h('button', { class: 'danger', type: 'button', on: { click: () => pane.app.act(pane.chat, { type: 'chat/toolCallResultConfirmed', turnId: turn.id, toolCallId: t.toolCallId, approved: false }) } }, 'Discard')));
   } else if (t.status === 'running' && t.contributor?.kind === 'client') {
     out.push(h('p', { class: 'tool-note', text: `Runs in client ${t.contributor.clientId}` }));
-    out.push(...results(t));
+    out.push(...results(t, pane));
   } else {
-    out.push(...results(t));
+    out.push(...results(t, pane));
   }
   return out;
 }
@@ -359,7 +392,7 @@ function pretty(input) {
   try { return JSON.stringify(JSON.parse(input), null, 2); } catch { return input; }
 }
 
-function results(t) {
+function results(t, pane) {
   const out = [];
   if (t.pastTenseMessage) out.push(h('p', { class: 'tool-past', text: text(t.pastTenseMessage) }));
   if (t.reasonMessage) out.push(h('p', { class: 'tool-past', text: text(t.reasonMessage) }));
@@ -367,14 +400,15 @@ function results(t) {
     switch (c.type) {
       case 'text': out.push(h('pre', { class: 'tool-out', text: c.text })); break;
       case 'fileEdit': out.push(diff(c)); break;
-      case 'terminal': out.push(h('p', { class: 'tool-note', text: `terminal: ${c.title}` })); break;
+      case 'terminal': out.push(h('p', { class: 'tool-note' }, `terminal: ${c.title} `,
+        h('button', { class: 'ghost', type: 'button', data: { action: 'show-terminal', terminal: c.resource }, on: { click: () => pane.drawer.show(c.resource) } }, 'Show'))); break;
       case 'subagent': out.push(h('p', { class: 'tool-note', text: `subagent ${c.agentName ?? ''}: ${c.title}` })); break;
       case 'resource': out.push(h('p', { class: 'tool-note', text: `resource: ${c.uri}` })); break;
       default: out.push(h('p', { class: 'tool-note', text: `[${c.type}]` }));
     }
   }
   if (t.error) out.push(h('pre', { class: 'tool-out error', text: typeof t.error === 'string' ? t.error : JSON.stringify(t.error, null, 2) }));
-  return out.length ? [h('details', { class: 'tool-body', open: t.status !== 'completed' || (t.content ?? []).some((c) => c.type === 'fileEdit') }, h('summary', { text: 'Output' }), ...out)] : [];
+  return out.length ? [h('details', { class: 'tool-body', open: t.status !== 'completed' || (t.content ?? []).some((c) => c.type === 'fileEdit' || c.type === 'terminal') }, h('summary', { text: 'Output' }), ...out)] : [];
 }
 
 /** A file edit: its unified diff, lines marked added or removed. */

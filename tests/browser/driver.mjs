@@ -5,10 +5,12 @@
 // uncaught errors, every request, and every request to anywhere but the daemon.
 //
 // Commands: {op: 'open', url, width, height} (a new page), 'goto' {url}, 'click' {selector},
-// 'type' {selector, text}, 'press' {key}, 'eval' {js} (an expression, awaited in the page),
-// 'waitFor' {js, timeoutMs} (until the expression is truthy; answers its value), 'screenshot'
-// {path}, 'observations' (what was recorded), 'profileStart' and 'profileStop' (the functions
-// that took the most time in between), 'close'.
+// 'type' {selector, text}, 'press' {key, modifiers?} (held down around it), 'keyboard' {text}
+// (typed key by key into whatever has the focus), 'select' {selector, value} (picks an option),
+// 'eval' {js} (an expression, awaited in the page), 'waitFor' {js, timeoutMs} (until the
+// expression is truthy; answers its value), 'screenshot' {path}, 'observations' (what was
+// recorded), 'profileStart' and 'profileStop' (the functions that took the most time in between),
+// 'close'.
 
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
@@ -73,7 +75,14 @@ const ops = {
   goto: async ({ url }) => ({ status: (await page.goto(url, { waitUntil: 'domcontentloaded' }))?.status() ?? 0 }),
   click: async ({ selector }) => { await page.waitForSelector(selector, { visible: true, timeout: 30_000 }); await page.click(selector); return null; },
   type: async ({ selector, text }) => { await page.waitForSelector(selector, { timeout: 30_000 }); await page.type(selector, text); return null; },
-  press: async ({ key }) => { await page.keyboard.press(key); return null; },
+  press: async ({ key, modifiers = [] }) => {
+    for (const m of modifiers) await page.keyboard.down(m);
+    await page.keyboard.press(key);
+    for (const m of [...modifiers].reverse()) await page.keyboard.up(m);
+    return null;
+  },
+  keyboard: async ({ text }) => { await page.keyboard.type(text); return null; },
+  select: async ({ selector, value }) => page.select(selector, value),
   eval: async ({ js }) => page.evaluate(`(async () => (${js}))()`),
   waitFor: async ({ js, timeoutMs = 30_000 }) => {
     const handle = await page.waitForFunction(js, { timeout: timeoutMs, polling: 'raf' });

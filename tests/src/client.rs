@@ -303,7 +303,7 @@ impl TestClient {
 
     /// `createSession` with `params` on a new channel, then waits for it and watches it and its
     /// default chat.
-    async fn open_session(&mut self, mut params: Value) -> anyhow::Result<(String, String)> {
+    pub async fn open_session(&mut self, mut params: Value) -> anyhow::Result<(String, String)> {
         let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
         params["channel"] = Value::String(session.clone());
         self.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;

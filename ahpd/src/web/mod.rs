@@ -32,18 +32,28 @@ const ASSETS: &[Asset] = &[
     Asset { name: "attempts.js", mime: JS, body: include_str!("../../web/attempts.js") },
     Asset { name: "changes.js", mime: JS, body: include_str!("../../web/changes.js") },
     Asset { name: "diff.js", mime: JS, body: include_str!("../../web/diff.js") },
-    Asset { name: "changes.css", mime: "text/css; charset=utf-8", body: include_str!("../../web/changes.css") },
-    Asset { name: "style.css", mime: "text/css; charset=utf-8", body: include_str!("../../web/style.css") },
+    Asset { name: "changes.css", mime: CSS, body: include_str!("../../web/changes.css") },
+    Asset { name: "style.css", mime: CSS, body: include_str!("../../web/style.css") },
+    Asset { name: "terminal.js", mime: JS, body: include_str!("../../web/terminal.js") },
+    Asset { name: "attention.js", mime: JS, body: include_str!("../../web/attention.js") },
+    Asset { name: "shortcuts.js", mime: JS, body: include_str!("../../web/shortcuts.js") },
+    // Vendored, pinned and minified (ahpd/web/vendor/README.md says which and whence); loaded the
+    // first time a terminal opens.
+    Asset { name: "xterm.mjs", mime: JS, body: include_str!("../../web/vendor/xterm.mjs") },
+    Asset { name: "xterm-addon-fit.mjs", mime: JS, body: include_str!("../../web/vendor/xterm-addon-fit.mjs") },
+    Asset { name: "xterm.css", mime: CSS, body: include_str!("../../web/vendor/xterm.css") },
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
 
 const INDEX: &str = include_str!("../../web/index.html");
 
 /// The page's policy: its own scripts, styles and connections (the WebSocket included), nothing
-/// else — no inline script, no plugin, no frame, no form, no image from anywhere.
+/// else — no inline script, no plugin, no frame, no form, no image from anywhere. `data:` images
+/// are the tab's icon, drawn by the page on a canvas (the page never loads an image a reply names).
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-     img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The policy of every other response: nothing may run or load.
 pub const STRICT_POLICY: &str = "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'; \
