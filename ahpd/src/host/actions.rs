@@ -209,6 +209,10 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
+        if matches!(action, StateAction::ChatTurnStarted(_)) && core.store.trouble().is_some() {
+            // A new turn while the store cannot write: it is refused unless space came back.
+            core.retry_store();
+        }
         let then = match check(&core, conn, &channel, &action) {
             Ok(then) => then,
             Err(reason) => {
@@ -447,6 +451,9 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             }
             if state.turns.iter().any(|t| t.id == a.turn_id) {
                 return Err(format!("This chat has a turn {} already", a.turn_id));
+            }
+            if let Some(sentence) = core.store.cannot_write() {
+                return Err(sentence);
             }
             if a.started_at.parse::<jiff::Timestamp>().is_err() {
                 return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
