@@ -2,7 +2,8 @@
 //! failed with the sentence that says so and no client is told it completed; new turns are
 //! refused with the same words; every client sees the notice on the root state and `ahpd status`
 //! says it; once room comes back the daemon writes again by itself and the next turn completes;
-//! after `kill -9` and a restart every turn reported complete is there, counted.
+//! after `kill -9` and a restart every turn reported complete is there, counted. The web window
+//! shows the notice while it lasts.
 //!
 //! The store's own page limit (`AHPD_TEST_STORE_MAX_PAGES`, SQLite's `max_page_count`) gives its
 //! SQLITE_FULL for any user, with another program's rows taking the room left (as another
@@ -288,4 +289,36 @@ async fn a_full_tmpfs_fails_the_turn_and_the_daemon_writes_again_when_room_retur
 
     daemon.kill9().await?;
     assert_kept_after_restart(&home, options, &chat, &completed, &failed, &sentence).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_notice_while_the_store_cannot_write_and_clears_it_after() -> anyhow::Result<()> {
+    let home = tempfile::Builder::new().prefix("ahpd-full-page-").tempdir()?;
+    let store = store_of(home.path());
+    let sentence = full_sentence(&store);
+    let options = echo(vec![("AHPD_TEST_STORE_MAX_PAGES".into(), MAX_PAGES.to_string())]);
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let web = daemon.wait_for_said("web: ", std::time::Duration::from_secs(30)).await?;
+    let web = web.trim_start_matches("web: ").to_owned();
+    let mut browser = tests::browser::Browser::launch().await?;
+    browser.open(&web, 1280, 600).await?;
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    let notice = "document.querySelector('#store-notice')";
+    assert_eq!(browser.eval(&format!("{notice}.hidden")).await?, json!(true), "no notice while the store writes");
+
+    let mut writer = TestClient::connect(&daemon.url, "writer").await?;
+    let (_session, chat) = writer.create_session("echo", None).await?;
+    let balloon = Balloon::fill(&store)?;
+    let failed = writer.send(&chat, &big(0)).await?;
+    writer.finished(&chat, &failed).await?;
+    let shown = browser.wait_for(&format!("!{notice}.hidden && {notice}.textContent")).await?;
+    assert_eq!(shown, json!(sentence), "the page says what the root state says");
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
+    std::fs::create_dir_all(&shots)?;
+    browser.screenshot(&shots.join("store-cannot-write.png")).await?;
+
+    balloon.free()?;
+    browser.wait_for(&format!("{notice}.hidden")).await?;
+    browser.close().await?;
+    Ok(())
 }

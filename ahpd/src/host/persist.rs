@@ -221,9 +221,7 @@ impl Core {
         let Some(state) = self.ch.chats.get(chat) else { return };
         let Some(turn) = state.turns.last().cloned() else { return };
         let position = i64::try_from(state.turns.len() - 1).unwrap_or(0);
-        let transcript_id = self.chats.get(chat).and_then(|m| m.transcripts.get(&turn.id).cloned());
-        let sender = self.chats.get(chat).and_then(|m| m.senders.get(&turn.id).cloned());
-        let record = TurnRecord { turn, transcript_id, sender };
+        let record = self.turn_record(chat, turn);
         let written = self.store.save_turn(chat, position, &record);
         self.kept(written, Record::Turns(chat.to_owned(), usize::try_from(position).unwrap_or(0)));
         self.running_dirty.remove(chat);
@@ -237,19 +235,11 @@ impl Core {
     /// Writes a chat's turns from `from` on as memory holds them, replacing what the store holds
     /// there, in one transaction.
     fn store_turns_from(&mut self, chat: &str, from: usize) {
-        let Some(state) = self.ch.chats.get(chat) else { return };
-        let Some(meta) = self.chats.get(chat) else { return };
-        let records: Vec<TurnRecord> = state
-            .turns
-            .iter()
-            .skip(from)
-            .map(|turn| TurnRecord {
-                turn: turn.clone(),
-                transcript_id: meta.transcripts.get(&turn.id).cloned(),
-                sender: meta.senders.get(&turn.id).cloned(),
-            })
-            .collect();
-        let running = state.active_turn.is_some();
+        if !self.ch.chats.contains_key(chat) || !self.chats.contains_key(chat) {
+            return;
+        }
+        let records = self.turn_records(chat, from);
+        let running = self.running_turn(chat).is_some();
         let position = |at: usize| i64::try_from(from + at).unwrap_or(i64::MAX);
         let written = self.store.savepoint("turns").and_then(|()| {
             let mut written = self.store.drop_turns_from(chat, position(0));
@@ -267,6 +257,22 @@ impl Core {
         if self.kept(written, Record::Turns(chat.to_owned(), from)) && running {
             // Writing a turn forgets the chat's checkpoint: the turn running now keeps its own.
             self.checkpoint(chat);
+        }
+    }
+
+    /// The records of a chat's turns from `from` on, as memory holds them.
+    fn turn_records(&self, chat: &str, from: usize) -> Vec<TurnRecord> {
+        let Some(state) = self.ch.chats.get(chat) else { return Vec::new() };
+        state.turns.iter().skip(from).map(|turn| self.turn_record(chat, turn.clone())).collect()
+    }
+
+    /// A turn's record: the turn, and what the chat knows of it.
+    fn turn_record(&self, chat: &str, turn: Turn) -> TurnRecord {
+        let meta = self.chats.get(chat);
+        TurnRecord {
+            transcript_id: meta.and_then(|m| m.transcripts.get(&turn.id).cloned()),
+            sender: meta.and_then(|m| m.senders.get(&turn.id).cloned()),
+            turn,
         }
     }
 
@@ -292,15 +298,18 @@ impl Core {
         let (Some(turn), Some(record)) = (ended.turns.pop(), self.chat_record_of(chat, &ended)) else {
             return (action, false);
         };
-        let meta = self.chats.get(chat);
-        let turn = TurnRecord {
-            transcript_id: meta.and_then(|m| m.transcripts.get(&turn.id).cloned()),
-            sender: meta.and_then(|m| m.senders.get(&turn.id).cloned()),
-            turn,
-        };
-        let at = i64::try_from(position).unwrap_or(i64::MAX);
+        // Turns before it the store missed go with it: a stored position after a missing one
+        // would be read back one place early, and overwritten.
+        let from = self.unkept.turns_from(chat).unwrap_or(position).min(position);
+        let mut turns = self.turn_records(chat, from);
+        turns.push(self.turn_record(chat, turn));
+        let at = |n: usize| i64::try_from(from + n).unwrap_or(i64::MAX);
         let written = self.store.savepoint("turn_end").and_then(|()| {
-            match self.store.save_turn(chat, at, &turn).and_then(|()| self.store.save_chat(&record)) {
+            let mut written = if from < position { self.store.drop_turns_from(chat, at(0)) } else { Ok(()) };
+            for (n, turn) in turns.iter().enumerate() {
+                written = written.and_then(|()| self.store.save_turn(chat, at(n), turn));
+            }
+            match written.and_then(|()| self.store.save_chat(&record)) {
                 Ok(()) => self.store.release("turn_end"),
                 Err(e) => {
                     let _ = self.store.roll_back("turn_end");
@@ -308,7 +317,8 @@ impl Core {
                 }
             }
         });
-        if self.kept(written, Record::Turns(chat.to_owned(), position)) {
+        if self.kept(written, Record::Turns(chat.to_owned(), from)) {
+            self.unkept.turns_kept(chat);
             return (action, true);
         }
         let Some(sentence) = self.store.cannot_write() else {

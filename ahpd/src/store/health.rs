@@ -91,6 +91,17 @@ impl Unkept {
         }
     }
 
+    /// The first of a chat's turns the store may not hold as memory does, if any: a turn after it
+    /// must not be written alone, or the stored positions would have a gap.
+    pub fn turns_from(&self, chat: &str) -> Option<usize> {
+        self.turns.get(chat).copied()
+    }
+
+    /// A chat's turns were written from where they were missing on.
+    pub fn turns_kept(&mut self, chat: &str) {
+        self.turns.remove(chat);
+    }
+
     /// True when memory and the store agree.
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty() && self.chats.is_empty() && self.turns.is_empty() && self.annotations.is_empty()
