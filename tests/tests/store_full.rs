@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use ahp_types::actions::{ChatTurnStartedAction, StateAction};
-use ahp_types::state::{ResponsePart, Turn, TurnState};
+use ahp_types::state::{PendingMessageKind, ResponsePart, Turn, TurnState};
 use serde_json::json;
 use tests::client::now_iso;
 use tests::{turn_text, user_message, Daemon, DaemonOptions, TestClient};
@@ -169,8 +169,11 @@ async fn a_store_out_of_room_fails_the_turn_refuses_new_ones_and_writes_again_by
     let said = tests::daemon::run_ahpd(home.path(), &["status"]).await?;
     assert!(said.stdout.contains(&sentence), "ahpd status says it:\n{}", said.stdout);
 
-    // New turns are refused with the same words while it stays full, `ahpd send`'s too.
+    // New turns are refused with the same words while it stays full: a message queued for one,
+    // and `ahpd send`'s, too.
     assert_eq!(refusal_of_a_new_turn(&mut writer, &chat).await?, sentence);
+    let queued = writer.pending(&chat, PendingMessageKind::Queued, "q1", "for later").await?;
+    assert_eq!(writer.refusal(queued).await?, sentence);
     let sent = tests::daemon::run_ahpd(home.path(), &["send", "--session", &session, "more"]).await?;
     assert_eq!(sent.code, 1, "ahpd send fails: {}", sent.stderr);
     assert!(sent.stderr.contains(&sentence), "ahpd send says why: {}", sent.stderr);

@@ -209,7 +209,8 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
-        if matches!(action, StateAction::ChatTurnStarted(_)) && core.store.trouble().is_some() {
+        let new_turn = matches!(action, StateAction::ChatTurnStarted(_) | StateAction::ChatPendingMessageSet(_));
+        if new_turn && core.store.trouble().is_some() {
             // A new turn while the store cannot write: it is refused unless space came back.
             core.retry_store();
         }
@@ -541,6 +542,10 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             user_message(&a.message)?;
             check_attachments(core, channel, &a.message)?;
+            // A message left for a turn is a turn to come: refused as one while nothing is kept.
+            if let Some(sentence) = core.store.cannot_write() {
+                return Err(sentence);
+            }
             Ok(match a.kind {
                 PendingMessageKind::Queued => Then::StartQueued,
                 // Refused up front where the backend cannot take a message mid-turn, so the
