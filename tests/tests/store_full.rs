@@ -2,8 +2,8 @@
 //! failed with the sentence that says so and no client is told it completed; new turns are
 //! refused with the same words; every client sees the notice on the root state and `ahpd status`
 //! says it; once room comes back the daemon writes again by itself and the next turn completes;
-//! after `kill -9` and a restart every turn reported complete is there, counted. The web window
-//! shows the notice while it lasts.
+//! after `kill -9` and a restart every turn reported complete is there, counted (a restart while
+//! the store is still full too). The web window shows the notice while it lasts.
 //!
 //! The store's own page limit (`AHPD_TEST_STORE_MAX_PAGES`, SQLite's `max_page_count`) gives its
 //! SQLITE_FULL for any user, with another program's rows taking the room left (as another
@@ -323,5 +323,44 @@ async fn the_page_shows_the_notice_while_the_store_cannot_write_and_clears_it_af
     balloon.free()?;
     browser.wait_for(&format!("{notice}.hidden")).await?;
     browser.close().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_nine_while_the_store_is_full_keeps_every_turn_reported_complete() -> anyhow::Result<()> {
+    let home = tempfile::Builder::new().prefix("ahpd-full-kill-").tempdir()?;
+    let store = store_of(home.path());
+    let sentence = full_sentence(&store);
+    let options = echo(vec![("AHPD_TEST_STORE_MAX_PAGES".into(), MAX_PAGES.to_string())]);
+    let mut daemon = Daemon::start_in(home.path(), options.clone()).await?;
+    let mut writer = TestClient::connect(&daemon.url, "writer").await?;
+    let (_session, chat) = writer.create_session("echo", None).await?;
+    let mut completed = Vec::new();
+    for n in 0..3 {
+        let turn = writer.turn(&chat, &big(n)).await?;
+        completed.push((turn.id.clone(), turn_text(&turn)));
+    }
+    let balloon = Balloon::fill(&store)?;
+    let failed = writer.send(&chat, &big(3)).await?;
+    let turn = writer.finished(&chat, &failed).await?;
+    assert_failed_not_completed(&writer, &turn, &sentence);
+    daemon.kill9().await?;
+
+    // Still full: it starts, and holds every turn reported complete; the failed one was never
+    // told kept, and is not there.
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut after = TestClient::connect(&daemon.url, "after").await?;
+    after.subscribe(&chat).await?;
+    let state = after.mirror.chat(&chat).expect("the chat opens").clone();
+    let kept: Vec<(String, String)> = state.turns.iter().map(|t| (t.id.clone(), turn_text(t))).collect();
+    assert_eq!(kept, completed, "the {} turns reported complete, and nothing else", completed.len());
+    let turn = after.turn(&chat, &big(4)).await?;
+    assert_failed_not_completed(&after, &turn, &sentence);
+
+    balloon.free()?;
+    until_notice(&mut after, "").await?;
+    let turn = after.turn(&chat, "room again").await?;
+    assert_eq!(turn.state, TurnState::Complete);
+    after.check_against_snapshot(&chat).await?;
     Ok(())
 }
