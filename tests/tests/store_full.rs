@@ -170,10 +170,12 @@ async fn a_store_out_of_room_fails_the_turn_refuses_new_ones_and_writes_again_by
     assert!(said.stdout.contains(&sentence), "ahpd status says it:\n{}", said.stdout);
 
     // New turns are refused with the same words while it stays full: a message queued for one,
-    // and `ahpd send`'s, too.
+    // a new session, and `ahpd send`'s, too.
     assert_eq!(refusal_of_a_new_turn(&mut writer, &chat).await?, sentence);
     let queued = writer.pending(&chat, PendingMessageKind::Queued, "q1", "for later").await?;
     assert_eq!(writer.refusal(queued).await?, sentence);
+    let session_refused = writer.create_session("echo", None).await.expect_err("no new session while full");
+    assert!(session_refused.to_string().contains(&sentence), "{session_refused}");
     let sent = tests::daemon::run_ahpd(home.path(), &["send", "--session", &session, "more"]).await?;
     assert_eq!(sent.code, 1, "ahpd send fails: {}", sent.stderr);
     assert!(sent.stderr.contains(&sentence), "ahpd send says why: {}", sent.stderr);
