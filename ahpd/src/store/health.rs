@@ -144,6 +144,17 @@ mod tests {
     }
 
     #[test]
+    fn a_write_to_a_store_opened_read_only_is_read_only_trouble() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("s.db");
+        rusqlite::Connection::open(&path).and_then(|c| c.execute_batch("CREATE TABLE t (x)")).expect("made");
+        let read_only =
+            rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).expect("opened");
+        let error = read_only.execute("INSERT INTO t VALUES (1)", []).expect_err("read-only");
+        assert_eq!(Trouble::of(&error), Some(Trouble::ReadOnly));
+    }
+
+    #[test]
     fn the_sentence_says_what_where_and_what_to_do() {
         let path = Path::new("/data/ahpd/sessions.db");
         assert_eq!(
