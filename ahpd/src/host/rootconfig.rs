@@ -133,6 +133,8 @@ impl Core {
         }
         if said.is_empty() {
             tracing::info!("the session store writes again");
+        } else {
+            tracing::error!("{said}");
         }
         let mut notice = JsonObject::new();
         notice.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(said));

@@ -7,6 +7,10 @@
 //! synchronously under its lock (they are rare); the streaming deltas of a running turn are
 //! checkpointed in the background and, after a crash, the interrupted turn is ended as failed.
 //!
+//! A write that fails for want of room, a read-only file or an I/O error leaves the store in
+//! trouble (`health.rs`) until a probe finds it writable: the host asks before it tells anyone a
+//! thing is kept.
+//!
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
