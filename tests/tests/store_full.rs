@@ -96,6 +96,20 @@ async fn until_notice(client: &mut TestClient, want: &str) -> anyhow::Result<()>
         .await
 }
 
+/// Waits until the client was told the root notice `want` (it may have been said and cleared
+/// since: on a real disk the log's own slack can take the next probe at once).
+async fn told_notice(client: &mut TestClient, want: &str) -> anyhow::Result<()> {
+    let told = |c: &TestClient| {
+        c.envelopes.iter().any(|env| {
+            matches!(&env.action, StateAction::RootConfigChanged(a) if a.config.get("storeCannotWrite") == Some(&json!(want)))
+        })
+    };
+    while !told(client) {
+        client.next_event(tests::PATIENCE).await?;
+    }
+    Ok(())
+}
+
 /// A client's new turn, answered by its refusal reason.
 async fn refusal_of_a_new_turn(client: &mut TestClient, chat: &str) -> anyhow::Result<String> {
     let action = StateAction::ChatTurnStarted(ChatTurnStartedAction {
@@ -280,9 +294,10 @@ async fn a_full_tmpfs_fails_the_turn_and_the_daemon_writes_again_when_room_retur
     let failed = failed.expect("a turn failed on the full disk within 40");
     let turn = watcher.finished(&chat, &failed).await?;
     assert_failed_not_completed(&watcher, &turn, &sentence);
-    until_notice(&mut watcher, &sentence).await?;
-    assert_eq!(daemon.status().await?["storeCannotWrite"], json!(sentence));
-    assert_eq!(refusal_of_a_new_turn(&mut writer, &chat).await?, sentence);
+    // Every client was told. (Whether a new turn is refused now depends on the room SQLite finds
+    // in its log: the page-limit test checks the refusal and `ahpd status` where that is fixed.)
+    told_notice(&mut watcher, &sentence).await?;
+    told_notice(&mut writer, &sentence).await?;
     eprintln!("{} turns completed on the full disk before one could not be kept", completed.len() - 1);
 
     std::fs::remove_file(filler)?;
