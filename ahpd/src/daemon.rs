@@ -254,6 +254,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     supervisor.first_starts(handshake + Duration::from_secs(2)).await;
     host.recover_interrupted();
     host.run_checkpoints();
+    host.watch_store();
     host.run_unloads();
     host.run_delta_flushes();
     host.watch_users();

@@ -97,13 +97,15 @@ class App {
       h('button', { class: 'primary', type: 'button', on: { click: () => this.newSession() } }, 'New session'));
     this.panesEl.append(this.welcome);
     this.toastEl = h('div', { class: 'toasts', role: 'status' });
+    // The host's own notice (the root config's storeCannotWrite): shown while it says something.
+    this.noticeEl = h('div', { class: 'notice', role: 'alert', id: 'store-notice', hidden: true });
     const top = h('header', { class: 'top' },
       h('span', { class: 'brand', text: 'ahpd' }), this.status,
       h('span', { class: 'spacer' }), this.attention.askButton,
       h('button', { class: 'ghost', type: 'button', title: 'Keyboard shortcuts (?)', 'aria-label': 'Keyboard shortcuts', data: { action: 'keys' }, on: { click: () => this.shortcuts.show() } }, '?'),
       h('button', { class: 'primary', type: 'button', data: { action: 'new' }, on: { click: () => this.newSession() } }, 'New session'));
     const side = h('aside', { class: 'side' }, this.searchInput, h('div', { class: 'filters' }, this.filterEls), this.list);
-    this.rootEl.replaceChildren(top, h('div', { class: 'body' }, side, this.panesEl), this.toastEl);
+    this.rootEl.replaceChildren(top, this.noticeEl, h('div', { class: 'body' }, side, this.panesEl), this.toastEl);
     this.shortcuts = installShortcuts(this);
   }
 
@@ -482,7 +484,14 @@ class App {
       }
       for (const pane of seen) pane.settle();
       if (this.listDirty) { this.listDirty = false; this.drawList(); }
+      this.drawNotice();
     });
+  }
+
+  drawNotice() {
+    const text = this.root?.config?.values?.storeCannotWrite ?? '';
+    if (this.noticeEl.textContent !== text) this.noticeEl.textContent = text;
+    this.noticeEl.hidden = !text;
   }
 
   drawList() {

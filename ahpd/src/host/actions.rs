@@ -209,6 +209,11 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
+        let new_turn = matches!(action, StateAction::ChatTurnStarted(_) | StateAction::ChatPendingMessageSet(_));
+        if new_turn && core.store.trouble().is_some() {
+            // A new turn while the store cannot write: it is refused unless space came back.
+            core.retry_store();
+        }
         let then = match check(&core, conn, &channel, &action) {
             Ok(then) => then,
             Err(reason) => {
@@ -448,6 +453,9 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             if state.turns.iter().any(|t| t.id == a.turn_id) {
                 return Err(format!("This chat has a turn {} already", a.turn_id));
             }
+            if let Some(sentence) = core.store.cannot_write() {
+                return Err(sentence);
+            }
             if a.started_at.parse::<jiff::Timestamp>().is_err() {
                 return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
             }
@@ -534,6 +542,10 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             user_message(&a.message)?;
             check_attachments(core, channel, &a.message)?;
+            // A message left for a turn is a turn to come: refused as one while nothing is kept.
+            if let Some(sentence) = core.store.cannot_write() {
+                return Err(sentence);
+            }
             Ok(match a.kind {
                 PendingMessageKind::Queued => Then::StartQueued,
                 // Refused up front where the backend cannot take a message mid-turn, so the

@@ -165,9 +165,8 @@ impl Core {
         if truncation.dropped.is_empty() {
             return;
         }
-        if let Err(e) = self.store.drop_turns_from(chat, i64::try_from(truncation.keep).unwrap_or(i64::MAX)) {
-            tracing::error!("{e}");
-        }
+        let dropped = self.store.drop_turns_from(chat, i64::try_from(truncation.keep).unwrap_or(i64::MAX));
+        self.kept(dropped, crate::store::health::Record::Turns(chat.to_owned(), truncation.keep));
         let Some(meta) = self.chats.get_mut(chat) else { return };
         for dropped in &truncation.dropped {
             meta.transcripts.remove(&dropped.turn_id);

@@ -269,6 +269,8 @@ pub struct Core {
     store: crate::store::Store,
     /// Chats whose running turn changed since it was last checkpointed.
     running_dirty: HashSet<String>,
+    /// What memory holds and the store could not keep (`store/health.rs`), written again once it can.
+    unkept: crate::store::health::Unkept,
     /// The daemon keys that apply live.
     settings: LiveSettings,
     /// The providers whose sessions do without this host's own tools.
@@ -383,6 +385,7 @@ impl Host {
             client_owners: HashMap::new(),
             store,
             running_dirty: HashSet::new(),
+            unkept: Default::default(),
             settings: config.settings.clone(),
             host_tools_withheld: config.host_tools_withheld.clone(),
             endpoints: endpoints::Endpoints::default(),

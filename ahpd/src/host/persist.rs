@@ -5,7 +5,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use ahp_types::actions::StateAction;
+use ahp::reducers::{apply_action_to_chat, ReduceOutcome};
+use ahp_types::actions::{ChatErrorAction, StateAction};
 use ahp_types::state::{
     ActiveTurn, AnnotationsState, ChatState, ChatSummary, ErrorInfo, ErrorResponsePart, ResponsePart,
     SessionConfigSchema, SessionConfigState, SessionLifecycle, SessionState, Turn, TurnState,
@@ -15,6 +16,7 @@ use super::catalog::status;
 use super::core::{channel_kind, ChannelKind};
 use super::driver::spawn_driver;
 use super::{now_iso, ChatMeta, Core, Host, SessionMeta};
+use crate::store::health::Record;
 use crate::store::{ChatRecord, LoadedSession, SessionRecord, TurnRecord};
 
 /// How often a running turn's progress is checkpointed.
@@ -27,6 +29,22 @@ pub const INTERRUPTED: &str =
 /// The sentence an interrupted turn its backend can resume ends with.
 pub const INTERRUPTED_RESUMABLE: &str =
     "ahpd stopped while this turn was running (it was killed or crashed). What the turn said so far is kept; resume the turn to go on, or send your message again.";
+
+/// The `errorType` of a turn that ended as failed because the store could not keep it.
+pub const STORE_CANNOT_WRITE: &str = "storeCannotWrite";
+
+/// How often a store that cannot write is probed again.
+const STORE_PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// The turn an action ends and the duration it gives, for the actions that end a turn.
+fn ending_of(action: &StateAction) -> Option<(String, i64)> {
+    match action {
+        StateAction::ChatTurnComplete(a) => Some((a.turn_id.clone(), a.duration)),
+        StateAction::ChatTurnCancelled(a) => Some((a.turn_id.clone(), a.duration)),
+        StateAction::ChatError(a) => Some((a.turn_id.clone(), a.duration)),
+        _ => None,
+    }
+}
 
 /// True for chat actions that change what a chat's record holds.
 pub fn changes_chat_record(action: &StateAction) -> bool {
@@ -43,10 +61,41 @@ pub fn changes_chat_record(action: &StateAction) -> bool {
 }
 
 impl Core {
-    fn log_store<T>(result: Result<T, crate::store::StoreError>) {
-        if let Err(e) = result {
-            tracing::error!("{e}");
+    /// Whether a write of `record` was kept. One the store could not keep (a full disk, a
+    /// read-only file, an I/O error) is noted, to write again from memory once it can, and every
+    /// client is told the store cannot write.
+    pub(super) fn kept<T>(&mut self, result: Result<T, crate::store::StoreError>, record: Record) -> bool {
+        let Err(e) = result else { return true };
+        tracing::error!("{e}");
+        if self.store.trouble().is_some() {
+            self.unkept.note(record);
+            self.show_store_trouble();
         }
+        false
+    }
+
+    /// Writes again, from memory, what the store could not keep, once a probe finds it writable.
+    /// Answers whether the store takes writes now. Asked by the health timer, and before a
+    /// client's new turn is refused.
+    pub fn retry_store(&mut self) -> bool {
+        if self.store.trouble().is_some() && self.store.probe().is_err() {
+            self.show_store_trouble();
+            return false;
+        }
+        let records = self.unkept.take();
+        if !records.is_empty() {
+            tracing::info!("the session store takes writes again; writing the {} records it missed", records.len());
+        }
+        for record in records {
+            match record {
+                Record::Session(uri) => self.persist_session(&uri),
+                Record::Chat(uri) => self.persist_chat(&uri),
+                Record::Turns(chat, from) => self.store_turns_from(&chat, from),
+                Record::Annotations(uri) => self.persist_annotations(&uri),
+            }
+        }
+        self.show_store_trouble();
+        self.store.trouble().is_none()
     }
 
     /// A session's record from its state.
@@ -72,7 +121,11 @@ impl Core {
 
     /// A chat's record from its state.
     pub fn chat_record(&self, uri: &str) -> Option<ChatRecord> {
-        let state = self.ch.chats.get(uri)?;
+        self.chat_record_of(uri, self.ch.chats.get(uri)?)
+    }
+
+    /// A chat's record from `state` (its state now, or as it will be).
+    fn chat_record_of(&self, uri: &str, state: &ChatState) -> Option<ChatRecord> {
         let meta = self.chats.get(uri)?;
         let entry = self
             .ch
@@ -104,7 +157,10 @@ impl Core {
     pub fn persist_session(&mut self, uri: &str) {
         let (Some(record), Some(summary)) = (self.session_record(uri), self.summary_of(uri)) else { return };
         match serde_json::to_value(&summary) {
-            Ok(summary) => Self::log_store(self.store.save_session(&record, &summary)),
+            Ok(summary) => {
+                let written = self.store.save_session(&record, &summary);
+                self.kept(written, Record::Session(uri.to_owned()));
+            }
             Err(e) => tracing::error!("could not encode a session summary: {e}"),
         }
     }
@@ -112,24 +168,38 @@ impl Core {
     /// Writes a chat's record.
     pub fn persist_chat(&mut self, uri: &str) {
         if let Some(record) = self.chat_record(uri) {
-            Self::log_store(self.store.save_chat(&record));
+            let written = self.store.save_chat(&record);
+            self.kept(written, Record::Chat(uri.to_owned()));
         }
     }
 
     /// After a chat action: a turn that ended is written at once (before anything else can
     /// happen to the process), as is any change to what the chat's record holds; a running turn's
     /// progress is left to the checkpoint.
-    pub fn persist_after(&mut self, chat: &str, started: bool, changes_record: bool, turn_ended: bool) {
-        if turn_ended {
-            // The turn, its chat's record and what it used land in the store together.
+    ///
+    /// `ending_written`: the turn's ending was written before it was committed ([`Core::keep_ending`]).
+    pub fn persist_after(
+        &mut self,
+        chat: &str,
+        started: bool,
+        changes_record: bool,
+        turn_ended: bool,
+        ending_written: bool,
+    ) {
+        if turn_ended && !ending_written {
+            // The turn and its chat's record land in the store together.
             let together = self.store.savepoint("turn_end").is_ok();
             self.persist_last_turn(chat);
             self.persist_chat(chat);
+            if together {
+                let released = self.store.release("turn_end");
+                self.kept(released, Record::Chat(chat.to_owned()));
+            }
+        }
+        if turn_ended {
+            self.running_dirty.remove(chat);
             let usage = self.ch.chats.get(chat).and_then(|c| c.turns.last()).and_then(|t| t.usage.clone());
             self.bank_usage(chat, usage.as_ref());
-            if together {
-                Self::log_store(self.store.release("turn_end"));
-            }
         } else if changes_record {
             self.persist_chat(chat);
         }
@@ -151,29 +221,125 @@ impl Core {
         let Some(state) = self.ch.chats.get(chat) else { return };
         let Some(turn) = state.turns.last().cloned() else { return };
         let position = i64::try_from(state.turns.len() - 1).unwrap_or(0);
-        let transcript_id = self.chats.get(chat).and_then(|m| m.transcripts.get(&turn.id).cloned());
-        let sender = self.chats.get(chat).and_then(|m| m.senders.get(&turn.id).cloned());
-        let record = TurnRecord { turn, transcript_id, sender };
-        Self::log_store(self.store.save_turn(chat, position, &record));
+        let record = self.turn_record(chat, turn);
+        let written = self.store.save_turn(chat, position, &record);
+        self.kept(written, Record::Turns(chat.to_owned(), usize::try_from(position).unwrap_or(0)));
         self.running_dirty.remove(chat);
     }
 
     /// Writes every turn a chat holds (a fork's copy), in order.
     pub fn store_turns(&mut self, chat: &str) {
-        let Some(state) = self.ch.chats.get(chat) else { return };
-        let Some(meta) = self.chats.get(chat) else { return };
-        let records: Vec<TurnRecord> = state
-            .turns
-            .iter()
-            .map(|turn| TurnRecord {
-                turn: turn.clone(),
-                transcript_id: meta.transcripts.get(&turn.id).cloned(),
-                sender: meta.senders.get(&turn.id).cloned(),
-            })
-            .collect();
-        for (position, record) in records.iter().enumerate() {
-            Self::log_store(self.store.save_turn(chat, i64::try_from(position).unwrap_or(i64::MAX), record));
+        self.store_turns_from(chat, 0);
+    }
+
+    /// Writes a chat's turns from `from` on as memory holds them, replacing what the store holds
+    /// there, in one transaction.
+    fn store_turns_from(&mut self, chat: &str, from: usize) {
+        if !self.ch.chats.contains_key(chat) || !self.chats.contains_key(chat) {
+            return;
         }
+        let records = self.turn_records(chat, from);
+        let running = self.running_turn(chat).is_some();
+        let position = |at: usize| i64::try_from(from + at).unwrap_or(i64::MAX);
+        let written = self.store.savepoint("turns").and_then(|()| {
+            let mut written = self.store.drop_turns_from(chat, position(0));
+            for (at, record) in records.iter().enumerate() {
+                written = written.and_then(|()| self.store.save_turn(chat, position(at), record));
+            }
+            match written {
+                Ok(()) => self.store.release("turns"),
+                Err(e) => {
+                    let _ = self.store.roll_back("turns");
+                    Err(e)
+                }
+            }
+        });
+        if self.kept(written, Record::Turns(chat.to_owned(), from)) && running {
+            // Writing a turn forgets the chat's checkpoint: the turn running now keeps its own.
+            self.checkpoint(chat);
+        }
+    }
+
+    /// The records of a chat's turns from `from` on, as memory holds them.
+    fn turn_records(&self, chat: &str, from: usize) -> Vec<TurnRecord> {
+        let Some(state) = self.ch.chats.get(chat) else { return Vec::new() };
+        state.turns.iter().skip(from).map(|turn| self.turn_record(chat, turn.clone())).collect()
+    }
+
+    /// A turn's record: the turn, and what the chat knows of it.
+    fn turn_record(&self, chat: &str, turn: Turn) -> TurnRecord {
+        let meta = self.chats.get(chat);
+        TurnRecord {
+            transcript_id: meta.and_then(|m| m.transcripts.get(&turn.id).cloned()),
+            sender: meta.and_then(|m| m.senders.get(&turn.id).cloned()),
+            turn,
+        }
+    }
+
+    /// Before a turn's ending is said to anyone, the turn as it ends and its chat's record are
+    /// written together. When the store cannot keep them, an ending the host or a backend says
+    /// becomes a failure that says so (a client's own stop stays its stop), and the turn stays
+    /// in memory to be written once the store can. Answers the action to commit and whether the
+    /// ending was dealt with here.
+    pub fn keep_ending(&mut self, chat: &str, action: StateAction, by_client: bool) -> (StateAction, bool) {
+        let Some((turn_id, duration)) = ending_of(&action) else { return (action, false) };
+        if self.running_turn(chat).as_deref() != Some(turn_id.as_str()) {
+            return (action, false);
+        }
+        let Some(state) = self.ch.chats.get_mut(chat) else { return (action, false) };
+        let position = state.turns.len();
+        // The chat as the official reducer will leave it, without copying its history.
+        let history = std::mem::take(&mut state.turns);
+        let mut ended = state.clone();
+        state.turns = history;
+        if !matches!(apply_action_to_chat(&mut ended, &action), ReduceOutcome::Applied) {
+            return (action, false);
+        }
+        let (Some(turn), Some(record)) = (ended.turns.pop(), self.chat_record_of(chat, &ended)) else {
+            return (action, false);
+        };
+        // Turns before it the store missed go with it: a stored position after a missing one
+        // would be read back one place early, and overwritten.
+        let from = self.unkept.turns_from(chat).unwrap_or(position).min(position);
+        let mut turns = self.turn_records(chat, from);
+        turns.push(self.turn_record(chat, turn));
+        let at = |n: usize| i64::try_from(from + n).unwrap_or(i64::MAX);
+        let written = self.store.savepoint("turn_end").and_then(|()| {
+            let mut written = if from < position { self.store.drop_turns_from(chat, at(0)) } else { Ok(()) };
+            for (n, turn) in turns.iter().enumerate() {
+                written = written.and_then(|()| self.store.save_turn(chat, at(n), turn));
+            }
+            match written.and_then(|()| self.store.save_chat(&record)) {
+                Ok(()) => self.store.release("turn_end"),
+                Err(e) => {
+                    let _ = self.store.roll_back("turn_end");
+                    Err(e)
+                }
+            }
+        });
+        if self.kept(written, Record::Turns(chat.to_owned(), from)) {
+            self.unkept.turns_kept(chat);
+            return (action, true);
+        }
+        let Some(sentence) = self.store.cannot_write() else {
+            // Not a trouble of the store's (a record that would not encode): logged, as before.
+            return (action, true);
+        };
+        self.unkept.note(Record::Chat(chat.to_owned()));
+        if by_client {
+            return (action, true);
+        }
+        tracing::warn!(chat, turn = %turn_id, "a turn the store could not keep ends as failed");
+        let failed = StateAction::ChatError(ChatErrorAction {
+            turn_id,
+            duration,
+            part: ErrorResponsePart {
+                error: ErrorInfo { error_type: STORE_CANNOT_WRITE.into(), message: sentence, stack: None, meta: None },
+                resumable: None,
+            },
+            meta: None,
+        });
+        (failed, true)
     }
 
     /// Writes a session's annotations channel state.
@@ -181,7 +347,10 @@ impl Core {
         let Some(state) = self.ch.annotations.get(channel) else { return };
         let session = channel.trim_end_matches("/annotations");
         match serde_json::to_value(state) {
-            Ok(value) => Self::log_store(self.store.save_annotations(session, &value)),
+            Ok(value) => {
+                let written = self.store.save_annotations(session, &value);
+                self.kept(written, Record::Annotations(channel.to_owned()));
+            }
             Err(e) => tracing::error!("could not encode annotations: {e}"),
         }
     }
@@ -190,7 +359,14 @@ impl Core {
     pub fn checkpoint(&mut self, chat: &str) {
         let Some(active) = self.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()) else { return };
         match serde_json::to_value(active) {
-            Ok(value) => Self::log_store(self.store.checkpoint_running(chat, &value)),
+            Ok(value) => {
+                // A running turn's progress: nothing was told kept, so nothing is noted to write
+                // again (the turn's ending is).
+                if let Err(e) = self.store.checkpoint_running(chat, &value) {
+                    tracing::error!("{e}");
+                    self.show_store_trouble();
+                }
+            }
             Err(e) => tracing::error!("could not encode a running turn: {e}"),
         }
     }
@@ -482,7 +658,8 @@ impl Host {
             let stored = core.store.turn_position(&chat, &turn.id).ok().flatten();
             let position = stored.unwrap_or_else(|| core.store.turn_count(&chat).unwrap_or(0));
             let record = TurnRecord { turn: turn.clone(), transcript_id: None, sender: None };
-            Core::log_store(core.store.save_turn(&chat, position, &record));
+            let written = core.store.save_turn(&chat, position, &record);
+            core.kept(written, Record::Turns(chat.clone(), usize::try_from(position).unwrap_or(0)));
             // The chat was loaded without it: it joins the loaded state as it joined the store.
             if let Some(state) = core.ch.chats.get_mut(&chat) {
                 match state.turns.iter().position(|t| t.id == turn.id) {
@@ -512,6 +689,24 @@ impl Host {
             loop {
                 tick.tick().await;
                 host.lock().refresh_users();
+            }
+        });
+    }
+
+    /// While the store cannot write, probes it every two seconds; once it can, what it missed is
+    /// written from memory and every client is told (the root config's `storeCannotWrite`
+    /// empties). A trouble another room's write met is shown on the next tick.
+    pub fn watch_store(&self) {
+        let host = self.clone();
+        self.spawn("store health", async move {
+            let mut tick = tokio::time::interval(STORE_PROBE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let mut core = host.lock();
+                if core.store.trouble().is_some() || !core.unkept.is_empty() {
+                    core.retry_store();
+                }
             }
         });
     }

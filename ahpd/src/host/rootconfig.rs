@@ -18,6 +18,11 @@ use crate::config::{self, Applies, Config, KEYS};
 /// The root config key that says a pushed key waits for `ahpd restart`.
 pub const RESTART_NEEDED: &str = "restartNeeded";
 
+/// The root config key that says, while the session store cannot write, why and what to do
+/// (`store/health.rs`); empty while it writes. AHP 1.0.0 changes root state live only through
+/// `root/configChanged`, so the host-level notice every client folds is this read-only value.
+pub const STORE_CANNOT_WRITE: &str = "storeCannotWrite";
+
 fn schema_type(value: &Value) -> &'static str {
     match value {
         Value::Bool(_) => "boolean",
@@ -90,9 +95,52 @@ pub fn root_config(config: &Config) -> RootConfigState {
             additional_properties: None,
         },
     );
+    properties.insert(
+        STORE_CANNOT_WRITE.to_owned(),
+        ConfigPropertySchema {
+            r#type: "string".into(),
+            title: "Session store cannot write".into(),
+            description: Some(
+                "Why the session store cannot keep what happens now, and what to do; empty while it writes".into(),
+            ),
+            default: Some(Value::String(String::new())),
+            r#enum: None,
+            enum_labels: None,
+            enum_descriptions: None,
+            read_only: Some(true),
+            items: None,
+            min_items: None,
+            max_items: None,
+            properties: None,
+            required: None,
+            additional_properties: None,
+        },
+    );
     let mut values: JsonObject = config.shown().into_iter().map(|(k, v, _)| (k, v)).collect();
     values.insert(RESTART_NEEDED.to_owned(), Value::Bool(false));
+    values.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(String::new()));
     RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
+}
+
+impl Core {
+    /// Shows every client whether the store can write now: the root config's `storeCannotWrite`
+    /// follows the store's trouble (told only when it changes).
+    pub fn show_store_trouble(&mut self) {
+        let said = self.store.cannot_write().unwrap_or_default();
+        let Some(config) = self.ch.root.config.as_ref() else { return };
+        if config.values.get(STORE_CANNOT_WRITE).and_then(Value::as_str) == Some(said.as_str()) {
+            return;
+        }
+        if said.is_empty() {
+            tracing::info!("the session store writes again");
+        } else {
+            tracing::error!("{said}");
+        }
+        let mut notice = JsonObject::new();
+        notice.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(said));
+        let action = StateAction::RootConfigChanged(RootConfigChangedAction { config: notice, replace: None });
+        self.apply(ROOT_RESOURCE_URI, action, None, None);
+    }
 }
 
 /// The providers whose plugin says `hostTools: false` (`plugins.<name>.hostTools`, default true):

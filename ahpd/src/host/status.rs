@@ -1,7 +1,7 @@
 //! What `ahpd status` reads from the running host: how many sessions it keeps, which agents it
 //! offers and whether each one's worker runs, which clients are away in their grace period, and
 //! which turns are running (a restart that is not forced waits for none), how many backend sessions
-//! are open and the processes under the daemon with their memory.
+//! are open and the processes under the daemon with their memory, and whether the store can write.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,9 @@ pub struct HostStatus {
     pub agents: Vec<AgentStatus>,
     /// Turns running now, by chat.
     pub running_turns: Vec<RunningTurn>,
+    /// While the session store cannot write: why, and what to do (`store/health.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_cannot_write: Option<String>,
 }
 
 /// One agent.
@@ -97,6 +100,7 @@ impl Host {
             processes: crate::procs::descendants_of(std::process::id()),
             agents,
             running_turns,
+            store_cannot_write: core.store.cannot_write(),
         }
     }
 }

@@ -20,6 +20,10 @@ impl Core {
     /// What keeps `session` in memory now (a word for the log), or `None` when it may go.
     pub fn kept_loaded_by(&self, session: &str) -> Option<&'static str> {
         let state = self.ch.sessions.get(session)?;
+        if !self.unkept.is_empty() {
+            // Memory holds what the store could not keep: nothing leaves it until it is written.
+            return Some("records the store could not keep yet");
+        }
         if state.lifecycle == SessionLifecycle::Creating {
             return Some("its creation");
         }

@@ -7,7 +7,8 @@
 //! - a session: its record is written and its root summary told, when changed;
 //! - annotations: their state is written;
 //! - a terminal: the root's list of terminals follows its title, claim and lifecycle;
-//! - a chat: the streamed text held back for it goes out first (`deltas.rs`), its record and turns are written as `persist.rs` says, the session's `inputNeeded`
+//! - a chat: the streamed text held back for it goes out first (`deltas.rs`), a turn's ending is
+//!   written before it is committed (told as failed when the store cannot keep it), its record and turns are written as `persist.rs` says, the session's `inputNeeded`
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
 //! - a changeset: nothing more;
@@ -88,12 +89,15 @@ impl Core {
         ) || matches!(&action, StateAction::ChatToolCallReady(r) if r.confirmed.is_none());
         let tool_completed = matches!(action, StateAction::ChatToolCallComplete(_));
         let changes_record = super::persist::changes_chat_record(&action);
+        // A turn's ending is written before anyone is told of it; one the store cannot keep is
+        // told as failed instead (`persist.rs`).
+        let (action, ending_written) = self.keep_ending(chat, action, origin.is_some());
         let committed = self.ch.commit(chat, action, origin, extra);
         if !matches!(committed, Committed::Sent { .. }) {
             return committed;
         }
         let ended = before.filter(|b| self.running_turn(chat).as_ref() != Some(b));
-        self.persist_after(chat, started, changes_record, ended.is_some());
+        self.persist_after(chat, started, changes_record, ended.is_some(), ending_written);
         self.sync_input_needed(chat);
         self.sync_chat(chat);
         if tool_completed {

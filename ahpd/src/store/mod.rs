@@ -7,15 +7,22 @@
 //! synchronously under its lock (they are rare); the streaming deltas of a running turn are
 //! checkpointed in the background and, after a crash, the interrupted turn is ended as failed.
 //!
+//! A write that fails for want of room, a read-only file or an I/O error leaves the store in
+//! trouble (`health.rs`) until a probe finds it writable: the host asks before it tells anyone a
+//! thing is kept.
+//!
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
 mod checkpointer;
+pub mod health;
 pub mod records;
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
+
+use self::health::Trouble;
 
 pub use self::records::{ChatRecord, KeptTerminalRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
@@ -55,6 +62,8 @@ pub struct Store {
     /// Moves the log into the database file off the writer's path; `None` if it could not start,
     /// and SQLite's automatic checkpoint is left on instead.
     _checkpointer: Option<checkpointer::Checkpointer>,
+    /// What the last failed write met, until a probe finds the store writable again.
+    trouble: std::cell::Cell<Option<Trouble>>,
 }
 
 /// A page of session summaries, newest first.
@@ -83,7 +92,13 @@ impl Store {
             let _ = std::fs::create_dir_all(dir);
         }
         let conn = Connection::open(path).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
-        let mut store = Self { conn, path: path.to_owned(), wakeups_changed: Default::default(), _checkpointer: None };
+        let mut store = Self {
+            conn,
+            path: path.to_owned(),
+            wakeups_changed: Default::default(),
+            _checkpointer: None,
+            trouble: Default::default(),
+        };
         store.configure()?;
         store.migrate()?;
         store.checkpoint_elsewhere()?;
@@ -91,7 +106,53 @@ impl Store {
     }
 
     fn sql<T>(&self, result: rusqlite::Result<T>) -> Result<T, StoreError> {
-        result.map_err(|source| StoreError::Sql { path: self.path.clone(), source })
+        result.map_err(|source| {
+            if let Some(trouble) = Trouble::of(&source) {
+                self.trouble.set(Some(trouble));
+            }
+            StoreError::Sql { path: self.path.clone(), source }
+        })
+    }
+
+    /// What keeps the store from writing, since a write failed and until a probe succeeds.
+    pub fn trouble(&self) -> Option<Trouble> {
+        self.trouble.get()
+    }
+
+    /// The sentence a person reads while the store cannot write.
+    pub fn cannot_write(&self) -> Option<String> {
+        self.trouble().map(|t| t.sentence(&self.path))
+    }
+
+    /// Tries a write that needs room, as a turn's does, committed then undone: on success the
+    /// trouble is over. A write rolled back before its commit would not reach the disk, so the
+    /// probe commits (a table made, filled with 64 KiB and dropped, in one transaction).
+    pub fn probe(&self) -> Result<(), StoreError> {
+        let result = self.conn.execute_batch(
+            "SAVEPOINT probe;
+             CREATE TABLE IF NOT EXISTS ahpd_probe (room BLOB);
+             INSERT INTO ahpd_probe VALUES (zeroblob(65536));
+             DROP TABLE ahpd_probe;",
+        );
+        match result {
+            Ok(()) => self.close_savepoint("probe")?,
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK TO probe; RELEASE probe");
+                return self.sql(Err(e));
+            }
+        }
+        self.trouble.set(None);
+        Ok(())
+    }
+
+    /// Releases a savepoint; when that is the commit and it fails (a full disk meets the log at
+    /// commit), what it held is rolled back, so no transaction stays open to swallow later writes.
+    fn close_savepoint(&self, name: &str) -> Result<(), StoreError> {
+        let released = self.conn.execute_batch(&format!("RELEASE {name}"));
+        if released.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.sql(released)
     }
 
     fn configure(&self) -> Result<(), StoreError> {
@@ -101,6 +162,12 @@ impl Store {
         self.sql(self.conn.pragma_update(None, "synchronous", "NORMAL"))?;
         self.sql(self.conn.pragma_update(None, "foreign_keys", "ON"))?;
         self.sql(self.conn.busy_timeout(std::time::Duration::from_secs(5)))?;
+        // Tests only: a store that can hold no more than this many pages meets SQLite's own
+        // SQLITE_FULL, as on a full disk, for any user.
+        if let Some(pages) = std::env::var("AHPD_TEST_STORE_MAX_PAGES").ok().and_then(|p| p.parse::<i64>().ok()) {
+            tracing::warn!("AHPD_TEST_STORE_MAX_PAGES: this store holds at most {pages} pages");
+            self.sql(self.conn.pragma_update(None, "max_page_count", pages))?;
+        }
         Ok(())
     }
 
@@ -277,7 +344,7 @@ impl Store {
             )
             .and_then(|_| self.conn.execute("DELETE FROM running WHERE chat = ?1", [chat]));
         match result {
-            Ok(_) => self.sql(self.conn.execute_batch("RELEASE save_turn")),
+            Ok(_) => self.close_savepoint("save_turn"),
             Err(e) => {
                 let _ = self.conn.execute_batch("ROLLBACK TO save_turn; RELEASE save_turn");
                 self.sql(Err(e))
@@ -496,7 +563,7 @@ impl Store {
 
     /// Keeps what was written since the savepoint.
     pub fn release(&self, name: &str) -> Result<(), StoreError> {
-        self.sql(self.conn.execute_batch(&format!("RELEASE {name}")))
+        self.close_savepoint(name)
     }
 
     /// Undoes what was written since the savepoint, and closes it.
@@ -565,6 +632,43 @@ mod tests {
             store.save_chat(&record).expect("chat");
         }
         (dir, store)
+    }
+
+    fn big_turn(id: &str) -> TurnRecord {
+        let turn = serde_json::json!({
+            "id": id, "message": { "text": "x".repeat(200_000), "origin": { "kind": "user" } },
+            "responseParts": [], "state": "complete"
+        });
+        TurnRecord { turn: serde_json::from_value(turn).expect("turn"), transcript_id: None, sender: None }
+    }
+
+    #[test]
+    fn a_store_out_of_room_says_so_keeps_no_transaction_open_and_a_probe_finds_room_again() {
+        let (_dir, store) = store_with_a_chat();
+        assert_eq!(store.trouble(), None);
+        let pages: i64 = store.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
+        store.conn.pragma_update(None, "max_page_count", pages + 2).expect("limit");
+        // A turn inside the host's unit (a savepoint) meets SQLITE_FULL.
+        store.savepoint("turn_end").expect("savepoint");
+        let failed = store.save_turn("ahp-chat:/a", 0, &big_turn("t0"));
+        assert!(failed.is_err());
+        store.roll_back("turn_end").expect("roll back");
+        assert_eq!(store.trouble(), Some(Trouble::Full));
+        assert!(store.conn.is_autocommit(), "no transaction stays open to swallow later writes");
+        let sentence = store.cannot_write().expect("a sentence");
+        assert!(sentence.starts_with("ahpd cannot write its session store: the disk is full ("), "{sentence}");
+        assert!(store.probe().is_err(), "still no room");
+        assert_eq!(store.trouble(), Some(Trouble::Full));
+        store.conn.pragma_update(None, "max_page_count", 1_000_000).expect("room");
+        store.probe().expect("room again");
+        assert_eq!(store.trouble(), None);
+        store.save_turn("ahp-chat:/a", 0, &big_turn("t0")).expect("kept now");
+        assert_eq!(store.turn_count("ahp-chat:/a").expect("count"), 1);
+        let tables: i64 = store
+            .conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'ahpd_probe'", [], |r| r.get(0))
+            .expect("tables");
+        assert_eq!(tables, 0, "the probe leaves nothing behind");
     }
 
     fn wakeup(chat: &str, due_at_ms: u64) -> WakeupRecord {

@@ -56,6 +56,9 @@ pub fn describe(status: &Status) -> Vec<String> {
         status.host.loaded_sessions,
         status.store.display()
     ));
+    if let Some(sentence) = &status.host.store_cannot_write {
+        lines.push(sentence.clone());
+    }
     lines.push(match status.host.max_backend_processes {
         0 => format!("backend sessions open: {}", status.host.backend_sessions),
         cap => format!("backend sessions open: {} of at most {cap}", status.host.backend_sessions),

@@ -115,9 +115,13 @@ impl Host {
                 Some(path)
             }
         };
-        let core = self.lock();
+        let mut core = self.lock();
         if core.ch.sessions.contains_key(&uri) || core.store.has_session(&uri).unwrap_or(false) {
             return Err(AhpError::session_exists(&uri));
+        }
+        // A session the store cannot keep is not made, as a turn is not begun (`store/health.rs`).
+        if core.store.trouble().is_some() && !core.retry_store() {
+            return Err(AhpError::internal(core.store.cannot_write().unwrap_or_default()));
         }
         let provider = core.pick_provider(params.provider.as_deref())?;
         let schema = core.started_schema(&provider)?;
