@@ -248,10 +248,7 @@ impl Host {
                 id: start.turn_id.clone(),
                 message: start.message.clone(),
             });
-            let reason = format!(
-                "Turn {running} began in this chat before your message came (the host started it); your message is queued behind it as {}",
-                start.turn_id
-            );
+            let reason = queued_behind(running, &start.turn_id);
             core.ch.reject(conn.id, channel, &action, origin, &reason);
             core.apply(channel, queued, None, None);
             return;
@@ -334,6 +331,20 @@ impl Host {
             core.apply(chat, action, None, None);
         }
     }
+}
+
+/// How the sentence that says a client's turn was queued ends, before the turn's id.
+const QUEUED_AS: &str = "your message is queued behind it as ";
+
+/// The `rejectionReason` of a client's `chat/turnStarted` that met a turn no client started: its
+/// message waits behind that turn as the queued message `id` (the turn id the client gave).
+pub fn queued_behind(running: &str, id: &str) -> String {
+    format!("Turn {running} began in this chat before your message came (the host started it); {QUEUED_AS}{id}")
+}
+
+/// True when `reason` says the message of the client's turn `id` was queued, not refused.
+pub fn was_queued_behind(reason: &str, id: &str) -> bool {
+    reason.strip_suffix(id).is_some_and(|rest| rest.ends_with(QUEUED_AS))
 }
 
 fn running_turn(state: &ChatState) -> Option<&str> {
@@ -782,4 +793,21 @@ fn check_session_config(
         changes.push((key.clone(), value.clone()));
     }
     Ok(Then::Config(changes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_turn_is_told_apart_from_a_refused_one() {
+        let said = queued_behind("t-host", "t-mine");
+        assert!(said.starts_with("Turn t-host began in this chat"), "{said}");
+        assert!(was_queued_behind(&said, "t-mine"));
+        assert!(!was_queued_behind(&said, "mine"), "another turn's id");
+        assert!(!was_queued_behind(
+            "Turn t-host is running in this chat; send a steering or queued message instead",
+            "t-mine"
+        ));
+    }
 }
