@@ -168,6 +168,11 @@ pub fn withdrawn() -> Value {
     json!({"behavior": "deny", "message": "The turn was stopped.", "interrupt": true})
 }
 
+/// What a question asked in an unattended turn is answered: nobody can, so the model decides.
+pub fn nobody_to_ask() -> Value {
+    json!({"behavior": "deny", "message": "Nobody is watching this run, so nobody can answer a question. Make the choice you judge best, say which and why, and carry on."})
+}
+
 /// `AskUserQuestion`'s input as a chat input request with id `request_id`; question `n` has id
 /// `q<n>`, and each option's id is its label (what the CLI wants back).
 pub fn input_request(request_id: &str, input: &Value) -> ChatInputRequest {

@@ -12,6 +12,11 @@
 //! Control requests the CLI sends are answered here: `can_use_tool` becomes a confirmation or,
 //! for `AskUserQuestion`, a chat input request; `mcp_message` is served by the in-process `host`
 //! and `client` servers ([`crate::mcp`]); anything else is answered with an error at once.
+//!
+//! An unattended turn (nobody watches it: a wakeup's) runs on a process started without
+//! `AskUserQuestion` (`--disallowedTools`), so the model is not offered the tool at all (seed
+//! 003); the next attended turn starts one that offers it again. The CLI fixes its tools when it
+//! starts, so this is the one way to take the tool away for a single turn.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -100,8 +105,20 @@ pub enum Begin<'a> {
     Fork(&'a ForkFrom),
 }
 
+/// How one process of this chat runs, besides how it begins its conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch<'a> {
+    /// `--model`.
+    pub model: Option<&'a str>,
+    /// `--permission-mode`.
+    pub permission_mode: &'a str,
+    /// Somebody watches its turns, so the model may ask them (`AskUserQuestion` is offered).
+    pub asking: bool,
+}
+
 /// The argv for one process of this chat.
-pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, model: Option<&str>, permission_mode: &str) -> Vec<String> {
+pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, launch: Launch<'_>) -> Vec<String> {
+    let Launch { model, permission_mode, asking } = launch;
     let mut args: Vec<String> = [
         "-p",
         "--input-format",
@@ -138,6 +155,10 @@ pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, model: Option<&str>, pe
     }
     if let Some(prompt) = &spec.append_system_prompt {
         args.push(format!("--append-system-prompt={prompt}"));
+    }
+    if !asking {
+        // Nobody can answer: the model is not offered the tool at all (seed 003).
+        args.push(format!("--disallowedTools={}", crate::tools::ASK_USER_QUESTION));
     }
     for dir in &spec.additional_directories {
         args.push(format!("--add-dir={dir}"));
@@ -236,6 +257,8 @@ struct Running {
     steers: HashMap<String, Steer>,
     /// The Task subagents it started, each shown in a chat of its own.
     subagents: Subagents,
+    /// Nobody watches it: nobody can answer a question.
+    unattended: bool,
 }
 
 impl Running {
@@ -273,6 +296,8 @@ struct Live {
     stale: bool,
     /// The CLI reports `command_lifecycle` (so a steer still queued at `result` is known to run next).
     lifecycle: bool,
+    /// It offers `AskUserQuestion` (started for attended turns).
+    asking: bool,
 }
 
 /// A `can_use_tool` waiting for a person.
@@ -410,13 +435,14 @@ impl Core {
             recorded: false,
             steers: HashMap::new(),
             subagents: Subagents::new(self.spec.terminal_outputs),
+            unattended: params.unattended,
         });
         Some(params)
     }
 
     /// Starts the CLI if needed and hands it the prompt.
     async fn begin(self: Arc<Self>, params: SendMessageParams) {
-        let started = self.clone().ensure_cli().await;
+        let started = self.clone().ensure_cli(!params.unattended).await;
         let mut state = lock(&self.state);
         let Some(turn) = state.turn.as_mut() else { return };
         if turn.phase != Phase::Preparing {
@@ -450,12 +476,13 @@ impl Core {
         }
     }
 
-    /// The live process, started (and initialized) when there is none or it went stale.
-    async fn ensure_cli(self: Arc<Self>) -> Result<(Arc<Cli>, u64), String> {
+    /// The live process, started (and initialized) when there is none, it went stale, or it
+    /// offers `AskUserQuestion` otherwise than `asking` says.
+    async fn ensure_cli(self: Arc<Self>, asking: bool) -> Result<(Arc<Cli>, u64), String> {
         let stale = {
             let mut state = lock(&self.state);
             match &state.live {
-                Some(live) if !live.stale => return Ok((live.cli.clone(), live.generation)),
+                Some(live) if !live.stale && live.asking == asking => return Ok((live.cli.clone(), live.generation)),
                 Some(_) => state.live.take().map(|l| l.cli),
                 None => None,
             }
@@ -471,7 +498,8 @@ impl Core {
                 (_, true) => Begin::Resume,
                 (None, false) => Begin::New,
             };
-            let args = launch_args(&self.spec, begin, state.model.as_deref(), &state.permission_mode);
+            let launch = Launch { model: state.model.as_deref(), permission_mode: &state.permission_mode, asking };
+            let args = launch_args(&self.spec, begin, launch);
             let launch = ChildCommand::new(&self.spec.command).args(args).envs(&self.spec.env).cwd(&self.spec.cwd);
             (launch, state.generation)
         };
@@ -479,7 +507,7 @@ impl Core {
         let closed = {
             let mut state = lock(&self.state);
             if !state.closed {
-                state.live = Some(Live { cli: cli.clone(), generation, stale: false, lifecycle: false });
+                state.live = Some(Live { cli: cli.clone(), generation, stale: false, lifecycle: false, asking });
             }
             state.closed
         };
@@ -776,6 +804,10 @@ impl Core {
             return;
         }
         match named.owner {
+            Owner::Question if turn.unattended => {
+                // Not offered in an unattended turn; a CLI that asks anyway is told to decide.
+                cli.respond(&request_id, Ok(permissions::nobody_to_ask()));
+            }
             Owner::Question => {
                 let asked = permissions::input_request(&tool_use_id, &request["input"]);
                 mapper.writer().input_requested(asked);
@@ -1156,7 +1188,8 @@ mod tests {
 
     #[test]
     fn a_new_conversation_and_a_resumed_one() {
-        let new = launch_args(&spec(), Begin::New, None, "default");
+        let attended = Launch { model: None, permission_mode: "default", asking: true };
+        let new = launch_args(&spec(), Begin::New, attended);
         for flag in ["-p", "--verbose", "--include-partial-messages", "stdio"] {
             assert!(new.contains(&flag.to_owned()), "{flag}: {new:?}");
         }
@@ -1165,7 +1198,10 @@ mod tests {
         assert!(new.contains(&"--add-dir=/more".to_owned()));
         assert_eq!(new.last().map(String::as_str), Some("--extra"), "the options' arguments come last");
         assert!(!new.iter().any(|a| a.starts_with("--model") || a.starts_with("--permission-mode")));
-        let resumed = launch_args(&spec(), Begin::Resume, Some("haiku"), "plan");
+        assert!(!new.iter().any(|a| a.starts_with("--disallowedTools")), "an attended turn may ask: {new:?}");
+        let launch = Launch { model: Some("haiku"), permission_mode: "plan", asking: false };
+        let resumed = launch_args(&spec(), Begin::Resume, launch);
+        assert!(resumed.contains(&"--disallowedTools=AskUserQuestion".to_owned()), "nobody to ask: {resumed:?}");
         assert!(resumed.contains(&"--resume=11111111-2222-3333-4444-555555555555".to_owned()));
         assert!(
             resumed.contains(&"--model=haiku".to_owned()) && resumed.contains(&"--permission-mode=plan".to_owned())
@@ -1175,7 +1211,8 @@ mod tests {
     #[test]
     fn a_copy_resumes_its_source_through_the_kept_entry_under_its_own_id() {
         let from = ForkFrom { source: "aaaaaaaa-0000-0000-0000-000000000000".into(), at: Some("e-9".into()) };
-        let args = launch_args(&spec(), Begin::Fork(&from), None, "default");
+        let args =
+            launch_args(&spec(), Begin::Fork(&from), Launch { model: None, permission_mode: "default", asking: true });
         for flag in [
             "--resume=aaaaaaaa-0000-0000-0000-000000000000",
             "--fork-session",
@@ -1185,7 +1222,8 @@ mod tests {
             assert!(args.contains(&flag.to_owned()), "{flag}: {args:?}");
         }
         let whole = ForkFrom { at: None, ..from };
-        let args = launch_args(&spec(), Begin::Fork(&whole), None, "default");
+        let args =
+            launch_args(&spec(), Begin::Fork(&whole), Launch { model: None, permission_mode: "default", asking: true });
         assert!(!args.iter().any(|a| a.starts_with("--resume-session-at")), "{args:?}");
     }
 

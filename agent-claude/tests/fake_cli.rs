@@ -1,6 +1,7 @@
 //! The edges the real CLI will not show on demand, against a scripted fake `claude`
 //! (`tests/fake/claude`): a crash mid-turn, a line that is not JSON, a control request the worker
-//! does not know, a CLI that is not installed, and turns handed while one runs.
+//! does not know, a CLI that is not installed, turns handed while one runs, and an unattended
+//! turn that cannot ask.
 
 mod common;
 
@@ -178,4 +179,35 @@ async fn probe_reads_the_models_from_the_cli() {
     .expect("in time")
     .expect("a probe");
     assert_eq!(probe.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), vec!["Fake"]);
+}
+
+/// Hands `text` as turn `turn_id`, unattended (nobody watches it), and collects it.
+async fn run_unattended(parent: &mut TestParent, chat: &str, turn_id: &str, text: &str) -> Ran {
+    parent.send_as(chat, turn_id, text, true).await.expect("handed over");
+    finish_turn(parent, chat).await
+}
+
+#[tokio::test]
+async fn an_unattended_turn_runs_on_a_process_without_the_question_tool() {
+    let dir = temp_dir("fake-unattended");
+    let mut parent = parent_with(&fake_bin()).await;
+    let chat = "ahp-chat:/fake-unattended";
+    parent.create(chat_start(chat, dir.path())).await.expect("create");
+    let withheld = "--disallowedTools=AskUserQuestion";
+
+    let watched = run_turn(&mut parent, chat, "t1", "ARGS").await;
+    assert!(!watched.text().contains(withheld), "{}", watched.text());
+    let alone = run_unattended(&mut parent, chat, "t2", "ARGS").await;
+    assert!(alone.text().contains(withheld), "a process of its own, without the tool: {}", alone.text());
+    // A CLI that asks anyway is told at once that nobody can answer; no question is parked.
+    let asked = run_unattended(&mut parent, chat, "t3", "ASK").await;
+    assert_eq!(asked.turn.state, TurnState::Complete);
+    assert!(asked.text().starts_with("asked: deny: Nobody is watching this run"), "{}", asked.text());
+    assert!(
+        !asked.actions.iter().any(|a| matches!(a, ahp_types::actions::StateAction::ChatInputRequested(_))),
+        "{:?}",
+        asked.actions
+    );
+    let again = run_turn(&mut parent, chat, "t4", "ARGS").await;
+    assert!(!again.text().contains(withheld), "watched again, it may ask: {}", again.text());
 }

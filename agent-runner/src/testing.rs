@@ -236,6 +236,11 @@ impl TestParent {
 
     /// Says a turn's start (as the host does) and hands the worker its prompt.
     pub async fn send(&self, chat: &str, turn_id: &str, text: &str) -> Result<(), PeerError> {
+        self.send_as(chat, turn_id, text, false).await
+    }
+
+    /// As [`TestParent::send`], for a turn nobody watches when `unattended`.
+    pub async fn send_as(&self, chat: &str, turn_id: &str, text: &str, unattended: bool) -> Result<(), PeerError> {
         let message = user_message(text);
         let started = StateAction::ChatTurnStarted(ChatTurnStartedAction {
             turn_id: turn_id.to_owned(),
@@ -252,7 +257,7 @@ impl TestParent {
             turn_id: turn_id.to_owned(),
             message,
             instructions: None,
-            unattended: false,
+            unattended,
             attachments: Vec::new(),
         };
         self.peer.request_value(parent::SEND_MESSAGE, params).await.map(|_| ())

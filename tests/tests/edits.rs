@@ -13,6 +13,9 @@ use tests::installed::claude_entry;
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{Daemon, DaemonOptions, TestClient};
 
+/// Claude's question tool.
+const ASK: &str = "AskUserQuestion";
+
 fn claude_options(mock: &MockAnthropic) -> DaemonOptions {
     DaemonOptions::with_config(json!({ "agents": { "claude": claude_entry(mock) } }))
 }
@@ -595,7 +598,7 @@ async fn a_claude_task_subagent_is_a_chat_that_streams_is_read_back_after_a_rest
 }
 
 #[tokio::test]
-async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Result<()> {
+async fn a_wakeup_nobody_watches_is_not_offered_the_question_tool_and_is_told_it_cannot_ask() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let mut options = claude_options(&mock);
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
@@ -607,6 +610,8 @@ async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Res
     let turn = a.turn(&chat, &format!("later TOOL:mcp__host__schedule_wakeup ARGS:{args}")).await?;
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     assert!(!last_seen(&mock).contains("Nobody is watching"), "a watched turn is not told so");
+    let offered = mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
+    assert!(offered.iter().any(|t| t == ASK), "a watched turn may ask: {offered:?}");
     // Nobody watches from here. A connection's messages are handled in order, so once a request
     // sent after the unsubscribes is answered the daemon has taken them (a closed socket alone
     // may still be unread when the clock moves).
@@ -618,6 +623,7 @@ async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Res
         .map_err(|e| anyhow::anyhow!("listSessions: {e}"))?;
     a.client.shutdown().await;
 
+    let watched = mock.turn_requests().len();
     clock
         .request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 60_000 }))
         .await
@@ -630,5 +636,26 @@ async fn a_wakeup_nobody_watches_is_told_up_front_it_cannot_ask() -> anyhow::Res
         .expect("the wakeup's turn asked the model");
     let seen = woke.transcript_text();
     assert!(seen.contains("Nobody is watching this run, so nobody can answer a question"), "{seen}");
+    // Not offered the tool at all (seed 003): every request of the unattended turn lacks it.
+    let offered = woke.tool_names();
+    assert!(!offered.is_empty() && !offered.iter().any(|t| t == ASK), "{offered:?}");
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    let c = chat.clone();
+    let ended =
+        move |m: &tests::client::Mirror| m.chat(&c).is_some_and(|s| s.turns.len() == 2 && s.active_turn.is_none());
+    b.until("the wakeup's turn to end", ended).await?;
+    let woken = mock.turn_requests().split_off(watched);
+    assert!(!woken.is_empty());
+    for request in woken {
+        assert!(!request.tool_names().iter().any(|t| t == ASK), "{:?}", request.tool_names());
+    }
+
+    // Watched again, the next turn may ask again.
+    let turn = b.turn(&chat, "and now?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let offered = mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
+    assert!(offered.iter().any(|t| t == ASK), "a watched turn may ask again: {offered:?}");
     Ok(())
 }

@@ -187,6 +187,54 @@ async fn a_queued_message_starts_after_the_turn_before_it() -> anyhow::Result<()
 }
 
 #[tokio::test]
+async fn a_message_that_meets_a_turn_the_host_started_is_queued_behind_it() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("notes", None).await?;
+    let first = a.send(&chat, "write held 1").await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    // A turn a client started refuses another, as ever.
+    let (_, seq) = a.send_message(&chat, tests::user_message("too soon")).await?;
+    let refused = a.refusal(seq).await?;
+    assert_eq!(refused, format!("Turn {first} is running in this chat; send a steering or queued message instead"));
+
+    // The host starts the queued message as the first turn ends; it parks on a question.
+    a.pending(&chat, PendingMessageKind::Queued, "q1", "ask still there?").await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    a.finished(&chat, &first).await?;
+    a.until_questions(&chat, 1).await?;
+    let hosts = a.mirror.chat(&chat).and_then(|s| s.active_turn.as_ref()).map(|t| t.id.clone()).expect("running");
+
+    // A client's turn that meets it is queued behind it, under the id it gave, and runs next.
+    let (mine, seq) = a.send_message(&chat, tests::user_message("list")).await?;
+    let queued = a.refusal(seq).await?;
+    assert_eq!(
+        queued,
+        format!("Turn {hosts} began in this chat before your message came (the host started it); your message is queued behind it as {mine}")
+    );
+    let c = chat.clone();
+    let id = mine.clone();
+    a.until("the message to be queued", move |m| {
+        m.chat(&c).and_then(|s| s.queued_messages.as_ref()).is_some_and(|q| q.len() == 1 && q[0].id == id)
+    })
+    .await?;
+    let questions = a.until_questions(&chat, 1).await?;
+    a.answer(&chat, &questions[0], Some("yes")).await?;
+    let c = chat.clone();
+    a.until("the queued message to run and end", move |m| {
+        m.chat(&c).is_some_and(|s| s.turns.len() == 3 && s.active_turn.is_none())
+    })
+    .await?;
+    let state = a.mirror.chat(&chat).expect("chat").clone();
+    let texts: Vec<&str> = state.turns.iter().map(|t| t.message.text.as_str()).collect();
+    assert_eq!(texts, ["write held 1", "ask still there?", "list"]);
+    assert!(state.turns.iter().all(|t| t.state == TurnState::Complete), "{:?}", state.turns);
+    assert!(state.queued_messages.as_ref().is_none_or(Vec::is_empty), "the queue emptied");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_steering_message_is_taken_mid_turn() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(notes_daemon()).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;

@@ -1,8 +1,8 @@
 //! Agents side by side on one repository (issue 19), through the real daemon, real git and the
 //! official client folding every envelope through the official reducers: a worktree each (notes,
 //! the real Claude CLI, pi and an ACP agent each run in theirs), the changesets that show what changed (live while a turn runs, per turn, per branch), merging back
-//! through `invokeChangesetOperation`, the session tools' isolation, a `kill -9` mid-turn, and
-//! the refusals that leave nothing half-made.
+//! through `invokeChangesetOperation`, the session tools' isolation (and a message sent the moment
+//! their turn completes), a `kill -9` mid-turn, and the refusals that leave nothing half-made.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -873,5 +873,87 @@ async fn the_changes_verb_shows_and_merges_for_a_script() -> anyhow::Result<()> 
     ensure!(nobody.code == 1 && nobody.stderr.contains("ahp-session:/nobody"), "{}", nobody.stderr);
     c.check_against_snapshot(&first).await?;
     c.check_against_snapshot(&second).await?;
+    Ok(())
+}
+
+/// Folds the chat's events one at a time until turn `turn_id` has ended, and not one further:
+/// what a client has seen at the moment it folds the turn's `chat/turnComplete`.
+async fn until_just_ended(c: &mut TestClient, chat: &str, turn_id: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !c.mirror.chat(chat).is_some_and(|s| s.turns.iter().any(|t| t.id == turn_id)) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        ensure!(!left.is_zero(), "turn {turn_id} never ended");
+        c.next_event(left).await?;
+    }
+    Ok(())
+}
+
+/// Runs `call` (a workspace change) in `chat`, sends `where` the moment the client folds the
+/// turn's completion, and answers the folder that message's turn said it ran in.
+async fn send_as_soon_as_it_completes(c: &mut TestClient, chat: &str, call: &str) -> anyhow::Result<String> {
+    let before = c.mirror.chat(chat).map_or(0, |s| s.turns.len());
+    let turn = c.send(chat, call).await?;
+    until_just_ended(c, chat, &turn).await?;
+    let seen = c.mirror.chat(chat).context("the chat")?;
+    ensure!(seen.active_turn.is_none(), "the client saw no turn running when it sent");
+    let (mine, seq) = c.send_message(chat, tests::user_message("where")).await?;
+    // Either taken as it came, or queued behind the host's own turn: never refused.
+    let echo = c.echo_of(seq).await?;
+    if let Some(reason) = &echo.rejection_reason {
+        ensure!(reason.ends_with(&format!("your message is queued behind it as {mine}")), "refused: {reason}");
+    }
+    let ch = chat.to_owned();
+    c.until("the message to have run", move |m| {
+        m.chat(&ch).is_some_and(|s| {
+            s.active_turn.is_none()
+                && s.queued_messages.as_ref().is_none_or(Vec::is_empty)
+                && s.turns.iter().any(|t| t.message.text == "where")
+        })
+    })
+    .await?;
+    let turns = &c.mirror.chat(chat).context("the chat")?.turns[before..];
+    let texts: Vec<&str> = turns.iter().map(|t| t.message.text.as_str()).collect();
+    ensure!(turns.len() == 3, "the call, the host's continuation, the message: {texts:?}");
+    ensure!(turns[0].id == turn && turns[0].state == TurnState::Complete, "{:?}", turns[0]);
+    ensure!(turns[1].message.origin.kind == ahp_types::state::MessageKind::Agent, "the continuation: {texts:?}");
+    ensure!(turns[2].message.text == "where" && turns[2].state == TurnState::Complete, "{:?}", turns[2]);
+    Ok(turn_text(&turns[2]))
+}
+
+#[tokio::test]
+async fn a_message_sent_as_soon_as_a_workspace_change_completes_runs_after_the_move() -> anyhow::Result<()> {
+    let repo = repo();
+    let root = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(options(root.path())).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+
+    // set_workspace: the message runs in the session's new worktree.
+    let (session, chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
+    let call = format!(r#"call set_workspace {{"workspaceFolder": "{}", "isolation": true}}"#, repo.path.display());
+    let said = send_as_soon_as_it_completes(&mut c, &chat, &call).await?;
+    let moved = folder_of(&c, &session)?;
+    ensure!(moved.starts_with(root.path()), "{moved:?}");
+    assert_eq!(said, format!("folder {}", moved.display()));
+
+    // isolate_session: the message runs in the chat's own worktree.
+    let (other, _) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
+    let second = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    c.request("createChat", json!({ "channel": other, "chat": second })).await?;
+    c.subscribe(&second).await?;
+    let said = send_as_soon_as_it_completes(&mut c, &second, "call isolate_session {}").await?;
+    let own = c.mirror.chat(&second).and_then(|s| s.working_directories.clone()).context("its own folder")?;
+    let own = PathBuf::from(own[0].trim_start_matches("file://"));
+    ensure!(own.starts_with(root.path()), "{own:?}");
+    assert_eq!(said, format!("folder {}", own.display()));
+
+    // A client's own running turn still refuses a second one, in the same words as before.
+    let busy = c.send(&second, "ask busy?").await?;
+    c.until_questions(&second, 1).await?;
+    let (_, seq) = c.send_message(&second, tests::user_message("too soon")).await?;
+    let refused = c.refusal(seq).await?;
+    assert_eq!(refused, format!("Turn {busy} is running in this chat; send a steering or queued message instead"));
+    for channel in [&session, &chat, &other, &second] {
+        c.check_against_snapshot(channel).await?;
+    }
     Ok(())
 }

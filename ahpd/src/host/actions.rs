@@ -4,7 +4,10 @@
 //! A refused action comes back to its sender with `rejectionReason` and changes nothing. An
 //! action for a channel that does not exist is ignored, as the spec says.
 
-use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatToolCallConfirmedAction, StateAction};
+use ahp_types::actions::{
+    ActionOrigin, ChatPendingMessageRemovedAction, ChatPendingMessageSetAction, ChatToolCallConfirmedAction,
+    StateAction,
+};
 use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
 use serde_json::Value;
 
@@ -136,6 +139,8 @@ enum Then {
     Stop(String),
     /// A queued message arrived: start it if the chat is free.
     StartQueued,
+    /// A client's turn met a turn no client started (named): its message is queued behind it.
+    QueueBehind(String),
     /// A steering message arrived: hand it to the running turn.
     Steer,
     /// A session config change: hand each key to every chat's backend.
@@ -242,6 +247,17 @@ impl Host {
         if let (Some(id), Some(sender)) = (sent, conn.principal.as_sender()) {
             core.note_sender(channel, &id, sender);
         }
+        if let (Then::QueueBehind(running), StateAction::ChatTurnStarted(start)) = (&then, &action) {
+            let queued = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
+                kind: PendingMessageKind::Queued,
+                id: start.turn_id.clone(),
+                message: start.message.clone(),
+            });
+            let reason = queued_behind(running, &start.turn_id);
+            core.ch.reject(conn.id, channel, &action, origin, &reason);
+            core.apply(channel, queued, None, None);
+            return;
+        }
         if let StateAction::ChatTurnStarted(start) = action {
             // A client's turn: said as the client sent it, with its origin, then handed to the
             // backend by the turn engine.
@@ -256,7 +272,7 @@ impl Host {
             return;
         }
         match then {
-            Then::Nothing => {}
+            Then::Nothing | Then::QueueBehind(_) => {}
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
             Then::StartQueued => core.start_next(channel),
             Then::Steer => {
@@ -320,6 +336,20 @@ impl Host {
             core.apply(chat, action, None, None);
         }
     }
+}
+
+/// How the sentence that says a client's turn was queued ends, before the turn's id.
+const QUEUED_AS: &str = "your message is queued behind it as ";
+
+/// The `rejectionReason` of a client's `chat/turnStarted` that met a turn no client started: its
+/// message waits behind that turn as the queued message `id` (the turn id the client gave).
+pub fn queued_behind(running: &str, id: &str) -> String {
+    format!("Turn {running} began in this chat before your message came (the host started it); {QUEUED_AS}{id}")
+}
+
+/// True when `reason` says the message of the client's turn `id` was queued, not refused.
+pub fn was_queued_behind(reason: &str, id: &str) -> bool {
+    reason.strip_suffix(id).is_some_and(|rest| rest.ends_with(QUEUED_AS))
 }
 
 fn running_turn(state: &ChatState) -> Option<&str> {
@@ -445,11 +475,6 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             if a.turn_id.trim().is_empty() {
                 return Err("A turn needs an id".to_owned());
             }
-            if let Some(running) = running_turn(state) {
-                return Err(format!(
-                    "Turn {running} is running in this chat; send a steering or queued message instead"
-                ));
-            }
             if state.turns.iter().any(|t| t.id == a.turn_id) {
                 return Err(format!("This chat has a turn {} already", a.turn_id));
             }
@@ -460,7 +485,15 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
                 return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
             }
             check_attachments(core, channel, &a.message)?;
-            Ok(Then::Nothing)
+            let Some(running) = running_turn(state) else { return Ok(Then::Nothing) };
+            if core.chats.get(channel).is_some_and(|m| m.client_started) {
+                return Err(format!(
+                    "Turn {running} is running in this chat; send a steering or queued message instead"
+                ));
+            }
+            // The host (or the backend) began it as the last turn ended, or on a clock: a client
+            // that sent this may have seen no turn running, so the host waits for its own turn.
+            Ok(Then::QueueBehind(running.to_owned()))
         }
         StateAction::ChatTurnCancelled(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
@@ -772,4 +805,21 @@ fn check_session_config(
         changes.push((key.clone(), value.clone()));
     }
     Ok(Then::Config(changes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_turn_is_told_apart_from_a_refused_one() {
+        let said = queued_behind("t-host", "t-mine");
+        assert!(said.starts_with("Turn t-host began in this chat"), "{said}");
+        assert!(was_queued_behind(&said, "t-mine"));
+        assert!(!was_queued_behind(&said, "mine"), "another turn's id");
+        assert!(!was_queued_behind(
+            "Turn t-host is running in this chat; send a steering or queued message instead",
+            "t-mine"
+        ));
+    }
 }

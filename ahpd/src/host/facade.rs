@@ -28,6 +28,7 @@ use super::{Core, Host};
 use crate::clock::Clock;
 use crate::store::Store;
 
+pub use super::actions::was_queued_behind;
 pub use super::catalog::{check_config_value, path_of, resolve_config, status, NewSession};
 pub use super::commands::CHAT_MOVES_OFF;
 pub use super::core::{Committed, CHANGESET_SCHEME};

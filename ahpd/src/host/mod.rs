@@ -218,6 +218,10 @@ pub struct ChatMeta {
     pub live: Option<u64>,
     /// When the running turn began, for durations the host measures itself.
     pub turn_clock: Option<(String, Instant)>,
+    /// A client's own action started the running turn. Else the host or the backend began it, at
+    /// a moment no client chose (a turn's end, a clock), so a client's message that meets it is
+    /// queued behind it rather than refused (`actions.rs`).
+    pub client_started: bool,
     /// Turns that ended recently, so a late ending from the backend is recognised and dropped.
     pub ended: VecDeque<String>,
     /// A steering message handed to the backend that it has not taken yet.

@@ -531,6 +531,7 @@ impl Host {
                     driver,
                     live: None,
                     turn_clock: None,
+                    client_started: false,
                     ended: VecDeque::new(),
                     steering_offered: None,
                     titled,

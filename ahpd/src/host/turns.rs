@@ -172,6 +172,7 @@ impl Core {
         let untitled = self.chats.get(chat).is_some_and(|m| !m.titled);
         if let Some(meta) = self.chats.get_mut(chat) {
             meta.turn_clock = Some((turn_id.clone(), Instant::now()));
+            meta.client_started = extra.is_some();
             meta.titled = true;
         }
         if untitled {
@@ -293,6 +294,7 @@ impl Core {
         if let Some(turn_id) = started {
             if let Some(meta) = self.chats.get_mut(chat) {
                 meta.turn_clock = Some((turn_id, Instant::now()));
+                meta.client_started = false;
                 meta.titled = true;
             }
         }
@@ -308,6 +310,7 @@ impl Core {
         if let Some(meta) = self.chats.get_mut(chat) {
             remember(&mut meta.ended, ended.clone());
             meta.turn_clock = None;
+            meta.client_started = false;
             meta.steering_offered = None;
             meta.parked = None;
         }

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::follow::{action, fields, session_uri, text, End, Folded, Printer};
 use super::remote::{self as client, Connection, Target};
 use crate::cli::SendArgs;
+use crate::host::facade::was_queued_behind;
 
 /// Runs `ahpd send`.
 pub async fn run(args: &SendArgs) -> ExitCode {
@@ -107,6 +108,13 @@ impl Turn {
             let SubscriptionEvent::Action(env) = event else { continue };
             let ours = env.origin.as_ref().is_some_and(|o| o.client_id == conn.client_id && o.client_seq == self.seq);
             if let (true, Some(why)) = (ours, &env.rejection_reason) {
+                // A turn the daemon started as the last one ended: ours waits in the queue under
+                // the id we gave it, and becomes the turn that queued message starts.
+                if let Some(id) = self.id.take_if(|id| was_queued_behind(why, id)) {
+                    eprintln!("A turn the daemon started is running in {}; the message waits in its queue.", self.chat);
+                    self.queued = Some(id);
+                    continue;
+                }
                 return Err(format!("The daemon refused the message: {why}"));
             }
             if !folded.fold(&env) || channel != self.chat {
