@@ -85,6 +85,17 @@ pub enum Verb {
     /// version when it says one; and why each known agent is not offered. Needs no running daemon.
     #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
     Agents(AgentsArgs),
+    /// Check the session store, back it up, or put a backup back (docs/security.md, "The store
+    /// under faults").
+    ///
+    /// The daemon checks its store at every start: a damaged one is moved aside
+    /// (sessions.db.damaged-<time>, with its -wal and -shm), what can still be read is recovered
+    /// into a fresh store, and it says how many sessions and turns came back. It also backs the
+    /// store up as it runs into backups/ in the data folder (storeBackups, storeBackupIntervalMs).
+    #[command(
+        after_help = "Exit codes: 0 done (check: the store is sound), 1 the store is damaged, a daemon runs on this data folder (restore), or the backup could not be taken, 2 bad usage or no such file."
+    )]
+    Store(StoreArgs),
     /// Print a completion script for a shell, e.g. `ahpd completions bash >
     /// ~/.local/share/bash-completion/completions/ahpd`.
     Completions {
@@ -302,6 +313,55 @@ pub enum UserAction {
         /// Print a ws:// URL with the token for the running daemon instead of the bare token.
         #[arg(long)]
         url: bool,
+    },
+}
+
+/// `ahpd store`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: StoreAction,
+    /// Read only this config file (for storeBackups).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub config_file: Option<PathBuf>,
+}
+
+/// `ahpd store` verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StoreAction {
+    /// Check the store (or FILE, such as a backup) without writing to it: SQLite's full
+    /// integrity check, the schema, and every record read as what it is. Safe while the daemon
+    /// runs.
+    #[command(after_help = "Exit codes: 0 sound, 1 damaged (it says what it found), 2 no such file.")]
+    Check {
+        /// The file to check; default: the session store.
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Print one JSON object: { file, sound, problems, sessions, chats, turns }.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back the store up now, while the daemon runs or not: into backups/ in the data folder
+    /// (keeping the newest storeBackups), or into --to FILE. A damaged store is not backed up.
+    #[command(
+        after_help = "Exit codes: 0 backed up (it prints the file), 1 it could not be (it says why), 2 bad usage."
+    )]
+    Backup {
+        /// Write the backup here instead (a file that does not exist yet).
+        #[arg(long, value_name = "FILE")]
+        to: Option<PathBuf>,
+    },
+    /// Put a backup in the store's place (the daemon must be stopped). The backup is checked
+    /// first; the store it replaces is kept aside as sessions.db.replaced-<time>. With no FILE,
+    /// lists the backups.
+    #[command(
+        after_help = "Exit codes: 0 restored, 1 a daemon runs on this data folder or the backup is damaged, 2 no FILE (the backups are listed) or no such file."
+    )]
+    Restore {
+        /// The backup to restore (a path, or a name in backups/).
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
     },
 }
 

@@ -99,6 +99,12 @@ fn log_bytes(v: &Value) -> Result<(), &'static str> {
 fn log_files(v: &Value) -> Result<(), &'static str> {
     within(v, 1, 100).then_some(()).ok_or("an integer between 1 and 100")
 }
+fn backups_kept(v: &Value) -> Result<(), &'static str> {
+    within(v, 0, 100).then_some(()).ok_or("an integer between 0 and 100")
+}
+fn backup_interval(v: &Value) -> Result<(), &'static str> {
+    within(v, 100, 1 << 40).then_some(()).ok_or("an integer number of milliseconds, 100 or more")
+}
 fn scrollback(v: &Value) -> Result<(), &'static str> {
     within(v, 4096, 1 << 30).then_some(()).ok_or("an integer between 4096 and 1073741824")
 }
@@ -164,6 +170,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "terminalScrollbackBytes", default: || Value::from(1 << 20), applies: Applies::Restart, about: "Bytes of output a terminal keeps (and a kept output holds); past it the older half is let go.", check: scrollback, secret: false },
     KeySpec { name: "shellCommandTimeoutMs", default: || Value::from(3_600_000), applies: Applies::Restart, about: "How long a `!` command may run before it is stopped; 0 lets it run for ever.", check: millis, secret: false },
     KeySpec { name: "defaultShell", default: || Value::Null, applies: Applies::Restart, about: "The shell a terminal and a ! command run; absent: $SHELL, else /bin/sh.", check: string, secret: false },
+    KeySpec { name: "storeBackups", default: || Value::from(3), applies: Applies::Restart, about: "How many backups of the session store are kept in backups/ in the data folder (the newest); 0 takes none.", check: backups_kept, secret: false },
+    KeySpec { name: "storeBackupIntervalMs", default: || Value::from(3_600_000), applies: Applies::Restart, about: "How old the newest backup of the session store may grow before the next is taken, while the store changed (checked at start and as it runs).", check: backup_interval, secret: false },
     KeySpec { name: "users", default: || Value::Null, applies: Applies::Restart, about: "A users directory (JSON file): people, roles and hashed tokens.", check: string, secret: false },
 ];
 

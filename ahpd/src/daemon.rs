@@ -237,7 +237,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
     crate::fsutil::create_private_file(&plan.paths.store()).context("could not create the session store")?;
-    let store = crate::store::Store::open(&plan.paths.store()).context("could not open the session store")?;
+    let (store, recovered) = open_store(&plan)?;
     let worktrees = crate::worktrees::Worktrees::new(worktree_settings(config, &plan.paths.data_dir));
     let features =
         crate::host::facade::Features { tools: crate::tools::HostTools::new(), workspaces: worktrees.clone() };
@@ -245,7 +245,16 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     worktrees.start(&host);
     host.run_events(events_rx);
     host.serve_terminals(crate::terminals::Terminals::new(&host));
-    let facts = Arc::new(Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered));
+    let facts = Arc::new(
+        Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered)
+            .with_recovery(recovered.clone()),
+    );
+    tracker.spawn(crate::store::backup::keep_backing_up(
+        plan.paths.store(),
+        crate::store::backup::folder(&plan.paths.data_dir),
+        backup_schedule(config),
+        cancel.clone(),
+    ));
     if let Some(listener) = control {
         control::server::serve(listener, host.clone(), facts.clone(), cancel.clone(), tracker.clone());
     }
@@ -270,7 +279,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     if plan.stdio {
         host.run_wakeups();
         eprintln!("ahpd over stdio");
-        announce_facts(&plan, &agent_lines, |line| eprintln!("{line}"));
+        announce_facts(&plan, &agent_lines, recovered.as_ref(), |line| eprintln!("{line}"));
         server::stdio::serve(host.clone(), hard_frame_bytes(max_frame)).await;
         cancel.cancel();
     } else {
@@ -302,7 +311,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         let to_a_log = matches!(logging::destination(&plan.paths.log()), logging::Destination::File(_));
         let shown = if to_a_log { None } else { plan.token.as_deref() };
         println!("web: {}", crate::web::page_url(&url, shown));
-        announce_facts(&plan, &agent_lines, |line| println!("{line}"));
+        announce_facts(&plan, &agent_lines, recovered.as_ref(), |line| println!("{line}"));
         let app = server::router(host.clone(), door, cancel.child_token());
         let shutdown = cancel.clone();
         axum::serve(listener.tap_io(without_nagle), app.into_make_service_with_connect_info::<SocketAddr>())
@@ -318,6 +327,34 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     }
     drop(record);
     Ok(())
+}
+
+/// Opens the session store, checked first: a damaged one is moved aside and what it still holds
+/// recovered into a fresh one, which the person is told of on stderr (and `ahpd status` says).
+fn open_store(plan: &Plan) -> anyhow::Result<(crate::store::Store, Option<crate::store::recovery::Recovery>)> {
+    let path = plan.paths.store();
+    let (store, recovered) = crate::store::recovery::open_checked(&path).context("could not open the session store")?;
+    if let Some(recovery) = &recovered {
+        let backups = crate::store::backup::list(&crate::store::backup::folder(&plan.paths.data_dir));
+        let mut said = recovery.describe();
+        if let Some(newest) = backups.first() {
+            said.push_str(&format!(
+                " The newest backup is {}: `ahpd stop` then `ahpd store restore {}` goes back to it.",
+                newest.display(),
+                newest.display()
+            ));
+        }
+        tracing::warn!("{said}");
+    }
+    Ok((store, recovered))
+}
+
+/// When the store is backed up, from `storeBackups` and `storeBackupIntervalMs`.
+pub fn backup_schedule(config: &Config) -> crate::store::backup::Schedule {
+    crate::store::backup::Schedule {
+        keep: usize::try_from(config.u64("storeBackups")).unwrap_or(0),
+        every: Duration::from_millis(config.u64("storeBackupIntervalMs")),
+    }
 }
 
 /// How sessions are isolated, from `isolation`, `isolationProviders` and `worktreesRoot` (a
@@ -394,9 +431,17 @@ fn display_addr(host: &str, local: SocketAddr) -> String {
     }
 }
 
-fn announce_facts(plan: &Plan, agents: &[String], say: impl Fn(&str)) {
+fn announce_facts(
+    plan: &Plan,
+    agents: &[String],
+    recovered: Option<&crate::store::recovery::Recovery>,
+    say: impl Fn(&str),
+) {
     say(&format!("agents: {}", if agents.is_empty() { "none".to_owned() } else { agents.join(", ") }));
     say(&format!("sessions in {}", plan.paths.store().display()));
+    if let Some(recovery) = recovered {
+        say(&format!("store recovered: {}", recovery.describe()));
+    }
     let files: Vec<String> = plan.config.files.iter().map(|f| f.display().to_string()).collect();
     say(&format!("config: {}", if files.is_empty() { "none (defaults)".to_owned() } else { files.join(", ") }));
     say(&plan.token_source.to_string());

@@ -112,6 +112,12 @@ pub struct Status {
     pub offered: Vec<Offered>,
     /// The configuration it runs with, credentials shown as `<set>`.
     pub config: serde_json::Map<String, serde_json::Value>,
+    /// What it recovered at start from a damaged store, when it found one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_recovered: Option<crate::store::recovery::Recovery>,
+    /// The store's backups, newest first.
+    #[serde(default)]
+    pub store_backups: Vec<PathBuf>,
 }
 
 /// One agent a daemon offers, as its backend table and config made it.

@@ -51,6 +51,7 @@ pub struct Facts {
     token_file: Option<PathBuf>,
     offered: Vec<super::Offered>,
     url: OnceLock<String>,
+    recovered: Option<crate::store::recovery::Recovery>,
 }
 
 impl Facts {
@@ -81,7 +82,14 @@ impl Facts {
             token_file: token_file.map(std::path::Path::to_owned),
             offered,
             url: OnceLock::new(),
+            recovered: None,
         }
+    }
+
+    /// These facts, with what was recovered at start from a damaged store.
+    pub fn with_recovery(mut self, recovered: Option<crate::store::recovery::Recovery>) -> Self {
+        self.recovered = recovered;
+        self
     }
 
     /// Notes where clients connect and writes the record; the guard removes it again.
@@ -136,6 +144,8 @@ impl Facts {
             host: host.status(),
             offered: self.offered.clone(),
             config: self.config.clone(),
+            store_recovered: self.recovered.clone(),
+            store_backups: crate::store::backup::list(&crate::store::backup::folder(&self.paths.data_dir)),
         }
     }
 

@@ -14,9 +14,11 @@
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
+pub mod backup;
 mod checkpointer;
 pub mod health;
 pub mod records;
+pub mod recovery;
 
 use std::path::{Path, PathBuf};
 

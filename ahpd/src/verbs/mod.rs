@@ -1,5 +1,5 @@
 //! The verbs that manage a daemon from another process: `ahpd start|stop|status|restart|config|user`,
-//! `ahpd agents|logs|service|completions`, and the terminal client on the official `ahp` crate:
+//! `ahpd agents|logs|service|store|completions`, and the terminal client on the official `ahp` crate:
 //! `ahpd sessions|changes|send|watch|connect`. They find the running daemon through its record and
 //! control socket (`crate::control`).
 //!
@@ -22,6 +22,7 @@ pub mod sessions;
 pub mod start;
 pub mod status;
 pub mod stop;
+pub mod store;
 pub mod user;
 pub mod watch;
 
@@ -82,6 +83,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Status { json } => status::run(&paths, json).await,
             Verb::Restart { force } => restart::run(&paths, force).await,
             Verb::Service(args) => service::run(&paths, &args.action).await,
+            Verb::Store(args) => store::run(&paths, &args).await,
             Verb::Sessions(args) => sessions::run(&args).await,
             Verb::Changes(args) => changes::run(&args).await,
             Verb::Send(args) => send::run(&args).await,

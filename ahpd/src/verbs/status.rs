@@ -59,6 +59,7 @@ pub fn describe(status: &Status) -> Vec<String> {
     if let Some(sentence) = &status.host.store_cannot_write {
         lines.push(sentence.clone());
     }
+    lines.extend(store_lines(status));
     lines.push(match status.host.max_backend_processes {
         0 => format!("backend sessions open: {}", status.host.backend_sessions),
         cap => format!("backend sessions open: {} of at most {cap}", status.host.backend_sessions),
@@ -77,6 +78,19 @@ pub fn describe(status: &Status) -> Vec<String> {
     } else {
         let chats: Vec<&str> = turns.iter().map(|t| t.chat.as_str()).collect();
         format!("turns running: {} ({})", turns.len(), chats.join(", "))
+    });
+    lines
+}
+
+/// What became of a damaged store at start, and the newest backup.
+fn store_lines(status: &Status) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(recovery) = &status.store_recovered {
+        lines.push(format!("store recovered at {}: {}", recovery.at, recovery.describe()));
+    }
+    lines.push(match status.store_backups.first() {
+        Some(newest) => format!("store backups: {} kept, the newest {}", status.store_backups.len(), newest.display()),
+        None => "store backups: none yet".to_owned(),
     });
     lines
 }
