@@ -716,9 +716,13 @@ function gapEl(r) {
 
 function codeEl(r, cls) {
   const el = h('span', { class: `code${cls ? ` ${cls}` : ''}` });
-  if (r.mark && r.mark[1] > r.mark[0]) {
-    el.append(r.text.slice(0, r.mark[0]), h('mark', { text: r.text.slice(r.mark[0], r.mark[1]) }), r.text.slice(r.mark[1]));
-  } else el.textContent = r.text;
+  if (!r.marks) { el.textContent = r.text; return el; }
+  let at = 0;
+  for (const [from, to] of r.marks) {
+    el.append(r.text.slice(at, from), h('mark', { text: r.text.slice(from, to) }));
+    at = to;
+  }
+  el.append(r.text.slice(at));
   return el;
 }
 

@@ -1,14 +1,20 @@
 // diff.js: line diffs for the Changes view, no DOM. A unified patch (git's, as a changeset file's
-// `ahpd.patch` carries it) is parsed into rows; two whole texts are compared line by line (Myers'
-// O(ND) algorithm after trimming what both share at either end), and the rows are grouped into
-// hunks with three lines of context, the long unchanged runs between them kept as gaps a person
-// can open. Changed line pairs get word-level marks. The same file runs as a module worker
-// (`rowsOf` off the main thread, so a 5 000-line comparison never holds the page).
+// `ahpd.patch` carries it) is parsed into rows; two whole texts are compared line by line by
+// jsdiff (vendored, pinned: vendor/jsdiff/, its `diffArrays` over the lines), and the rows are
+// grouped into hunks with three lines of context, the long unchanged runs between them kept as gaps
+// a person can open. Changed line pairs get word-level marks (jsdiff's `diffWordsWithSpace`). The
+// same file runs as a module worker (`rowsOf` off the main thread, so a 5 000-line comparison never
+// holds the page).
+
+import { diffArrays } from './vendor/jsdiff/diff/array.js';
+import { diffWordsWithSpace } from './vendor/jsdiff/diff/word.js';
 
 /** A row: kind ' ' (same), '+', '-', 'gap' (unchanged lines not shown) or 'note'. */
 export const CONTEXT = 3;
 /** Beyond this many differing lines the comparison gives up on finding common lines inside. */
-const MAX_D = 4000;
+const MAX_EDITS = 4000;
+/** Lines longer than this get no word marks (comparing them word by word costs more than it shows). */
+const MAX_MARKED_LINE = 2000;
 
 /** Parses a unified diff into rows with old and new line numbers (1-based; 0 when none). */
 export function parsePatch(patch) {
@@ -57,9 +63,11 @@ export function linesOf(text) {
 
 /**
  * The edit script between two line arrays: a list of [kind, oldIndex, newIndex] with kind
- * ' ', '-' or '+', in order.
+ * ' ', '-' or '+', in order, as short as the longest common subsequence allows.
  */
 export function diffLines(a, b) {
+  // What both share at either end is kept before jsdiff looks at the middle, so a middle too
+  // different to compare still shows its shared ends as unchanged.
   let start = 0;
   while (start < a.length && start < b.length && a[start] === b[start]) start++;
   let endA = a.length;
@@ -67,65 +75,27 @@ export function diffLines(a, b) {
   while (endA > start && endB > start && a[endA - 1] === b[endB - 1]) { endA--; endB--; }
   const ops = [];
   for (let i = 0; i < start; i++) ops.push([' ', i, i]);
-  middle(a, b, start, endA, start, endB, ops);
-  for (let i = 0; i < a.length - endA; i++) ops.push([' ', endA + i, endB + i]);
-  return ops;
-}
-
-/** Myers' greedy algorithm on a[a0..a1) against b[b0..b1), with its trace kept to walk back. */
-function middle(a, b, a0, a1, b0, b1, ops) {
-  const n = a1 - a0;
-  const m = b1 - b0;
-  if (!n || !m) {
-    for (let i = a0; i < a1; i++) ops.push(['-', i, b0]);
-    for (let j = b0; j < b1; j++) ops.push(['+', a1, j]);
-    return;
-  }
-  // Lines as numbers: equal lines, equal numbers.
-  const ids = new Map();
-  const id = (s) => { let v = ids.get(s); if (v === undefined) { v = ids.size; ids.set(s, v); } return v; };
-  const x = new Int32Array(n);
-  const y = new Int32Array(m);
-  for (let i = 0; i < n; i++) x[i] = id(a[a0 + i]);
-  for (let j = 0; j < m; j++) y[j] = id(b[b0 + j]);
-  const max = Math.min(n + m, MAX_D);
-  const offset = max + 1;
-  const v = new Int32Array(2 * max + 3);
-  const trace = [];
-  let found = -1;
-  for (let d = 0; d <= max && found < 0; d++) {
-    trace.push(v.slice(offset - d - 1, offset + d + 2));
-    for (let k = -d; k <= d; k += 2) {
-      let i = k === -d || (k !== d && v[offset + k - 1] < v[offset + k + 1]) ? v[offset + k + 1] : v[offset + k - 1] + 1;
-      let j = i - k;
-      while (i < n && j < m && x[i] === y[j]) { i++; j++; }
-      v[offset + k] = i;
-      if (i >= n && j >= m) { found = d; break; }
+  const changes = endA > start && endB > start
+    ? diffArrays(a.slice(start, endA), b.slice(start, endB), { maxEditLength: MAX_EDITS })
+    : undefined;
+  let i = start;
+  let j = start;
+  if (changes) {
+    for (const change of changes) {
+      for (let c = 0; c < change.count; c++) {
+        if (change.removed) ops.push(['-', i++, j]);
+        else if (change.added) ops.push(['+', i, j++]);
+        else ops.push([' ', i++, j++]);
+      }
     }
+  } else {
+    // One side empty, or too different to be worth finding what the middle shares: all of it
+    // goes, all of it comes (jsdiff gives up past MAX_EDITS).
+    while (i < endA) ops.push(['-', i++, j]);
+    while (j < endB) ops.push(['+', i, j++]);
   }
-  if (found < 0) {
-    // Too different to be worth finding what the middle shares: all of it goes, all of it comes.
-    for (let i = a0; i < a1; i++) ops.push(['-', i, b0]);
-    for (let j = b0; j < b1; j++) ops.push(['+', a1, j]);
-    return;
-  }
-  // Walk back through the trace, collecting the script backwards.
-  const back = [];
-  let i = n;
-  let j = m;
-  for (let d = found; d > 0; d--) {
-    const prev = trace[d];
-    const at = (k) => prev[k + d + 1];
-    const k = i - j;
-    const down = k === -d || (k !== d && at(k - 1) < at(k + 1));
-    const pk = down ? k + 1 : k - 1;
-    const pi = at(pk);
-    const pj = pi - pk;
-    while (i > pi && j > pj) { i--; j--; back.push([' ', a0 + i, b0 + j]); }
-    if (down) { j--; back.push(['+', a0 + i, b0 + j]); } else { i--; back.push(['-', a0 + i, b0 + j]); }
-  }
-  while (i > 0 && j > 0) { i--; j--; back.push([' ', a0 + i, b0 + j]); }
-  for (let t = back.length - 1; t >= 0; t--) ops.push(back[t]);
+  for (let k = 0; k < a.length - endA; k++) ops.push([' ', endA + k, endB + k]);
+  return ops;
 }
 
 /** Rows for two whole texts: the changes with CONTEXT lines around, the rest as gaps. */
@@ -162,8 +132,8 @@ export function rowsOf(before, after) {
 
 /**
  * Word-level marks: a run of removed lines followed by as many added ones is read as lines
- * changed in place, and each pair marks the part between what they share at either end
- * (`mark: [from, to]` in the row's text).
+ * changed in place, and each pair marks the words that differ (`marks: [[from, to], ...]` in the
+ * row's text, ranges apart only by spaces joined into one).
  */
 export function markWords(rows) {
   for (let t = 0; t < rows.length;) {
@@ -182,18 +152,29 @@ export function markWords(rows) {
 function pair(del, add) {
   const a = del.text;
   const b = add.text;
-  if (a.length > 2000 || b.length > 2000) return;
-  let s = 0;
-  while (s < a.length && s < b.length && a[s] === b[s]) s++;
-  // Back to the start of a word, so a mark covers whole words.
-  while (s > 0 && /\w/.test(a[s - 1])) s--;
-  let e = 0;
-  while (e < a.length - s && e < b.length - s && a[a.length - 1 - e] === b[b.length - 1 - e]) e++;
-  while (e > 0 && /\w/.test(a[a.length - e])) e--;
-  // A pair with nothing in common is two different lines, not one changed.
-  if (s === 0 && e === 0) return;
-  del.mark = [s, a.length - e];
-  add.mark = [s, b.length - e];
+  if (a.length > MAX_MARKED_LINE || b.length > MAX_MARKED_LINE) return;
+  const gone = [];
+  const came = [];
+  let i = 0;
+  let j = 0;
+  let shared = false;
+  for (const part of diffWordsWithSpace(a, b)) {
+    const n = part.value.length;
+    if (part.removed) { widen(gone, a, i, i + n); i += n; }
+    else if (part.added) { widen(came, b, j, j + n); j += n; }
+    else { shared ||= /\S/.test(part.value); i += n; j += n; }
+  }
+  // A pair with nothing but spaces in common is two different lines, not one changed.
+  if (!shared) return;
+  if (gone.length) del.marks = gone;
+  if (came.length) add.marks = came;
+}
+
+/** Adds [from, to) to a line's marks, joined to the last one when only spaces lie between. */
+function widen(marks, text, from, to) {
+  const last = marks[marks.length - 1];
+  if (last && !/\S/.test(text.slice(last[1], from))) last[1] = to;
+  else marks.push([from, to]);
 }
 
 /** The rows of a file's unchanged run `gap`, from the text after (to open a gap). */

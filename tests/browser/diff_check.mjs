@@ -1,10 +1,12 @@
-// diff_check.mjs: checks the page's diff module (ahpd/web/diff.js) under Node, no browser: the
-// edit script between two texts rebuilds both and is as short as the longest common subsequence
-// allows (against a dynamic-programming LCS on thousands of small random cases); a patch parses
-// into the right line numbers and folded runs; changed words are marked. Prints one JSON line;
-// exits 1 on the first failure.
+// diff_check.mjs: checks the page's diff module (ahpd/web/diff.js, its comparisons made by the
+// vendored jsdiff) under Node, no browser: the edit script between two texts rebuilds both and is
+// as short as the longest common subsequence allows (against a dynamic-programming LCS on
+// thousands of small random cases); a middle too different to compare keeps its shared ends; a
+// patch parses into the right line numbers and folded runs; changed words are marked, each changed
+// word apart, and a pair sharing no word is left unmarked. Prints one JSON line; exits 1 on the
+// first failure.
 
-import { diffLines, parsePatch, rowsOf } from '../../ahpd/web/diff.js';
+import { diffLines, markWords, parsePatch, rowsOf } from '../../ahpd/web/diff.js';
 
 function fail(why) {
   console.log(JSON.stringify({ ok: false, why }));
@@ -43,7 +45,28 @@ const rows = parsePatch('@@ -2,3 +2,3 @@ f\n a\n-b c\n+b d\n e\n@@ -10 +10,2 @@\
 const kind = (r) => (r.kind === ' ' ? '=' : r.kind);
 const shape = rows.map((r) => `${kind(r)}${r.oldNo}/${r.newNo}${r.count ? `x${r.count}` : ''}`).join(' ');
 if (shape !== 'gap1/1x1 =2/2 -3/0 +0/3 =4/4 gap5/5x5 =10/10 +0/11') fail(`patch rows: ${shape}`);
-if (JSON.stringify(rows[2].mark) !== '[2,3]') fail(`word marks: ${JSON.stringify(rows[2])}`);
+if (JSON.stringify(rows[2].marks) !== '[[2,3]]' || JSON.stringify(rows[3].marks) !== '[[2,3]]') fail(`word marks: ${JSON.stringify(rows.slice(2, 4))}`);
+
+// Words changed apart are marked apart; words changed side by side (spaces between) as one.
+const pairOf = (before, after) => {
+  const two = [{ kind: '-', text: before }, { kind: '+', text: after }];
+  markWords(two);
+  return JSON.stringify(two.map((r) => (r.marks ?? []).map(([from, to]) => r.text.slice(from, to))));
+};
+const apart = pairOf('let total = count(items) + 1;', 'let sum = count(things) + 1;');
+if (apart !== '[["total","items"],["sum","things"]]') fail(`marks apart: ${apart}`);
+const together = pairOf('line 2', 'line two, renamed');
+if (together !== '[["2"],["two, renamed"]]') fail(`marks together: ${together}`);
+const unrelated = pairOf('alpha beta', 'gamma delta');
+if (unrelated !== '[[],[]]') fail(`a pair sharing no word is two lines: ${unrelated}`);
+
+// Past the edit limit the middle is given up on, but the shared ends stay unchanged.
+const ends = ['head'];
+const tail = ['tail'];
+const left = ends.concat(Array.from({ length: 2500 }, (_, i) => `a${i}`), tail);
+const right = ends.concat(Array.from({ length: 2500 }, (_, i) => `b${i}`), tail);
+const script = diffLines(left, right).map(([k]) => k).join('');
+if (script !== ` ${'-'.repeat(2500)}${'+'.repeat(2500)} `) fail(`given up: ${script.length} ops, ${script.slice(0, 4)}…`);
 
 const before = Array.from({ length: 40 }, (_, i) => `l${i}`).join('\n') + '\n';
 const after = before.replace('l20\n', 'l20 changed\n');

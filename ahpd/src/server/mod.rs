@@ -65,7 +65,7 @@ pub fn router(host: Host, door: DoorPolicy, cancel: CancellationToken) -> Router
     Router::new()
         .route("/", get(upgrade))
         .route("/ui/door", get(door_check))
-        .route("/ui/{file}", get(crate::web::asset))
+        .route("/ui/{*file}", get(crate::web::asset))
         .route("/favicon.ico", get(crate::web::favicon))
         .route(
             "/mcp",

@@ -21,6 +21,13 @@ struct Asset {
     body: &'static str,
 }
 
+/// A vendored ES module served at `/ui/vendor/{path}`, the path it has under `ahpd/web/vendor/`.
+macro_rules! vendored_module {
+    ($path:literal) => {
+        Asset { name: concat!("vendor/", $path), mime: JS, body: include_str!(concat!("../../web/vendor/", $path)) }
+    };
+}
+
 /// The page's files, read into the binary when it is built.
 const ASSETS: &[Asset] = &[
     Asset { name: "app.js", mime: JS, body: include_str!("../../web/app.js") },
@@ -42,6 +49,12 @@ const ASSETS: &[Asset] = &[
     Asset { name: "xterm.mjs", mime: JS, body: include_str!("../../web/vendor/xterm.mjs") },
     Asset { name: "xterm-addon-fit.mjs", mime: JS, body: include_str!("../../web/vendor/xterm-addon-fit.mjs") },
     Asset { name: "xterm.css", mime: CSS, body: include_str!("../../web/vendor/xterm.css") },
+    // jsdiff's ES modules as its package ships them (vendored and pinned the same way), the few
+    // `diff.js` imports, at the paths they import each other by.
+    vendored_module!("jsdiff/diff/base.js"),
+    vendored_module!("jsdiff/diff/array.js"),
+    vendored_module!("jsdiff/diff/word.js"),
+    vendored_module!("jsdiff/util/string.js"),
 ];
 
 const JS: &str = "text/javascript; charset=utf-8";
@@ -89,7 +102,7 @@ it carries the right token.</p>
 </main></body></html>
 "#;
 
-/// `GET /ui/{file}`: one of the page's files.
+/// `GET /ui/{*file}`: one of the page's files (a vendored module's by its path under `/ui/`).
 pub async fn asset(Path(name): Path<String>) -> Response {
     match ASSETS.iter().find(|a| a.name == name) {
         Some(asset) => with_headers(StatusCode::OK, asset.mime, asset.body.to_owned(), STRICT_POLICY),
@@ -205,6 +218,46 @@ mod tests {
             assert!(!asset.body.is_empty(), "{} is empty", asset.name);
         }
         assert!(INDEX.contains("/ui/app.js") && !INDEX.contains("http"), "the page loads nothing from elsewhere");
+    }
+
+    /// A module's relative import, resolved against the module's own path under `/ui/`.
+    fn resolve(from: &str, relative: &str) -> String {
+        let mut parts: Vec<&str> = from.split('/').collect();
+        parts.pop();
+        for step in relative.split('/') {
+            match step {
+                "." => {}
+                ".." => {
+                    parts.pop();
+                }
+                name => parts.push(name),
+            }
+        }
+        parts.join("/")
+    }
+
+    #[test]
+    fn every_module_a_script_imports_is_served() {
+        let mut checked = 0;
+        for asset in ASSETS.iter().filter(|a| a.mime == JS) {
+            for quote in ["'", "\""] {
+                for opening in ["from ", "import(", "new URL("] {
+                    let pattern = format!("{opening}{quote}.");
+                    for (at, _) in asset.body.match_indices(&pattern) {
+                        let rest = &asset.body[at + pattern.len() - 1..];
+                        let Some(end) = rest.find(quote) else { continue };
+                        let target = resolve(asset.name, &rest[..end]);
+                        assert!(
+                            ASSETS.iter().any(|a| a.name == target),
+                            "{} imports {target}, which is not served",
+                            asset.name
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked >= 6, "the page's own imports and the vendored modules' were read ({checked})");
     }
 
     #[test]
