@@ -177,3 +177,26 @@ impl Drop for Browser {
         }
     }
 }
+
+/// `s` as a JavaScript string literal, to splice into a script the page runs.
+pub fn js_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The page address `daemon` announced (its `web:` line, with the token).
+pub async fn announced_page(daemon: &crate::Daemon) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
+            return Ok(line.to_owned());
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the page says it is connected.
+pub async fn online(browser: &mut Browser) -> anyhow::Result<()> {
+    browser.wait_for("document.body.dataset.connection === 'online'").await.map(|_| ())
+}

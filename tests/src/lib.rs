@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod client;
 pub mod daemon;
+pub mod git;
 pub mod installed;
 pub mod load;
 pub mod mcp;

@@ -11,33 +11,15 @@
 //! Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use ahp_types::state::{SessionLifecycle, SnapshotState};
 use anyhow::{anyhow, ensure, Context};
 use serde_json::{json, Value};
-use tests::browser::Browser;
+use tests::browser::{announced_page, js_str, Browser};
 use tests::daemon::free_port;
+use tests::git::git;
 use tests::mcp::call_tools;
 use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
-
-fn js_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// Runs git in `dir` with an identity of its own; answers what it printed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A repository on `main` with one commit holding `files`.
 fn repo(files: &[(&str, String)]) -> (tempfile::TempDir, PathBuf) {
@@ -100,19 +82,6 @@ async fn endpoint(c: &mut TestClient, chat: &str) -> anyhow::Result<(String, Str
     let mut words = said.split_whitespace().skip(1);
     let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
     Ok((url.to_owned(), token.to_owned()))
-}
-
-/// The page address the daemon announced (its `web:` line).
-async fn announced_page(daemon: &Daemon) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
-            return Ok(line.to_owned());
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn page(daemon: &Daemon, width: u32, height: u32) -> anyhow::Result<Browser> {

@@ -7,35 +7,13 @@
 //! delta. Screenshots go to target/window-shots/.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::{json, Value};
-use tests::browser::Browser;
+use tests::browser::{announced_page, js_str, online, Browser};
 use tests::daemon::free_port;
 use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
 
 const TOKEN: &str = "window-test-token";
-
-fn js_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// The page address the daemon announced (its `web:` line).
-async fn announced_page(daemon: &Daemon) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
-            return Ok(line.to_owned());
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn online(browser: &mut Browser) -> anyhow::Result<()> {
-    browser.wait_for("document.body.dataset.connection === 'online'").await.map(|_| ())
-}
 
 /// Starts a session on `agent` through the page's dialog; answers its chat.
 async fn new_session_in_page(browser: &mut Browser, agent: &str) -> anyhow::Result<String> {

@@ -8,43 +8,14 @@
 //! and the compare view shows the tokens each spent. Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tests::browser::Browser;
+use tests::browser::{announced_page, js_str, Browser};
+use tests::git::git;
+use tests::installed::pi_bin;
 use tests::mocks::openai::{MockOpenAi, MODEL_ID};
 use tests::{Daemon, DaemonOptions, TestClient, PATIENCE};
-
-fn js_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// The page address the daemon announced (its `web:` line).
-async fn announced_page(daemon: &Daemon) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
-            return Ok(line.to_owned());
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Runs git in `dir`; answers what it printed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A repository on `main` with one commit: `a.txt` holding `one`.
 fn repo(dir: &Path) -> PathBuf {
@@ -270,17 +241,6 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
     assert_eq!(seen["violations"], json!([]), "{seen}");
     browser.close().await
-}
-
-fn pi_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
-        return PathBuf::from(bin);
-    }
-    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| checkout.join(".cache"));
-    let bin = cache.join("pi").join("node_modules").join(".bin").join("pi");
-    assert!(bin.exists(), "pi is not installed at {}: run scripts/test (or scripts/deps/pi.sh)", bin.display());
-    bin
 }
 
 /// The second model pi's `models.json` names beside the mock's own.

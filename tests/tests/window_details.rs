@@ -8,37 +8,16 @@
 //! a worktree session's folder and branch are in its chat's header. Screenshots go to
 //! target/window-shots/.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use ahp_types::state::{ResponsePart, ToolCallState, TurnState};
 use serde_json::json;
-use tests::browser::Browser;
+use tests::browser::{announced_page, js_str, online, Browser};
 use tests::client::terminal_output;
+use tests::git::git;
 use tests::installed::claude_entry;
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
-
-fn js_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-/// The page address the daemon announced (its `web:` line).
-async fn announced_page(daemon: &Daemon) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
-            return Ok(line.to_owned());
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "no web: line in {lines:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn online(browser: &mut Browser) -> anyhow::Result<()> {
-    browser.wait_for("document.body.dataset.connection === 'online'").await.map(|_| ())
-}
 
 fn pane(chat: &str) -> String {
     format!(".pane[data-chat=\"{chat}\"]")
@@ -432,20 +411,13 @@ async fn reloads_keep_the_open_chats_the_tab_counts_who_needs_you_and_question_m
     browser.close().await
 }
 
-/// `git` in `dir`, which must succeed.
-fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new("git").current_dir(dir).args(args).output()?;
-    anyhow::ensure!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 #[tokio::test]
 async fn a_worktree_sessions_chat_names_its_folder_and_branch() -> anyhow::Result<()> {
     let repo = tempfile::Builder::new().prefix("ahpd-window-repo-").tempdir()?;
-    git(repo.path(), &["init", "-q", "-b", "main"])?;
+    git(repo.path(), &["init", "-q", "-b", "main"]);
     std::fs::write(repo.path().join("a.txt"), "a\n")?;
-    git(repo.path(), &["add", "."])?;
-    git(repo.path(), &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"])?;
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-q", "-m", "first"]);
     let daemon =
         Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "echo": { "kind": "echo" } } }))).await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;

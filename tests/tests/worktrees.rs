@@ -5,7 +5,6 @@
 //! their turn completes), a `kill -9` mid-turn, and the refusals that leave nothing half-made.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ahp_types::actions::{
     ChangesetFilesReviewChangedAction, ChatTurnCancelledAction, SessionIsArchivedChangedAction, StateAction,
@@ -14,25 +13,13 @@ use ahp_types::commands::ResourceReadParams;
 use ahp_types::state::{ChangesetState, ResponsePart, SessionLifecycle, ToolCallState, Turn, TurnState};
 use anyhow::{anyhow, bail, ensure, Context};
 use serde_json::{json, Value};
+use tests::git::git;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient, PATIENCE};
 
 /// A repository with one commit (`a.txt` holding `one`), on `main`.
 struct Repo {
     _dir: tempfile::TempDir,
     path: PathBuf,
-}
-
-/// Runs git in `dir` with an identity of its own; answers what it printed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@localhost"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn repo() -> Repo {
