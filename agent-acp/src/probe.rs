@@ -23,7 +23,7 @@ use crate::session::{initialize_request, Caps, ACP_VERSION, EXIT_GRACE};
 
 /// How long after `session/new` answered the probe waits for the agent's commands (agents send
 /// `available_commands_update` on their own time; one that names none is not waited for longer).
-pub const COMMANDS_GRACE: Duration = Duration::from_secs(5);
+pub const COMMANDS_GRACE: Duration = Duration::from_secs(10);
 
 /// What the probe found.
 #[derive(Debug, Clone)]

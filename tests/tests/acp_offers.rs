@@ -127,3 +127,43 @@ async fn claude_agent_acp_offers_before_any_session_and_at_once_after_a_restart(
     assert_eq!(kept, commands, "the commands at once after the restart");
     Ok(())
 }
+
+/// The page's new-session form after a restart whose agent never answers: the modes, the models
+/// and the commands the agent offered before are there, from the store. A screenshot goes to
+/// target/window-shots/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_new_session_form_shows_what_the_agent_offered_at_once_after_a_restart() -> anyhow::Result<()> {
+    const TOKEN: &str = "offers-test-token";
+    let home = tempfile::Builder::new().prefix("ahpd-acp-offers-").tempdir()?;
+    let with_token = |args: &[&str]| {
+        let mut options = scripted(args);
+        options.args = vec!["--connection-token".into(), TOKEN.into()];
+        options
+    };
+    let mut first = Daemon::start_in(home.path(), with_token(&[])).await?;
+    let mut a = TestClient::connect(&format!("{}/?tkn={TOKEN}", first.url), "a").await?;
+    a.until("the probe's models", |m| models(m.root(), "scripted") == ["fast", "smart"]).await?;
+    drop(a);
+    first.terminate().await?;
+
+    let second = Daemon::start_in(home.path(), with_token(&["--no-initialize"])).await?;
+    let page = format!("{}/?tkn={TOKEN}", second.url.replace("ws://", "http://"));
+    let mut browser = tests::browser::Browser::launch().await?;
+    assert_eq!(browser.open(&page, 1000, 800).await?, 200);
+    browser.wait_for("document.body.dataset.connection === 'online'").await?;
+    browser.click("button[data-action=new]").await?;
+    browser.wait_for("document.querySelector('dialog.new-session [data-offer=commands]')").await?;
+    let modes = browser
+        .eval("[...document.querySelectorAll('dialog.new-session select[name=permissionMode] option')].map((o) => JSON.parse(o.value))")
+        .await?;
+    assert_eq!(modes, json!(["default", "yolo"]), "the agent's modes in the form");
+    let shown = browser
+        .eval("['models', 'commands'].map((k) => document.querySelector(`dialog.new-session [data-offer=${k}]`).textContent)")
+        .await?;
+    assert_eq!(shown, json!(["Models: Fast, Smart", "Commands: /review, /explain"]));
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/window-shots");
+    std::fs::create_dir_all(&shots)?;
+    browser.screenshot(&shots.join("acp-offers-new-session.png")).await?;
+    browser.close().await?;
+    Ok(())
+}

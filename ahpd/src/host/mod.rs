@@ -506,8 +506,9 @@ impl Host {
 
     fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {
         let mut core = self.lock();
-        if descriptor.features.probe {
-            // What the agent offered when last probed stands until its probe answers again.
+        if descriptor.features.probe && schema.schema.properties.is_empty() {
+            // A worker that knows its controls only once it has asked its agent (ACP): what the
+            // agent offered when last probed stands until the probe answers again.
             if let Some(remembered) = core.agent(provider).and_then(|a| a.remembered.clone()) {
                 schema = remembered;
             }
