@@ -50,8 +50,10 @@ impl Shared {
         let models = offers.models(&self.provider);
         let changed = {
             let mut learned = lock(&self.learned);
-            // A mode or option that moved changes the schema as a model changes the models.
-            let changed = learned.models != models || learned.offers.as_ref() != Some(offers);
+            // What is offered, not what is in force: a mode or option offered anew changes the
+            // schema as a model changes the models; a session moving between them changes neither.
+            let schema_moved = learned.offers.as_ref().map(Offers::properties) != Some(offers.properties());
+            let changed = learned.models != models || schema_moved;
             learned.offers = Some(offers.clone());
             learned.models = models;
             changed
