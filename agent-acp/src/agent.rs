@@ -1,6 +1,7 @@
 //! The `acp` backend's identity: who it is, the schema its sessions share, what it offers (learned
-//! from the sessions it opened, since ACP names models and commands only once a session is open),
-//! and how a session starts.
+//! from a short-lived session of its own the first time the parent asks, then from the sessions it
+//! opens, since ACP names models, modes and commands only once a session is open), and how a
+//! session starts.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ pub struct Shared {
     /// The worker's own folder, for sessions that have none.
     pub data_dir: Option<PathBuf>,
     learned: Mutex<Learned>,
+    /// The startup probe's outcome, once it ran (it runs once per worker).
+    probed: tokio::sync::OnceCell<Result<(), String>>,
     /// The kinds of message from the agent this host does not map, each said once at debug.
     unmapped: Mutex<HashSet<String>>,
     context: WorkerContext,
@@ -47,8 +50,11 @@ impl Shared {
         let models = offers.models(&self.provider);
         let changed = {
             let mut learned = lock(&self.learned);
+            // What is offered, not what is in force: a mode or option offered anew changes the
+            // schema as a model changes the models; a session moving between them changes neither.
+            let schema_moved = learned.offers.as_ref().map(Offers::properties) != Some(offers.properties());
+            let changed = learned.models != models || schema_moved;
             learned.offers = Some(offers.clone());
-            let changed = learned.models != models;
             learned.models = models;
             changed
         };
@@ -84,6 +90,37 @@ impl Shared {
         }
     }
 
+    /// Asks the agent what it offers with a short-lived session of its own, once per worker: the
+    /// first `agent/probe` waits for it (the parent asks in the background, after the worker is
+    /// ready, so nothing waits on it at startup). A failure is logged and kept: a later session
+    /// still teaches the worker what the agent offers.
+    async fn probe_once(&self) -> Result<(), String> {
+        let outcome = self
+            .probed
+            .get_or_init(|| async {
+                let folder = match &self.data_dir {
+                    Some(dir) => dir.join("probe"),
+                    None => std::env::temp_dir().join(format!("ahpd-acp-probe-{}", self.provider)),
+                };
+                if let Err(e) = std::fs::create_dir_all(&folder) {
+                    return Err(format!("{}: could not make {}: {e}", self.provider, folder.display()));
+                }
+                let found = crate::probe::probe(&self.provider, &self.options, &folder).await?;
+                self.learn_attachments(found.attachments);
+                if let Some(commands) = found.commands {
+                    self.learn_commands(commands);
+                }
+                self.learn_offers(&found.offers);
+                tracing::info!(provider = self.provider, "asked the ACP agent what it offers");
+                Ok(())
+            })
+            .await;
+        if let Err(why) = outcome {
+            tracing::warn!("could not ask what the agent offers: {why}");
+        }
+        outcome.clone()
+    }
+
     /// The agent named the commands behind a slash.
     pub fn learn_commands(&self, commands: Vec<SlashCommand>) {
         let changed = {
@@ -112,6 +149,7 @@ impl AcpAgent {
                 options,
                 data_dir,
                 learned: Mutex::new(Learned::default()),
+                probed: tokio::sync::OnceCell::new(),
                 unmapped: Mutex::new(HashSet::new()),
                 context,
             }),
@@ -137,9 +175,9 @@ impl Agent for AcpAgent {
         }
     }
 
-    /// The controls the agent's sessions offer: none until one has opened, since ACP names its
-    /// modes and options on `session/new`; then the last session's, with no defaults, so a session
-    /// starts where the agent puts it unless somebody chose otherwise.
+    /// The controls the agent's sessions offer: none until the probe or a session has opened one,
+    /// since ACP names its modes and options on `session/new`; then the last session's, with no
+    /// defaults, so a session starts where the agent puts it unless somebody chose otherwise.
     fn schema(&self, _policy: &Policy) -> SchemaResult {
         let properties = lock(&self.shared.learned).offers.as_ref().map(Offers::properties).unwrap_or_default();
         SchemaResult {
@@ -152,8 +190,15 @@ impl Agent for AcpAgent {
         }
     }
 
+    /// What the agent offers: the first answer waits for the startup probe; when that failed and
+    /// no session taught anything yet, the answer is the failure, so the parent keeps what it
+    /// remembered rather than taking an empty offer for the agent's.
     async fn probe(&self) -> Result<ProbeResult, AgentError> {
+        let outcome = self.shared.probe_once().await;
         let learned = lock(&self.shared.learned);
+        if let (Err(why), None) = (outcome, &learned.offers) {
+            return Err(AgentError::Failed(why));
+        }
         Ok(ProbeResult {
             models: learned.models.clone(),
             commands: learned.commands.clone(),

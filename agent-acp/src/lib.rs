@@ -6,7 +6,8 @@
 //! (or `session/load` to resume), then `session/prompt` per turn. What the agent streams becomes
 //! chat actions ([`mapping`]); what it offers becomes config keys and models ([`config`]); what
 //! it asks of its client - files inside the session's folders, terminals - is served here
-//! ([`client`]).
+//! ([`client`]). What it offers is also asked once per worker, before any session, of a
+//! short-lived session of its own ([`probe`]).
 //!
 //! Every ACP message is a type of the `agent-client-protocol` schema (`agent-client-protocol-schema`,
 //! the exact version `agent-client-protocol` 5.2 re-exports as `schema`), carried by
@@ -23,6 +24,7 @@ pub mod client;
 pub mod config;
 pub mod mapping;
 pub mod options;
+pub mod probe;
 pub mod session;
 
 use std::path::PathBuf;

@@ -39,20 +39,20 @@ use agent_runner::lock;
 use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
 
 /// The ACP protocol version this client speaks.
-const ACP_VERSION: ProtocolVersion = ProtocolVersion::V1;
+pub(crate) const ACP_VERSION: ProtocolVersion = ProtocolVersion::V1;
 
 /// How long a stopped turn waits for the agent to answer its prompt `cancelled`.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 /// How long an agent whose stdin closed has to exit before it is signalled.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// ACP's `auth_required` error code.
 const AUTH_REQUIRED: i32 = -32000;
 
 /// What the agent said it can do.
 #[derive(Debug, Clone, Default)]
-struct Caps {
+pub(crate) struct Caps {
     load_session: bool,
     mcp_http: bool,
     additional_directories: bool,
@@ -65,7 +65,7 @@ struct Caps {
 impl Caps {
     /// What the agent takes as attachments beside text: the images and audio its prompt
     /// capabilities name (text it always takes, as a text block or an embedded resource).
-    fn attachments(&self) -> AttachmentSupport {
+    pub(crate) fn attachments(&self) -> AttachmentSupport {
         let mut types = Vec::new();
         if self.image {
             types.push("image/*".to_owned());
@@ -76,7 +76,7 @@ impl Caps {
         AttachmentSupport { types, max_bytes: None }
     }
 
-    fn from_answer(answer: &acp::InitializeResponse) -> Self {
+    pub(crate) fn from_answer(answer: &acp::InitializeResponse) -> Self {
         let caps = &answer.agent_capabilities;
         let prompt = &caps.prompt_capabilities;
         Self {
@@ -607,12 +607,7 @@ impl AcpSession {
                 self.learn(offers, false);
             }
             SessionUpdate::AvailableCommandsUpdate(commands) => {
-                let commands = commands
-                    .available_commands
-                    .iter()
-                    .map(|c| protocol::SlashCommand { name: c.name.clone(), description: Some(c.description.clone()) })
-                    .collect();
-                self.inner.shared.learn_commands(commands);
+                self.inner.shared.learn_commands(crate::probe::commands_of(commands));
             }
             _ => {
                 let mut state = self.state();
@@ -951,7 +946,7 @@ fn update_kind(params: &Value) -> String {
 }
 
 /// The initialize request: protocol v1, files and terminals served, and who this client is.
-fn initialize_request() -> acp::InitializeRequest {
+pub(crate) fn initialize_request() -> acp::InitializeRequest {
     let fs = acp::FileSystemCapabilities::new().read_text_file(true).write_text_file(true);
     acp::InitializeRequest::new(ACP_VERSION)
         .client_capabilities(acp::ClientCapabilities::new().fs(fs).terminal(true))

@@ -46,3 +46,28 @@ fn a_store_from_a_newer_ahpd_is_refused_with_a_sentence() {
     let err = Store::open(&path).err().expect("refused");
     assert!(err.to_string().contains("written by a newer ahpd"), "{err}");
 }
+
+#[test]
+fn an_older_store_gains_a_table_for_what_agents_offer_and_keeps_one_per_provider() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = version_one_store(dir.path());
+    let store = Store::open(&path).expect("a version-1 store opens");
+    assert!(store.agent_offers().expect("offers").is_empty(), "an old file remembers no offers");
+    let offer = |model: &str| ahpd::store::AgentOffersRecord {
+        provider: "scripted".into(),
+        probe: protocol::ProbeResult {
+            models: vec![serde_json::from_value(
+                serde_json::json!({"id": model, "provider": "scripted", "name": model}),
+            )
+            .expect("a model")],
+            ..Default::default()
+        },
+        schema: None,
+        said_at: "2026-01-01T00:00:00.000Z".into(),
+    };
+    store.save_agent_offers(&offer("fast")).expect("kept");
+    store.save_agent_offers(&offer("smart")).expect("replaced");
+    drop(store);
+    let again = Store::open(&path).expect("opens again");
+    assert_eq!(again.agent_offers().expect("offers"), vec![offer("smart")], "the last offer, after a reopen");
+}

@@ -425,7 +425,7 @@ class App {
         const r = await this.conn.request('resolveSessionConfig', { channel: ROOT, provider, ...(folder.value.trim() ? { workingDirectory: pathUri(folder.value) } : {}), config: values });
         schema = r.schema;
         values = r.values ?? {};
-        fields.replaceChildren(...schemaFields(schema, values, agent, (key, value) => { values = { ...values, [key]: value }; resolve(); }));
+        fields.replaceChildren(...schemaFields(schema, values, agent, (key, value) => { values = { ...values, [key]: value }; resolve(); }), ...offered(agent, r._meta?.commands));
         error.textContent = '';
       } catch (e) { error.textContent = e.message; }
     };
@@ -572,7 +572,15 @@ function schemaFields(schema, values, agent, changed) {
     out.push(h('label', { title: prop.description ?? '' }, h('span', { text: prop.title || key }), input,
       prop.description ? h('small', { text: prop.description }) : null));
   }
-  if (!out.length && agent?.models?.length) out.push(h('p', { class: 'agent-about', text: `Models: ${agent.models.map((m) => m.name).join(', ')}` }));
+  return out;
+}
+
+/** What the agent offers beyond its settings, known before any session of it (remembered by the
+ *  host across restarts): its models and the commands behind a slash. */
+function offered(agent, commands) {
+  const out = [];
+  if (agent?.models?.length) out.push(h('p', { class: 'agent-about', data: { offer: 'models' }, text: `Models: ${agent.models.map((m) => m.name).join(', ')}` }));
+  if (commands?.length) out.push(h('p', { class: 'agent-about', data: { offer: 'commands' }, text: `Commands: ${commands.map((c) => `/${c.name}`).join(', ')}` }));
   return out;
 }
 

@@ -200,7 +200,7 @@ fn walk(root: &Path) -> Vec<(PathBuf, bool)> {
 
 impl Core {
     /// The commands `provider`'s backend reported, as a session's `_meta` shows them.
-    fn commands_value(&self, provider: &str) -> Value {
+    pub(super) fn commands_value(&self, provider: &str) -> Value {
         let commands = self.agent(provider).map(|a| a.commands.clone()).unwrap_or_default();
         Value::Array(
             commands

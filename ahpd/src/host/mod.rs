@@ -32,6 +32,7 @@ pub mod mcpservers;
 pub mod offer;
 pub mod persist;
 pub mod questions;
+pub mod remembered;
 pub mod requests;
 pub mod ring;
 pub mod rootconfig;
@@ -177,6 +178,9 @@ pub struct AgentEntry {
     pub commands: Vec<protocol::SlashCommand>,
     /// What it takes as attachments, when its probe said more than its handshake.
     pub attachments: Option<protocol::AttachmentSupport>,
+    /// The schema its worker last said after a probe (this run's, or the store's from an earlier
+    /// one), as the worker said it: it stands until the worker's probe answers again.
+    pub remembered: Option<SchemaResult>,
 }
 
 /// The host's own record of a session, beside its channel state.
@@ -357,18 +361,7 @@ impl Host {
         tracker: TaskTracker,
     ) -> Self {
         let facade::Features { tools, workspaces } = features;
-        let agents = supervisor
-            .providers()
-            .into_iter()
-            .map(|provider| AgentEntry {
-                provider,
-                descriptor: None,
-                schema: None,
-                models: Vec::new(),
-                commands: Vec::new(),
-                attachments: None,
-            })
-            .collect();
+        let agents = supervisor.providers().into_iter().map(|provider| AgentEntry::new(provider, &store)).collect();
         let stored = store.count().unwrap_or_else(|e| {
             tracing::error!("{e}");
             0
@@ -520,6 +513,13 @@ impl Host {
 
     fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {
         let mut core = self.lock();
+        if descriptor.features.probe && schema.schema.properties.is_empty() {
+            // A worker that knows its controls only once it has asked its agent (ACP): what the
+            // agent offered when last probed stands until the probe answers again.
+            if let Some(remembered) = core.agent(provider).and_then(|a| a.remembered.clone()) {
+                schema = remembered;
+            }
+        }
         mark_dynamic(provider, &descriptor, &mut schema);
         // The host's own settings (isolation, …) join every agent's.
         core.workspaces.extend_schema(provider, &mut schema);
@@ -534,6 +534,7 @@ impl Host {
 
     fn agent_probed(&self, provider: &str, probe: protocol::ProbeResult, schema: Option<protocol::SchemaResult>) {
         let mut core = self.lock();
+        core.remember_offers(provider, &probe, schema.as_ref());
         let schema = schema.map(|mut schema| {
             core.workspaces.extend_schema(provider, &mut schema);
             schema
@@ -550,14 +551,7 @@ impl Host {
             if probe.attachments.is_some() {
                 entry.attachments = probe.attachments;
             }
-            entry.models = probe
-                .models
-                .into_iter()
-                .map(|mut m| {
-                    m.provider = provider.to_owned();
-                    m
-                })
-                .collect();
+            entry.models = remembered::with_provider(provider, probe.models);
         }
         core.publish_agents();
         core.publish_commands(provider);

@@ -17,6 +17,7 @@
 pub mod backup;
 mod checkpointer;
 pub mod health;
+mod offers;
 pub mod records;
 pub mod recovery;
 
@@ -25,11 +26,12 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use self::health::Trouble;
+pub use self::offers::AgentOffersRecord;
 
 pub use self::records::{ChatRecord, KeptTerminalRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// What went wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -263,6 +265,17 @@ impl Store {
                 );
                 CREATE INDEX IF NOT EXISTS terminal_outputs_of_chat ON terminal_outputs(chat);
                 PRAGMA user_version = 3;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 4 {
+            // Version 4: what each agent last offered (`offers.rs`), shown at once after a restart.
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS agent_offers (
+                    provider TEXT PRIMARY KEY,
+                    record TEXT NOT NULL
+                );
+                PRAGMA user_version = 4;",
             );
             result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
         }

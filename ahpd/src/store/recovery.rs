@@ -83,6 +83,12 @@ const TABLES: &[Table] = &[
         since: 3,
         readable: reads_as::<KeptTerminalRecord>,
     },
+    Table {
+        name: "agent_offers",
+        columns: &["provider", "record"],
+        since: 4,
+        readable: reads_as::<super::AgentOffersRecord>,
+    },
 ];
 
 /// The most problems a check lists (SQLite's own list stops there too).

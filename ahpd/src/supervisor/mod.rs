@@ -309,7 +309,9 @@ impl Supervisor {
             schema,
         });
         if descriptor.features.probe {
-            self.probe(spec.provider.clone(), peer.clone(), false);
+            // With the schema: an agent that learns its controls by probing (ACP) says them then,
+            // and what the host remembered from an earlier run stands until it does.
+            self.probe(spec.provider.clone(), peer.clone(), true);
         }
         tracing::info!("worker {} is ready ({})", spec.provider, descriptor.display_name);
         let ended = tokio::select! {

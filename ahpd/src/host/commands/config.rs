@@ -1,5 +1,5 @@
 //! A session's settings before it exists: `resolveSessionConfig` (the schema and the values a
-//! session would start with) and `sessionConfigCompletions` (asked of the agent's worker).
+//! session would start with, and its backend's commands) and `sessionConfigCompletions` (asked of the agent's worker).
 
 use ahp_types::commands::{ResolveSessionConfigParams, SessionConfigCompletionsParams};
 use serde_json::Value;
@@ -21,7 +21,10 @@ impl Host {
         let provider = core.pick_provider(params.provider.as_deref())?;
         let schema = core.started_schema(&provider)?;
         let values = resolve_config(&schema, params.config.as_ref())?;
-        Ok(serde_json::json!({ "schema": schema.schema, "values": values }))
+        // The commands behind a slash a session of it would offer, for a new-session form to show
+        // before there is a session (a session's own are on its `_meta.commands`).
+        let commands = core.commands_value(&provider);
+        Ok(serde_json::json!({ "schema": schema.schema, "values": values, "_meta": { "commands": commands } }))
     }
 
     pub(super) fn session_config_completions(
