@@ -9,7 +9,7 @@ use ahp_types::state::{MessageAttachment, MessageEmbeddedResourceAttachment, Res
 use base64::Engine;
 use serde_json::json;
 use tests::daemon::children_of;
-use tests::installed::claude_entry;
+use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_entry};
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{Daemon, DaemonOptions, TestClient};
 
@@ -150,6 +150,25 @@ async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::R
     Ok(())
 }
 
+/// A daemon whose `claude-acp` agent is the real claude-agent-acp (which declares `loadSession`)
+/// against `mock`, with `home` as its own `HOME`.
+fn claude_acp_options(mock: &MockAnthropic, home: &std::path::Path) -> DaemonOptions {
+    DaemonOptions::with_config(
+        json!({ "agents": { "claude-acp": acp_adapter_entry(&claude_agent_acp(), mock, home) } }),
+    )
+}
+
+#[tokio::test]
+async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let daemon = Daemon::start_with(claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("claude-acp", None).await?;
+    fork_at_turn_two_and_go_on(&mut a, &session, &chat, || last_seen(&mock)).await?;
+    Ok(())
+}
+
 /// The text of every message the pi mock was sent in its last request.
 fn pi_last_seen(mock: &tests::mocks::openai::MockOpenAi) -> String {
     mock.requests().last().map(|r| r.all_text()).unwrap_or_default()
@@ -265,6 +284,31 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
         .find(|m| m["role"] == "user" && m.to_string().contains("cut off before you finished"))
         .ok_or_else(|| anyhow::anyhow!("no resumed request in {seen}"))?;
     assert!(resumed.to_string().contains("ATTACHED-ZULU"), "the resumed request carries the attachment: {resumed}");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acp_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let daemon = Daemon::start_with(claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude-acp", None).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+
+    let turn_id = a.send(&chat, "SLOW tell me a story").await?;
+    kill_the_worker_once_it_streams(&mut a, &daemon, &chat, &turn_id).await?;
+
+    // A new worker loads the conversation (`session/load`) and the turn goes on in it.
+    let before = mock.turn_requests().len();
+    resume_until_complete(&mut a, &chat, &turn_id).await?;
+    assert!(mock.turn_requests().len() > before, "the model was asked again");
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the loaded conversation: {seen}");
+    assert!(seen.contains("cut off before you finished it") && seen.contains("tell me a story"), "{seen}");
+    let done = a.mirror.chat(&chat).and_then(|c| c.turns.last().cloned()).expect("the turn");
+    assert!(tests::turn_text(&done).contains("tell me a story"), "the resumed answer is the turn's: {done:?}");
     a.check_against_snapshot(&chat).await?;
     Ok(())
 }
