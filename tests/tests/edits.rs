@@ -1,8 +1,9 @@
 //! The conversation a client edits, end to end through the official AHP client over a real
 //! daemon: a chat truncated and sent a new message, a chat forked at a turn, a turn resumed after
 //! its worker was killed, a confirmation that outlives a `kill -9` of the daemon, and the bad
-//! input each of them refuses. Claude and pi run the real CLIs against the scripted Anthropic and
-//! OpenAI mocks, whose logged requests are the evidence of what the model saw.
+//! input each of them refuses. Claude, pi and claude-agent-acp (an ACP agent that declares
+//! `loadSession`) run the real programs against the scripted Anthropic and OpenAI mocks, whose
+//! logged requests are the evidence of what the model saw.
 
 use ahp_types::actions::{ChatTruncatedAction, ChatTurnResumeAction, StateAction};
 use ahp_types::state::{MessageAttachment, MessageEmbeddedResourceAttachment, ResponsePart, TurnState};
@@ -531,6 +532,46 @@ async fn an_idle_acp_session_whose_agent_loads_sessions_leaves_memory_and_its_ne
         "the agent loaded the conversation, which holds the first prompt"
     );
     b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acp_agent_that_cannot_load_a_session_refuses_a_fork_and_loses_a_killed_turn() -> anyhow::Result<()> {
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": {
+        "scripted": { "kind": "acp", "options": { "command": "python3", "args": [fake.display().to_string(), "--no-load"] } },
+    }})))
+    .await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("scripted", None).await?;
+    let first = a.turn(&chat, "say first words").await?;
+    assert_eq!(first.state, TurnState::Complete, "{first:?}");
+
+    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let asked = a
+        .request(
+            "createChat",
+            json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": first.id } }),
+        )
+        .await;
+    let why = asked.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(why.contains("The scripted agent cannot fork a chat"), "refused in words: {why}");
+
+    let hanging = a.send(&chat, "say working; hang").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+    })
+    .await?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no worker"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let lost = a.finished(&chat, &hanging).await?;
+    assert!(
+        matches!(lost.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable.is_none()),
+        "not offered to resume: {:?}",
+        lost.response_parts.last()
+    );
+    a.check_against_snapshot(&chat).await?;
     Ok(())
 }
 
