@@ -160,13 +160,33 @@ fn claude_acp_options(mock: &MockAnthropic, home: &std::path::Path) -> DaemonOpt
 }
 
 #[tokio::test]
-async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::Result<()> {
+async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently_and_after_a_kill_9() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
-    let daemon = Daemon::start_with(claude_acp_options(&mock, home.path())).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-fork-").tempdir()?;
+    let mut first = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
     let (session, chat) = a.create_session("claude-acp", None).await?;
-    fork_at_turn_two_and_go_on(&mut a, &session, &chat, || last_seen(&mock)).await?;
+    let fork = fork_at_turn_two_and_go_on(&mut a, &session, &chat, || last_seen(&mock)).await?;
+    drop(a);
+    first.kill9().await?;
+
+    // After a kill -9 of the daemon each is loaded (`session/load`) from the agent's own record.
+    let second = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&fork).await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.turn(&fork, "fork after restart").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember BRAVO") && seen.contains("fork again"), "the fork's own history: {seen}");
+    assert!(!seen.contains("CHARLIE") && !seen.contains("original speaking"), "{seen}");
+    assert_eq!(b.turn(&chat, "original after restart").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember CHARLIE") && seen.contains("original speaking"), "the original's: {seen}");
+    assert!(!seen.contains("fork speaking") && !seen.contains("fork again"), "nothing of the fork: {seen}");
+    b.check_against_snapshot(&fork).await?;
+    b.check_against_snapshot(&chat).await?;
     Ok(())
 }
 
