@@ -22,6 +22,7 @@
 pub mod agent;
 pub mod client;
 pub mod config;
+pub mod fork;
 pub mod mapping;
 pub mod options;
 pub mod probe;

@@ -12,14 +12,16 @@ use std::time::Duration;
 use agent_client_protocol_schema::v1 as acp;
 use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES};
 use agent_client_protocol_schema::ProtocolVersion;
-use agent_runner::{accepted, not_offered, not_writable, AgentError, Session, SessionHost, TurnWriter};
+use agent_runner::{
+    accepted, not_offered, not_writable, resumed_request, AgentError, Session, SessionHost, TurnWriter,
+};
 use ahp_types::actions::{SessionConfigChangedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{ModelSelection, SessionModelInfo};
 use async_trait::async_trait;
 use protocol::{
-    codes, Attachment, AttachmentSupport, ConfirmParams, McpServer, RpcError, SendMessageParams, SetConfigResult,
-    Start, ToolsEndpoint,
+    codes, Attachment, AttachmentSupport, ConfirmParams, Cut, McpServer, ResumeTurnParams, RpcError, SendMessageParams,
+    SetConfigResult, Start, ToolsEndpoint,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -32,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use crate::agent::Shared;
 use crate::client::{self, Folders, Terminals};
 use crate::config::{request_of, Ask, AskRequest, Offers};
+use crate::fork::History;
 use crate::mapping::{chosen_option, permission_answer, prompt_end, TurnMap};
 use agent_runner::attachments;
 use agent_runner::child::{describe_exit, Child, ChildCommand};
@@ -54,6 +57,7 @@ const AUTH_REQUIRED: i32 = -32000;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Caps {
     load_session: bool,
+    close_session: bool,
     mcp_http: bool,
     additional_directories: bool,
     image: bool,
@@ -81,6 +85,7 @@ impl Caps {
         let prompt = &caps.prompt_capabilities;
         Self {
             load_session: caps.load_session,
+            close_session: caps.session_capabilities.close.is_some(),
             mcp_http: caps.mcp_capabilities.http,
             additional_directories: caps.session_capabilities.additional_directories.is_some(),
             image: prompt.image,
@@ -132,6 +137,11 @@ struct State {
     /// The user text `session/load` replayed, to tell whether the conversation heard the
     /// session's instructions (a client's rule may have joined them since it began).
     replayed: String,
+    /// The turns a `session/load` replayed, while a fork reads its source.
+    history: Option<History>,
+    /// A fork's earlier turns, opening its first prompt; then the turn that carried them is
+    /// said recorded, so the host stops carrying the cut.
+    fork_context: Option<String>,
     cost: Option<f64>,
 }
 
@@ -167,6 +177,9 @@ enum Opening {
     Resume,
     /// The agent died; the next message starts it again.
     Restart,
+    /// `session/create` of a fork of another conversation (`Start.cut`): a new session whose first
+    /// prompt carries the source's kept turns.
+    Fork,
 }
 
 impl AcpSession {
@@ -205,6 +218,8 @@ impl AcpSession {
                     wanted,
                     loading: false,
                     replayed: String::new(),
+                    history: None,
+                    fork_context: None,
                     cost: None,
                 }),
                 wake: Notify::new(),
@@ -213,8 +228,14 @@ impl AcpSession {
                 generations: AtomicU64::new(0),
             }),
         };
-        let opening = if start.resume { Opening::Resume } else { Opening::New };
-        if let Err(sentence) = session.connect(opening).await {
+        // A fork is opened anew until its cut is on record (a truncation is not offered).
+        let fork = start.cut.clone().filter(|cut| cut.source != start.conversation_id);
+        let opening = match (&fork, start.resume) {
+            (Some(_), _) => Opening::Fork,
+            (None, true) => Opening::Resume,
+            (None, false) => Opening::New,
+        };
+        if let Err(sentence) = session.connect(opening, fork.as_ref()).await {
             session.shut().await;
             return Err(AgentError::Failed(sentence));
         }
@@ -234,7 +255,7 @@ impl AcpSession {
     /// The agent process and the conversation in it: spawn, `initialize`, `authenticate`, then
     /// `session/new` or `session/load`, then the settings this session was started or since set
     /// with. On failure the process is stopped and the sentence says why, with its stderr.
-    async fn connect(&self, opening: Opening) -> Result<(), String> {
+    async fn connect(&self, opening: Opening, fork: Option<&Cut>) -> Result<(), String> {
         let shared = &self.inner.shared;
         let options = &shared.options;
         let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
@@ -253,7 +274,7 @@ impl AcpSession {
         let peer = Peer::start_foreign(pipes.stdout, stdin, move |message| handler.on_message(generation, message));
         self.watch(peer.clone(), process.clone(), generation);
         let link = Link { peer: peer.clone(), process: process.clone(), caps: Caps::default(), generation };
-        match self.handshake(link, opening).await {
+        match self.handshake(link, opening, fork).await {
             Ok(()) => Ok(()),
             Err(sentence) => {
                 peer.close_output();
@@ -315,7 +336,7 @@ impl AcpSession {
         )
     }
 
-    async fn handshake(&self, mut link: Link, opening: Opening) -> Result<(), String> {
+    async fn handshake(&self, mut link: Link, opening: Opening, fork: Option<&Cut>) -> Result<(), String> {
         let provider = self.provider().to_owned();
         let options = self.inner.shared.options.clone();
         let init: acp::InitializeResponse =
@@ -353,6 +374,9 @@ impl AcpSession {
             link.caps.mcp_http,
         );
         let cwd = self.inner.cwd.clone();
+        if let Some(cut) = fork {
+            self.read_fork(&link, cut).await?;
+        }
         let known = self.state().acp_id.clone();
         let answer = match (opening, known) {
             (Opening::Resume | Opening::Restart, Some(id)) if link.caps.load_session => {
@@ -418,6 +442,43 @@ impl AcpSession {
         // A new or resumed session says every value the agent starts at; a restarted one only what moved.
         self.learn(offers, opening != Opening::Restart);
         self.apply_wanted(&link).await;
+        Ok(())
+    }
+
+    /// Reads the turns a fork keeps from its source: the source loaded in this agent
+    /// (`session/load`), its replay kept turn by turn, less the turns the fork leaves out; then
+    /// the source is closed again where the agent can. They open the fork's first prompt.
+    async fn read_fork(&self, link: &Link, cut: &Cut) -> Result<(), String> {
+        let provider = self.provider();
+        if !link.caps.load_session {
+            return Err(format!(
+                "{provider}: this ACP server cannot load a session, so conversation \"{}\" cannot be forked",
+                cut.source
+            ));
+        }
+        {
+            let mut state = self.state();
+            state.loading = true;
+            state.history = Some(History::default());
+        }
+        let load = acp::LoadSessionRequest::new(cut.source.clone(), self.inner.cwd.clone());
+        let loaded = self.step_value(link, AGENT_METHOD_NAMES.session_load, load).await;
+        let history = {
+            let mut state = self.state();
+            state.loading = false;
+            state.replayed.clear();
+            state.history.take().unwrap_or_default()
+        };
+        loaded?;
+        if link.caps.close_session {
+            let close = acp::CloseSessionRequest::new(cut.source.clone());
+            if let Err(why) = self.step_value(link, AGENT_METHOD_NAMES.session_close, close).await {
+                tracing::info!(provider, "the fork's source stays open in its agent: {why}");
+            }
+        }
+        let mut state = self.state();
+        state.fork_context = crate::fork::context(&history.kept(cut.dropped.len()));
+        state.first_prompt = true;
         Ok(())
     }
 
@@ -613,12 +674,25 @@ impl AcpSession {
                 let mut state = self.state();
                 let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
                 if state.loading {
-                    if let SessionUpdate::UserMessageChunk(acp::ContentChunk {
-                        content: acp::ContentBlock::Text(text),
-                        ..
-                    }) = update
-                    {
-                        state.replayed.push_str(&text.text);
+                    match update {
+                        SessionUpdate::UserMessageChunk(acp::ContentChunk {
+                            content: acp::ContentBlock::Text(text),
+                            ..
+                        }) => {
+                            state.replayed.push_str(&text.text);
+                            if let Some(history) = state.history.as_mut() {
+                                history.user(&text.text);
+                            }
+                        }
+                        SessionUpdate::AgentMessageChunk(acp::ContentChunk {
+                            content: acp::ContentBlock::Text(text),
+                            ..
+                        }) => {
+                            if let Some(history) = state.history.as_mut() {
+                                history.agent(&text.text);
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 if state.loading || !current {
@@ -710,7 +784,7 @@ impl AcpSession {
             Some(link) => link,
             None => {
                 let opened = tokio::select! {
-                    opened = self.connect(Opening::Restart) => opened,
+                    opened = self.connect(Opening::Restart, None) => opened,
                     _ = abort.cancelled() => Err(String::new()),
                     _ = self.inner.cancel.cancelled() => Err(String::new()),
                 };
@@ -738,10 +812,15 @@ impl AcpSession {
             self.end_turn(agent_runner::TurnEnd::Cancelled);
             return;
         }
-        let (acp_id, prompt) = {
+        let (acp_id, prompt, forked) = {
             let mut state = self.state();
             let first = std::mem::replace(&mut state.first_prompt, false);
-            (state.acp_id.clone().unwrap_or_default(), self.prompt_blocks(&params, first, &link.caps))
+            let mut prompt = self.prompt_blocks(&params, first, &link.caps);
+            let forked = state.fork_context.take();
+            if let Some(context) = &forked {
+                prompt.insert(0, text_block(context.clone()));
+            }
+            (state.acp_id.clone().unwrap_or_default(), prompt, forked)
         };
         let asked = link.peer.request_value(AGENT_METHOD_NAMES.session_prompt, acp::PromptRequest::new(acp_id, prompt));
         tokio::pin!(asked);
@@ -760,6 +839,10 @@ impl AcpSession {
                     .map_err(|e| PeerError::Decode(e.to_string())),
             },
         };
+        if let (Err(_), Some(context)) = (&answer, &forked) {
+            // The prompt may not have reached the agent's record: the next one carries them again.
+            self.state().fork_context.get_or_insert_with(|| context.clone());
+        }
         match answer {
             Ok(answer) => {
                 let answer = serde_json::from_value::<acp::PromptResponse>(answer).map_err(|e| e.to_string());
@@ -767,6 +850,12 @@ impl AcpSession {
                     if stopped() { agent_runner::TurnEnd::Cancelled } else { prompt_end(self.provider(), &answer) };
                 if let (Some(turn), Ok(answer)) = (self.state().turn.as_mut(), answer) {
                     turn.response_usage(answer.usage);
+                }
+                if forked.is_some() {
+                    // The fork's earlier turns are in its own conversation now: the agent loads
+                    // them with it, so the host stops carrying the cut. ACP names no turns, so
+                    // the turn is recorded under its own id.
+                    self.inner.host.turn_recorded(&params.turn_id, &params.turn_id);
                 }
                 self.end_turn(end);
             }
@@ -995,6 +1084,20 @@ impl Session for AcpSession {
     /// so the host may unload it when idle.
     fn resumable(&self) -> bool {
         self.state().link.as_ref().is_some_and(|l| l.caps.load_session)
+    }
+
+    /// The lost turn goes on in the conversation `session/load` took up again (the parent
+    /// started it with `resume`), told it was cut off and given its request again. What a person
+    /// answered meanwhile is not carried: the agent asks again when it runs the tool again.
+    async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
+        if !self.resumable() {
+            return Err(AgentError::Refused(format!(
+                "{}: this ACP server cannot load a session, so a turn it lost cannot be resumed",
+                self.provider()
+            )));
+        }
+        let (params, _decisions) = resumed_request(params);
+        self.send_message(params).await
     }
 
     fn models(&self) -> Option<Vec<SessionModelInfo>> {

@@ -1,15 +1,16 @@
 //! The conversation a client edits, end to end through the official AHP client over a real
 //! daemon: a chat truncated and sent a new message, a chat forked at a turn, a turn resumed after
 //! its worker was killed, a confirmation that outlives a `kill -9` of the daemon, and the bad
-//! input each of them refuses. Claude and pi run the real CLIs against the scripted Anthropic and
-//! OpenAI mocks, whose logged requests are the evidence of what the model saw.
+//! input each of them refuses. Claude, pi and claude-agent-acp (an ACP agent that declares
+//! `loadSession`) run the real programs against the scripted Anthropic and OpenAI mocks, whose
+//! logged requests are the evidence of what the model saw.
 
 use ahp_types::actions::{ChatTruncatedAction, ChatTurnResumeAction, StateAction};
 use ahp_types::state::{MessageAttachment, MessageEmbeddedResourceAttachment, ResponsePart, TurnState};
 use base64::Engine;
 use serde_json::json;
 use tests::daemon::children_of;
-use tests::installed::claude_entry;
+use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_entry};
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{Daemon, DaemonOptions, TestClient};
 
@@ -150,6 +151,45 @@ async fn claude_forked_at_turn_two_of_three_goes_on_independently() -> anyhow::R
     Ok(())
 }
 
+/// A daemon whose `claude-acp` agent is the real claude-agent-acp (which declares `loadSession`)
+/// against `mock`, with `home` as its own `HOME`.
+fn claude_acp_options(mock: &MockAnthropic, home: &std::path::Path) -> DaemonOptions {
+    DaemonOptions::with_config(
+        json!({ "agents": { "claude-acp": acp_adapter_entry(&claude_agent_acp(), mock, home) } }),
+    )
+}
+
+#[tokio::test]
+async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently_and_after_a_kill_9() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-fork-").tempdir()?;
+    let mut first = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude-acp", None).await?;
+    let fork = fork_at_turn_two_and_go_on(&mut a, &session, &chat, || last_seen(&mock)).await?;
+    drop(a);
+    first.kill9().await?;
+
+    // After a kill -9 of the daemon each is loaded (`session/load`) from the agent's own record.
+    let second = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&fork).await?;
+    b.subscribe(&chat).await?;
+    assert_eq!(b.turn(&fork, "fork after restart").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember BRAVO") && seen.contains("fork again"), "the fork's own history: {seen}");
+    assert!(!seen.contains("CHARLIE") && !seen.contains("original speaking"), "{seen}");
+    assert_eq!(b.turn(&chat, "original after restart").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember CHARLIE") && seen.contains("original speaking"), "the original's: {seen}");
+    assert!(!seen.contains("fork speaking") && !seen.contains("fork again"), "nothing of the fork: {seen}");
+    b.check_against_snapshot(&fork).await?;
+    b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
 /// The text of every message the pi mock was sent in its last request.
 fn pi_last_seen(mock: &tests::mocks::openai::MockOpenAi) -> String {
     mock.requests().last().map(|r| r.all_text()).unwrap_or_default()
@@ -265,6 +305,31 @@ async fn a_claude_turn_whose_worker_was_killed_is_resumed_and_completes() -> any
         .find(|m| m["role"] == "user" && m.to_string().contains("cut off before you finished"))
         .ok_or_else(|| anyhow::anyhow!("no resumed request in {seen}"))?;
     assert!(resumed.to_string().contains("ATTACHED-ZULU"), "the resumed request carries the attachment: {resumed}");
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acp_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let daemon = Daemon::start_with(claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("claude-acp", None).await?;
+    assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
+
+    let turn_id = a.send(&chat, "SLOW tell me a story").await?;
+    kill_the_worker_once_it_streams(&mut a, &daemon, &chat, &turn_id).await?;
+
+    // A new worker loads the conversation (`session/load`) and the turn goes on in it.
+    let before = mock.turn_requests().len();
+    resume_until_complete(&mut a, &chat, &turn_id).await?;
+    assert!(mock.turn_requests().len() > before, "the model was asked again");
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA"), "in the loaded conversation: {seen}");
+    assert!(seen.contains("cut off before you finished it") && seen.contains("tell me a story"), "{seen}");
+    let done = a.mirror.chat(&chat).and_then(|c| c.turns.last().cloned()).expect("the turn");
+    assert!(tests::turn_text(&done).contains("tell me a story"), "the resumed answer is the turn's: {done:?}");
     a.check_against_snapshot(&chat).await?;
     Ok(())
 }
@@ -487,6 +552,46 @@ async fn an_idle_acp_session_whose_agent_loads_sessions_leaves_memory_and_its_ne
         "the agent loaded the conversation, which holds the first prompt"
     );
     b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_acp_agent_that_cannot_load_a_session_refuses_a_fork_and_loses_a_killed_turn() -> anyhow::Result<()> {
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
+    let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": {
+        "scripted": { "kind": "acp", "options": { "command": "python3", "args": [fake.display().to_string(), "--no-load"] } },
+    }})))
+    .await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session("scripted", None).await?;
+    let first = a.turn(&chat, "say first words").await?;
+    assert_eq!(first.state, TurnState::Complete, "{first:?}");
+
+    let fork = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let asked = a
+        .request(
+            "createChat",
+            json!({ "channel": session, "chat": fork, "source": { "kind": "fork", "chat": chat, "turnId": first.id } }),
+        )
+        .await;
+    let why = asked.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(why.contains("The scripted agent cannot fork a chat"), "refused in words: {why}");
+
+    let hanging = a.send(&chat, "say working; hang").await?;
+    let c = chat.clone();
+    a.until("the answer to start streaming", move |m| {
+        m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+    })
+    .await?;
+    let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no worker"))?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
+    let lost = a.finished(&chat, &hanging).await?;
+    assert!(
+        matches!(lost.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable.is_none()),
+        "not offered to resume: {:?}",
+        lost.response_parts.last()
+    );
+    a.check_against_snapshot(&chat).await?;
     Ok(())
 }
 

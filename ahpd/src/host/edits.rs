@@ -114,10 +114,14 @@ impl Core {
             .and_then(|c| c.multiple_chats.as_ref())
             .and_then(|m| m.fork)
             .unwrap_or(false);
+        // A conversation its backend said it takes up again once closed (an ACP agent that
+        // declared `loadSession`, which it says only once it runs) is forked and has a turn it
+        // lost resumed from that record, though the agent does not offer it for all of them.
+        let loads = self.chats.get(chat).is_some_and(|m| m.resumable);
         Abilities {
             truncate: descriptor.features.truncate,
-            fork,
-            resume_turn: descriptor.features.resume_turn,
+            fork: fork || loads,
+            resume_turn: descriptor.features.resume_turn || loads,
             steering: descriptor.features.steering,
         }
     }
