@@ -168,8 +168,10 @@ impl Agent for AcpAgent {
                 options.description.clone().unwrap_or_else(|| format!("An ACP agent: {}", options.command_line())),
             ),
             // Each chat of a session is an ACP session (and an agent process) of its own. ACP
-            // has no way to cut or copy a conversation, nor to take a message mid-prompt: no
-            // fork, no truncation, no steering, so clients are not offered them.
+            // cannot take a message mid-prompt (no steering) nor cut a conversation (no
+            // truncation). A fork is done by reading the source back (`fork.rs`), but only on an
+            // agent that declared `loadSession`, which is learned after the descriptor is said: the
+            // host allows it per chat (`resumable`), so the descriptor does not offer it.
             capabilities: Some(agent_runner::agent::multiple_chats()),
             features: AgentFeatures { probe: true, ..AgentFeatures::default() },
         }
