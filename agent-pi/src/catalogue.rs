@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use agent_runner::listing::{title_from, Summaries};
 use agent_runner::AgentError;
 use protocol::{At, Listed};
 use serde_json::Value;
@@ -116,18 +117,10 @@ impl Catalogue {
         Ok(target)
     }
 
-    /// Every conversation in pi's folders that holds a prompt, newest first.
-    pub fn list(&self) -> Vec<Listed> {
-        let Ok(dirs) = std::fs::read_dir(&self.sessions) else { return Vec::new() };
-        let mut rows: Vec<Listed> = dirs
-            .flatten()
-            .filter_map(|d| std::fs::read_dir(d.path()).ok())
-            .flat_map(|files| files.flatten().map(|f| f.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-            .filter_map(|p| summarize(&p))
-            .collect();
-        rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at).then_with(|| a.id.cmp(&b.id)));
-        rows
+    /// Every conversation in pi's folders that holds a prompt, newest first, reading again only
+    /// the files `summaries` has not read as they are now.
+    pub fn list(&self, summaries: &mut Summaries) -> Vec<Listed> {
+        summaries.list(&self.sessions, summarize)
     }
 
     /// The row [`Catalogue::list`] gives conversation `id`.
@@ -172,16 +165,6 @@ fn summarize(file: &Path) -> Option<Listed> {
     Some(Listed { id, title, created_at, modified_at, working_directories: cwd.map(file_uri).into_iter().collect() })
 }
 
-fn title_from(prompt: &str) -> String {
-    let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    let cut: String = line.chars().take(80).collect();
-    if cut.chars().count() < line.chars().count() {
-        format!("{cut}…")
-    } else {
-        cut
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,7 +197,7 @@ mod tests {
         )
         .expect("written");
 
-        let rows = catalogue.list();
+        let rows = catalogue.list(&mut Summaries::default());
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].id, "01a22a4b-dfaa");
         assert_eq!(rows[0].title, "remember MANGO");

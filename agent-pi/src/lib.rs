@@ -45,7 +45,8 @@ pub fn factory() -> AgentFactory {
         options.prepare().map_err(|e| {
             AgentError::Failed(format!("the pi worker could not prepare {}: {e}", options.data_dir.display()))
         })?;
-        Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options) }) as Arc<dyn Agent>)
+        Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options), summaries: Arc::default() })
+            as Arc<dyn Agent>)
     })
 }
 
@@ -53,6 +54,8 @@ pub fn factory() -> AgentFactory {
 pub struct PiAgent {
     provider: String,
     options: Arc<PiOptions>,
+    /// The conversations listed before, so listing again reads only the files that changed.
+    summaries: Arc<std::sync::Mutex<agent_runner::listing::Summaries>>,
 }
 
 fn schema() -> SchemaResult {
@@ -162,8 +165,9 @@ impl Agent for PiAgent {
     }
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
-        let catalogue = self.options.catalogue();
-        Ok(tokio::task::spawn_blocking(move || catalogue.list()).await.unwrap_or_default())
+        let (catalogue, summaries) = (self.options.catalogue(), self.summaries.clone());
+        let listing = move || catalogue.list(&mut summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
     }
 
     async fn find(&self, id: &str, at: &At) -> Result<Option<Listed>, AgentError> {
