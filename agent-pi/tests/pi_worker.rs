@@ -583,6 +583,9 @@ async fn a_conversation_moved_to_another_folder_runs_its_tools_there() {
     let asked = last_request(&world.mock).all_text();
     assert!(asked.contains(&world.work.display().to_string()), "the same conversation, resumed: {asked}");
     parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+    // Its file went with it, where `pi --continue` in the new folder looks.
+    assert_eq!(pi_files(&world, &elsewhere).len(), 1);
+    assert!(pi_files(&world, &world.work).is_empty());
 }
 
 /// Runs the real `pi` as a person would in a terminal, in `folder`, with the world's agent
