@@ -16,6 +16,8 @@ use ahp_types::state::Turn;
 use protocol::{At, Listed};
 use serde_json::{json, Value};
 
+use agent_runner::listing::title_from;
+
 use crate::tools::{self, name_call, Owner};
 
 /// Claude's folder name for a working directory: every character that is not a letter or a
@@ -38,59 +40,13 @@ fn file_uri(path: &str) -> String {
     format!("file://{path}")
 }
 
-/// What a transcript file looked like when it was last read: listing again reads only the files
-/// that changed since (a person with thousands of conversations lists them in a stat each).
-#[derive(Debug, Clone, PartialEq)]
-struct Stamp {
-    modified: Option<std::time::SystemTime>,
-    len: u64,
-}
+/// The rows listed before, so listing again reads only the transcripts that changed.
+pub use agent_runner::listing::Summaries;
 
-/// The rows of the files listed before, by file, with the stamp each was read at.
-#[derive(Default)]
-pub struct Summaries {
-    rows: HashMap<PathBuf, (Stamp, Option<Listed>)>,
-    /// Files read (not taken from what was read before), for tests.
-    reads: usize,
-}
-
-impl Summaries {
-    /// Every session under `projects`, newest first, reading again only the files that changed.
-    pub fn list(&mut self, projects: &Path) -> Vec<Listed> {
-        let files = session_files(projects);
-        let mut kept = HashMap::with_capacity(files.len());
-        for file in files {
-            let Ok(meta) = std::fs::metadata(&file) else { continue };
-            let stamp = Stamp { modified: meta.modified().ok(), len: meta.len() };
-            let row = match self.rows.remove(&file) {
-                Some((known, row)) if known == stamp => row,
-                _ => {
-                    self.reads += 1;
-                    summarize(&file)
-                }
-            };
-            kept.insert(file, (stamp, row));
-        }
-        self.rows = kept;
-        let mut rows: Vec<Listed> = self.rows.values().filter_map(|(_, row)| row.clone()).collect();
-        rows.sort_by(|a, b| b.modified_at.cmp(&a.modified_at).then_with(|| a.id.cmp(&b.id)));
-        rows
-    }
-}
-
-fn session_files(projects: &Path) -> Vec<PathBuf> {
-    let Ok(dirs) = std::fs::read_dir(projects) else { return Vec::new() };
-    let mut files = Vec::new();
-    for dir in dirs.flatten() {
-        let Ok(entries) = std::fs::read_dir(dir.path()) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "jsonl") && path.is_file() {
-                files.push(path);
-            }
-        }
-    }
-    files
+/// Every session under `projects`, newest first, reading again only the files `summaries` has
+/// not read as they are now.
+pub fn list(summaries: &mut Summaries, projects: &Path) -> Vec<Listed> {
+    summaries.list(projects, summarize)
 }
 
 /// The file of session `id`: in the folder of `at.workingDirectory` first, then anywhere.
@@ -174,16 +130,6 @@ fn summarize(file: &Path) -> Option<Listed> {
     let modified_at = stamps.last().map(|s| (*s).to_owned()).unwrap_or_else(|| created_at.clone());
     let cwd = entries.iter().find_map(|e| e["cwd"].as_str());
     Some(Listed { id, title, created_at, modified_at, working_directories: cwd.map(file_uri).into_iter().collect() })
-}
-
-fn title_from(prompt: &str) -> String {
-    let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    let cut: String = line.chars().take(80).collect();
-    if cut.chars().count() < line.chars().count() {
-        format!("{cut}…")
-    } else {
-        cut
-    }
 }
 
 /// One turn being read back.
@@ -471,7 +417,7 @@ mod tests {
         std::fs::write(dir.join("11111111-2222-3333-4444-555555555555.jsonl"), lines.join("\n")).expect("write");
         std::fs::write(dir.join("22222222-2222-3333-4444-555555555555.jsonl"), "{\"type\":\"queue-operation\"}\n")
             .expect("write");
-        let rows = Summaries::default().list(&root);
+        let rows = list(&mut Summaries::default(), &root);
         assert_eq!(rows.len(), 1, "a file without a prompt is not a session: {rows:?}");
         assert_eq!(rows[0].title, "run it");
         assert_eq!(rows[0].working_directories, vec!["file:///w".to_owned()]);
@@ -494,17 +440,17 @@ mod tests {
         std::fs::write(&a, lines.join("\n")).expect("write");
         std::fs::write(&b, lines.join("\n")).expect("write");
         let mut summaries = Summaries::default();
-        assert_eq!(summaries.list(&root).len(), 2);
-        assert_eq!(summaries.reads, 2);
-        assert_eq!(summaries.list(&root).len(), 2);
-        assert_eq!(summaries.reads, 2, "nothing changed, nothing read");
+        assert_eq!(list(&mut summaries, &root).len(), 2);
+        assert_eq!(summaries.reads(), 2);
+        assert_eq!(list(&mut summaries, &root).len(), 2);
+        assert_eq!(summaries.reads(), 2, "nothing changed, nothing read");
         let titled = json!({"type": "custom-title", "customTitle": "renamed"});
         std::fs::write(&a, format!("{}\n{titled}", lines.join("\n"))).expect("write");
-        let rows = summaries.list(&root);
-        assert_eq!(summaries.reads, 3, "the changed file alone is read again");
+        let rows = list(&mut summaries, &root);
+        assert_eq!(summaries.reads(), 3, "the changed file alone is read again");
         assert!(rows.iter().any(|r| r.id == "aaaaaaaa-1" && r.title == "renamed"), "{rows:?}");
         std::fs::remove_file(&b).expect("rm");
-        assert_eq!(summaries.list(&root).len(), 1, "a deleted file leaves the list");
+        assert_eq!(list(&mut summaries, &root).len(), 1, "a deleted file leaves the list");
         let _ = std::fs::remove_dir_all(&root);
     }
 

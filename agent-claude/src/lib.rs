@@ -255,7 +255,9 @@ impl Agent for Claude {
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
         let Some(projects) = self.projects() else { return Ok(Vec::new()) };
         let summaries = self.summaries.clone();
-        let listing = move || summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).list(&projects);
+        let listing = move || {
+            catalogue::list(&mut summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &projects)
+        };
         Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
     }
 

@@ -61,7 +61,7 @@ pub fn write_cut(source_file: &Path, file: &Path, cut: &Cut, id: &str) -> Result
 }
 
 /// Writes `text` to `file` atomically: a crash leaves the old file or the new one.
-fn write_atomically(file: &Path, text: &str) -> Result<(), AgentError> {
+pub(crate) fn write_atomically(file: &Path, text: &str) -> Result<(), AgentError> {
     let dir = file.parent().ok_or_else(|| AgentError::Failed(format!("{} has no folder", file.display())))?;
     std::fs::create_dir_all(dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
     let mut temp =

@@ -1,8 +1,8 @@
 //! The pi backend: `pi --mode rpc` as a worker (issue 9).
 //!
-//! Each conversation is one pi child started in the session's folder, with a session file this
-//! worker chooses under its data folder (`sessions/<conversation id>.jsonl`) so it can be resumed and
-//! read back. pi's agent folder (`PI_CODING_AGENT_DIR`: models, logins, settings) is the person's own
+//! Each conversation is one pi child started in the session's folder, with its session file where
+//! pi itself keeps them ([`catalogue`]: `<agent folder>/sessions/<encoded folder>/`), so `pi` in a
+//! terminal continues it, and pi's own conversations are listed, read back and resumed here. pi's agent folder (`PI_CODING_AGENT_DIR`: models, logins, settings) is the person's own
 //! unless the `agentDir` option points elsewhere. A small extension the worker ships ([`options::BRIDGE_SOURCE`],
 //! loaded with `-e`) carries the host's hidden per-turn instructions, asks the host before pi runs a
 //! tool when the session's `ask` setting says so, offers the host's and clients' tools to the model,
@@ -10,6 +10,7 @@
 //!
 //! **Invariant:** this crate builds on `agent-runner` alone and never depends on `ahpd`.
 
+pub mod catalogue;
 pub mod cut;
 pub mod event;
 pub mod mapper;
@@ -27,7 +28,7 @@ use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, Turn};
 use async_trait::async_trait;
-use protocol::{AgentDescriptor, AgentFeatures, At, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
+use protocol::{AgentDescriptor, AgentFeatures, At, Listed, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
 use serde_json::{json, Value};
 
 use crate::options::PiOptions;
@@ -44,7 +45,8 @@ pub fn factory() -> AgentFactory {
         options.prepare().map_err(|e| {
             AgentError::Failed(format!("the pi worker could not prepare {}: {e}", options.data_dir.display()))
         })?;
-        Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options) }) as Arc<dyn Agent>)
+        Ok(Arc::new(PiAgent { provider: init.provider.clone(), options: Arc::new(options), summaries: Arc::default() })
+            as Arc<dyn Agent>)
     })
 }
 
@@ -52,6 +54,8 @@ pub fn factory() -> AgentFactory {
 pub struct PiAgent {
     provider: String,
     options: Arc<PiOptions>,
+    /// The conversations listed before, so listing again reads only the files that changed.
+    summaries: Arc<std::sync::Mutex<agent_runner::listing::Summaries>>,
 }
 
 fn schema() -> SchemaResult {
@@ -97,6 +101,9 @@ impl Agent for PiAgent {
             capabilities: Some(agent_runner::agent::forking_chats()),
             features: AgentFeatures {
                 transcript: true,
+                // pi's own conversations (`catalogue.rs`), browsed and opened like Claude's.
+                list: true,
+                find: true,
                 probe: true,
                 steering: true,
                 resume: true,
@@ -157,8 +164,20 @@ impl Agent for PiAgent {
         Ok(ProbeResult { models, commands, account: None, attachments: None })
     }
 
-    async fn transcript(&self, id: &str, _at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
-        transcript::read_transcript(&self.options.session_file(id)).map_err(|e| AgentError::Failed(e.to_string()))
+    async fn list(&self) -> Result<Vec<Listed>, AgentError> {
+        let (catalogue, summaries) = (self.options.catalogue(), self.summaries.clone());
+        let listing = move || catalogue.list(&mut summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
+    }
+
+    async fn find(&self, id: &str, at: &At) -> Result<Option<Listed>, AgentError> {
+        let (catalogue, id, at) = (self.options.catalogue(), id.to_owned(), at.clone());
+        Ok(tokio::task::spawn_blocking(move || catalogue.find(&id, &at)).await.unwrap_or_default())
+    }
+
+    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+        let Some(file) = self.options.catalogue().locate(id, at) else { return Ok(None) };
+        transcript::read_transcript(&file).map_err(|e| AgentError::Failed(e.to_string()))
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {

@@ -1,5 +1,5 @@
-//! The pi worker's options (the config entry's `options`) and the folders it keeps under its data
-//! folder.
+//! The pi worker's options (the config entry's `options`), the folders it keeps under its data
+//! folder, and pi's agent folder (where the session files are).
 //!
 //! | option | meaning | default |
 //! |---|---|---|
@@ -73,14 +73,32 @@ impl PiOptions {
         self.data_dir.join("bridge").join("ahpd-bridge.ts")
     }
 
-    /// The folder of session files.
-    pub fn sessions_dir(&self) -> PathBuf {
-        self.data_dir.join("sessions")
+    /// pi's agent folder as pi finds it: the `agentDir` option, else `PI_CODING_AGENT_DIR` as the
+    /// `env` option or the worker's environment says (`~` is the home folder, as pi reads it),
+    /// else `~/.pi/agent`.
+    pub fn pi_agent_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.agent_dir {
+            return dir.clone();
+        }
+        let home = || std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let named = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == AGENT_DIR_VAR)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(AGENT_DIR_VAR).ok())
+            .filter(|v| !v.is_empty());
+        match named {
+            Some(dir) if dir == "~" => home(),
+            Some(dir) => dir.strip_prefix("~/").map_or_else(|| PathBuf::from(&dir), |rest| home().join(rest)),
+            None => home().join(".pi").join("agent"),
+        }
     }
 
-    /// The session file a conversation is kept in.
-    pub fn session_file(&self, conversation_id: &str) -> PathBuf {
-        self.sessions_dir().join(format!("{}.jsonl", file_stem(conversation_id)))
+    /// Where the conversations' session files are: pi's own folders (and older ahpd's).
+    pub fn catalogue(&self) -> crate::catalogue::Catalogue {
+        crate::catalogue::Catalogue::new(&self.pi_agent_dir(), &self.data_dir)
     }
 
     /// The folder a conversation without a working directory runs in.
@@ -95,7 +113,6 @@ impl PiOptions {
             std::fs::create_dir_all(parent)?;
         }
         std::fs::write(&bridge, BRIDGE_SOURCE)?;
-        std::fs::create_dir_all(self.sessions_dir())?;
         if let Some(dir) = &self.agent_dir {
             std::fs::create_dir_all(dir)?;
         }
@@ -193,6 +210,16 @@ mod tests {
         let option = options(serde_json::json!({"agentDir": "/pi", "env": {"PI_CODING_AGENT_DIR": "/other"}}));
         let env = option.pi_env_over(|_| true);
         assert_eq!(var(&env, AGENT_DIR_VAR), Some("/pi"), "agentDir wins");
+    }
+
+    #[test]
+    fn pis_own_folder_is_found_as_pi_finds_it() {
+        assert_eq!(options(serde_json::json!({"agentDir": "/pi"})).pi_agent_dir(), PathBuf::from("/pi"));
+        let named = options(serde_json::json!({"env": {"PI_CODING_AGENT_DIR": "/named"}}));
+        assert_eq!(named.pi_agent_dir(), PathBuf::from("/named"), "the entry's env over the worker's");
+        let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+        let tilde = options(serde_json::json!({"env": {"PI_CODING_AGENT_DIR": "~/pi"}}));
+        assert_eq!(tilde.pi_agent_dir(), home.join("pi"), "`~` is the home folder, as pi reads it");
     }
 
     #[test]

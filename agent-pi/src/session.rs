@@ -216,30 +216,45 @@ impl PiSession {
             Some(cut) if cut.source == start.conversation_id => uuid::Uuid::new_v4().to_string(),
             _ => start.conversation_id.clone(),
         };
-        let session_file = options.session_file(&conversation_id);
-        if let Some(cut) = &start.cut {
-            let source_file = options.session_file(&cut.source);
-            crate::cut::write_cut(&source_file, &session_file, cut, &conversation_id)?;
-        } else if !start.resume && session_file.exists() {
-            tracing::warn!(file = %session_file.display(), "a new conversation names a session file that exists: pi continues it");
-        }
-        let cwd = match folder {
-            Some(dir) => {
-                crate::cut::run_in(&session_file, &dir)?;
-                dir
+        let catalogue = options.catalogue();
+        let at = protocol::At { working_directory: start.working_directory.clone() };
+        // Without the session's folder, a conversation runs where its record says it began (pi
+        // runs a session file's tools there): a cut where its source ran, so the files its kept
+        // turns made are at hand; a new one in a scratch folder of its own.
+        let run_at = |record: Option<&std::path::Path>| -> Result<PathBuf, AgentError> {
+            if let Some(dir) = folder.clone().or_else(|| record.and_then(crate::cut::recorded_folder)) {
+                return Ok(dir);
             }
-            // Without the session's folder, a conversation runs where its record says it began
-            // (pi runs a session file's tools there): a cut where its source ran, so the files
-            // its kept turns made are at hand; a new one in a scratch folder of its own.
-            None => match crate::cut::recorded_folder(&session_file) {
-                Some(dir) => dir,
-                None => {
-                    let dir = options.scratch_dir(&conversation_id);
-                    std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
-                    dir
-                }
-            },
+            let dir = options.scratch_dir(&conversation_id);
+            std::fs::create_dir_all(&dir).map_err(|e| AgentError::Failed(format!("{}: {e}", dir.display())))?;
+            Ok(dir)
         };
+        let (session_file, cwd) = if let Some(cut) = &start.cut {
+            // Not found, it is read where older ahpd kept it, which says pi has no such record.
+            let source_file = catalogue.locate(&cut.source, &at).unwrap_or_else(|| catalogue.legacy_file(&cut.source));
+            let cwd = run_at(Some(&source_file))?;
+            let file = catalogue.new_file(&cwd, &conversation_id);
+            crate::cut::write_cut(&source_file, &file, cut, &conversation_id)?;
+            (file, cwd)
+        } else {
+            match catalogue.locate(&conversation_id, &at) {
+                Some(file) => {
+                    if !start.resume {
+                        tracing::warn!(file = %file.display(), "a new conversation names a session file that exists: pi continues it");
+                    }
+                    let cwd = run_at(Some(&file))?;
+                    // An older ahpd's file, or one whose chat moved, goes where pi looks for it.
+                    (catalogue.keep_in(&file, &cwd)?, cwd)
+                }
+                None => {
+                    let cwd = run_at(None)?;
+                    (catalogue.new_file(&cwd, &conversation_id), cwd)
+                }
+            }
+        };
+        if folder.is_some() {
+            crate::cut::run_in(&session_file, &cwd)?;
+        }
         let mut args = vec![
             "--mode".to_owned(),
             "rpc".to_owned(),

@@ -583,4 +583,134 @@ async fn a_conversation_moved_to_another_folder_runs_its_tools_there() {
     let asked = last_request(&world.mock).all_text();
     assert!(asked.contains(&world.work.display().to_string()), "the same conversation, resumed: {asked}");
     parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+    // Its file went with it, where `pi --continue` in the new folder looks.
+    assert_eq!(pi_files(&world, &elsewhere).len(), 1);
+    assert!(pi_files(&world, &world.work).is_empty());
+}
+
+/// Runs the real `pi` as a person would in a terminal, in `folder`, with the world's agent
+/// folder: `pi -p <args…>` (waited for without blocking the mock). Answers what it printed.
+async fn pi_by_hand(world: &World, folder: &Path, args: &[&str]) -> String {
+    let output = tokio::process::Command::new(pi_bin())
+        .arg("-p")
+        .args(args)
+        .current_dir(folder)
+        .env("PI_CODING_AGENT_DIR", world.data.path().join("agent"))
+        .env("PI_OFFLINE", "1")
+        .env("PI_TELEMETRY", "0")
+        .env("PI_SKIP_VERSION_CHECK", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("pi runs");
+    assert!(output.status.success(), "pi failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The session files pi keeps for `folder` under the world's agent folder.
+fn pi_files(world: &World, folder: &Path) -> Vec<PathBuf> {
+    let catalogue = agent_pi::catalogue::Catalogue::new(&world.data.path().join("agent"), world.data.path());
+    let dir = catalogue.dir_for(folder);
+    std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_conversation_is_kept_where_pi_keeps_it_and_pi_continues_it() {
+    let world = World::new("kept").await;
+    let chat = "ahp-chat:/01a22a4b-0000-7000-8000-00000000c0de";
+    let mut parent = world.parent(no_tools()).await;
+    parent.create(world.start(chat)).await.expect("pi starts");
+    send(&parent, chat, "t1", "remember the word plum", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.state, TurnState::Complete);
+    parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+
+    let files = pi_files(&world, &world.work);
+    let [file] = &files[..] else { panic!("one session file where pi keeps the folder's: {files:?}") };
+    assert!(file.to_string_lossy().ends_with("_01a22a4b-0000-7000-8000-00000000c0de.jsonl"), "{}", file.display());
+    assert!(!world.data.path().join("sessions").exists(), "nothing in the worker's own folder");
+
+    // pi in a terminal, in the same folder, goes on with it.
+    let printed = pi_by_hand(&world, &world.work, &["--continue", "what was the word"]).await;
+    assert!(printed.contains("mock reply to: what was the word"), "{printed}");
+    assert!(last_request(&world.mock).all_text().contains("remember the word plum"), "the earlier turn was sent");
+    let record = std::fs::read_to_string(file).expect("pi's file");
+    assert!(record.contains("mock reply to: what was the word"), "pi wrote its answer to the same file: {record}");
+}
+
+#[tokio::test]
+async fn a_conversation_pi_made_is_listed_read_back_and_resumed() {
+    let world = World::new("own").await;
+    pi_by_hand(&world, &world.work, &["remember the word kiwi"]).await;
+    let mut parent = world.parent(no_tools()).await;
+
+    let listed = parent.peer().request_value(parent::LIST, json!({})).await.expect("the list");
+    let rows = listed["sessions"].as_array().cloned().unwrap_or_default();
+    let [row] = &rows[..] else { panic!("pi's conversation is listed: {listed}") };
+    assert_eq!(row["title"], "remember the word kiwi");
+    let real = std::fs::canonicalize(&world.work).expect("the folder");
+    assert_eq!(row["workingDirectories"], json!([format!("file://{}", real.display())]));
+    let id = row["id"].as_str().expect("an id").to_owned();
+    let found = parent.peer().request_value(parent::FIND, json!({"id": id, "at": {}})).await.expect("found");
+    assert_eq!(found["session"]["id"], id.as_str());
+
+    let transcript = parent
+        .peer()
+        .request_value(parent::TRANSCRIPT, json!({"id": id, "at": {"workingDirectory": world.work}}))
+        .await
+        .expect("the transcript");
+    let turns: Vec<Turn> = serde_json::from_value(transcript["turns"].clone()).expect("turns");
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].message.text, "remember the word kiwi");
+    assert_eq!(markdown(&turns[0]), "mock reply to: remember the word kiwi");
+
+    let chat = format!("ahp-chat:/{id}");
+    let mut s = world.start(&chat);
+    s.resume = true;
+    parent.create(s).await.expect("pi resumes");
+    send(&parent, &chat, "t2", "what was the word", None).await;
+    let (turn, _) = finish(&mut parent, &chat).await;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(last_request(&world.mock).all_text().contains("remember the word kiwi"), "the earlier turn was sent");
+    parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+    assert_eq!(pi_files(&world, &world.work).len(), 1, "the same file went on");
+}
+
+#[tokio::test]
+async fn a_conversation_an_older_ahpd_kept_is_read_back_and_moved_where_pi_keeps_it() {
+    let world = World::new("older").await;
+    let chat = "ahp-chat:/older";
+    // What ahpd wrote before: `<data folder>/sessions/<conversation id>.jsonl`.
+    let header =
+        json!({"type": "session", "version": 3, "id": "x", "timestamp": "2026-11-30T02:32:25.258Z", "cwd": world.work});
+    let prompt = json!({"type": "message", "id": "u1", "parentId": null, "timestamp": "2026-11-30T02:32:26.000Z",
+        "message": {"role": "user", "content": [{"type": "text", "text": "remember the word fig"}], "timestamp": 1_796_005_946_000_i64}});
+    let answer = json!({"type": "message", "id": "a1", "parentId": "u1", "timestamp": "2026-11-30T02:32:27.000Z",
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "noted"}], "api": "openai-completions",
+                    "provider": "mock", "model": "mock-model", "stopReason": "stop", "timestamp": 1_796_005_947_000_i64,
+                    "usage": {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+                              "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}}});
+    let older = world.data.path().join("sessions").join("older.jsonl");
+    std::fs::create_dir_all(older.parent().expect("a folder")).expect("made");
+    std::fs::write(&older, format!("{header}\n{prompt}\n{answer}\n")).expect("written");
+
+    let mut parent = world.parent(no_tools()).await;
+    let transcript =
+        parent.peer().request_value(parent::TRANSCRIPT, json!({"id": "older", "at": {}})).await.expect("read");
+    let turns: Vec<Turn> = serde_json::from_value(transcript["turns"].clone()).expect("turns");
+    assert_eq!(turns.len(), 1, "{transcript}");
+
+    let mut s = world.start(chat);
+    s.resume = true;
+    parent.create(s).await.expect("pi resumes");
+    send(&parent, chat, "t2", "what was the word", None).await;
+    let (turn, _) = finish(&mut parent, chat).await;
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(last_request(&world.mock).all_text().contains("remember the word fig"), "the earlier turn was sent");
+    parent.peer().request_value(parent::SHUTDOWN, json!({})).await.expect("shutdown");
+    assert!(!older.exists(), "moved");
+    let files = pi_files(&world, &world.work);
+    let [file] = &files[..] else { panic!("where pi keeps the folder's sessions: {files:?}") };
+    assert!(std::fs::read_to_string(file).expect("read").contains("remember the word fig"), "nothing lost");
 }

@@ -17,6 +17,7 @@ pub mod child;
 pub mod echo;
 pub mod host;
 pub mod lines;
+pub mod listing;
 pub mod notes;
 pub mod parent;
 pub mod rpc;

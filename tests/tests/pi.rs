@@ -371,3 +371,118 @@ async fn with_nothing_set_pi_runs_with_the_persons_own_folder_in_their_home() ->
     assert!(!home.path().join("data/ahpd/workers/pi/agent").exists(), "no folder of the worker's own");
     Ok(())
 }
+
+/// Runs the real `pi` as a person would in a terminal, in `folder`, with pi's folder `agent_dir`:
+/// `pi -p <args…>` (waited for without blocking the mock). Answers what it printed.
+async fn pi_by_hand(agent_dir: &Path, folder: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = tokio::process::Command::new(pi_bin())
+        .arg("-p")
+        .args(args)
+        .current_dir(folder)
+        .env("PI_CODING_AGENT_DIR", agent_dir)
+        .env("PI_OFFLINE", "1")
+        .env("PI_TELEMETRY", "0")
+        .env("PI_SKIP_VERSION_CHECK", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    anyhow::ensure!(output.status.success(), "pi failed: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The session files under pi's folder `agent_dir`, each with what it holds.
+fn pi_records(agent_dir: &Path) -> Vec<(PathBuf, String)> {
+    let Ok(dirs) = std::fs::read_dir(agent_dir.join("sessions")) else { return Vec::new() };
+    dirs.flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flat_map(|files| files.flatten().map(|f| f.path()))
+        .filter_map(|p| Some((p.clone(), std::fs::read_to_string(&p).ok()?)))
+        .collect()
+}
+
+/// The rows `listSessions` answers, every page.
+async fn listed(client: &TestClient) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut items = Vec::new();
+    let mut cursor = serde_json::Value::Null;
+    loop {
+        let page =
+            client.request("listSessions", json!({ "channel": "ahp-root://", "cursor": cursor, "limit": 1 })).await?;
+        items.extend(page["items"].as_array().cloned().unwrap_or_default());
+        match page.get("nextCursor") {
+            Some(next) if !next.is_null() => cursor = next.clone(),
+            _ => return Ok(items),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_made_in_ahpd_goes_on_with_pi_in_a_terminal_in_the_same_folder() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let folder = tempfile::Builder::new().prefix("ahpd-pi-folder-").tempdir()?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("pi", folder.path()).await?;
+    let turn = a.turn(&chat, "remember the word plum").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+
+    // The conversation is where pi keeps the folder's: `pi --continue` there goes on with it.
+    let printed = pi_by_hand(world.agent_dir.path(), folder.path(), &["--continue", "what was the word"]).await?;
+    assert!(printed.contains("mock reply to: what was the word"), "{printed}");
+    let asked = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(asked.contains("remember the word plum"), "pi sent the turn made in ahpd: {asked}");
+    let records = pi_records(world.agent_dir.path());
+    let [(file, record)] = &records[..] else { anyhow::bail!("one conversation in pi's folder: {records:?}") };
+    assert!(record.contains("remember the word plum"), "{}", file.display());
+    assert!(record.contains("mock reply to: what was the word"), "pi's answer is in the same file: {record}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_conversation_pi_made_in_a_terminal_is_listed_opened_and_resumed_in_ahpd() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let folder = tempfile::Builder::new().prefix("ahpd-pi-folder-").tempdir()?;
+    pi_by_hand(world.agent_dir.path(), folder.path(), &["remember the word kiwi"]).await?;
+
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    // A conversation of the daemon's own, so pi's folder holds two.
+    let (own_session, own_chat) = a.create_session("pi", None).await?;
+    assert_eq!(a.turn(&own_chat, "hello").await?.state, TurnState::Complete);
+
+    let items = listed(&a).await?;
+    let resources: Vec<&str> = items.iter().filter_map(|i| i["resource"].as_str()).collect();
+    assert_eq!(resources.len(), 2, "pi's own and the daemon's, each once: {items:?}");
+    assert!(resources.contains(&own_session.as_str()), "{items:?}");
+    let row = items.iter().find(|i| i["resource"] != own_session.as_str()).expect("pi's conversation");
+    assert_eq!(row["provider"], "pi");
+    assert_eq!(row["title"], "remember the word kiwi");
+    let foreign = row["resource"].as_str().expect("a resource").to_owned();
+
+    // Opening it reads its turn back; nothing runs.
+    let asked = world.mock.requests().len();
+    a.subscribe(&foreign).await?;
+    let chat = a.mirror.session(&foreign).and_then(|s| s.default_chat.clone()).expect("a default chat");
+    a.subscribe(&chat).await?;
+    let turns = a.mirror.chat(&chat).map(|c| c.turns.clone()).unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the conversation's turn was read back: {turns:?}");
+    assert_eq!(turns[0].message.text, "remember the word kiwi");
+    assert_eq!(turn_text(&turns[0]), "mock reply to: remember the word kiwi");
+    assert_eq!(world.mock.requests().len(), asked, "reading it back asked the model nothing");
+
+    // Saying something resumes pi's conversation: the model sees the earlier exchange.
+    let turn = a.turn(&chat, "what was the word?").await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let seen = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
+    assert!(seen.contains("remember the word kiwi"), "the earlier prompt was sent again: {seen}");
+    assert!(seen.contains("mock reply to: remember the word kiwi"), "and the earlier answer: {seen}");
+    let records = pi_records(world.agent_dir.path());
+    assert_eq!(records.len(), 2, "it went on in pi's own file: {records:?}");
+    assert!(records.iter().any(|(_, r)| r.contains("remember the word kiwi") && r.contains("what was the word?")));
+
+    // It is the daemon's now: listed once.
+    let again = listed(&a).await?;
+    assert_eq!(again.iter().filter(|i| i["resource"] == foreign.as_str()).count(), 1, "{again:?}");
+    assert_eq!(again.len(), 2, "{again:?}");
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&foreign).await?;
+    Ok(())
+}
