@@ -10,26 +10,9 @@ use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp_types::state::{PendingMessageKind, ResponsePart, ToolCallState, ToolResultContent, Turn, TurnState};
 use serde_json::json;
 use tests::daemon::children_of;
+use tests::installed::pi_bin;
 use tests::mocks::openai::MockOpenAi;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
-
-fn checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn pi_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AHPD_PI_BIN") {
-        return PathBuf::from(bin);
-    }
-    let cache = std::env::var_os("AHPD_TEST_CACHE").map(PathBuf::from).unwrap_or_else(|| checkout().join(".cache"));
-    let bin = cache.join("pi").join("node_modules").join(".bin").join("pi");
-    assert!(
-        bin.exists(),
-        "pi is not installed at {}: run scripts/test (or scripts/deps/pi.sh) to install @mariozechner/pi-coding-agent@0.73.1",
-        bin.display()
-    );
-    bin
-}
 
 /// The mock, pi's own folder pointing at it, and a daemon whose `pi` agent runs the pi worker.
 struct World {
