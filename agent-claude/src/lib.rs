@@ -311,6 +311,7 @@ impl Agent for Claude {
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             permission_modes: offered_modes(&start.policy),
+            managed_settings: start.policy.managed_settings.clone(),
             terminal_outputs: start.terminal_outputs,
         };
         let fork = match &start.cut {
@@ -378,7 +379,31 @@ pub fn probe_result(answer: &Value) -> ProbeResult {
             })
         })
         .collect();
-    ProbeResult { models, commands, account: None, attachments: None }
+    ProbeResult { models, commands, account: account(&answer["account"]), attachments: None }
+}
+
+/// The account the CLI's `initialize` answer says it bills to (its `/status`), in the shape of
+/// VS Code's `vscode.codexAccount`: `type` `apiKey` for a key, `subscription` for a signed-in
+/// person (with `email` and `planType`), beside the CLI's own words for where it comes from.
+/// `None` when the CLI says nothing of it.
+pub fn account(said: &Value) -> Option<Value> {
+    let said = said.as_object()?;
+    let signed_in = said.get("email").and_then(Value::as_str).is_some();
+    let mut account = JsonObject::new();
+    account.insert("type".into(), json!(if signed_in { "subscription" } else { "apiKey" }));
+    for (from, to) in [
+        ("email", "email"),
+        ("subscriptionType", "planType"),
+        ("organization", "organization"),
+        ("apiKeySource", "apiKeySource"),
+        ("apiProvider", "apiProvider"),
+        ("tokenSource", "tokenSource"),
+    ] {
+        if let Some(value) = said.get(from).filter(|v| v.is_string()) {
+            account.insert(to.into(), value.clone());
+        }
+    }
+    Some(Value::Object(account))
 }
 
 #[cfg(test)]
@@ -393,6 +418,24 @@ mod tests {
         let modes = restricted.schema.properties[PERMISSION_MODE_KEY].r#enum.clone().unwrap_or_default();
         assert!(!modes.contains(&json!("bypassPermissions")));
         assert_eq!(open.defaults[PERMISSION_MODE_KEY], "default");
+    }
+
+    #[test]
+    fn the_account_is_a_key_or_a_signed_in_person() {
+        let keyed =
+            account(&json!({"tokenSource": "none", "apiKeySource": "ANTHROPIC_API_KEY", "apiProvider": "firstParty"}));
+        assert_eq!(
+            keyed,
+            Some(
+                json!({"type": "apiKey", "tokenSource": "none", "apiKeySource": "ANTHROPIC_API_KEY", "apiProvider": "firstParty"})
+            )
+        );
+        let person = account(&json!({"email": "a@example.com", "subscriptionType": "max", "organization": "Acme"}));
+        assert_eq!(
+            person,
+            Some(json!({"type": "subscription", "email": "a@example.com", "planType": "max", "organization": "Acme"}))
+        );
+        assert_eq!(account(&Value::Null), None, "a CLI that says nothing of it");
     }
 
     #[test]
