@@ -126,3 +126,42 @@ async fn the_operators_policy_reaches_claudes_schema_its_sessions_and_the_cli() 
     assert!(!tools.iter().any(|t| t == "Bash"), "the managed settings deny Bash: {tools:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn claudes_output_styles_are_answered_as_completions_and_the_one_chosen_reaches_the_cli() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let daemon =
+        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "claude": claude_entry(&mock) } }))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    // The styles are the CLI's own, learned at the probe: wait until it has answered.
+    a.until("Claude's models from its probe", |m| {
+        m.root().is_some_and(|r| r.agents.iter().any(|agent| agent.provider == "claude" && !agent.models.is_empty()))
+    })
+    .await?;
+
+    let resolved =
+        a.request("resolveSessionConfig", json!({ "channel": ROOT_RESOURCE_URI, "provider": "claude" })).await?;
+    assert_eq!(resolved["schema"]["properties"]["outputStyle"]["enumDynamic"], true, "{resolved}");
+    let asked =
+        json!({ "channel": ROOT_RESOURCE_URI, "provider": "claude", "property": "outputStyle", "query": "expl" });
+    let answered = a.request("sessionConfigCompletions", asked).await?;
+    let values: Vec<Value> = answered["items"]
+        .as_array()
+        .map(|items| items.iter().map(|i| i["value"].clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(values, vec![json!("Explanatory")], "{answered}");
+
+    // Without a style the model is told of none; with one, the CLI tells it.
+    let (_plain, chat) = a.create_session("claude", None).await?;
+    a.turn(&chat, "say hello there").await?;
+    let request = mock.turn_requests().last().cloned().expect("the model was asked");
+    let said = format!("{}\n{}", request.system_text(), request.transcript_text());
+    assert!(!said.contains("Explanatory"), "{said}");
+    let (_session, chat) = a.create_session("claude", Some(json!({ "outputStyle": "Explanatory" }))).await?;
+    let turn = a.turn(&chat, "say hello there").await?;
+    assert_eq!(turn_text(&turn), format!("{HELLO}say hello there"));
+    let request = mock.turn_requests().last().cloned().expect("the model was asked");
+    let said = format!("{}\n{}", request.system_text(), request.transcript_text());
+    assert!(said.contains("Explanatory"), "the chosen style reaches the model: {said}");
+    Ok(())
+}
