@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tests::daemon::Home;
 use tests::installed::claude_entry;
 use tests::mocks::anthropic::{MockAnthropic, HELLO};
+use tests::raw::RawSocket;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 const ROOT_TOKEN: &str = "root-secret-token";
@@ -79,6 +80,18 @@ async fn the_account_claude_bills_to_reaches_a_person_holding_account_read_and_n
     // A connection that may read it and connects later finds it in its snapshot.
     let again = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-second-window").await?;
     assert_eq!(account_shown(&again)["claude"]["type"], "apiKey");
+
+    // A reconnect from before the change is answered with a snapshot cut for its person, never
+    // with a replay that would carry the account to somebody who may not read it.
+    for (token, client_id, shows) in [(ana_token.as_str(), "ana-window", false), (ROOT_TOKEN, "root-window", true)] {
+        let mut ws = RawSocket::connect(&url_with(&daemon, token)).await?;
+        let params = json!({ "channel": ROOT_RESOURCE_URI, "clientId": client_id, "lastSeenServerSeq": 0,
+                             "subscriptions": [ROOT_RESOURCE_URI] });
+        let answer = ws.call(1, "reconnect", params).await?;
+        assert_eq!(answer["result"]["type"], "snapshot", "{answer}");
+        let values = &answer["result"]["snapshots"][0]["state"]["config"]["values"];
+        assert_eq!(values.get("account").is_some(), shows, "{client_id}: {values}");
+    }
     Ok(())
 }
 
