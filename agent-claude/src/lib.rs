@@ -38,8 +38,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo, Turn};
 use async_trait::async_trait;
 use protocol::{
-    AgentDescriptor, AgentFeatures, At, InitializeParams, Listed, Policy, ProbeResult, SchemaResult, SlashCommand,
-    Start,
+    AgentDescriptor, AgentFeatures, At, CompletionItem, CompletionsParams, CompletionsResult, InitializeParams, Listed,
+    Policy, ProbeResult, SchemaResult, SlashCommand, Start,
 };
 use serde_json::{json, Value};
 
@@ -49,6 +49,8 @@ use crate::session::{ClaudeSession, ForkFrom, Initial, SessionSpec};
 
 /// The session config key for Claude's permission mode.
 pub const PERMISSION_MODE_KEY: &str = "permissionMode";
+/// The session config key of the output style, whose values the CLI says (`completions`).
+pub const OUTPUT_STYLE_KEY: &str = "outputStyle";
 /// The permission modes offered, `default` first.
 pub const PERMISSION_MODES: [&str; 4] = ["default", "acceptEdits", "plan", "bypassPermissions"];
 const PERMISSION_MODE_LABELS: [&str; 4] = ["Ask before acting", "Accept edits", "Plan only", "Bypass permissions"];
@@ -77,6 +79,9 @@ pub struct Claude {
     data_dir: Option<PathBuf>,
     /// The conversations listed before, so listing again reads only the transcripts that changed.
     summaries: Arc<std::sync::Mutex<catalogue::Summaries>>,
+    /// The output styles the CLI's `initialize` offered at the last probe: the answers for
+    /// `outputStyle`'s completions.
+    output_styles: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Claude {
@@ -86,6 +91,7 @@ impl Claude {
             options: ClaudeOptions::from_json(&init.options),
             data_dir: init.data_dir.as_ref().map(PathBuf::from),
             summaries: Arc::default(),
+            output_styles: Arc::default(),
         }
     }
 
@@ -165,12 +171,33 @@ fn schema(policy: &Policy) -> SchemaResult {
         enum_dynamic: None,
         session_mutable: Some(true),
     };
+    let style = SessionConfigPropertySchema {
+        r#type: "string".into(),
+        title: "Output style".into(),
+        description: Some("How Claude writes its answers (its /output-style); set when the session starts".into()),
+        default: Some(json!("default")),
+        r#enum: None,
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+        enum_dynamic: None,
+        session_mutable: Some(false),
+    };
     let mut defaults = JsonObject::new();
     defaults.insert(PERMISSION_MODE_KEY.into(), json!("default"));
+    defaults.insert(OUTPUT_STYLE_KEY.into(), json!("default"));
     SchemaResult {
         schema: SessionConfigSchema {
             r#type: "object".into(),
-            properties: [(PERMISSION_MODE_KEY.to_owned(), mode)].into_iter().collect(),
+            properties: [(PERMISSION_MODE_KEY.to_owned(), mode), (OUTPUT_STYLE_KEY.to_owned(), style)]
+                .into_iter()
+                .collect(),
             required: None,
         },
         defaults,
@@ -202,7 +229,8 @@ impl Agent for Claude {
                 steering: true,
                 // `--resume` reads the conversation back from Claude's own record.
                 resume: true,
-                completions: Vec::new(),
+                // Its output styles are the CLI's own, learned at the probe.
+                completions: vec![OUTPUT_STYLE_KEY.to_owned()],
                 transcript_turn_ids: Some("recorded".into()),
                 // `--resume-session-at` goes on from the kept message.
                 truncate: true,
@@ -249,7 +277,18 @@ impl Agent for Claude {
                 format!("Claude Code could not be asked what it offers: {e}. Its last words: {tail}")
             })
         })?;
+        let styles = answer["available_output_styles"].as_array().cloned().unwrap_or_default();
+        *self.output_styles.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            styles.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();
         Ok(probe_result(&answer))
+    }
+
+    async fn completions(&self, params: CompletionsParams) -> Result<CompletionsResult, AgentError> {
+        if params.property != OUTPUT_STYLE_KEY {
+            return Ok(CompletionsResult::default());
+        }
+        let styles = self.output_styles.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        Ok(output_style_items(&styles, params.query.as_deref().unwrap_or_default()))
     }
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
@@ -313,6 +352,7 @@ impl Agent for Claude {
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
             permission_modes: offered_modes(&start.policy),
+            cli_settings: cli_settings(&start),
             terminal_outputs: start.terminal_outputs,
         };
         let fork = match &start.cut {
@@ -336,6 +376,28 @@ impl Agent for Claude {
         let unsaid_instructions = if resume { self.unsaid(&spec, &working) } else { None };
         let initial = Initial { resume, model, permission_mode, tools: start.tools, unsaid_instructions, fork };
         Ok(Arc::new(ClaudeSession::start(host, spec, initial)))
+    }
+}
+
+/// What `--settings` carries for a start: the operator's managed settings, and the output style
+/// chosen where they do not set one.
+fn cli_settings(start: &Start) -> Option<Value> {
+    let mut settings = start.policy.managed_settings.clone().and_then(|s| s.as_object().cloned()).unwrap_or_default();
+    if let Some(style) = start.settings.get(OUTPUT_STYLE_KEY).and_then(Value::as_str).filter(|s| *s != "default") {
+        settings.entry("outputStyle").or_insert(json!(style));
+    }
+    (!settings.is_empty()).then_some(Value::Object(settings))
+}
+
+/// The output styles whose names hold `query` (any case), as completions.
+fn output_style_items(styles: &[String], query: &str) -> CompletionsResult {
+    let query = query.to_lowercase();
+    CompletionsResult {
+        items: styles
+            .iter()
+            .filter(|s| s.to_lowercase().contains(&query))
+            .map(|s| CompletionItem { value: json!(s), label: s.clone(), description: None })
+            .collect(),
     }
 }
 
@@ -380,7 +442,31 @@ pub fn probe_result(answer: &Value) -> ProbeResult {
             })
         })
         .collect();
-    ProbeResult { models, commands, account: None, attachments: None }
+    ProbeResult { models, commands, account: account(&answer["account"]), attachments: None }
+}
+
+/// The account the CLI's `initialize` answer says it bills to (its `/status`), in the shape of
+/// VS Code's `vscode.codexAccount`: `type` `apiKey` for a key, `subscription` for a signed-in
+/// person (with `email` and `planType`), beside the CLI's own words for where it comes from.
+/// `None` when the CLI says nothing of it.
+pub fn account(said: &Value) -> Option<Value> {
+    let said = said.as_object()?;
+    let signed_in = said.get("email").and_then(Value::as_str).is_some();
+    let mut account = JsonObject::new();
+    account.insert("type".into(), json!(if signed_in { "subscription" } else { "apiKey" }));
+    for (from, to) in [
+        ("email", "email"),
+        ("subscriptionType", "planType"),
+        ("organization", "organization"),
+        ("apiKeySource", "apiKeySource"),
+        ("apiProvider", "apiProvider"),
+        ("tokenSource", "tokenSource"),
+    ] {
+        if let Some(value) = said.get(from).filter(|v| v.is_string()) {
+            account.insert(to.into(), value.clone());
+        }
+    }
+    Some(Value::Object(account))
 }
 
 #[cfg(test)]
@@ -395,6 +481,46 @@ mod tests {
         let modes = restricted.schema.properties[PERMISSION_MODE_KEY].r#enum.clone().unwrap_or_default();
         assert!(!modes.contains(&json!("bypassPermissions")));
         assert_eq!(open.defaults[PERMISSION_MODE_KEY], "default");
+    }
+
+    #[test]
+    fn output_styles_answer_what_was_typed_and_the_chosen_one_joins_the_managed_settings() {
+        let styles = vec!["default".to_owned(), "Explanatory".to_owned(), "Learning".to_owned()];
+        let items = output_style_items(&styles, "EXP").items;
+        assert_eq!(items.iter().map(|i| i.value.clone()).collect::<Vec<_>>(), vec![json!("Explanatory")]);
+        assert_eq!(output_style_items(&styles, "").items.len(), 3);
+
+        let mut start: Start = serde_json::from_value(json!({
+            "session": "s", "chat": "c", "conversationId": "x", "clientToolTimeoutMs": 0
+        }))
+        .expect("a start");
+        assert_eq!(cli_settings(&start), None, "nothing to say");
+        start.settings.insert(OUTPUT_STYLE_KEY.into(), json!("Learning"));
+        assert_eq!(cli_settings(&start), Some(json!({"outputStyle": "Learning"})));
+        start.policy.managed_settings = Some(json!({"outputStyle": "Concise", "permissions": {"deny": ["Bash"]}}));
+        assert_eq!(
+            cli_settings(&start),
+            Some(json!({"outputStyle": "Concise", "permissions": {"deny": ["Bash"]}})),
+            "the operator's say stands"
+        );
+    }
+
+    #[test]
+    fn the_account_is_a_key_or_a_signed_in_person() {
+        let keyed =
+            account(&json!({"tokenSource": "none", "apiKeySource": "ANTHROPIC_API_KEY", "apiProvider": "firstParty"}));
+        assert_eq!(
+            keyed,
+            Some(
+                json!({"type": "apiKey", "tokenSource": "none", "apiKeySource": "ANTHROPIC_API_KEY", "apiProvider": "firstParty"})
+            )
+        );
+        let person = account(&json!({"email": "a@example.com", "subscriptionType": "max", "organization": "Acme"}));
+        assert_eq!(
+            person,
+            Some(json!({"type": "subscription", "email": "a@example.com", "planType": "max", "organization": "Acme"}))
+        );
+        assert_eq!(account(&Value::Null), None, "a CLI that says nothing of it");
     }
 
     #[test]

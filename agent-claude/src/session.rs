@@ -81,6 +81,9 @@ pub struct SessionSpec {
     pub append_system_prompt: Option<String>,
     /// The permission modes this session offers (its policy may withhold one).
     pub permission_modes: Vec<&'static str>,
+    /// What `--settings` carries: the operator's managed settings (`Start.policy.managedSettings`),
+    /// which the CLI enforces on the calls it never asks the host about, and the output style.
+    pub cli_settings: Option<Value>,
     /// The host keeps what a command printed as an exited terminal (`Start.terminalOutputs`).
     pub terminal_outputs: bool,
 }
@@ -155,6 +158,9 @@ pub fn launch_args(spec: &SessionSpec, begin: Begin<'_>, launch: Launch<'_>) -> 
     }
     if let Some(prompt) = &spec.append_system_prompt {
         args.push(format!("--append-system-prompt={prompt}"));
+    }
+    if let Some(settings) = &spec.cli_settings {
+        args.push(format!("--settings={settings}"));
     }
     if !asking {
         // Nobody can answer: the model is not offered the tool at all (seed 003).
@@ -1182,8 +1188,18 @@ mod tests {
             mcp_config: json!({"mcpServers": {}}),
             append_system_prompt: Some("Be brief.".into()),
             permission_modes: vec!["default"],
+            cli_settings: None,
             terminal_outputs: false,
         }
+    }
+
+    #[test]
+    fn the_operators_managed_settings_reach_the_cli_as_settings() {
+        let attended = Launch { model: None, permission_mode: "default", asking: true };
+        assert!(!launch_args(&spec(), Begin::New, attended).iter().any(|a| a.starts_with("--settings")));
+        let managed = SessionSpec { cli_settings: Some(json!({"permissions": {"deny": ["Bash"]}})), ..spec() };
+        let args = launch_args(&managed, Begin::New, Launch { model: None, permission_mode: "default", asking: true });
+        assert!(args.contains(&r#"--settings={"permissions":{"deny":["Bash"]}}"#.to_owned()), "{args:?}");
     }
 
     #[test]

@@ -143,6 +143,7 @@ impl Builder<'_> {
             options,
             data_dir: self.data_dir.join("workers").join(provider),
             handshake_timeout: self.handshake,
+            policy: protocol::Policy::default(),
         }
     }
 
@@ -190,6 +191,7 @@ impl Builder<'_> {
             options,
             data_dir: self.data_dir.join("workers").join(provider),
             handshake_timeout: self.handshake,
+            policy: protocol::Policy::default(),
         };
         let program = program_of(&spec);
         Planned { spec, why: "configured".into(), program }

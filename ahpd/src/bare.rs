@@ -156,5 +156,6 @@ fn in_process_spec(dir: &Path, kind: &str) -> WorkerSpec {
         options,
         data_dir: dir.join("workers").join(kind),
         handshake_timeout: Duration::from_secs(10),
+        policy: protocol::Policy::default(),
     }
 }

@@ -142,6 +142,8 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "sessionTools", default: || Value::from(true), applies: Applies::Live, about: "Whether the eleven session tools are offered at all.", check: boolean, secret: false },
     KeySpec { name: "sessionToolsProviders", default: || Value::Array(vec![]), applies: Applies::Live, about: "Offer the session tools to these providers' sessions alone; empty offers them to every provider.", check: strings, secret: false },
     KeySpec { name: "mcpServers", default: || Value::Null, applies: Applies::Live, about: "The MCP servers every session is offered, read again for each session opened.", check: object, secret: false },
+    KeySpec { name: "managedSettings", default: || Value::Null, applies: Applies::Restart, about: "The operator's managed settings, handed to every backend's schema and to every session it starts (Claude Code takes them as --settings: its permissions.allow/deny, …).", check: object, secret: false },
+    KeySpec { name: "autoApprovePolicyRestricted", default: || Value::from(false), applies: Applies::Restart, about: "The operator's policy restricts elevated auto-approval: no backend offers a mode that approves everything (Claude Code's bypassPermissions), before a session exists or in one.", check: boolean, secret: false },
     KeySpec { name: "clientToolTimeoutMs", default: || Value::from(600_000), applies: Applies::Restart, about: "How long a tool call a client runs may wait for that client; 0 waits for ever.", check: millis, secret: false },
     KeySpec { name: "clientToolCallDisconnectTimeoutMs", default: || Value::from(30_000), applies: Applies::Restart, about: "How long a client whose connections all closed keeps its place and the calls it owes; 0 releases it at once.", check: millis, secret: false },
     KeySpec { name: "agentOrchestrationLimits", default: || Value::from("on"), applies: Applies::Live, about: "\"off\" turns the session tools' spawn depth and per-tree counts off.", check: on_off, secret: false },
@@ -338,6 +340,15 @@ impl Config {
     /// A boolean key.
     pub fn bool(&self, name: &str) -> bool {
         self.get(name).as_bool().unwrap_or(false)
+    }
+
+    /// The operator's policy (`managedSettings`, `autoApprovePolicyRestricted`), handed to every
+    /// backend's `agent/schema` and to every start under the same names (seed 004).
+    pub fn policy(&self) -> protocol::Policy {
+        protocol::Policy {
+            managed_settings: Some(self.get("managedSettings")).filter(Value::is_object),
+            auto_approve_policy_restricted: self.bool("autoApprovePolicyRestricted").then_some(true),
+        }
     }
 
     /// A list-of-strings key.

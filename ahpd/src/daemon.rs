@@ -208,7 +208,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         .collect();
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(
-        planned.into_iter().map(|p| p.spec).collect(),
+        // Every backend is handed the operator's policy (seed 004).
+        planned.into_iter().map(|p| crate::supervisor::WorkerSpec { policy: config.policy(), ..p.spec }).collect(),
         events_tx,
         cancel.child_token(),
         tracker.clone(),
@@ -233,6 +234,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         terminals: terminal_settings(config),
         attachment_limit: config.u64("attachmentLimitBytes"),
         max_backend_processes: usize::try_from(config.u64("maxBackendProcesses")).unwrap_or(0),
+        policy: config.policy(),
         ..HostConfig::default()
     };
     // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.

@@ -432,6 +432,22 @@ impl Channels {
         Committed::Sent { seq, outcome }
     }
 
+    /// Applies an action as [`commit`](Self::commit) does, and says it to `readers` alone: what
+    /// only some may read (`account.rs`). Not kept for replay: a reconnect past it is answered
+    /// with a snapshot, cut for the reconnecting person.
+    pub(super) fn commit_to(&mut self, channel: &str, action: StateAction, readers: &[ConnId]) {
+        match self.reduce(channel, &action) {
+            Some(ReduceOutcome::OutOfScope | ReduceOutcome::Invalid(_)) | None => return,
+            Some(_) => {}
+        }
+        let seq = self.next_seq();
+        let frame = action_frame(&encode_envelope(channel, &action, seq, None, None));
+        for id in readers {
+            self.send(*id, frame.clone());
+        }
+        self.mark_loaded(channel);
+    }
+
     /// Sends a refused client action back to the connection that dispatched it, with the reason
     /// and a fresh sequence number. Nothing changes and nobody else is told.
     pub fn reject(&mut self, id: ConnId, channel: &str, action: &StateAction, origin: ActionOrigin, reason: &str) {

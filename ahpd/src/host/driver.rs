@@ -425,7 +425,7 @@ impl Host {
             // The tools' instructions, then the clients' rules (seed 000).
             instructions: [core.tool_instructions(&session_uri), core.client_rule_bodies(&session_uri)].concat(),
             client_tool_timeout_ms: self.config().client_tool_timeout_ms,
-            policy: protocol::Policy::default(),
+            policy: self.config().policy.clone(),
             cut,
             // The store keeps what a tool call printed for every chat it holds.
             terminal_outputs: true,

@@ -11,6 +11,7 @@
 //! knows them only as the catalogue of what a session is offered and a hook for a turn's end; they
 //! reach it through [`facade`].
 
+pub mod account;
 pub mod actions;
 pub mod attachments;
 pub mod budget;
@@ -103,6 +104,8 @@ pub struct HostConfig {
     /// Backend sessions open at once before the one used longest ago is closed
     /// (`maxBackendProcesses`); 0 sets no cap.
     pub max_backend_processes: usize,
+    /// The operator's policy, handed to every start (seed 004).
+    pub policy: protocol::Policy,
 }
 
 /// The daemon keys that apply live (a root config push changes them while the daemon runs).
@@ -159,6 +162,7 @@ impl Default for HostConfig {
             terminals: terminal_channels::TerminalSettings::default(),
             attachment_limit: attachments::DEFAULT_LIMIT_BYTES,
             max_backend_processes: 0,
+            policy: protocol::Policy::default(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
         }
     }
@@ -555,6 +559,7 @@ impl Host {
         }
         core.publish_agents();
         core.publish_commands(provider);
+        core.account_said(provider, probe.account);
     }
 
     fn run_backend_call(&self, params: protocol::ToolRunParams, responder: agent_runner::rpc::Responder) {

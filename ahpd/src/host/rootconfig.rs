@@ -43,7 +43,7 @@ fn property(spec: &config::KeySpec) -> ConfigPropertySchema {
         | "users"
         | "agentOrchestrationLimits"
         | "agentOrchestrationLimitsScope" => "string",
-        "agents" | "mcpServers" | "plugins" => "object",
+        "agents" | "mcpServers" | "plugins" | "managedSettings" => "object",
         _ => schema_type(&default),
     };
     let applies = match spec.applies {
@@ -72,49 +72,57 @@ fn property(spec: &config::KeySpec) -> ConfigPropertySchema {
     }
 }
 
+/// A value the host shows and no client sets.
+fn read_only(kind: &str, title: &str, description: &str, default: Option<Value>) -> ConfigPropertySchema {
+    ConfigPropertySchema {
+        r#type: kind.into(),
+        title: title.into(),
+        description: Some(description.into()),
+        default,
+        r#enum: None,
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: Some(true),
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+    }
+}
+
 /// The root config state: every daemon key's schema and its value in force (credentials `<set>`).
 pub fn root_config(config: &Config) -> RootConfigState {
     let mut properties: HashMap<String, ConfigPropertySchema> =
         KEYS.iter().map(|k| (k.name.to_owned(), property(k))).collect();
     properties.insert(
         RESTART_NEEDED.to_owned(),
-        ConfigPropertySchema {
-            r#type: "boolean".into(),
-            title: "Restart needed".into(),
-            description: Some("A key that applies after ahpd restart was changed".into()),
-            default: Some(Value::Bool(false)),
-            r#enum: None,
-            enum_labels: None,
-            enum_descriptions: None,
-            read_only: Some(true),
-            items: None,
-            min_items: None,
-            max_items: None,
-            properties: None,
-            required: None,
-            additional_properties: None,
-        },
+        read_only(
+            "boolean",
+            "Restart needed",
+            "A key that applies after ahpd restart was changed",
+            Some(Value::Bool(false)),
+        ),
     );
     properties.insert(
         STORE_CANNOT_WRITE.to_owned(),
-        ConfigPropertySchema {
-            r#type: "string".into(),
-            title: "Session store cannot write".into(),
-            description: Some(
-                "Why the session store cannot keep what happens now, and what to do; empty while it writes".into(),
-            ),
-            default: Some(Value::String(String::new())),
-            r#enum: None,
-            enum_labels: None,
-            enum_descriptions: None,
-            read_only: Some(true),
-            items: None,
-            min_items: None,
-            max_items: None,
-            properties: None,
-            required: None,
-            additional_properties: None,
-        },
+        read_only(
+            "string",
+            "Session store cannot write",
+            "Why the session store cannot keep what happens now, and what to do; empty while it writes",
+            Some(Value::String(String::new())),
+        ),
+    );
+    // Its value is set as the backends say it, for the connections that may read it (`account.rs`).
+    properties.insert(
+        super::account::ACCOUNT_KEY.to_owned(),
+        read_only(
+            "object",
+            "Account",
+            "The account each backend bills to, by provider (what it says; absent for one that cannot say). Needs account:read.",
+            None,
+        ),
     );
     let mut values: JsonObject = config.shown().into_iter().map(|(k, v, _)| (k, v)).collect();
     values.insert(RESTART_NEEDED.to_owned(), Value::Bool(false));

@@ -12,7 +12,7 @@
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
 //! - a changeset: nothing more;
-//! - the root: nothing more.
+//! - the root: nothing more; what only some may read is said to them alone (`apply_for`).
 //!
 //! The workspaces feature hears of what may change what it shows: a completed tool call (a file
 //! may have been written) and a session archived or brought back.
@@ -67,6 +67,12 @@ impl Core {
                 committed
             }
         }
+    }
+
+    /// Applies `action` to the root and says it to `readers` alone, what only some may read
+    /// (`account.rs`); the root needs nothing more.
+    pub fn apply_for(&mut self, action: StateAction, readers: &[ConnId]) {
+        self.ch.commit_to(ahp_types::ROOT_RESOURCE_URI, action, readers);
     }
 
     /// A chat action: written as it needs, the session's view of the chat kept in step, and a

@@ -60,6 +60,8 @@ pub struct WorkerSpec {
     pub data_dir: PathBuf,
     /// How long the handshake may take.
     pub handshake_timeout: Duration,
+    /// The operator's policy, handed to every `agent/schema` (seed 004).
+    pub policy: protocol::Policy,
 }
 
 /// A running worker, as the host uses it.
@@ -311,7 +313,7 @@ impl Supervisor {
         if descriptor.features.probe {
             // With the schema: an agent that learns its controls by probing (ACP) says them then,
             // and what the host remembered from an earlier run stands until it does.
-            self.probe(spec.provider.clone(), peer.clone(), true);
+            self.probe(spec.provider.clone(), peer.clone(), Some(spec.policy.clone()));
         }
         tracing::info!("worker {} is ready ({})", spec.provider, descriptor.display_name);
         let ended = tokio::select! {
@@ -345,9 +347,9 @@ impl Supervisor {
         RunEnd::Died(reason)
     }
 
-    /// Asks what the agent offers; `with_schema` asks its schema again too, so both reach the
-    /// host in one event.
-    fn probe(&self, provider: String, peer: Peer, with_schema: bool) {
+    /// Asks what the agent offers; with a policy it asks its schema again too (under that
+    /// policy), so both reach the host in one event.
+    fn probe(&self, provider: String, peer: Peer, schema_under: Option<protocol::Policy>) {
         let events = self.events.clone();
         self.tracker.spawn(async move {
             match tokio::time::timeout(
@@ -357,7 +359,10 @@ impl Supervisor {
             .await
             {
                 Ok(Ok(probe)) => {
-                    let schema = if with_schema { schema_again(&provider, &peer).await } else { None };
+                    let schema = match schema_under {
+                        Some(policy) => schema_again(&provider, &peer, policy).await,
+                        None => None,
+                    };
                     let _ = events.send(WorkerEvent::Probed { provider, probe, schema });
                 }
                 Ok(Err(e)) => tracing::warn!("worker {provider} could not say what it offers: {e}"),
@@ -424,8 +429,8 @@ impl Supervisor {
                             }
                         },
                         worker::PROBE_CHANGED => {
-                            if let Some(handle) = this.current(&provider) {
-                                this.probe(provider.clone(), handle.peer, true);
+                            if let (Some(handle), Some(slot)) = (this.current(&provider), this.slot(&provider)) {
+                                this.probe(provider.clone(), handle.peer, Some(slot.spec.policy.clone()));
                             }
                             continue;
                         }
@@ -479,8 +484,8 @@ impl Supervisor {
 }
 
 /// The worker's schema asked again; `None` (and a log line) when it does not answer.
-async fn schema_again(provider: &str, peer: &Peer) -> Option<SchemaResult> {
-    let asked = peer.request::<_, SchemaResult>(parent::SCHEMA, SchemaParams::default());
+async fn schema_again(provider: &str, peer: &Peer, policy: protocol::Policy) -> Option<SchemaResult> {
+    let asked = peer.request::<_, SchemaResult>(parent::SCHEMA, SchemaParams { policy });
     match tokio::time::timeout(Duration::from_secs(60), asked).await {
         Ok(Ok(schema)) => Some(schema),
         Ok(Err(e)) => {
@@ -641,7 +646,7 @@ async fn handshake(spec: &WorkerSpec, peer: &Peer) -> Result<(AgentDescriptor, S
     }
     let schema = tokio::time::timeout(
         spec.handshake_timeout,
-        peer.request::<_, SchemaResult>(parent::SCHEMA, SchemaParams::default()),
+        peer.request::<_, SchemaResult>(parent::SCHEMA, SchemaParams { policy: spec.policy.clone() }),
     )
     .await
     .map_err(|_| "did not answer agent/schema in time".to_owned())?

@@ -78,7 +78,7 @@ impl Host {
         let mut snapshots = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
             self.ensure_loaded(&mut core, &uri);
-            if let Some(snapshot) = core.ch.snapshot(&uri) {
+            if let Some(snapshot) = core.snapshot_for(&conn.principal, &uri) {
                 core.ch.subscribe(conn.id, &uri);
                 self.client_returned(&mut core, &params.client_id, &uri);
                 snapshots.push(snapshot);
@@ -173,7 +173,7 @@ impl Host {
         conn.initialized = true;
         let snapshots: Vec<Snapshot> = match replay {
             Some(_) => Vec::new(),
-            None => live.iter().filter_map(|uri| core.ch.snapshot(uri)).collect(),
+            None => live.iter().filter_map(|uri| core.snapshot_for(&conn.principal, uri)).collect(),
         };
         reply.send_frame_locked(&mut core, |id| match replay {
             Some(envelopes) => replay_frame(id, envelopes, &missing),

@@ -71,7 +71,8 @@ impl Host {
                 core.ch.mark_loaded(&uri);
             }
         }
-        let Some(mut snapshot) = core.ch.snapshot(&uri) else {
+        let principal = core.ch.conn(conn_id).map_or(crate::users::Principal::Nobody, |c| c.principal.clone());
+        let Some(mut snapshot) = core.snapshot_for(&principal, &uri) else {
             drop(core);
             return reply.send(self, Err(AhpError::not_found(format!("There is no channel {uri}"))));
         };
