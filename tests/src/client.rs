@@ -280,6 +280,25 @@ impl TestClient {
         self.client.request::<Value, Value>(method, params).await
     }
 
+    /// Every row `listSessions` answers, page after page of `limit` rows (the host's page size
+    /// when none).
+    pub async fn listed_sessions(&self, limit: Option<u32>) -> anyhow::Result<Vec<Value>> {
+        let mut items = Vec::new();
+        let mut cursor = Value::Null;
+        loop {
+            let mut params = serde_json::json!({ "channel": "ahp-root://", "cursor": cursor });
+            if let Some(limit) = limit {
+                params["limit"] = limit.into();
+            }
+            let page = self.request("listSessions", params).await?;
+            items.extend(page["items"].as_array().cloned().unwrap_or_default());
+            match page.get("nextCursor") {
+                Some(next) if !next.is_null() => cursor = next.clone(),
+                _ => return Ok(items),
+            }
+        }
+    }
+
     /// Creates a session on `provider` with `config`, waits until it is ready, and subscribes to it
     /// and its default chat. Answers (session, chat).
     pub async fn create_session(&mut self, provider: &str, config: Option<Value>) -> anyhow::Result<(String, String)> {

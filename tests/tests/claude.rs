@@ -488,21 +488,6 @@ async fn claude_by_hand(mock: &MockAnthropic, home: &Path, folder: &Path, prompt
     answer["session_id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no session_id in {answer}"))
 }
 
-/// The resources `listSessions` answers, every page.
-async fn listed(client: &TestClient) -> anyhow::Result<Vec<Value>> {
-    let mut items = Vec::new();
-    let mut cursor = Value::Null;
-    loop {
-        let page =
-            client.request("listSessions", json!({ "channel": "ahp-root://", "cursor": cursor, "limit": 1 })).await?;
-        items.extend(page["items"].as_array().cloned().unwrap_or_default());
-        match page.get("nextCursor") {
-            Some(next) if !next.is_null() => cursor = next.clone(),
-            _ => return Ok(items),
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_conversation_claude_kept_on_its_own_is_listed_read_back_and_resumed() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -517,7 +502,7 @@ async fn a_conversation_claude_kept_on_its_own_is_listed_read_back_and_resumed()
     let (own_session, own_chat) = a.create_session("claude", None).await?;
     assert_eq!(a.turn(&own_chat, "hello").await?.state, TurnState::Complete);
 
-    let items = listed(&a).await?;
+    let items = a.listed_sessions(Some(1)).await?;
     let resources: Vec<&str> = items.iter().filter_map(|i| i["resource"].as_str()).collect();
     let foreign = format!("ahp-session:/{id}");
     assert!(resources.contains(&foreign.as_str()), "Claude's own conversation is listed: {items:?}");
@@ -545,7 +530,7 @@ async fn a_conversation_claude_kept_on_its_own_is_listed_read_back_and_resumed()
     assert!(seen.contains(&format!("{HELLO}remember the word MANGO")), "and the earlier answer: {seen}");
 
     // It is the daemon's now: listed once, and it stays after a restart.
-    let again = listed(&a).await?;
+    let again = a.listed_sessions(Some(1)).await?;
     assert_eq!(again.iter().filter(|i| i["resource"] == foreign.as_str()).count(), 1, "{again:?}");
     assert_eq!(again.len(), 2, "{again:?}");
     a.check_against_snapshot(&chat).await?;

@@ -384,21 +384,6 @@ fn pi_records(agent_dir: &Path) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
-/// The rows `listSessions` answers, every page.
-async fn listed(client: &TestClient) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut items = Vec::new();
-    let mut cursor = serde_json::Value::Null;
-    loop {
-        let page =
-            client.request("listSessions", json!({ "channel": "ahp-root://", "cursor": cursor, "limit": 1 })).await?;
-        items.extend(page["items"].as_array().cloned().unwrap_or_default());
-        match page.get("nextCursor") {
-            Some(next) if !next.is_null() => cursor = next.clone(),
-            _ => return Ok(items),
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_conversation_made_in_ahpd_goes_on_with_pi_in_a_terminal_in_the_same_folder() -> anyhow::Result<()> {
     let world = World::start().await?;
@@ -431,7 +416,7 @@ async fn a_conversation_pi_made_in_a_terminal_is_listed_opened_and_resumed_in_ah
     let (own_session, own_chat) = a.create_session("pi", None).await?;
     assert_eq!(a.turn(&own_chat, "hello").await?.state, TurnState::Complete);
 
-    let items = listed(&a).await?;
+    let items = a.listed_sessions(Some(1)).await?;
     let resources: Vec<&str> = items.iter().filter_map(|i| i["resource"].as_str()).collect();
     assert_eq!(resources.len(), 2, "pi's own and the daemon's, each once: {items:?}");
     assert!(resources.contains(&own_session.as_str()), "{items:?}");
@@ -462,7 +447,7 @@ async fn a_conversation_pi_made_in_a_terminal_is_listed_opened_and_resumed_in_ah
     assert!(records.iter().any(|(_, r)| r.contains("remember the word kiwi") && r.contains("what was the word?")));
 
     // It is the daemon's now: listed once.
-    let again = listed(&a).await?;
+    let again = a.listed_sessions(Some(1)).await?;
     assert_eq!(again.iter().filter(|i| i["resource"] == foreign.as_str()).count(), 1, "{again:?}");
     assert_eq!(again.len(), 2, "{again:?}");
     a.check_against_snapshot(&chat).await?;

@@ -20,18 +20,8 @@ fn quick_echo() -> DaemonOptions {
 
 /// The resources `listSessions` answers, every page.
 async fn listed(client: &TestClient) -> anyhow::Result<Vec<String>> {
-    let mut items = Vec::new();
-    let mut cursor = Value::Null;
-    loop {
-        let page = client.request("listSessions", json!({ "channel": "ahp-root://", "cursor": cursor })).await?;
-        for item in page["items"].as_array().cloned().unwrap_or_default() {
-            items.push(item["resource"].as_str().unwrap_or_default().to_owned());
-        }
-        match page.get("nextCursor") {
-            Some(next) if !next.is_null() => cursor = next.clone(),
-            _ => return Ok(items),
-        }
-    }
+    let items = client.listed_sessions(None).await?;
+    Ok(items.iter().map(|item| item["resource"].as_str().unwrap_or_default().to_owned()).collect())
 }
 
 /// The pages right under `table`'s root page in the store at `path` (its leaves, in a store this
