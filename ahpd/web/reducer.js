@@ -213,6 +213,7 @@ export function applyChat(c, a) {
       recompute(c);
       return true;
     }
+    case 'chat/changesetsChanged': if (a.changesets) c.changesets = a.changesets; else delete c.changesets; break;
     case 'chat/activityChanged': c.activity = a.activity; break;
     case 'chat/isReadChanged': c.status = a.isRead ? c.status | Status.IsRead : c.status & ~Status.IsRead; break;
     case 'chat/isArchivedChanged': c.status = a.isArchived ? c.status | Status.IsArchived : c.status & ~Status.IsArchived; break;

@@ -444,3 +444,36 @@ async fn a_worktree_sessions_chat_names_its_folder_and_branch() -> anyhow::Resul
     browser.screenshot(&shots()?.join("branch-800x900.png")).await?;
     browser.close().await
 }
+
+#[tokio::test]
+async fn a_chat_its_agent_moves_into_a_worktree_shows_the_new_branch_without_a_reload() -> anyhow::Result<()> {
+    let repo = tempfile::Builder::new().prefix("ahpd-window-repo-").tempdir()?;
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.path().join("a.txt"), "a\n")?;
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-q", "-m", "first"]);
+    let daemon =
+        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }))).await?;
+    let mut client = TestClient::connect(&daemon.url, "driver").await?;
+    let folders = [format!("file://{}", repo.path().display())];
+    let (session, chat) = client
+        .open_session(json!({ "provider": "notes", "workingDirectories": folders, "config": { "ask": "never" } }))
+        .await?;
+    let mut browser = Browser::launch().await?;
+    browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
+    online(&mut browser).await?;
+    open_in_page(&mut browser, &session, &chat).await?;
+    let p = pane(&chat);
+    let branch_now = format!("document.querySelector({})?.textContent ?? ''", js_str(&format!("{p} .pane-branch")));
+    assert_eq!(browser.eval(&branch_now).await?, json!(""), "no branch in the checkout's own folder");
+
+    // The agent moves its chat into a worktree of its own (`chat/changesetsChanged`): the open
+    // pane names the new branch as it is told, with no reload.
+    let turn = client.turn(&chat, "call isolate_session {}").await?;
+    assert_eq!(turn.state, ahp_types::state::TurnState::Complete, "{turn:#?}");
+    let branch = browser.wait_for(&format!("(({branch_now}).endsWith('← main')) && ({branch_now})")).await?;
+    let branch = branch.as_str().unwrap_or_default();
+    assert!(branch.len() > "← main".len(), "a branch name before the base: {branch}");
+    client.check_against_snapshot(&chat).await?;
+    browser.close().await
+}
