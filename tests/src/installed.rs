@@ -107,3 +107,23 @@ fn path_with(command: &Path) -> String {
     let paths = std::iter::once(folder).chain(std::env::split_paths(&rest));
     std::env::join_paths(paths).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
 }
+
+/// Qwen Code, run as `qwen --acp` by the `qwen` preset, or why it is not installed (its tests
+/// skip, saying so).
+pub fn qwen_bin() -> Result<PathBuf, String> {
+    found("AHPD_QWEN_BIN", "qwen/node_modules/.bin/qwen", "qwen.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "qwen" }`, with the
+/// folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock` in its OpenAI
+/// dialect (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`), and `home` as its own `HOME`.
+pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "OPENAI_BASE_URL": mock.base_url(),
+        "OPENAI_API_KEY": "mock-dummy-key",
+        "OPENAI_MODEL": crate::mocks::openai::MODEL_ID,
+        "HOME": home.display().to_string(),
+        "PATH": path_with(command),
+    });
+    json!({ "kind": "acp", "preset": "qwen", "env": env })
+}
