@@ -141,8 +141,12 @@ async fn gemini_opens_offers_streams_a_turn_and_is_cancelled() -> anyhow::Result
     let state = a.mirror.session(&session).cloned().expect("the session");
     let mode = state.config.as_ref().and_then(|c| c.values.get("permissionMode").cloned());
     assert_eq!(mode, Some(json!("default")), "the agent's starting mode");
-    let commands = state.meta.as_ref().and_then(|m| m.get("commands")).cloned().unwrap_or_default();
-    assert!(commands.to_string().contains("\"memory\""), "the agent's commands: {commands}");
+    let s = session.clone();
+    a.until("the agent's commands", move |m| {
+        let commands = m.session(&s).and_then(|st| st.meta.as_ref()).and_then(|meta| meta.get("commands"));
+        commands.is_some_and(|c| c.to_string().contains("\"memory\""))
+    })
+    .await?;
 
     // A streamed turn, thinking first.
     let words = "[[think]] hello there, how are you today?";
