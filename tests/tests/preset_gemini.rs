@@ -160,6 +160,16 @@ async fn gemini_opens_offers_streams_a_turn_and_is_cancelled() -> anyhow::Result
     assert!(deltas.count() >= 2, "the answer streamed in pieces");
     a.check_against_snapshot(&chat).await?;
 
+    // A model the agent offers, picked for a message: the CLI asks for that one (`session/set_model`),
+    // where `auto` let it route.
+    assert!(mock.turn_requests().iter().all(|r| r.model() != "gemini-2.5-pro"), "auto routed elsewhere");
+    let mut message = tests::user_message("which model?");
+    message.model = Some(ahp_types::state::ModelSelection { id: "gemini-2.5-pro".into(), config: None });
+    let (picked, _) = a.send_message(&chat, message).await?;
+    assert_eq!(a.finished(&chat, &picked).await?.state, TurnState::Complete);
+    let asked = mock.turn_requests().last().map(|r| r.model().to_owned());
+    assert_eq!(asked.as_deref(), Some("gemini-2.5-pro"), "the picked model answered");
+
     // A cancel while the answer streams, and the next turn runs.
     let held = a.send(&chat, "[[hold]] wait for it").await?;
     let c = chat.clone();
