@@ -16,16 +16,22 @@ fn cache() -> PathBuf {
 
 /// `$<env>`, else `relative` under the cache; a missing program says how to install it.
 fn installed(env: &str, relative: &str, script: &str) -> PathBuf {
+    found(env, relative, script).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// `$<env>`, else `relative` under the cache, or why it is not there and how to install it.
+fn found(env: &str, relative: &str, script: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
     let bin = cache().join(relative);
-    assert!(
-        bin.exists(),
-        "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
-        bin.display()
-    );
-    bin
+    if !bin.exists() {
+        return Err(format!(
+            "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
+            bin.display()
+        ));
+    }
+    Ok(bin)
 }
 
 /// The real Claude Code CLI.
@@ -76,4 +82,48 @@ pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> st
     });
     std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
     Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+}
+
+/// The real Gemini CLI, run as `gemini --acp` by the `gemini` preset, or why it is not installed
+/// (its tests skip, saying so).
+pub fn gemini_bin() -> Result<PathBuf, String> {
+    found("AHPD_GEMINI_BIN", "gemini/node_modules/.bin/gemini", "gemini.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "gemini" }`, with
+/// the folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock`, and `home` as
+/// its own `HOME` (where it keeps its settings and conversations).
+pub fn gemini_entry(command: &Path, mock: &crate::mocks::gemini::MockGemini, home: &Path) -> Value {
+    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    env.insert("HOME".into(), json!(home.display().to_string()));
+    env.insert("PATH".into(), json!(path_with(command)));
+    json!({ "kind": "acp", "preset": "gemini", "env": env })
+}
+
+/// The `PATH` with the folder of `command` first.
+fn path_with(command: &Path) -> String {
+    let folder = command.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    let paths = std::iter::once(folder).chain(std::env::split_paths(&rest));
+    std::env::join_paths(paths).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Qwen Code, run as `qwen --acp` by the `qwen` preset, or why it is not installed (its tests
+/// skip, saying so).
+pub fn qwen_bin() -> Result<PathBuf, String> {
+    found("AHPD_QWEN_BIN", "qwen/node_modules/.bin/qwen", "qwen.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "qwen" }`, with the
+/// folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock` in its OpenAI
+/// dialect (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`), and `home` as its own `HOME`.
+pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "OPENAI_BASE_URL": mock.base_url(),
+        "OPENAI_API_KEY": "mock-dummy-key",
+        "OPENAI_MODEL": crate::mocks::openai::MODEL_ID,
+        "HOME": home.display().to_string(),
+        "PATH": path_with(command),
+    });
+    json!({ "kind": "acp", "preset": "qwen", "env": env })
 }
