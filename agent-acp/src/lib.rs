@@ -27,6 +27,7 @@ pub mod mapping;
 pub mod options;
 pub mod probe;
 pub mod session;
+pub mod subagents;
 
 use std::path::PathBuf;
 use std::sync::Arc;
