@@ -177,6 +177,17 @@ async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently_and_after
     b.subscribe(&session).await?;
     b.subscribe(&fork).await?;
     b.subscribe(&chat).await?;
+    // Forked again at once, before its agent runs again: the store kept that it loads sessions.
+    let first_turn = b.mirror.chat(&chat).and_then(|c| c.turns.first()).map(|t| t.id.clone()).expect("turn 1");
+    let early = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let source = json!({ "kind": "fork", "chat": chat, "turnId": first_turn });
+    b.request("createChat", json!({ "channel": session, "chat": early, "source": source }))
+        .await
+        .map_err(|e| anyhow::anyhow!("a fork before the chat's next message: {e}"))?;
+    b.subscribe(&early).await?;
+    assert_eq!(b.turn(&early, "early fork speaking").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && !seen.contains("BRAVO"), "turn 1 alone: {seen}");
     assert_eq!(b.turn(&fork, "fork after restart").await?.state, TurnState::Complete);
     let seen = last_seen(&mock);
     assert!(seen.contains("remember BRAVO") && seen.contains("fork again"), "the fork's own history: {seen}");
