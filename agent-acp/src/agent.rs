@@ -29,6 +29,8 @@ struct Learned {
     attachments: Option<AttachmentSupport>,
     /// Whether it lists the sessions it keeps (`sessionCapabilities.list`), once it said.
     lists: Option<bool>,
+    /// Whether it takes a conversation up again (`loadSession`), once the probe said.
+    loads: Option<bool>,
 }
 
 /// How long the agent's listing of its sessions is answered again before it is asked anew.
@@ -110,7 +112,11 @@ impl Shared {
             .get_or_init(|| async {
                 let folder = self.own_folder()?;
                 let found = crate::probe::probe(&self.provider, &self.options, &folder).await?;
-                lock(&self.learned).lists = Some(found.lists);
+                {
+                    let mut learned = lock(&self.learned);
+                    learned.lists = Some(found.lists);
+                    learned.loads = Some(found.loads);
+                }
                 self.learn_attachments(found.attachments);
                 if let Some(commands) = found.commands {
                     self.learn_commands(commands);
@@ -207,7 +213,8 @@ impl Agent for AcpAgent {
             // cannot take a message mid-prompt (no steering) nor cut a conversation (no
             // truncation). A fork is done by reading the source back (`fork.rs`), but only on an
             // agent that declared `loadSession`, which is learned after the descriptor is said: the
-            // host allows it per chat (`resumable`), so the descriptor does not offer it.
+            // host allows it per chat (`resumable`), and the probe's answer offers it for the agent
+            // (`ProbeResult.capabilities`) once the probe knows.
             capabilities: Some(agent_runner::agent::multiple_chats()),
             // The sessions it keeps are listed where it declares `sessionCapabilities.list`, which
             // the probe learns (an agent that does not lists nothing, starting nothing).
@@ -250,6 +257,15 @@ impl Agent for AcpAgent {
             commands: learned.commands.clone(),
             account: None,
             attachments: learned.attachments.clone(),
+            // An agent that loads its sessions forks a chat (a fork loads its source): offered
+            // once the probe knows, where the descriptor, said before it, could not.
+            capabilities: learned.loads.map(|loads| {
+                if loads {
+                    agent_runner::agent::forking_chats()
+                } else {
+                    agent_runner::agent::multiple_chats()
+                }
+            }),
         })
     }
 

@@ -31,6 +31,8 @@ pub struct Found {
     pub attachments: AttachmentSupport,
     /// It lists the sessions it keeps (`sessionCapabilities.list`).
     pub lists: bool,
+    /// It takes a conversation up again (`loadSession`), so a chat of it forks.
+    pub loads: bool,
 }
 
 /// The commands of an `available_commands_update`, as the probe and sessions keep them.
@@ -68,6 +70,7 @@ pub async fn probe(provider: &str, options: &AcpOptions, folder: &Path) -> Resul
             commands,
             attachments: Caps::from_answer(&init).attachments(),
             lists,
+            loads: init.agent_capabilities.load_session,
         })
     };
     let found = match tokio::time::timeout(deadline, asked).await {
