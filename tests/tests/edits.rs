@@ -714,7 +714,8 @@ async fn a_claude_task_subagent_is_a_chat_that_streams_is_read_back_after_a_rest
 }
 
 #[tokio::test]
-async fn a_claude_agent_acp_subagent_is_a_chat_that_streams_and_is_read_back_after_a_kill_9() -> anyhow::Result<()> {
+async fn a_claude_agent_acp_subagent_is_a_chat_that_streams_asks_and_is_read_back_after_a_kill_9() -> anyhow::Result<()>
+{
     let mock = MockAnthropic::start().await?;
     let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
     // The adapter starts in `auto`, whose classifier cannot judge the mock's Agent call.
@@ -779,6 +780,44 @@ async fn a_claude_agent_acp_subagent_is_a_chat_that_streams_and_is_read_back_aft
     a.check_against_snapshot(&sub).await?;
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
+
+    // A subagent's command that asks: the question waits on the subagent's chat, and the answer
+    // given there reaches the agent through the parent's session.
+    let touch = json!({ "command": "touch made-by-the-subagent.txt", "description": "Make a file" });
+    let args = json!({ "description": "Make a file", "prompt": format!("TOOL:Bash ARGS:{touch}"),
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = a.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c, old) = (session.clone(), chat.clone(), sub.clone());
+    a.until("the second subagent's chat", move |m| {
+        m.session(&s).is_some_and(|st| {
+            st.chats.iter().any(|x| {
+                x.resource != old
+                    && matches!(&x.origin, Some(ahp_types::state::ChatOrigin::Tool { chat: p, .. }) if *p == c)
+            })
+        })
+    })
+    .await?;
+    let asking = a
+        .mirror
+        .session(&session)
+        .and_then(|st| st.chats.iter().find(|x| x.resource != sub && x.origin.is_some()).map(|x| x.resource.clone()))
+        .expect("listed");
+    a.subscribe(&asking).await?;
+    let waiting = a.until_waiting_calls(&asking, 1).await?;
+    assert!(
+        a.mirror.chat(&chat).map(tests::client::waiting_calls).unwrap_or_default().is_empty(),
+        "the question is the subagent's, not its parent's"
+    );
+    a.confirm(&asking, &waiting[0].0, &waiting[0].1, true).await?;
+    let main = a.finished(&chat, &turn_id).await?;
+    assert_eq!(main.state, TurnState::Complete, "{main:?}");
+    let done = a.mirror.chat(&asking).and_then(|c| c.turns.last().cloned()).expect("its turn ended");
+    let ran = done.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call,
+            ahp_types::state::ToolCallState::Completed(c) if c.tool_name == "Bash" && c.success))
+    });
+    assert!(ran, "the allowed command ran: {done:?}");
+    a.check_against_snapshot(&asking).await?;
     drop(a);
     first.kill9().await?;
 
