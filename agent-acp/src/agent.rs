@@ -158,8 +158,10 @@ impl Shared {
         let listing =
             crate::catalogue::list(&self.provider, &self.options, &folder).await.map_err(AgentError::Failed)?;
         lock(&self.learned).lists = Some(listing.lists);
-        *kept = Some((std::time::Instant::now(), listing.sessions.clone()));
-        Ok(listing.sessions)
+        // The probe's own session (an agent that keeps even an empty one) is nobody's.
+        let sessions = crate::catalogue::without_folder(listing.sessions, &folder);
+        *kept = Some((std::time::Instant::now(), sessions.clone()));
+        Ok(sessions)
     }
 
     /// The agent named the commands behind a slash.

@@ -56,6 +56,12 @@ pub async fn list(provider: &str, options: &AcpOptions, folder: &Path) -> Result
     listed
 }
 
+/// The rows less those that ran in `folder` (the worker's own, where the probe opens its session).
+pub fn without_folder(rows: Vec<Listed>, folder: &Path) -> Vec<Listed> {
+    let own = format!("file://{}", folder.display());
+    rows.into_iter().filter(|row| row.working_directories.first() != Some(&own)).collect()
+}
+
 /// A `session/list` row as the parent lists it: a session without a time of its own is dated at
 /// the start of the epoch, so it sorts last.
 fn row_of(info: &acp::SessionInfo) -> Listed {
@@ -153,6 +159,8 @@ mod tests {
         assert_eq!(row.working_directories, vec!["file:///work/p".to_owned()]);
         let bare: acp::SessionInfo = serde_json::from_value(json!({"sessionId": "s-2", "cwd": "/w"})).expect("info");
         assert_eq!(row_of(&bare).title, "Untitled");
+        let kept = without_folder(vec![row, row_of(&bare)], Path::new("/w"));
+        assert_eq!(kept.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["s-1"], "the probe's own is left out");
     }
 
     #[test]
