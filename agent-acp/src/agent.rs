@@ -1,17 +1,18 @@
 //! The `acp` backend's identity: who it is, the schema its sessions share, what it offers (learned
 //! from a short-lived session of its own the first time the parent asks, then from the sessions it
-//! opens, since ACP names models, modes and commands only once a session is open), and how a
-//! session starts.
+//! opens, since ACP names models, modes and commands only once a session is open), the sessions
+//! it keeps ([`crate::catalogue`]), and how a session starts.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use agent_runner::{Agent, AgentError, Session, SessionHost, WorkerContext};
-use ahp_types::state::{SessionConfigSchema, SessionModelInfo};
+use ahp_types::state::{SessionConfigSchema, SessionModelInfo, Turn};
 use async_trait::async_trait;
 use protocol::{
-    AgentDescriptor, AgentFeatures, AttachmentSupport, Policy, ProbeResult, SchemaResult, SlashCommand, Start,
+    AgentDescriptor, AgentFeatures, At, AttachmentSupport, Listed, Policy, ProbeResult, SchemaResult, SlashCommand,
+    Start,
 };
 
 use crate::config::Offers;
@@ -26,7 +27,14 @@ struct Learned {
     models: Vec<SessionModelInfo>,
     commands: Vec<SlashCommand>,
     attachments: Option<AttachmentSupport>,
+    /// Whether it lists the sessions it keeps (`sessionCapabilities.list`), once it said.
+    lists: Option<bool>,
+    /// Whether it takes a conversation up again (`loadSession`), once the probe said.
+    loads: Option<bool>,
 }
+
+/// How long the agent's listing of its sessions is answered again before it is asked anew.
+const LISTING_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What every session of one `acp` worker shares.
 pub struct Shared {
@@ -39,6 +47,10 @@ pub struct Shared {
     learned: Mutex<Learned>,
     /// The startup probe's outcome, once it ran (it runs once per worker).
     probed: tokio::sync::OnceCell<Result<(), String>>,
+    /// The agent's last listing of its sessions and when it was asked: every listing starts an
+    /// agent process, so one asked within [`LISTING_FRESH`] is answered again (and listings
+    /// asked together share one).
+    listing: tokio::sync::Mutex<Option<(std::time::Instant, Vec<Listed>)>>,
     /// The kinds of message from the agent this host does not map, each said once at debug.
     unmapped: Mutex<HashSet<String>>,
     context: WorkerContext,
@@ -98,14 +110,13 @@ impl Shared {
         let outcome = self
             .probed
             .get_or_init(|| async {
-                let folder = match &self.data_dir {
-                    Some(dir) => dir.join("probe"),
-                    None => std::env::temp_dir().join(format!("ahpd-acp-probe-{}", self.provider)),
-                };
-                if let Err(e) = std::fs::create_dir_all(&folder) {
-                    return Err(format!("{}: could not make {}: {e}", self.provider, folder.display()));
-                }
+                let folder = self.own_folder()?;
                 let found = crate::probe::probe(&self.provider, &self.options, &folder).await?;
+                {
+                    let mut learned = lock(&self.learned);
+                    learned.lists = Some(found.lists);
+                    learned.loads = Some(found.loads);
+                }
                 self.learn_attachments(found.attachments);
                 if let Some(commands) = found.commands {
                     self.learn_commands(commands);
@@ -119,6 +130,38 @@ impl Shared {
             tracing::warn!("could not ask what the agent offers: {why}");
         }
         outcome.clone()
+    }
+
+    /// The folder a short-lived agent process of the worker's runs in (the probe's, a listing's).
+    fn own_folder(&self) -> Result<PathBuf, String> {
+        let folder = match &self.data_dir {
+            Some(dir) => dir.join("probe"),
+            None => std::env::temp_dir().join(format!("ahpd-acp-probe-{}", self.provider)),
+        };
+        std::fs::create_dir_all(&folder)
+            .map_err(|e| format!("{}: could not make {}: {e}", self.provider, folder.display()))?;
+        Ok(folder)
+    }
+
+    /// The sessions the agent keeps, when it lists them: nothing is started for an agent found
+    /// not to (by the probe or an earlier listing), and a fresh listing is answered again.
+    async fn listed(&self) -> Result<Vec<Listed>, AgentError> {
+        if lock(&self.learned).lists == Some(false) {
+            return Ok(Vec::new());
+        }
+        let mut kept = self.listing.lock().await;
+        if let Some((at, rows)) = kept.as_ref().filter(|(at, _)| at.elapsed() < LISTING_FRESH) {
+            tracing::debug!(provider = self.provider, age_ms = at.elapsed().as_millis(), "the agent's listing again");
+            return Ok(rows.clone());
+        }
+        let folder = self.own_folder().map_err(AgentError::Failed)?;
+        let listing =
+            crate::catalogue::list(&self.provider, &self.options, &folder).await.map_err(AgentError::Failed)?;
+        lock(&self.learned).lists = Some(listing.lists);
+        // The probe's own session (an agent that keeps even an empty one) is nobody's.
+        let sessions = crate::catalogue::without_folder(listing.sessions, &folder);
+        *kept = Some((std::time::Instant::now(), sessions.clone()));
+        Ok(sessions)
     }
 
     /// The agent named the commands behind a slash.
@@ -150,6 +193,7 @@ impl AcpAgent {
                 data_dir,
                 learned: Mutex::new(Learned::default()),
                 probed: tokio::sync::OnceCell::new(),
+                listing: tokio::sync::Mutex::new(None),
                 unmapped: Mutex::new(HashSet::new()),
                 context,
             }),
@@ -171,9 +215,18 @@ impl Agent for AcpAgent {
             // cannot take a message mid-prompt (no steering) nor cut a conversation (no
             // truncation). A fork is done by reading the source back (`fork.rs`), but only on an
             // agent that declared `loadSession`, which is learned after the descriptor is said: the
-            // host allows it per chat (`resumable`), so the descriptor does not offer it.
+            // host allows it per chat (`resumable`), and the probe's answer offers it for the agent
+            // (`ProbeResult.capabilities`) once the probe knows.
             capabilities: Some(agent_runner::agent::multiple_chats()),
-            features: AgentFeatures { probe: true, ..AgentFeatures::default() },
+            // The sessions it keeps are listed where it declares `sessionCapabilities.list`, which
+            // the probe learns (an agent that does not lists nothing, starting nothing).
+            features: AgentFeatures {
+                probe: true,
+                list: true,
+                find: true,
+                transcript: true,
+                ..AgentFeatures::default()
+            },
         }
     }
 
@@ -208,7 +261,44 @@ impl Agent for AcpAgent {
             commands: learned.commands.clone(),
             account: None,
             attachments: learned.attachments.clone(),
+            // An agent that loads its sessions forks a chat (a fork loads its source): offered
+            // once the probe knows, where the descriptor, said before it, could not.
+            capabilities: learned.loads.map(|loads| {
+                if loads {
+                    agent_runner::agent::forking_chats()
+                } else {
+                    agent_runner::agent::multiple_chats()
+                }
+            }),
         })
+    }
+
+    async fn list(&self) -> Result<Vec<Listed>, AgentError> {
+        self.shared.listed().await
+    }
+
+    async fn find(&self, id: &str, _at: &At) -> Result<Option<Listed>, AgentError> {
+        Ok(self.shared.listed().await?.into_iter().find(|row| row.id == id))
+    }
+
+    /// Read back from the agent's `session/load` replay, in the folder it ran in (the parent's
+    /// record, else the agent's listing).
+    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+        let cwd = match &at.working_directory {
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let Some(row) = self.find(id, at).await? else { return Ok(None) };
+                match row.working_directories.first() {
+                    Some(uri) => PathBuf::from(uri.strip_prefix("file://").unwrap_or(uri)),
+                    None => return Ok(None),
+                }
+            }
+        };
+        let shared = &self.shared;
+        let folder = shared.own_folder().map_err(AgentError::Failed)?;
+        crate::catalogue::transcript(&shared.provider, &shared.options, &folder, id, cwd)
+            .await
+            .map_err(AgentError::Failed)
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {

@@ -20,6 +20,7 @@
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 
 pub mod agent;
+pub mod catalogue;
 pub mod client;
 pub mod config;
 pub mod fork;
@@ -27,6 +28,8 @@ pub mod mapping;
 pub mod options;
 pub mod probe;
 pub mod session;
+pub mod subagents;
+pub mod visit;
 
 use std::path::PathBuf;
 use std::sync::Arc;

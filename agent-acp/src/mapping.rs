@@ -1,9 +1,10 @@
 //! One turn's `session/update`s said as AHP chat actions, through [`TurnWriter`] so seed 004's
 //! silent rules hold: prose and thinking into markdown and reasoning parts, a tool call started,
 //! readied (not-needed, or asking) and completed with one result, the plan as a call of its own,
-//! and exactly one ending.
+//! and exactly one ending. A subagent's updates go to a turn of its own in its own chat
+//! ([`crate::subagents`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use agent_client_protocol_schema::v1 as acp;
 use agent_client_protocol_schema::v1::{PermissionOptionKind, SessionUpdate, ToolCallStatus, ToolKind};
@@ -237,6 +238,10 @@ pub struct TurnMap {
     response_usage: Option<acp::Usage>,
     context: Option<(u64, u64)>,
     cost: Option<acp::Cost>,
+    /// The running subagents' turns, by the call of this turn that started each.
+    subagents: HashMap<String, TurnMap>,
+    /// Calls whose subagents ended: what they say late is dropped.
+    ended_subagents: HashSet<String>,
 }
 
 impl TurnMap {
@@ -250,6 +255,8 @@ impl TurnMap {
             response_usage: None,
             context: None,
             cost: None,
+            subagents: HashMap::new(),
+            ended_subagents: HashSet::new(),
         }
     }
 
@@ -265,6 +272,15 @@ impl TurnMap {
     /// Takes one `session/update` of the kinds a turn streams; answers false for a kind that is
     /// not the turn's (config, commands), which the session handles.
     pub fn update(&mut self, update: &SessionUpdate, terminals: &Terminals) -> bool {
+        if let Some(parent) = crate::subagents::parent_call(update) {
+            if let Some(subagent) = self.subagent_of(&parent) {
+                return subagent.update(update, terminals);
+            }
+            if self.knows_subagent(&parent) {
+                // Its subagent ended: nothing it says late belongs anywhere.
+                return true;
+            }
+        }
         match update {
             SessionUpdate::AgentMessageChunk(chunk) => {
                 if let Some(text) = block_text(&chunk.content) {
@@ -346,6 +362,11 @@ impl TurnMap {
                 .collect();
             let error = (!success)
                 .then(|| Value::String(if words.is_empty() { "The tool failed".to_owned() } else { words.join("\n") }));
+            let subagent_end = if success {
+                TurnEnd::Complete
+            } else {
+                TurnEnd::Error(agent_runner::error_info("subagentFailed", words.join("\n")))
+            };
             let result = ToolCallResult {
                 success,
                 past_tense_message: StringOrMarkdown::Plain(call.title.clone()),
@@ -353,14 +374,63 @@ impl TurnMap {
                 structured_content: None,
                 error,
             };
+            self.end_subagent(&id, subagent_end);
             self.writer.tool_complete(&id, result);
         } else if (call.readied || call.asked) && !content.is_empty() && update.fields.content.is_some() {
             self.writer.tool_content(&id, content);
         }
     }
 
+    /// The turn of the subagent the call `parent` started, opened on its first update: this
+    /// turn's call, or a call of one of its subagents (a subagent's own subagent).
+    fn subagent_of(&mut self, parent: &str) -> Option<&mut TurnMap> {
+        let opens = !self.subagents.contains_key(parent)
+            && !self.ended_subagents.contains(parent)
+            && self.calls.get(parent).is_some_and(|c| !c.done);
+        if opens {
+            let call = self.calls.get(parent)?;
+            let (host, turn_id) =
+                crate::subagents::open(self.writer.host(), parent, &call.title, call.input.as_deref());
+            let subagent = TurnMap::new(&self.provider, TurnWriter::new(host, turn_id));
+            self.subagents.insert(parent.to_owned(), subagent);
+        }
+        if self.subagents.contains_key(parent) {
+            return self.subagents.get_mut(parent);
+        }
+        self.subagents.values_mut().find_map(|s| s.subagent_of(parent))
+    }
+
+    /// Whether `parent` started a subagent of this turn's, running or ended.
+    fn knows_subagent(&self, parent: &str) -> bool {
+        self.ended_subagents.contains(parent) || self.subagents.values().any(|s| s.knows_subagent(parent))
+    }
+
+    /// Whether the call `id` is this turn's or one of its subagents'.
+    fn holds_call(&self, id: &str) -> bool {
+        self.calls.contains_key(id) || self.subagents.values().any(|s| s.holds_call(id))
+    }
+
+    /// The call `call` ended: the subagent it started, if any, ends with it.
+    fn end_subagent(&mut self, call: &str, end: TurnEnd) {
+        if let Some(mut subagent) = self.subagents.remove(call) {
+            subagent.finish(end, None, None);
+            self.ended_subagents.insert(call.to_owned());
+        }
+    }
+
     /// The agent asks before a call runs: the call waits with the agent's own options.
     pub fn ask(&mut self, tool_call: &acp::ToolCallUpdate, options: &[acp::PermissionOption]) -> Option<String> {
+        let id = tool_call.tool_call_id.to_string();
+        if !self.calls.contains_key(&id) {
+            let parent = crate::subagents::parent_of_call(tool_call);
+            let owner = match parent {
+                Some(parent) => self.subagent_of(&parent),
+                None => self.subagents.values_mut().find(|s| s.holds_call(&id)),
+            };
+            if let Some(subagent) = owner {
+                return subagent.ask(tool_call, options);
+            }
+        }
         let id = self.call_entry(tool_call);
         let call = self.calls.get_mut(&id)?;
         call.asked = true;
@@ -398,6 +468,10 @@ impl TurnMap {
     /// Ends the turn: the plan closed with its last state, what it used, then exactly one ending.
     /// `cost_before` is the session's cost when the turn began; answers the cost now.
     pub fn finish(&mut self, end: TurnEnd, cost_before: Option<f64>, model: Option<String>) -> Option<f64> {
+        let running: Vec<String> = self.subagents.keys().cloned().collect();
+        for call in running {
+            self.end_subagent(&call, end.clone());
+        }
         if let Some(plan) = self.plan.take() {
             let id = self.plan_id();
             let result = ToolCallResult {

@@ -8,18 +8,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1 as acp;
-use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES};
-use agent_runner::child::ChildCommand;
-use agent_runner::rpc::{Incoming, Peer, Request};
-use protocol::{codes, AttachmentSupport, RpcError, SlashCommand};
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::Value;
-use tokio::sync::mpsc;
+use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES};
+use protocol::{AttachmentSupport, SlashCommand};
 
 use crate::config::Offers;
 use crate::options::AcpOptions;
-use crate::session::{initialize_request, Caps, ACP_VERSION, EXIT_GRACE};
+use crate::session::Caps;
+use crate::visit::Visit;
 
 /// How long after `session/new` answered the probe waits for the agent's commands (agents send
 /// `available_commands_update` on their own time; one that names none is not waited for longer).
@@ -34,6 +29,10 @@ pub struct Found {
     pub commands: Option<Vec<SlashCommand>>,
     /// What its prompts take beside text.
     pub attachments: AttachmentSupport,
+    /// It lists the sessions it keeps (`sessionCapabilities.list`).
+    pub lists: bool,
+    /// It takes a conversation up again (`loadSession`), so a chat of it forks.
+    pub loads: bool,
 }
 
 /// The commands of an `available_commands_update`, as the probe and sessions keep them.
@@ -48,36 +47,31 @@ pub fn commands_of(update: &acp::AvailableCommandsUpdate) -> Vec<SlashCommand> {
 /// Opens a session of the agent in `folder` with no MCP servers, reads what it offers, and stops
 /// the agent. The error is a sentence naming the provider.
 pub async fn probe(provider: &str, options: &AcpOptions, folder: &Path) -> Result<Found, String> {
-    let process_cwd = options.cwd.clone().unwrap_or_else(|| folder.to_path_buf());
-    let (process, mut pipes) = ChildCommand::new(&options.command)
-        .args(&options.args)
-        .envs(&options.env)
-        .cwd(&process_cwd)
-        .end_group_with_leader()
-        .spawn()
-        .map_err(|e| format!("{provider}: {e}"))?;
-    let stdin = pipes.take_stdin().map_err(|e| format!("{provider}: {e}"))?;
-    let (commands_tx, mut commands_rx) = mpsc::unbounded_channel();
-    let peer = Peer::start_foreign(pipes.stdout, stdin, move |message| match message {
-        Incoming::Notification { method, params } if method == CLIENT_METHOD_NAMES.session_update => {
-            if let Ok(acp::SessionNotification { update: SessionUpdate::AvailableCommandsUpdate(update), .. }) =
-                acp::SessionNotification::deserialize(&params)
-            {
-                let _ = commands_tx.send(commands_of(&update));
-            }
-        }
-        Incoming::Notification { .. } => {}
-        // The probe's session does nothing: it reads no file and asks nobody.
-        Incoming::Request(Request { method, responder, .. }) => responder.respond(Err(RpcError::new(
-            codes::METHOD_NOT_FOUND,
-            format!("ahpd is only asking what this agent offers, and does not answer {method}"),
-        ))),
-    });
+    let mut visit = Visit::start(provider, options, folder, "asking what this agent offers")?;
     let deadline = options.start_timeout + COMMANDS_GRACE;
     let asked = async {
-        let (offers, attachments) = open(provider, options, &peer, folder).await?;
-        let commands = tokio::time::timeout(COMMANDS_GRACE, commands_rx.recv()).await.ok().flatten();
-        Ok::<_, String>(Found { offers, commands, attachments })
+        let init = visit.initialize().await?;
+        let new = acp::NewSessionRequest::new(folder.to_path_buf());
+        let answer = visit.ask_value(AGENT_METHOD_NAMES.session_new, new).await?;
+        let commands = tokio::time::timeout(COMMANDS_GRACE, async {
+            while let Some(notification) = visit.updates.recv().await {
+                if let SessionUpdate::AvailableCommandsUpdate(update) = &notification.update {
+                    return Some(commands_of(update));
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let lists = init.agent_capabilities.session_capabilities.list.is_some();
+        Ok::<_, String>(Found {
+            offers: Offers::from_answer(&answer),
+            commands,
+            attachments: Caps::from_answer(&init).attachments(),
+            lists,
+            loads: init.agent_capabilities.load_session,
+        })
     };
     let found = match tokio::time::timeout(deadline, asked).await {
         Ok(found) => found,
@@ -87,53 +81,6 @@ pub async fn probe(provider: &str, options: &AcpOptions, folder: &Path) -> Resul
             deadline.as_secs_f64()
         )),
     };
-    peer.close_output();
-    process.stop(EXIT_GRACE).await;
-    peer.end();
+    visit.stop().await;
     found
-}
-
-/// `initialize`, an optional `authenticate`, then `session/new`: what it offers and takes.
-async fn open(
-    provider: &str,
-    options: &AcpOptions,
-    peer: &Peer,
-    folder: &Path,
-) -> Result<(Offers, AttachmentSupport), String> {
-    let init: acp::InitializeResponse =
-        ask(provider, options, peer, AGENT_METHOD_NAMES.initialize, initialize_request())
-            .await
-            .and_then(|v| read(provider, options, AGENT_METHOD_NAMES.initialize, v))?;
-    if init.protocol_version != ACP_VERSION {
-        return Err(format!(
-            "{provider}: {} speaks ACP version {}, and this host speaks {ACP_VERSION}",
-            options.command_line(),
-            init.protocol_version
-        ));
-    }
-    let caps = Caps::from_answer(&init);
-    if let Some(auth) = &options.authenticate {
-        let request = acp::AuthenticateRequest::new(auth.method_id.clone());
-        ask(provider, options, peer, AGENT_METHOD_NAMES.authenticate, request).await?;
-    }
-    let new = acp::NewSessionRequest::new(folder.to_path_buf());
-    let answer = ask(provider, options, peer, AGENT_METHOD_NAMES.session_new, new).await?;
-    Ok((Offers::from_answer(&answer), caps.attachments()))
-}
-
-async fn ask(
-    provider: &str,
-    options: &AcpOptions,
-    peer: &Peer,
-    method: &str,
-    params: impl serde::Serialize,
-) -> Result<Value, String> {
-    peer.request_value(method, params)
-        .await
-        .map_err(|e| format!("{provider}: {} did not answer {method}: {e}", options.command_line()))
-}
-
-fn read<R: DeserializeOwned>(provider: &str, options: &AcpOptions, method: &str, answer: Value) -> Result<R, String> {
-    serde_json::from_value(answer)
-        .map_err(|why| format!("{provider}: {} answered {method} oddly: {why}", options.command_line()))
 }

@@ -691,7 +691,8 @@ impl AcpSession {
             _ => {
                 let mut state = self.state();
                 let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
-                if state.loading {
+                // A subagent's words are its own chat's, never the conversation's history.
+                if state.loading && crate::subagents::parent_call(update).is_none() {
                     match update {
                         SessionUpdate::UserMessageChunk(acp::ContentChunk {
                             content: acp::ContentBlock::Text(text),
@@ -1052,11 +1053,15 @@ fn update_kind(params: &Value) -> String {
     update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("(no sessionUpdate)").to_owned()
 }
 
-/// The initialize request: protocol v1, files and terminals served, and who this client is.
+/// The initialize request: protocol v1, files and terminals served, a subagent's own transcript
+/// asked for (the Claude ACP adapter's `_meta["subagent-transcript"]`: its text and thinking too,
+/// each update naming its Agent call, [`crate::subagents`]), and who this client is.
 pub(crate) fn initialize_request() -> acp::InitializeRequest {
     let fs = acp::FileSystemCapabilities::new().read_text_file(true).write_text_file(true);
+    let mut meta = acp::Meta::new();
+    meta.insert("subagent-transcript".into(), Value::Bool(true));
     acp::InitializeRequest::new(ACP_VERSION)
-        .client_capabilities(acp::ClientCapabilities::new().fs(fs).terminal(true))
+        .client_capabilities(acp::ClientCapabilities::new().fs(fs).terminal(true).meta(meta))
         .client_info(acp::Implementation::new("ahpd", env!("CARGO_PKG_VERSION")).title("ahpd".to_owned()))
 }
 

@@ -478,3 +478,42 @@ async fn an_agent_that_cannot_load_is_started_anew_after_a_crash_and_says_so() {
     let blocks: Value = serde_json::from_str(&markdown(&next.response_parts)).expect("the prompt as JSON");
     assert_eq!(blocks[0]["text"], "Be brief.", "the new conversation opens with the instructions again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_an_agent_lists_are_read_page_by_page_found_and_read_back() {
+    let dir = scratch("list");
+    let state = scratch("list-state");
+    let state_dir = state.display().to_string();
+    let mut parent = parent("fake", fake_options(&["--state-dir", &state_dir, "--list"]), &dir).await;
+    parent.create(start_in("list", &dir)).await.expect("create");
+    assert_eq!(turn(&mut parent, "ahp-chat:/list", "t1", "say first words").await.state, TurnState::Complete);
+    assert_eq!(turn(&mut parent, "ahp-chat:/list", "t2", "say second words").await.state, TurnState::Complete);
+    parent.create(start_in("other", &dir)).await.expect("create");
+    assert_eq!(turn(&mut parent, "ahp-chat:/other", "t1", "say other words").await.state, TurnState::Complete);
+
+    // Two pages of one session each: both are listed.
+    let listed: protocol::ListResult = parent.peer().request(methods::LIST, json!({})).await.expect("listed");
+    let mut titles: Vec<&str> = listed.sessions.iter().map(|s| s.title.as_str()).collect();
+    titles.sort_unstable();
+    assert_eq!(titles, ["say first words", "say other words"]);
+    let row = listed.sessions.iter().find(|s| s.title == "say first words").expect("listed").clone();
+    assert_eq!(row.working_directories, vec![format!("file://{}", dir.display())]);
+    let found: protocol::FindResult =
+        parent.peer().request(methods::FIND, json!({ "id": row.id })).await.expect("found");
+    assert_eq!(found.session, Some(row.clone()));
+
+    // Read back from what session/load replays, in the folder the listing names.
+    let read: protocol::TranscriptResult =
+        parent.peer().request(methods::TRANSCRIPT, json!({ "id": row.id })).await.expect("read back");
+    let turns = read.turns.expect("its turns");
+    let said: Vec<(&str, String)> =
+        turns.iter().map(|t| (t.message.text.as_str(), markdown(&t.response_parts))).collect();
+    assert_eq!(said, [("say first words", "first words".to_owned()), ("say second words", "second words".to_owned())]);
+    assert!(turns.iter().all(|t| t.state == TurnState::Complete));
+
+    // An agent that does not list its sessions lists none.
+    let quiet_dir = scratch("list-quiet");
+    let quiet = common::parent("quiet", fake_options(&["--state-dir", &state_dir]), &quiet_dir).await;
+    let none: protocol::ListResult = quiet.peer().request(methods::LIST, json!({})).await.expect("listed");
+    assert!(none.sessions.is_empty(), "{none:?}");
+}

@@ -442,7 +442,7 @@ pub fn probe_result(answer: &Value) -> ProbeResult {
             })
         })
         .collect();
-    ProbeResult { models, commands, account: account(&answer["account"]), attachments: None }
+    ProbeResult { models, commands, account: account(&answer["account"]), attachments: None, capabilities: None }
 }
 
 /// The account the CLI's `initialize` answer says it bills to (its `/status`), in the shape of

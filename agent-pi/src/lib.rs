@@ -161,7 +161,7 @@ impl Agent for PiAgent {
             name: "compact".into(),
             description: Some("Summarise the conversation so far".into()),
         });
-        Ok(ProbeResult { models, commands, account: None, attachments: None })
+        Ok(ProbeResult { models, commands, account: None, attachments: None, capabilities: None })
     }
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {

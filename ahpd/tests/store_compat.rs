@@ -29,6 +29,7 @@ fn a_version_one_store_opens_and_reads_whole() {
     assert_eq!(loaded.chats.len(), 2);
     let (first, turns) = &loaded.chats[0];
     assert!(first.started_in_backend);
+    assert!(!first.resumable, "a chat version 1 kept says nothing of resuming: its backend says so when it next runs");
     assert_eq!(turns.len(), 2);
     assert_eq!(turns[1].transcript_id.as_deref(), Some("abc"));
     assert!(loaded.chats[1].0.queued.is_empty());

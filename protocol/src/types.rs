@@ -212,6 +212,10 @@ pub struct ProbeResult {
     /// names its prompt capabilities once it is started); absent: as the handshake said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attachments: Option<AttachmentSupport>,
+    /// Its AHP capabilities, when it learned more than its descriptor said (an ACP agent that
+    /// declares `loadSession` forks a chat); absent: as the descriptor said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<AgentCapabilities>,
 }
 
 /// `agent/directories` result.

@@ -39,6 +39,27 @@ pub fn claude_bin() -> PathBuf {
     installed("AHPD_CLAUDE_BIN", "claude/node_modules/.bin/claude", "claude.sh")
 }
 
+/// Runs `claude -p PROMPT` in `folder` with `home` as its `HOME`, the way a person would outside
+/// the daemon; answers the conversation id the CLI chose.
+pub async fn claude_by_hand(mock: &MockAnthropic, home: &Path, folder: &Path, prompt: &str) -> anyhow::Result<String> {
+    let output = tokio::process::Command::new(claude_bin())
+        .args(["-p", prompt, "--output-format", "json"])
+        .envs(mock.cli_env())
+        .env("HOME", home)
+        .current_dir(folder)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "claude -p failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&output.stdout)?;
+    answer["session_id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no session_id in {answer}"))
+}
+
 /// The current Claude ACP adapter, which runs its tools itself.
 pub fn claude_agent_acp() -> PathBuf {
     installed("AHPD_CLAUDE_AGENT_ACP_BIN", "acp/node_modules/.bin/claude-agent-acp", "acp.sh")

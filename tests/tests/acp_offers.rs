@@ -33,6 +33,12 @@ fn models(root: Option<&RootState>, provider: &str) -> Vec<String> {
     agent.map(|a| a.models.iter().map(|m| m.id.clone()).collect()).unwrap_or_default()
 }
 
+/// Whether the root state says `provider` forks a chat (`capabilities.multipleChats.fork`).
+fn forks(root: Option<&RootState>, provider: &str) -> bool {
+    let agent = root.and_then(|r| r.agents.iter().find(|a| a.provider == provider));
+    agent.and_then(|a| a.capabilities.as_ref()?.multiple_chats.as_ref()?.fork).unwrap_or(false)
+}
+
 /// What a new-session form reads: the schema's modes and the commands, from `resolveSessionConfig`.
 async fn form(client: &TestClient, provider: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
     let resolved =
@@ -117,6 +123,7 @@ async fn claude_agent_acp_offers_before_any_session_and_at_once_after_a_restart(
     assert!(modes.iter().any(|m| m == "default"), "the adapter's modes before any session: {modes:?}");
     assert!(!commands.is_empty(), "the adapter's commands before any session");
     assert!(mock.turn_requests().is_empty(), "the probe asked the model nothing");
+    assert!(forks(a.mirror.root(), "claude-acp"), "the probe found it loads sessions, so its chats fork");
     drop(a);
     first.terminate().await?;
 
@@ -126,6 +133,7 @@ async fn claude_agent_acp_offers_before_any_session_and_at_once_after_a_restart(
     let (again, kept) = form(&b, "claude-acp").await?;
     assert_eq!(again, modes, "the modes at once after the restart");
     assert_eq!(kept, commands, "the commands at once after the restart");
+    assert!(forks(b.mirror.root(), "claude-acp"), "and that its chats fork");
     Ok(())
 }
 

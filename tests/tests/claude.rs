@@ -5,9 +5,6 @@
 //! The agent is a config entry of kind `claude`: the daemon runs `ahpd worker claude`. Claude's own
 //! conversations (ones the CLI wrote down outside the daemon) are listed, read back and resumed too.
 
-use std::path::Path;
-use std::process::Stdio;
-
 use ahp_types::actions::{
     ChatToolCallCompleteAction, ChatTurnCancelledAction, ChatTurnStartedAction, SessionActiveClientSetAction,
     StateAction,
@@ -21,7 +18,7 @@ use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
 use tests::client::{now_iso, user_message};
 use tests::daemon::children_of;
-use tests::installed::{claude_bin, claude_entry};
+use tests::installed::{claude_by_hand, claude_entry};
 use tests::mocks::anthropic::{MockAnthropic, RecordedRequest, HELLO, THINKING};
 use tests::plugins::{publish_plugins, team_plugin, ALWAYS_RULE};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
@@ -465,27 +462,6 @@ async fn a_clients_always_applied_rules_join_claudes_system_prompt_after_the_too
     c1.check_against_snapshot(&session).await?;
     c1.check_against_snapshot(&chat).await?;
     Ok(())
-}
-
-/// Runs `claude -p PROMPT` in `folder` with `home` as its `HOME`, the way a person would outside
-/// the daemon; answers the conversation id the CLI chose.
-async fn claude_by_hand(mock: &MockAnthropic, home: &Path, folder: &Path, prompt: &str) -> anyhow::Result<String> {
-    let output = tokio::process::Command::new(claude_bin())
-        .args(["-p", prompt, "--output-format", "json"])
-        .envs(mock.cli_env())
-        .env("HOME", home)
-        .current_dir(folder)
-        .stdin(Stdio::null())
-        .output()
-        .await?;
-    anyhow::ensure!(
-        output.status.success(),
-        "claude -p failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let answer: Value = serde_json::from_slice(&output.stdout)?;
-    answer["session_id"].as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no session_id in {answer}"))
 }
 
 #[tokio::test]

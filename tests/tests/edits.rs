@@ -177,6 +177,17 @@ async fn an_acp_chat_forked_at_turn_two_of_three_goes_on_independently_and_after
     b.subscribe(&session).await?;
     b.subscribe(&fork).await?;
     b.subscribe(&chat).await?;
+    // Forked again at once, before its agent runs again: the store kept that it loads sessions.
+    let first_turn = b.mirror.chat(&chat).and_then(|c| c.turns.first()).map(|t| t.id.clone()).expect("turn 1");
+    let early = format!("ahp-chat:/{}", uuid::Uuid::new_v4());
+    let source = json!({ "kind": "fork", "chat": chat, "turnId": first_turn });
+    b.request("createChat", json!({ "channel": session, "chat": early, "source": source }))
+        .await
+        .map_err(|e| anyhow::anyhow!("a fork before the chat's next message: {e}"))?;
+    b.subscribe(&early).await?;
+    assert_eq!(b.turn(&early, "early fork speaking").await?.state, TurnState::Complete);
+    let seen = last_seen(&mock);
+    assert!(seen.contains("remember ALPHA") && !seen.contains("BRAVO"), "turn 1 alone: {seen}");
     assert_eq!(b.turn(&fork, "fork after restart").await?.state, TurnState::Complete);
     let seen = last_seen(&mock);
     assert!(seen.contains("remember BRAVO") && seen.contains("fork again"), "the fork's own history: {seen}");
@@ -699,6 +710,125 @@ async fn a_claude_task_subagent_is_a_chat_that_streams_is_read_back_after_a_rest
     assert!(stopped_call, "Claude Code stopped the subagent, and its Task call says so: {main:?}");
     b.check_against_snapshot(&long).await?;
     b.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claude_agent_acp_subagent_is_a_chat_that_streams_asks_and_is_read_back_after_a_kill_9() -> anyhow::Result<()>
+{
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    // The adapter starts in `auto`, whose classifier cannot judge the mock's Agent call.
+    std::fs::create_dir_all(home.path().join(".claude"))?;
+    let settings = json!({ "permissions": { "defaultMode": "default" } });
+    std::fs::write(home.path().join(".claude/settings.json"), settings.to_string())?;
+    let daemon_home = tempfile::Builder::new().prefix("ahpd-acp-subagent-").tempdir()?;
+    let mut first = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut a = TestClient::connect(&first.url, "a").await?;
+    let (session, chat) = a.create_session("claude-acp", None).await?;
+    assert_eq!(a.turn(&chat, "hello").await?.state, TurnState::Complete);
+    let offered = mock.turn_requests().last().map(|r| r.tool_names()).unwrap_or_default();
+    let task = ["Agent", "Task"].into_iter().find(|t| offered.iter().any(|o| o == t)).expect("a Task tool");
+
+    // The adapter says the subagent's work on the parent session, each update naming the Agent
+    // call in `_meta.claudeCode.parentToolUseId`; the worker makes a chat of it.
+    let bash = json!({ "command": "echo from-the-subagent", "description": "Say where it is from" });
+    let args = json!({ "description": "Run a command", "prompt": format!("SLOW TOOL:Bash ARGS:{bash}"),
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = a.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c) = (session.clone(), chat.clone());
+    a.until("the subagent's chat", move |m| subagent_chat(m, &s, &c).is_some()).await?;
+    let sub = subagent_chat(&a.mirror, &session, &chat).expect("listed");
+    a.subscribe(&sub).await?;
+    let listed = a.mirror.chat(&chat).and_then(|c| c.background_work.clone()).unwrap_or_default();
+    assert!(
+        listed.iter().any(|w| matches!(w, ahp_types::state::BackgroundWork::Subagent(s) if s.chat == sub)),
+        "the parent chat lists it as background work while it runs: {listed:?}"
+    );
+    let main = a.finished(&chat, &turn_id).await?;
+    assert_eq!(main.state, TurnState::Complete, "{main:?}");
+    let done = a.mirror.chat(&sub).and_then(|c| c.turns.last().cloned()).expect("the subagent's turn ended");
+    assert_eq!(done.state, TurnState::Complete, "{done:?}");
+    assert_eq!(done.message.text, format!("SLOW TOOL:Bash ARGS:{bash}"), "its prompt opens its turn");
+    let said = tests::turn_text(&done);
+    assert!(said.starts_with("I will call Bash.") && said.contains("from-the-subagent"), "{said}");
+    let ran = done.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call,
+            ahp_types::state::ToolCallState::Completed(c) if c.tool_name == "Bash" && c.success))
+    });
+    assert!(ran, "its own call is in its own chat: {done:?}");
+    let parents_calls: Vec<String> = main
+        .response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .map(|call| call["toolName"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(parents_calls, vec![task], "the parent holds only the Agent call: {main:?}");
+    let streamed = a.envelopes.iter().any(|e| e.channel == sub && matches!(e.action, StateAction::ChatResponsePart(_)));
+    assert!(streamed, "its parts reached the client as it worked");
+    let state = a.mirror.chat(&sub).cloned().expect("the subagent's chat");
+    assert!(
+        matches!(&state.origin, Some(ahp_types::state::ChatOrigin::Tool { chat: p, .. }) if *p == chat),
+        "{:?}",
+        state.origin
+    );
+    let work = a.mirror.chat(&chat).and_then(|c| c.background_work.clone()).unwrap_or_default();
+    assert!(work.is_empty(), "no longer the parent's background work once it ended: {work:?}");
+    a.check_against_snapshot(&sub).await?;
+    a.check_against_snapshot(&chat).await?;
+    a.check_against_snapshot(&session).await?;
+
+    // A subagent's command that asks: the question waits on the subagent's chat, and the answer
+    // given there reaches the agent through the parent's session.
+    let touch = json!({ "command": "touch made-by-the-subagent.txt", "description": "Make a file" });
+    let args = json!({ "description": "Make a file", "prompt": format!("TOOL:Bash ARGS:{touch}"),
+                       "subagent_type": "general-purpose", "run_in_background": false });
+    let turn_id = a.send(&chat, &format!("delegate TOOL:{task} ARGS:{args}")).await?;
+    let (s, c, old) = (session.clone(), chat.clone(), sub.clone());
+    a.until("the second subagent's chat", move |m| {
+        m.session(&s).is_some_and(|st| {
+            st.chats.iter().any(|x| {
+                x.resource != old
+                    && matches!(&x.origin, Some(ahp_types::state::ChatOrigin::Tool { chat: p, .. }) if *p == c)
+            })
+        })
+    })
+    .await?;
+    let asking = a
+        .mirror
+        .session(&session)
+        .and_then(|st| st.chats.iter().find(|x| x.resource != sub && x.origin.is_some()).map(|x| x.resource.clone()))
+        .expect("listed");
+    a.subscribe(&asking).await?;
+    let waiting = a.until_waiting_calls(&asking, 1).await?;
+    assert!(
+        a.mirror.chat(&chat).map(tests::client::waiting_calls).unwrap_or_default().is_empty(),
+        "the question is the subagent's, not its parent's"
+    );
+    a.confirm(&asking, &waiting[0].0, &waiting[0].1, true).await?;
+    let main = a.finished(&chat, &turn_id).await?;
+    assert_eq!(main.state, TurnState::Complete, "{main:?}");
+    let done = a.mirror.chat(&asking).and_then(|c| c.turns.last().cloned()).expect("its turn ended");
+    let ran = done.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call,
+            ahp_types::state::ToolCallState::Completed(c) if c.tool_name == "Bash" && c.success))
+    });
+    assert!(ran, "the allowed command ran: {done:?}");
+    a.check_against_snapshot(&asking).await?;
+    drop(a);
+    first.kill9().await?;
+
+    // Read back after a kill -9 of the daemon.
+    let second = Daemon::start_in(daemon_home.path(), claude_acp_options(&mock, home.path())).await?;
+    let mut b = TestClient::connect(&second.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&sub).await?;
+    let again = b.mirror.chat(&sub).cloned().expect("the subagent's chat came back");
+    assert_eq!(again.origin, state.origin);
+    assert_eq!(again.turns, state.turns, "read back as it was");
     Ok(())
 }
 

@@ -182,6 +182,9 @@ pub struct AgentEntry {
     pub commands: Vec<protocol::SlashCommand>,
     /// What it takes as attachments, when its probe said more than its handshake.
     pub attachments: Option<protocol::AttachmentSupport>,
+    /// Its capabilities, when its probe said more than its descriptor (this run's, or the
+    /// store's): they stand in the descriptor's stead.
+    pub capabilities: Option<ahp_types::state::AgentCapabilities>,
     /// The schema its worker last said after a probe (this run's, or the store's from an earlier
     /// one), as the worker said it: it stands until the worker's probe answers again.
     pub remembered: Option<SchemaResult>,
@@ -515,8 +518,11 @@ impl Host {
         core.cut_kept(&params.chat);
     }
 
-    fn agent_ready(&self, provider: &str, descriptor: AgentDescriptor, mut schema: SchemaResult) {
+    fn agent_ready(&self, provider: &str, mut descriptor: AgentDescriptor, mut schema: SchemaResult) {
         let mut core = self.lock();
+        if let Some(learned) = core.agent(provider).and_then(|a| a.capabilities.clone()) {
+            descriptor.capabilities = Some(learned);
+        }
         if descriptor.features.probe && schema.schema.properties.is_empty() {
             // A worker that knows its controls only once it has asked its agent (ACP): what the
             // agent offered when last probed stands until the probe answers again.
@@ -554,6 +560,12 @@ impl Host {
             entry.commands = probe.commands;
             if probe.attachments.is_some() {
                 entry.attachments = probe.attachments;
+            }
+            if let Some(capabilities) = probe.capabilities {
+                if let Some(descriptor) = entry.descriptor.as_mut() {
+                    descriptor.capabilities = Some(capabilities.clone());
+                }
+                entry.capabilities = Some(capabilities);
             }
             entry.models = remembered::with_provider(provider, probe.models);
         }

@@ -150,6 +150,7 @@ impl Core {
             working_directory: meta.working_directory.as_ref().map(|p| p.display().to_string()),
             changes: entry,
             cut: meta.cut.clone(),
+            resumable: meta.resumable,
         })
     }
 
@@ -543,7 +544,7 @@ impl Host {
                     harness: chat_record.harness.clone(),
                     working_directory: chat_record.working_directory.as_ref().map(std::path::PathBuf::from),
                     cut: chat_record.cut.clone(),
-                    resumable: false,
+                    resumable: chat_record.resumable,
                     parked: None,
                 },
             );

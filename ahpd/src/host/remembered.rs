@@ -1,6 +1,7 @@
 //! What each agent offers, remembered across restarts: an agent's models, commands and schema are
 //! read from the store when the host starts (so the first `initialize` after a restart shows them,
-//! before the agent is asked again) and written each time its worker's probe answers.
+//! before the agent is asked again) and written each time its worker's probe answers; so are the
+//! capabilities a probe learned beyond its worker's descriptor (an ACP agent's fork).
 
 use protocol::{ProbeResult, SchemaResult};
 
@@ -22,6 +23,7 @@ impl AgentEntry {
             models: with_provider(&provider, probe.models),
             commands: probe.commands,
             attachments: probe.attachments,
+            capabilities: probe.capabilities,
             remembered,
             descriptor: None,
             schema: None,

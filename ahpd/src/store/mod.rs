@@ -643,6 +643,7 @@ mod tests {
                 working_directory: None,
                 changes: None,
                 cut: None,
+                resumable: false,
             };
             store.save_chat(&record).expect("chat");
         }

@@ -96,6 +96,11 @@ pub struct ChatRecord {
     /// fork it began as).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<protocol::Cut>,
+    /// Its backend said the conversation resumes once closed (`CreateResult.resumable`: an ACP
+    /// agent that declared `loadSession`), so after a restart it may be forked, and a turn it lost
+    /// resumed, before its backend runs again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resumable: bool,
 }
 
 /// A chat that runs another agent than its session's (a session tool's `create_session` with

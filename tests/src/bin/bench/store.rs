@@ -56,6 +56,7 @@ pub fn seed_store(home: &std::path::Path, count: usize, turns: usize) -> anyhow:
                 working_directory: None,
                 changes: None,
                 cut: None,
+                resumable: false,
             })?;
             for t in 0..turns {
                 let turn = serde_json::from_value(json!({ "id": format!("t{i}-{t}"), "startedAt": at, "duration": 5,
