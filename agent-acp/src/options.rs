@@ -26,7 +26,15 @@ pub struct Preset {
 /// The ACP agents known by name.
 pub const PRESETS: &[Preset] = &[
     Preset { name: "gemini", command: "gemini", args: &["--acp"], env: &[], display_name: "Gemini CLI" },
-    Preset { name: "codex", command: "codex-acp", args: &[], env: &[], display_name: "Codex" },
+    // Codex sends usage events to OpenAI besides the model API unless told not to (`-c` overrides
+    // its config.toml); verified against a mock model provider in tests/tests/preset_codex.rs.
+    Preset {
+        name: "codex",
+        command: "codex-acp",
+        args: &["-c", "analytics.enabled=false"],
+        env: &[],
+        display_name: "Codex",
+    },
     Preset {
         name: "goose",
         command: "goose",

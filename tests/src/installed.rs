@@ -77,3 +77,32 @@ pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> st
     std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
     Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
 }
+
+/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or `None` with the reason printed when it is
+/// not installed (its tests skip).
+pub fn codex_acp() -> Option<PathBuf> {
+    let bin = std::env::var_os("AHPD_CODEX_ACP_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache().join("codex/node_modules/.bin/codex-acp"));
+    if bin.exists() {
+        return Some(bin);
+    }
+    eprintln!("skipped: {} is not installed; run scripts/deps/codex.sh or set AHPD_CODEX_ACP_BIN", bin.display());
+    None
+}
+
+/// `PATH` with `bin`'s folder first, so a preset naming the program finds this one.
+pub fn path_with(bin: &Path) -> String {
+    let folder = bin.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rest = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{rest}", folder.display())
+}
+
+/// An `agents` entry that is the `codex` preset (its program found on the PATH) with Codex talking
+/// to `mock`: `codex_home` becomes its `CODEX_HOME`, with a `config.toml` naming the mock as its
+/// model provider.
+pub fn codex_entry(mock: &crate::mocks::responses::MockResponses, codex_home: &Path) -> std::io::Result<Value> {
+    std::fs::write(codex_home.join("config.toml"), mock.codex_config_toml("gpt-5.4-mini"))?;
+    let env = json!({ "CODEX_HOME": codex_home.display().to_string(), "MOCK_API_KEY": "mock-dummy-key" });
+    Ok(json!({ "kind": "acp", "options": { "preset": "codex", "env": env } }))
+}

@@ -5,3 +5,4 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod responses;
