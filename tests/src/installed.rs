@@ -69,33 +69,49 @@ pub fn pi_bin() -> PathBuf {
 /// An `agents` entry of kind `pi` whose pi talks to `mock`, with `agent_dir` as pi's own folder
 /// (its models and settings are written there).
 pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<Value> {
+    write_pi_agent_dir(mock, agent_dir)?;
+    Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+}
+
+/// pi's own folder with its models and settings pointing at `mock`.
+fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<()> {
     std::fs::write(agent_dir.join("models.json"), mock.pi_models_json("mock").to_string())?;
     let settings = json!({
         "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
         "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
     });
-    std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
-    Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+    std::fs::write(agent_dir.join("settings.json"), settings.to_string())
 }
 
-/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or `None` with the reason printed when it is
-/// not installed (its tests skip).
-pub fn codex_acp() -> Option<PathBuf> {
-    let bin = std::env::var_os("AHPD_CODEX_ACP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache().join("codex/node_modules/.bin/codex-acp"));
+/// `$<env>`, else `relative` under the cache; `None`, with the reason printed, when it is not
+/// installed (the preset tests skip).
+fn installed_or_skip(env: &str, relative: &str, script: &str) -> Option<PathBuf> {
+    let bin = std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| cache().join(relative));
     if bin.exists() {
         return Some(bin);
     }
-    eprintln!("skipped: {} is not installed; run scripts/deps/codex.sh or set AHPD_CODEX_ACP_BIN", bin.display());
+    eprintln!("skipped: {} is not installed; run scripts/deps/{script} or set {env}", bin.display());
     None
 }
 
-/// `PATH` with `bin`'s folder first, so a preset naming the program finds this one.
-pub fn path_with(bin: &Path) -> String {
-    let folder = bin.parent().map(Path::to_path_buf).unwrap_or_default();
-    let rest = std::env::var("PATH").unwrap_or_default();
-    format!("{}:{rest}", folder.display())
+/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or `None` when it is not installed.
+pub fn codex_acp() -> Option<PathBuf> {
+    installed_or_skip("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
+}
+
+/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`) and the pi it runs, or `None` when either is
+/// not installed.
+pub fn pi_acp() -> Option<(PathBuf, PathBuf)> {
+    let adapter = installed_or_skip("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")?;
+    let pi = installed_or_skip("AHPD_PI_BIN", "pi/node_modules/.bin/pi", "pi.sh")?;
+    Some((adapter, pi))
+}
+
+/// `PATH` with the folders of `bins` first, so a preset naming a program finds these.
+pub fn path_with(bins: &[&Path]) -> String {
+    let mut folders: Vec<String> = bins.iter().filter_map(|b| b.parent()).map(|f| f.display().to_string()).collect();
+    folders.push(std::env::var("PATH").unwrap_or_default());
+    folders.join(":")
 }
 
 /// An `agents` entry that is the `codex` preset (its program found on the PATH) with Codex talking
@@ -105,4 +121,12 @@ pub fn codex_entry(mock: &crate::mocks::responses::MockResponses, codex_home: &P
     std::fs::write(codex_home.join("config.toml"), mock.codex_config_toml("gpt-5.4-mini"))?;
     let env = json!({ "CODEX_HOME": codex_home.display().to_string(), "MOCK_API_KEY": "mock-dummy-key" });
     Ok(json!({ "kind": "acp", "options": { "preset": "codex", "env": env } }))
+}
+
+/// An `agents` entry that is the `pi` ACP preset (pi-acp and pi found on the PATH) with pi talking
+/// to `mock`: `agent_dir` is pi's own folder (`PI_CODING_AGENT_DIR`), `home` its `HOME`.
+pub fn pi_acp_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path, home: &Path) -> std::io::Result<Value> {
+    write_pi_agent_dir(mock, agent_dir)?;
+    let env = json!({ "PI_CODING_AGENT_DIR": agent_dir.display().to_string(), "HOME": home.display().to_string() });
+    Ok(json!({ "kind": "acp", "options": { "preset": "pi", "env": env } }))
 }

@@ -31,7 +31,7 @@ impl World {
     fn options(&self) -> anyhow::Result<DaemonOptions> {
         let entry = codex_entry(&self.mock, self.codex_home.path())?;
         let mut options = DaemonOptions::with_config(json!({ "agents": { "codex": entry } }));
-        options.env.push(("PATH".into(), path_with(&self.bin)));
+        options.env.push(("PATH".into(), path_with(&[&self.bin])));
         Ok(options)
     }
 }
