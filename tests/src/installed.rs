@@ -130,3 +130,20 @@ pub fn pi_acp_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path, h
     let env = json!({ "PI_CODING_AGENT_DIR": agent_dir.display().to_string(), "HOME": home.display().to_string() });
     Ok(json!({ "kind": "acp", "options": { "preset": "pi", "env": env } }))
 }
+
+/// GitHub Copilot CLI (`scripts/deps/copilot.sh`), or `None` when it is not installed.
+pub fn copilot_bin() -> Option<PathBuf> {
+    installed_or_skip("AHPD_COPILOT_BIN", "copilot/node_modules/.bin/copilot", "copilot.sh")
+}
+
+/// An `agents` entry that is the `copilot` preset (found on the PATH) in its bring-your-own-key
+/// mode, talking to `mock` as an OpenAI chat completions provider, with `home` as its `HOME`.
+pub fn copilot_entry(mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "HOME": home.display().to_string(),
+        "COPILOT_PROVIDER_BASE_URL": mock.base_url(),
+        "COPILOT_PROVIDER_API_KEY": "mock-dummy-key",
+        "COPILOT_MODEL": crate::mocks::openai::MODEL_ID,
+    });
+    json!({ "kind": "acp", "options": { "preset": "copilot", "env": env } })
+}
