@@ -10,6 +10,7 @@ use ahp_types::state::{ResponsePart, SnapshotState, ToolCallState, Turn, TurnSta
 use serde_json::json;
 use tests::installed::{codex_acp, codex_entry, path_with};
 use tests::mocks::responses::MockResponses;
+use tests::turns::{active_text, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, Codex's own home and the daemon options that run the `codex` preset against the mock.
@@ -36,16 +37,6 @@ impl World {
     }
 }
 
-fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
-            _ => None,
-        })
-        .collect()
-}
-
 fn reasoning(turn: &Turn) -> String {
     turn.response_parts
         .iter()
@@ -54,49 +45,6 @@ fn reasoning(turn: &Turn) -> String {
             _ => None,
         })
         .collect()
-}
-
-fn active_text(m: &tests::Mirror, chat: &str) -> String {
-    m.chat(chat)
-        .and_then(|c| c.active_turn.as_ref())
-        .map(|t| {
-            t.response_parts
-                .iter()
-                .filter_map(|p| match p {
-                    ResponsePart::Markdown(md) => Some(md.content.as_str()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Sends `text` and allows every call the turn asks about, until it ends.
-async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
-    let turn_id = client.send(chat, text).await?;
-    loop {
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the turn to ask or end", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
-        if waiting.is_empty() {
-            return client.finished(chat, &turn_id).await;
-        }
-        for (turn, call) in waiting {
-            client.confirm(chat, &turn, &call, true).await?;
-        }
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the confirmation to be taken", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-    }
 }
 
 /// A shell command the model asks to run outside Codex's sandbox, which Codex asks about first.

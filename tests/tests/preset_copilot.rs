@@ -9,10 +9,11 @@
 //! not installed.
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ResponsePart, ToolCallState, Turn, TurnState};
+use ahp_types::state::{ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{copilot_bin, copilot_entry, path_with};
 use tests::mocks::openai::MockOpenAi;
+use tests::turns::{active_text, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, Copilot's own home and the daemon options that run the `copilot` preset against the mock.
@@ -36,59 +37,6 @@ impl World {
         let mut options = DaemonOptions::with_config(json!({ "agents": { "copilot": entry } }));
         options.env.push(("PATH".into(), path_with(&[&self.bin])));
         Ok(options)
-    }
-}
-
-fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
-            _ => None,
-        })
-        .collect()
-}
-
-fn active_text(m: &tests::Mirror, chat: &str) -> String {
-    m.chat(chat)
-        .and_then(|c| c.active_turn.as_ref())
-        .map(|t| {
-            t.response_parts
-                .iter()
-                .filter_map(|p| match p {
-                    ResponsePart::Markdown(md) => Some(md.content.as_str()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Sends `text` and allows every call the turn asks about, until it ends.
-async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
-    let turn_id = client.send(chat, text).await?;
-    loop {
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the turn to ask or end", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
-        if waiting.is_empty() {
-            return client.finished(chat, &turn_id).await;
-        }
-        for (turn, call) in waiting {
-            client.confirm(chat, &turn, &call, true).await?;
-        }
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the confirmation to be taken", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
     }
 }
 

@@ -13,10 +13,11 @@
 use std::path::PathBuf;
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ResponsePart, SnapshotState, ToolCallState, TurnState};
+use ahp_types::state::{SnapshotState, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{path_with, pi_acp, pi_acp_entry};
 use tests::mocks::openai::MockOpenAi;
+use tests::turns::{active_text, tool_calls};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, pi's own folder and home, and the daemon options that run the `pi` preset against them.
@@ -43,31 +44,6 @@ impl World {
         options.env.push(("PATH".into(), path_with(&[&self.bins.0, &self.bins.1])));
         Ok(options)
     }
-}
-
-fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
-            _ => None,
-        })
-        .collect()
-}
-
-fn active_text(m: &tests::Mirror, chat: &str) -> String {
-    m.chat(chat)
-        .and_then(|c| c.active_turn.as_ref())
-        .map(|t| {
-            t.response_parts
-                .iter()
-                .filter_map(|p| match p {
-                    ResponsePart::Markdown(md) => Some(md.content.as_str()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
