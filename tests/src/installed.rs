@@ -99,12 +99,10 @@ pub fn codex_acp() -> Option<PathBuf> {
     installed_or_skip("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
 }
 
-/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`) and the pi it runs, or `None` when either is
-/// not installed.
-pub fn pi_acp() -> Option<(PathBuf, PathBuf)> {
-    let adapter = installed_or_skip("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")?;
-    let pi = installed_or_skip("AHPD_PI_BIN", "pi/node_modules/.bin/pi", "pi.sh")?;
-    Some((adapter, pi))
+/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`), or `None` when it is not installed. Its folder
+/// also holds the pi it drives and the Node that runs both.
+pub fn pi_acp() -> Option<PathBuf> {
+    installed_or_skip("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")
 }
 
 /// `PATH` with the folders of `bins` first, so a preset naming a program finds these.

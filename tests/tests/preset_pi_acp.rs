@@ -1,14 +1,13 @@
-//! The `pi` ACP preset run for real: `pi-acp` (installed by `scripts/deps/pi-acp.sh`) found on the
-//! PATH by the preset, running the real pi (`scripts/deps/pi.sh`) whose own folder
-//! (`PI_CODING_AGENT_DIR`) points it at the scripted mock of the OpenAI chat completions API
+//! The `pi` ACP preset run for real: `pi-acp` (installed by `scripts/deps/pi-acp.sh`, with the pi 1.x
+//! it needs and the Node that runs them) found on the PATH by the preset, its pi's own folder
+//! (`PI_CODING_AGENT_DIR`) pointing it at the scripted mock of the OpenAI chat completions API
 //! (tests/src/mocks/openai.rs), driven through the real daemon and the official client and checked
 //! against the host's snapshots.
 //!
-//! pi asks nothing before it runs a tool, and pi-acp 0.0.24 passes no extension's question on
-//! (0.0.34 turns `ctx.ui.select` into `session/request_permission`, but needs a newer pi than this
-//! machine's Node runs), so no permission is asked here. pi has no MCP client and pi-acp declares
-//! no MCP transport, so the host's tools cannot reach it.
-//! Each test skips, saying why, when pi-acp or pi is not installed.
+//! pi asks nothing before it runs a tool; a pi extension does (`ctx.ui.select`), which pi-acp turns
+//! into `session/request_permission`: the permission test installs pi's own example
+//! `permission-gate.ts`. pi has no MCP client and pi-acp declares no MCP transport, so the host's
+//! tools cannot reach it. Each test skips, saying why, when pi-acp is not installed.
 
 use std::path::PathBuf;
 
@@ -25,24 +24,35 @@ struct World {
     mock: MockOpenAi,
     agent_dir: tempfile::TempDir,
     home: tempfile::TempDir,
-    bins: (PathBuf, PathBuf),
+    bin: PathBuf,
 }
 
 impl World {
-    /// `None` (the reason printed) when pi-acp or pi is not installed.
+    /// `None` (the reason printed) when pi-acp is not installed.
     async fn start() -> anyhow::Result<Option<Self>> {
-        let Some(bins) = pi_acp() else { return Ok(None) };
+        let Some(bin) = pi_acp() else { return Ok(None) };
         let mock = MockOpenAi::start().await?;
         let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-acp-agent-").tempdir()?;
         let home = tempfile::Builder::new().prefix("ahpd-pi-acp-home-").tempdir()?;
-        Ok(Some(Self { mock, agent_dir, home, bins }))
+        Ok(Some(Self { mock, agent_dir, home, bin }))
     }
 
     fn options(&self) -> anyhow::Result<DaemonOptions> {
         let entry = pi_acp_entry(&self.mock, self.agent_dir.path(), self.home.path())?;
         let mut options = DaemonOptions::with_config(json!({ "agents": { "pi": entry } }));
-        options.env.push(("PATH".into(), path_with(&[&self.bins.0, &self.bins.1])));
+        options.env.push(("PATH".into(), path_with(&[&self.bin])));
         Ok(options)
+    }
+
+    /// Installs pi's own example extension that asks before a destructive shell command.
+    fn with_permission_gate(&self) -> anyhow::Result<()> {
+        let bin_folder = self.bin.parent().unwrap_or(std::path::Path::new("."));
+        let example = bin_folder.join("../@earendil-works/pi-coding-agent/examples/extensions/permission-gate.ts");
+        let extensions = self.agent_dir.path().join("extensions");
+        std::fs::create_dir_all(&extensions)?;
+        std::fs::copy(&example, extensions.join("permission-gate.ts"))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", example.display()))?;
+        Ok(())
     }
 }
 
@@ -100,12 +110,33 @@ async fn pi_acp_opens_a_session_with_its_offers_and_streams_a_turn() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pi_acp_is_cancelled_mid_turn_and_answers_the_next_message() -> anyhow::Result<()> {
+async fn pi_acp_asks_the_client_through_a_pi_extension_and_is_cancelled() -> anyhow::Result<()> {
     let Some(world) = World::start().await? else { return Ok(()) };
+    world.with_permission_gate()?;
     let folder = tempfile::Builder::new().prefix("ahpd-pi-acp-folder-").tempdir()?;
+    for doomed in ["gone", "kept"] {
+        std::fs::create_dir(folder.path().join(doomed))?;
+    }
     let daemon = Daemon::start_with(world.options()?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = a.create_session_in("pi", folder.path()).await?;
+
+    // Asked in the client and allowed: the command runs in the session's folder.
+    let allowed = a.send(&chat, "[[bash rm -rf gone]]").await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.check_against_snapshot(&chat).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = a.finished(&chat, &allowed).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:#?}");
+    assert!(!folder.path().join("gone").exists(), "the allowed command ran: {turn:#?}");
+
+    // Denied: it does not run, and pi tells the model why.
+    let denied = a.send(&chat, "[[bash rm -rf kept]]").await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = a.finished(&chat, &denied).await?;
+    assert!(folder.path().join("kept").exists(), "the denied command did not run: {turn:#?}");
+    assert!(turn_text(&turn).contains("Blocked by user"), "{turn:#?}");
 
     // A cancel while the answer is held mid-stream, and the next message is answered.
     let held = a.send(&chat, "[[hold]] wait here").await?;
