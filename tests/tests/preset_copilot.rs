@@ -60,15 +60,17 @@ async fn copilot_opens_a_session_with_its_offers_and_streams_a_turn() -> anyhow:
     assert!(turn_text(&one).starts_with("mock reply to: "), "{one:#?}");
     let first = world.mock.requests().last().map(|r| r.all_text()).unwrap_or_default();
     assert!(first.contains("hello copilot"), "{first}");
-    // The agent's offers reach the new-session form: in its bring-your-own-key mode Copilot names no
-    // models (the one it was given is all there is), but its modes and commands.
-    let form =
-        a.request("resolveSessionConfig", json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "provider": "copilot" }));
-    let form = form.await.map_err(|e| anyhow::anyhow!("resolveSessionConfig: {e}"))?;
-    let modes = form["schema"]["properties"]["permissionMode"]["enum"].to_string();
-    assert!(modes.contains("session-modes#plan"), "{form:#}");
-    let commands = form["_meta"]["commands"].as_array().cloned().unwrap_or_default();
-    assert!(commands.iter().any(|c| c["name"] == "compact"), "{form:#}");
+    // The agent's offers reach the session: in its bring-your-own-key mode Copilot names no models
+    // (the one it was given is all there is), but its modes and its allow-all switch. (The
+    // new-session form learns them from the daemon's own probe of the agent, which a loaded
+    // machine may not have finished yet.)
+    let s = session.clone();
+    a.until("copilot's modes in the session", move |m| {
+        let values = m.session(&s).and_then(|st| st.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default();
+        values.get("permissionMode").and_then(|v| v.as_str()).is_some_and(|v| v.ends_with("session-modes#agent"))
+            && values.contains_key("acp.allow_all")
+    })
+    .await?;
 
     let two = a.turn(&chat, "[[slow]] go on").await?;
     assert_eq!(turn_text(&two), (0..20).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" "), "{two:#?}");
