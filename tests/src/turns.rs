@@ -58,3 +58,14 @@ pub async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> a
             .await?;
     }
 }
+
+/// The options the chat's running turn offers for its one call waiting to be allowed, as (label,
+/// kind).
+pub fn asked_options(m: &Mirror, chat: &str) -> Vec<(String, ahp_types::state::ConfirmationOptionKind)> {
+    let Some(turn) = m.chat(chat).and_then(|c| c.active_turn.as_ref()) else { return Vec::new() };
+    let waiting = tool_calls(&turn.response_parts).into_iter().find_map(|call| match call {
+        ToolCallState::PendingConfirmation(p) => Some(p.options.clone().unwrap_or_default()),
+        _ => None,
+    });
+    waiting.unwrap_or_default().into_iter().map(|o| (o.label, o.kind)).collect()
+}

@@ -9,11 +9,11 @@
 //! not installed.
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ToolCallState, TurnState};
+use ahp_types::state::{ConfirmationOptionKind, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{copilot_bin, copilot_entry, path_with};
 use tests::mocks::openai::MockOpenAi;
-use tests::turns::{active_text, tool_calls, turn_allowing};
+use tests::turns::{active_text, asked_options, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, Copilot's own home and the daemon options that run the `copilot` preset against the mock.
@@ -117,6 +117,9 @@ async fn copilot_asks_the_client_before_a_command_and_is_cancelled() -> anyhow::
     // A command asked about in the client and allowed: it runs in the session's folder.
     let allowed = a.send(&chat, &shell("touch allowed.txt")).await?;
     let waiting = a.until_waiting_calls(&chat, 1).await?;
+    let options = asked_options(&a.mirror, &chat);
+    assert!(matches!(options.first(), Some((_, ConfirmationOptionKind::Approve))), "approvals first: {options:?}");
+    assert!(options.iter().any(|(_, kind)| *kind == ConfirmationOptionKind::Deny), "and a refusal: {options:?}");
     a.check_against_snapshot(&chat).await?;
     a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
     let turn = a.finished(&chat, &allowed).await?;

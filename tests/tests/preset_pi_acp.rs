@@ -16,7 +16,7 @@ use ahp_types::state::{SnapshotState, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{path_with, pi_acp, pi_acp_entry};
 use tests::mocks::openai::MockOpenAi;
-use tests::turns::{active_text, tool_calls};
+use tests::turns::{active_text, asked_options, tool_calls};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, pi's own folder and home, and the daemon options that run the `pi` preset against them.
@@ -124,6 +124,9 @@ async fn pi_acp_asks_the_client_through_a_pi_extension_and_is_cancelled() -> any
     // Asked in the client and allowed: the command runs in the session's folder.
     let allowed = a.send(&chat, "[[bash rm -rf gone]]").await?;
     let waiting = a.until_waiting_calls(&chat, 1).await?;
+    // The extension's own choices, as pi-acp offers them.
+    let labels: Vec<String> = asked_options(&a.mirror, &chat).into_iter().map(|(label, _)| label).collect();
+    assert_eq!(labels, ["Yes", "No"]);
     a.check_against_snapshot(&chat).await?;
     a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
     let turn = a.finished(&chat, &allowed).await?;
