@@ -16,16 +16,22 @@ fn cache() -> PathBuf {
 
 /// `$<env>`, else `relative` under the cache; a missing program says how to install it.
 fn installed(env: &str, relative: &str, script: &str) -> PathBuf {
+    found(env, relative, script).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// `$<env>`, else `relative` under the cache, or why it is not there and how to install it.
+fn found(env: &str, relative: &str, script: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
     let bin = cache().join(relative);
-    assert!(
-        bin.exists(),
-        "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
-        bin.display()
-    );
-    bin
+    if !bin.exists() {
+        return Err(format!(
+            "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
+            bin.display()
+        ));
+    }
+    Ok(bin)
 }
 
 /// The real Claude Code CLI.
@@ -83,33 +89,16 @@ fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path)
     std::fs::write(agent_dir.join("settings.json"), settings.to_string())
 }
 
-/// `$<env>`, else `relative` under the cache; `None`, with the reason printed, when it is not
-/// installed (the preset tests skip).
-fn installed_or_skip(env: &str, relative: &str, script: &str) -> Option<PathBuf> {
-    let bin = std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| cache().join(relative));
-    if bin.exists() {
-        return Some(bin);
-    }
-    eprintln!("skipped: {} is not installed; run scripts/deps/{script} or set {env}", bin.display());
-    None
+/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or why it is not installed (its tests skip,
+/// saying so).
+pub fn codex_acp() -> Result<PathBuf, String> {
+    found("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
 }
 
-/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or `None` when it is not installed.
-pub fn codex_acp() -> Option<PathBuf> {
-    installed_or_skip("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
-}
-
-/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`), or `None` when it is not installed. Its folder
-/// also holds the pi it drives and the Node that runs both.
-pub fn pi_acp() -> Option<PathBuf> {
-    installed_or_skip("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")
-}
-
-/// `PATH` with the folders of `bins` first, so a preset naming a program finds these.
-pub fn path_with(bins: &[&Path]) -> String {
-    let mut folders: Vec<String> = bins.iter().filter_map(|b| b.parent()).map(|f| f.display().to_string()).collect();
-    folders.push(std::env::var("PATH").unwrap_or_default());
-    folders.join(":")
+/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`), or why it is not installed. Its folder also
+/// holds the pi it drives and the Node that runs both.
+pub fn pi_acp() -> Result<PathBuf, String> {
+    found("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")
 }
 
 /// An `agents` entry that is the `codex` preset (its program found on the PATH) with Codex talking
@@ -129,9 +118,9 @@ pub fn pi_acp_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path, h
     Ok(json!({ "kind": "acp", "options": { "preset": "pi", "env": env } }))
 }
 
-/// GitHub Copilot CLI (`scripts/deps/copilot.sh`), or `None` when it is not installed.
-pub fn copilot_bin() -> Option<PathBuf> {
-    installed_or_skip("AHPD_COPILOT_BIN", "copilot/node_modules/.bin/copilot", "copilot.sh")
+/// GitHub Copilot CLI (`scripts/deps/copilot.sh`), or why it is not installed.
+pub fn copilot_bin() -> Result<PathBuf, String> {
+    found("AHPD_COPILOT_BIN", "copilot/node_modules/.bin/copilot", "copilot.sh")
 }
 
 /// An `agents` entry that is the `copilot` preset (found on the PATH) in its bring-your-own-key
@@ -144,4 +133,48 @@ pub fn copilot_entry(mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Va
         "COPILOT_MODEL": crate::mocks::openai::MODEL_ID,
     });
     json!({ "kind": "acp", "options": { "preset": "copilot", "env": env } })
+}
+
+/// The real Gemini CLI, run as `gemini --acp` by the `gemini` preset, or why it is not installed
+/// (its tests skip, saying so).
+pub fn gemini_bin() -> Result<PathBuf, String> {
+    found("AHPD_GEMINI_BIN", "gemini/node_modules/.bin/gemini", "gemini.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "gemini" }`, with
+/// the folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock`, and `home` as
+/// its own `HOME` (where it keeps its settings and conversations).
+pub fn gemini_entry(command: &Path, mock: &crate::mocks::gemini::MockGemini, home: &Path) -> Value {
+    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    env.insert("HOME".into(), json!(home.display().to_string()));
+    env.insert("PATH".into(), json!(path_with(command)));
+    json!({ "kind": "acp", "preset": "gemini", "env": env })
+}
+
+/// The `PATH` with the folder of `command` first, so a preset naming the program finds this one.
+pub fn path_with(command: &Path) -> String {
+    let folder = command.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    let paths = std::iter::once(folder).chain(std::env::split_paths(&rest));
+    std::env::join_paths(paths).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Qwen Code, run as `qwen --acp` by the `qwen` preset, or why it is not installed (its tests
+/// skip, saying so).
+pub fn qwen_bin() -> Result<PathBuf, String> {
+    found("AHPD_QWEN_BIN", "qwen/node_modules/.bin/qwen", "qwen.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "qwen" }`, with the
+/// folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock` in its OpenAI
+/// dialect (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`), and `home` as its own `HOME`.
+pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "OPENAI_BASE_URL": mock.base_url(),
+        "OPENAI_API_KEY": "mock-dummy-key",
+        "OPENAI_MODEL": crate::mocks::openai::MODEL_ID,
+        "HOME": home.display().to_string(),
+        "PATH": path_with(command),
+    });
+    json!({ "kind": "acp", "preset": "qwen", "env": env })
 }

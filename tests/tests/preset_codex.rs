@@ -23,7 +23,13 @@ struct World {
 impl World {
     /// `None` (the reason printed) when codex-acp is not installed.
     async fn start() -> anyhow::Result<Option<Self>> {
-        let Some(bin) = codex_acp() else { return Ok(None) };
+        let bin = match codex_acp() {
+            Ok(bin) => bin,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return Ok(None);
+            }
+        };
         let mock = MockResponses::start().await?;
         let codex_home = tempfile::Builder::new().prefix("ahpd-codex-home-").tempdir()?;
         Ok(Some(Self { mock, codex_home, bin }))
@@ -32,7 +38,7 @@ impl World {
     fn options(&self) -> anyhow::Result<DaemonOptions> {
         let entry = codex_entry(&self.mock, self.codex_home.path())?;
         let mut options = DaemonOptions::with_config(json!({ "agents": { "codex": entry } }));
-        options.env.push(("PATH".into(), path_with(&[&self.bin])));
+        options.env.push(("PATH".into(), path_with(&self.bin)));
         Ok(options)
     }
 }

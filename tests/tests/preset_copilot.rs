@@ -26,7 +26,13 @@ struct World {
 impl World {
     /// `None` (the reason printed) when Copilot CLI is not installed.
     async fn start() -> anyhow::Result<Option<Self>> {
-        let Some(bin) = copilot_bin() else { return Ok(None) };
+        let bin = match copilot_bin() {
+            Ok(bin) => bin,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return Ok(None);
+            }
+        };
         let mock = MockOpenAi::start().await?;
         let home = tempfile::Builder::new().prefix("ahpd-copilot-home-").tempdir()?;
         Ok(Some(Self { mock, home, bin }))
@@ -35,7 +41,7 @@ impl World {
     fn options(&self) -> anyhow::Result<DaemonOptions> {
         let entry = copilot_entry(&self.mock, self.home.path());
         let mut options = DaemonOptions::with_config(json!({ "agents": { "copilot": entry } }));
-        options.env.push(("PATH".into(), path_with(&[&self.bin])));
+        options.env.push(("PATH".into(), path_with(&self.bin)));
         Ok(options)
     }
 }

@@ -30,7 +30,13 @@ struct World {
 impl World {
     /// `None` (the reason printed) when pi-acp is not installed.
     async fn start() -> anyhow::Result<Option<Self>> {
-        let Some(bin) = pi_acp() else { return Ok(None) };
+        let bin = match pi_acp() {
+            Ok(bin) => bin,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return Ok(None);
+            }
+        };
         let mock = MockOpenAi::start().await?;
         let agent_dir = tempfile::Builder::new().prefix("ahpd-pi-acp-agent-").tempdir()?;
         let home = tempfile::Builder::new().prefix("ahpd-pi-acp-home-").tempdir()?;
@@ -40,7 +46,7 @@ impl World {
     fn options(&self) -> anyhow::Result<DaemonOptions> {
         let entry = pi_acp_entry(&self.mock, self.agent_dir.path(), self.home.path())?;
         let mut options = DaemonOptions::with_config(json!({ "agents": { "pi": entry } }));
-        options.env.push(("PATH".into(), path_with(&[&self.bin])));
+        options.env.push(("PATH".into(), path_with(&self.bin)));
         Ok(options)
     }
 

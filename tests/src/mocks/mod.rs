@@ -4,5 +4,6 @@
 //! does by what it asks. No network leaves the machine.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai;
 pub mod responses;
