@@ -37,7 +37,15 @@ pub const PRESETS: &[Preset] = &[
         env: &[("GEMINI_CLI_TRUST_WORKSPACE", "true"), ("GEMINI_CLI_NO_RELAUNCH", "true")],
         display_name: "Gemini CLI",
     },
-    Preset { name: "codex", command: "codex-acp", args: &[], env: &[], display_name: "Codex" },
+    // Codex sends usage events to OpenAI besides the model API unless told not to (`-c` overrides
+    // its config.toml); verified against a mock model provider in tests/tests/preset_codex.rs.
+    Preset {
+        name: "codex",
+        command: "codex-acp",
+        args: &["-c", "analytics.enabled=false"],
+        env: &[],
+        display_name: "Codex",
+    },
     Preset {
         name: "goose",
         command: "goose",
@@ -63,7 +71,15 @@ pub const PRESETS: &[Preset] = &[
         display_name: "Qwen Code",
     },
     Preset { name: "claude", command: "claude-agent-acp", args: &[], env: &[], display_name: "Claude (ACP)" },
-    Preset { name: "pi", command: "pi-acp", args: &[], env: &[], display_name: "pi" },
+    // pi-acp hands its own environment to the pi it runs: the variables that keep pi from calling
+    // home, as the `pi` backend sets them (agent-pi/src/options.rs).
+    Preset {
+        name: "pi",
+        command: "pi-acp",
+        args: &[],
+        env: &[("PI_OFFLINE", "1"), ("PI_TELEMETRY", "0"), ("PI_SKIP_VERSION_CHECK", "1")],
+        display_name: "pi",
+    },
     Preset {
         name: "copilot",
         command: "copilot",

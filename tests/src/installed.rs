@@ -96,13 +96,64 @@ pub fn pi_bin() -> PathBuf {
 /// An `agents` entry of kind `pi` whose pi talks to `mock`, with `agent_dir` as pi's own folder
 /// (its models and settings are written there).
 pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<Value> {
+    write_pi_agent_dir(mock, agent_dir)?;
+    Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+}
+
+/// pi's own folder with its models and settings pointing at `mock`.
+fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<()> {
     std::fs::write(agent_dir.join("models.json"), mock.pi_models_json("mock").to_string())?;
     let settings = json!({
         "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
         "retry": {"enabled": true, "maxRetries": 1, "baseDelayMs": 50, "provider": {"maxRetries": 0}}
     });
-    std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
-    Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
+    std::fs::write(agent_dir.join("settings.json"), settings.to_string())
+}
+
+/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or why it is not installed (its tests skip,
+/// saying so).
+pub fn codex_acp() -> Result<PathBuf, String> {
+    found("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
+}
+
+/// The ACP adapter for pi (`scripts/deps/pi-acp.sh`), or why it is not installed. Its folder also
+/// holds the pi it drives and the Node that runs both.
+pub fn pi_acp() -> Result<PathBuf, String> {
+    found("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")
+}
+
+/// An `agents` entry that is the `codex` preset (its program found on the PATH) with Codex talking
+/// to `mock`: `codex_home` becomes its `CODEX_HOME`, with a `config.toml` naming the mock as its
+/// model provider.
+pub fn codex_entry(mock: &crate::mocks::responses::MockResponses, codex_home: &Path) -> std::io::Result<Value> {
+    std::fs::write(codex_home.join("config.toml"), mock.codex_config_toml("gpt-5.4-mini"))?;
+    let env = json!({ "CODEX_HOME": codex_home.display().to_string(), "MOCK_API_KEY": "mock-dummy-key" });
+    Ok(json!({ "kind": "acp", "options": { "preset": "codex", "env": env } }))
+}
+
+/// An `agents` entry that is the `pi` ACP preset (pi-acp and pi found on the PATH) with pi talking
+/// to `mock`: `agent_dir` is pi's own folder (`PI_CODING_AGENT_DIR`), `home` its `HOME`.
+pub fn pi_acp_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path, home: &Path) -> std::io::Result<Value> {
+    write_pi_agent_dir(mock, agent_dir)?;
+    let env = json!({ "PI_CODING_AGENT_DIR": agent_dir.display().to_string(), "HOME": home.display().to_string() });
+    Ok(json!({ "kind": "acp", "options": { "preset": "pi", "env": env } }))
+}
+
+/// GitHub Copilot CLI (`scripts/deps/copilot.sh`), or why it is not installed.
+pub fn copilot_bin() -> Result<PathBuf, String> {
+    found("AHPD_COPILOT_BIN", "copilot/node_modules/.bin/copilot", "copilot.sh")
+}
+
+/// An `agents` entry that is the `copilot` preset (found on the PATH) in its bring-your-own-key
+/// mode, talking to `mock` as an OpenAI chat completions provider, with `home` as its `HOME`.
+pub fn copilot_entry(mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "HOME": home.display().to_string(),
+        "COPILOT_PROVIDER_BASE_URL": mock.base_url(),
+        "COPILOT_PROVIDER_API_KEY": "mock-dummy-key",
+        "COPILOT_MODEL": crate::mocks::openai::MODEL_ID,
+    });
+    json!({ "kind": "acp", "options": { "preset": "copilot", "env": env } })
 }
 
 /// The real Gemini CLI, run as `gemini --acp` by the `gemini` preset, or why it is not installed
@@ -121,8 +172,8 @@ pub fn gemini_entry(command: &Path, mock: &crate::mocks::gemini::MockGemini, hom
     json!({ "kind": "acp", "preset": "gemini", "env": env })
 }
 
-/// The `PATH` with the folder of `command` first.
-fn path_with(command: &Path) -> String {
+/// The `PATH` with the folder of `command` first, so a preset naming the program finds this one.
+pub fn path_with(command: &Path) -> String {
     let folder = command.parent().map(Path::to_path_buf).unwrap_or_default();
     let rest = std::env::var_os("PATH").unwrap_or_default();
     let paths = std::iter::once(folder).chain(std::env::split_paths(&rest));

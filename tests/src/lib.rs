@@ -12,6 +12,7 @@ pub mod load;
 pub mod mcp;
 pub mod mocks;
 pub mod plugins;
+pub mod turns;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
 pub use daemon::{Daemon, DaemonOptions, Home, VerbRun};

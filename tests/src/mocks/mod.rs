@@ -6,3 +6,4 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod openai;
+pub mod responses;

@@ -42,7 +42,7 @@ pub const MODEL_ID: &str = "mock-model";
 
 /// How long a held stream waits for a release before it finishes on its own (a safety net: a test
 /// that forgets to release still ends).
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
@@ -177,21 +177,21 @@ impl MockOpenAi {
 
 /// What the mock answers with.
 #[derive(Debug, Clone, PartialEq)]
-enum Reply {
+pub(crate) enum Reply {
     Text(String),
     Tool { name: String, args: Value },
     Error(u16),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-struct Plan {
-    thinking: Option<String>,
-    reply: Reply,
-    hold: bool,
-    slow: bool,
+pub(crate) struct Plan {
+    pub(crate) thinking: Option<String>,
+    pub(crate) reply: Reply,
+    pub(crate) hold: bool,
+    pub(crate) slow: bool,
 }
 
-fn text_of(content: Option<&Value>) -> String {
+pub(crate) fn text_of(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(blocks)) => blocks
@@ -207,7 +207,7 @@ fn text_of(content: Option<&Value>) -> String {
 }
 
 /// The inside of the first `[[name ...]]` directive in `text`, after the name.
-fn directive<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn directive<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let open = format!("[[{name}");
     let mut from = 0;
     while let Some(at) = text[from..].find(&open) {
@@ -225,7 +225,7 @@ fn directive<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 
 /// The user messages a request carries, by their place in `messages`: what a later request that
 /// carries them again (a retry, the turn after a stop) does not act on a second time.
-fn user_messages(body: &Value) -> Vec<(usize, String)> {
+pub(crate) fn user_messages(body: &Value) -> Vec<(usize, String)> {
     let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     messages
         .iter()
@@ -235,7 +235,7 @@ fn user_messages(body: &Value) -> Vec<(usize, String)> {
         .collect()
 }
 
-fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
+pub(crate) fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
     let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     let plain = |reply| Plan { thinking: None, reply, hold: false, slow: false };
     if let Some(last) = messages.last() {
@@ -281,7 +281,7 @@ fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
 }
 
 /// Splits text into chunks of `n` words, keeping the spaces.
-fn chunks(text: &str, n: usize) -> Vec<String> {
+pub(crate) fn chunks(text: &str, n: usize) -> Vec<String> {
     let words: Vec<&str> = text.split(' ').collect();
     words
         .chunks(n.max(1))
@@ -292,13 +292,13 @@ fn chunks(text: &str, n: usize) -> Vec<String> {
 
 // ---------------------------------------------------------------- HTTP
 
-struct Request {
-    method: String,
-    path: String,
-    body: Value,
+pub(crate) struct Request {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) body: Value,
 }
 
-async fn read_request(reader: &mut BufReader<OwnedReadHalf>) -> Option<Request> {
+pub(crate) async fn read_request(reader: &mut BufReader<OwnedReadHalf>) -> Option<Request> {
     let mut line = String::new();
     reader.read_line(&mut line).await.ok()?;
     let mut parts = line.split_whitespace();
@@ -324,7 +324,7 @@ async fn read_request(reader: &mut BufReader<OwnedReadHalf>) -> Option<Request> 
     Some(Request { method, path, body })
 }
 
-async fn respond_json(out: &mut OwnedWriteHalf, status: u16, body: &Value) -> std::io::Result<()> {
+pub(crate) async fn respond_json(out: &mut OwnedWriteHalf, status: u16, body: &Value) -> std::io::Result<()> {
     let data = body.to_string();
     let reason = match status {
         200 => "OK",
@@ -437,7 +437,7 @@ async fn chat_completions(
 }
 
 /// Resolves once the client closes its side of the connection.
-async fn read_half_closed(mut read: OwnedReadHalf) {
+pub(crate) async fn read_half_closed(mut read: OwnedReadHalf) {
     let mut buf = [0u8; 256];
     loop {
         match read.read(&mut buf).await {
@@ -513,7 +513,7 @@ impl Sse<'_> {
 }
 
 /// A small pseudo-random number for call ids (unique enough within one test).
-fn rand_u32() -> u32 {
+pub(crate) fn rand_u32() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0x5eed);
     let n = NEXT.fetch_add(0x9e37_79b9, Ordering::Relaxed);

@@ -1,0 +1,71 @@
+//! What the tests of the real ACP agents read of a turn and how they answer it: the calls in a
+//! turn, the text streaming in the running turn, and a turn whose every question is allowed.
+
+use ahp_types::state::{ResponsePart, ToolCallState, Turn};
+
+use crate::client::waiting_calls;
+use crate::{Mirror, TestClient};
+
+/// The tool calls among a turn's parts, in order.
+pub fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The markdown the chat's running turn has streamed so far.
+pub fn active_text(m: &Mirror, chat: &str) -> String {
+    m.chat(chat)
+        .and_then(|c| c.active_turn.as_ref())
+        .map(|t| {
+            t.response_parts
+                .iter()
+                .filter_map(|p| match p {
+                    ResponsePart::Markdown(md) => Some(md.content.as_str()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sends `text` and allows every call the turn asks about, until it ends.
+pub async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
+    let turn_id = client.send(chat, text).await?;
+    loop {
+        let (c, t) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the turn to ask or end", move |m| {
+                m.chat(&c).is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !waiting_calls(s).is_empty())
+            })
+            .await?;
+        let waiting = client.mirror.chat(chat).map(waiting_calls).unwrap_or_default();
+        if waiting.is_empty() {
+            return client.finished(chat, &turn_id).await;
+        }
+        for (turn, call) in waiting {
+            client.confirm(chat, &turn, &call, true).await?;
+        }
+        let (c, t) = (chat.to_owned(), turn_id.clone());
+        client
+            .until("the confirmation to be taken", move |m| {
+                m.chat(&c).is_some_and(|s| s.turns.iter().any(|x| x.id == t) || waiting_calls(s).is_empty())
+            })
+            .await?;
+    }
+}
+
+/// The options the chat's running turn offers for its one call waiting to be allowed, as (label,
+/// kind).
+pub fn asked_options(m: &Mirror, chat: &str) -> Vec<(String, ahp_types::state::ConfirmationOptionKind)> {
+    let Some(turn) = m.chat(chat).and_then(|c| c.active_turn.as_ref()) else { return Vec::new() };
+    let waiting = tool_calls(&turn.response_parts).into_iter().find_map(|call| match call {
+        ToolCallState::PendingConfirmation(p) => Some(p.options.clone().unwrap_or_default()),
+        _ => None,
+    });
+    waiting.unwrap_or_default().into_iter().map(|o| (o.label, o.kind)).collect()
+}
