@@ -490,3 +490,24 @@ async fn worker_protocol_doc_names_every_method() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A worker killed while nothing runs, and a message sent at once, before the daemon has seen the
+/// worker go: the message starts the worker again and is answered, not failed with the dead
+/// worker's pipe.
+#[tokio::test]
+async fn a_message_sent_at_once_after_an_idle_worker_is_killed_is_answered() -> anyhow::Result<()> {
+    let config = json!({ "agents": { "echo1": { "kind": "echo" } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_s1, c1) = a.create_session("echo1", None).await?;
+    assert_eq!(turn_text(&a.turn(&c1, "first").await?), "first");
+    for round in 0..5 {
+        let victim = worker_pid(&daemon, "echo1").expect("echo1's worker");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(victim), nix::sys::signal::Signal::SIGKILL)?;
+        let next = a.turn(&c1, &format!("again {round}")).await?;
+        assert_eq!(next.state, TurnState::Complete, "round {round}: {next:?}");
+        assert_eq!(turn_text(&next), format!("again {round}"));
+    }
+    a.check_against_snapshot(&c1).await?;
+    Ok(())
+}

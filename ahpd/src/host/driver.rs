@@ -124,14 +124,17 @@ impl Driver {
                 let workspaces = self.host.lock().workspaces();
                 workspaces.turn_starting(&self.host, &self.chat, turn_id).await;
             }
-            let worker = match self.ensure().await {
-                Ok(worker) => worker,
-                Err(why) => {
-                    self.unavailable(op, why);
-                    continue;
-                }
+            let sending = match &op {
+                Op::Send { turn_id, .. } => Some(turn_id.clone()),
+                _ => None,
             };
-            self.perform(&worker, op).await;
+            match self.ensure().await {
+                Ok(worker) => self.perform(&worker, op).await,
+                Err(why) => self.unavailable(op, why),
+            }
+            if let Some(turn_id) = sending {
+                self.host.handed_over(&self.chat, &turn_id);
+            }
         }
         self.close().await;
     }
@@ -330,7 +333,18 @@ impl Driver {
             unattended,
             attachments,
         };
-        if let Err(e) = self.call(worker, parent::SEND_MESSAGE, params).await {
+        let mut sent = self.call(worker, parent::SEND_MESSAGE, &params).await;
+        if sent.is_err() && worker.peer.is_ended() && self.host.has_said_nothing(&chat, &turn_id) {
+            // The worker died before it took the prompt (killed while idle, a moment before the
+            // supervisor saw it go): the prompt goes, once, to the worker that replaces it.
+            tracing::info!(chat, "the worker ended before it took the prompt; handing it to the next one");
+            self.live = None;
+            sent = match self.ensure().await {
+                Ok(next) => self.call(&next, parent::SEND_MESSAGE, &params).await,
+                Err(why) => Err(why),
+            };
+        }
+        if let Err(e) = sent {
             self.host.send_failed(&chat, &turn_id, "sendFailed", e);
         }
     }
@@ -476,6 +490,23 @@ impl Host {
     /// True while `turn_id` is the chat's running turn.
     pub(super) fn is_running(&self, chat: &str, turn_id: &str) -> bool {
         self.lock().ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id)
+    }
+
+    /// The driver is done handing `turn_id`'s prompt over (taken, failed or never sent): a
+    /// worker that dies from now on takes the turn with it.
+    pub(super) fn handed_over(&self, chat: &str, turn_id: &str) {
+        if let Some(meta) = self.lock().chats.get_mut(chat) {
+            if meta.handing_over.as_deref() == Some(turn_id) {
+                meta.handing_over = None;
+            }
+        }
+    }
+
+    /// True while `turn_id` runs and the backend has said nothing of it yet.
+    pub(super) fn has_said_nothing(&self, chat: &str, turn_id: &str) -> bool {
+        let core = self.lock();
+        let turn = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref());
+        turn.is_some_and(|t| t.id == turn_id && t.response_parts.is_empty())
     }
 
     /// The prompt could not be handed over: the turn ends in error with the reason.

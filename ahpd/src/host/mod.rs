@@ -233,6 +233,9 @@ pub struct ChatMeta {
     /// a moment no client chose (a turn's end, a clock), so a client's message that meets it is
     /// queued behind it rather than refused (`actions.rs`).
     pub client_started: bool,
+    /// The running turn whose prompt is on its way to the worker (queued for the driver or being
+    /// sent), not yet taken: a worker that dies meanwhile leaves it to the driver (`driver.rs`).
+    pub handing_over: Option<String>,
     /// Turns that ended recently, so a late ending from the backend is recognised and dropped.
     pub ended: VecDeque<String>,
     /// A steering message handed to the backend that it has not taken yet.

@@ -533,6 +533,7 @@ impl Host {
                     live: None,
                     turn_clock: None,
                     client_started: false,
+                    handing_over: None,
                     ended: VecDeque::new(),
                     steering_offered: None,
                     titled,

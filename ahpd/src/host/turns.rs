@@ -188,7 +188,8 @@ impl Core {
         }
         // A turn the host began that nobody watches (a wakeup's) has nobody to answer it.
         let unattended = extra.is_none() && !self.is_attended(chat);
-        if let Some(meta) = self.chats.get(chat) {
+        if let Some(meta) = self.chats.get_mut(chat) {
+            meta.handing_over = Some(turn_id.clone());
             let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message, unattended, client });
         }
         self.offer_steering(chat);
@@ -460,7 +461,9 @@ impl Host {
                 meta.live = None;
             }
             let running = core.ch.chats.get(&chat).and_then(|c| c.active_turn.as_ref().map(|t| t.id.clone()));
-            if let Some(turn_id) = running {
+            let handing_over = core.chats.get(&chat).and_then(|m| m.handing_over.clone());
+            // A prompt the worker had not taken yet is the driver's to hand to the next worker.
+            if let Some(turn_id) = running.filter(|t| Some(t) != handing_over.as_ref()) {
                 // A backend that resumes turns takes this one up again when a client asks.
                 let subagent = core.ch.chats.get(&chat).and_then(super::edits::subagent_of).is_some();
                 let resumable = core.abilities(&chat).resume_turn && !subagent;

@@ -218,7 +218,10 @@ impl Supervisor {
                 seconds: until.saturating_duration_since(Instant::now()).as_secs_f64().ceil() as u64,
             };
             match &state {
-                SlotState::Running(handle) => return Ok(handle.clone()),
+                // A worker whose pipe has ended is dead, though the supervisor may not have seen
+                // it go yet: wait for the one that replaces it.
+                SlotState::Running(handle) if !handle.peer.is_ended() => return Ok(handle.clone()),
+                SlotState::Running(_) => {}
                 SlotState::Stopped => return Err(WorkerUnavailable::Stopped),
                 SlotState::Waiting { reason, until } if *until > deadline => return Err(waiting(reason, *until)),
                 SlotState::Waiting { .. } | SlotState::Starting => {}
