@@ -38,7 +38,13 @@ pub const PRESETS: &[Preset] = &[
         name: "opencode",
         command: "opencode",
         args: &["acp"],
-        env: &[("OPENCODE_DISABLE_AUTOUPDATE", "1")],
+        // No self-update, no hourly models.dev refresh (the list it ships with stays), no
+        // language-server downloads, in a worker ahpd starts per session.
+        env: &[
+            ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+            ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+            ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+        ],
         display_name: "opencode",
     },
     Preset { name: "qwen", command: "qwen", args: &["--acp"], env: &[], display_name: "Qwen Code" },
@@ -229,6 +235,11 @@ mod tests {
             AcpOptions::from_options_over(written.as_object().expect("an object"), |n| n == "GOOSE_DISABLE_KEYRING")
                 .expect("goose");
         assert_eq!(theirs.env.get("GOOSE_DISABLE_KEYRING"), None);
+        // opencode's own fetches are off: no update, no models refresh, no language-server download.
+        let opencode = options(json!({"preset": "opencode"})).expect("opencode");
+        for quiet in ["OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD"] {
+            assert_eq!(opencode.env.get(quiet).map(String::as_str), Some("1"), "{quiet}");
+        }
         for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
         {
             assert!(preset(name).is_some(), "{name}");

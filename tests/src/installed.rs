@@ -77,3 +77,54 @@ pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> st
     std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
     Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
 }
+
+/// `$<env>`, else `relative` under the cache, when it is there: the tests of a preset a person may
+/// not have installed skip, saying so, without it.
+fn found(env: &str, relative: &str) -> Option<PathBuf> {
+    std::env::var_os(env).map(PathBuf::from).or_else(|| Some(cache().join(relative)).filter(|bin| bin.exists()))
+}
+
+/// opencode (`opencode-ai`), when `scripts/deps/opencode.sh` installed it.
+pub fn opencode_bin() -> Option<PathBuf> {
+    found("AHPD_OPENCODE_BIN", "opencode/node_modules/.bin/opencode")
+}
+
+/// Kilo (`@kilocode/cli`, a fork of opencode), when `scripts/deps/opencode.sh` installed it.
+pub fn kilo_bin() -> Option<PathBuf> {
+    found("AHPD_KILO_BIN", "kilo/node_modules/.bin/kilo")
+}
+
+/// An `agents` entry of the ACP preset `preset` (`opencode` or `kilo`) running `command acp`
+/// against `mock`'s Chat Completions as the model `mock/mock-model`, with `home` as its HOME and
+/// XDG folders (where it keeps its sessions). `config` is laid over that config (permissions,
+/// say); it reaches the program as `<PRESET>_CONFIG_CONTENT`, as a person's `opencode.json` would.
+pub fn opencode_entry(
+    preset: &str,
+    command: &Path,
+    mock: &crate::mocks::openai::MockOpenAi,
+    home: &Path,
+    config: Value,
+) -> Value {
+    let model = crate::mocks::openai::MODEL_ID;
+    let mut content = json!({
+        "provider": { "mock": {
+            "npm": "@ai-sdk/openai-compatible", "name": "Mock",
+            "options": { "baseURL": mock.base_url(), "apiKey": "mock-dummy-key" },
+            "models": { model: { "name": "Mock Model" } }
+        } },
+        "model": format!("mock/{model}"),
+    });
+    if let (Some(all), Value::Object(over)) = (content.as_object_mut(), config) {
+        all.extend(over);
+    }
+    let folder = |sub: &str| json!(home.join(sub).display().to_string());
+    let env = json!({
+        "HOME": home.display().to_string(),
+        "XDG_CONFIG_HOME": folder(".config"), "XDG_DATA_HOME": folder(".local/share"),
+        "XDG_CACHE_HOME": folder(".cache"), "XDG_STATE_HOME": folder(".local/state"),
+        format!("{}_CONFIG_CONTENT", preset.to_uppercase()): content.to_string(),
+    });
+    json!({ "kind": "acp", "options": {
+        "preset": preset, "command": command.display().to_string(), "args": ["acp"], "env": env
+    } })
+}
