@@ -2,20 +2,26 @@
 //! files are tests/preset_opencode.rs and tests/preset_kilo.rs): `<program> acp` through the
 //! daemon and the official client, its model an OpenAI-compatible provider pointed at the
 //! scripted Chat Completions mock. The handshake and the agent's offers, a streamed turn, a host
-//! tool called through `/ahp-mcp`, a permission asked and answered in the client, a cancel, and the
-//! conversation loaded again after `kill -9` of the worker and after a daemon restart, judged by
-//! what the mock model is sent. Every chat folded through the official reducers equals the host's
+//! tool called through `/ahp-mcp`, a permission asked and answered in the client, a cancel, a turn
+//! `kill -9` of the worker cut off resumed, and the conversation loaded again after a daemon
+//! restart, judged by what the mock model is sent. Every chat folded through the official reducers equals the host's
 //! snapshot.
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
+use ahp_types::actions::{ChatTurnCancelledAction, ChatTurnResumeAction, StateAction};
 use ahp_types::state::{ResponsePart, RootState, ToolCallCancellationReason, ToolCallState, TurnState};
 use serde_json::{json, Value};
 
 use crate::installed::opencode_entry;
 use crate::mocks::openai::{MockOpenAi, MODEL_ID};
 use crate::{turn_text, Daemon, DaemonOptions, TestClient};
+
+/// How long an agent restarted by ahpd (after a `kill -9`, after a daemon restart) may take to
+/// start, load its conversation and ask the model: a failure bound, not a measure. The worker's
+/// probe starts a second agent beside it, and a kilo boot alone takes 10 to 40 s on a loaded
+/// 2-core machine.
+const AGENT_START: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One program of the family, installed, and what it is expected to offer.
 pub struct Family {
@@ -47,18 +53,30 @@ impl Family {
         Ok(tempfile::Builder::new().prefix(&format!("ahpd-{}-{what}-", self.preset)).tempdir()?)
     }
 
-    /// The handshake (the session opens; the agent's models, modes and commands are offered) and a
-    /// streamed turn.
+    /// Once the daemon's startup probe has said what the agent offers (the configured model among
+    /// it), a session in `folder`: (session, chat). One agent process starts at a time, as a
+    /// person's first session after the daemon starts does (on a loaded 2-core machine two booting
+    /// at once take longer than a wait's patience).
+    async fn open(&self, a: &mut TestClient, folder: &Path) -> anyhow::Result<(String, String)> {
+        self.offered(a).await?;
+        a.create_session_in(self.preset, folder).await
+    }
+
+    /// Waits until the root state lists the agent's models, the configured one among them.
+    async fn offered(&self, a: &mut TestClient) -> anyhow::Result<()> {
+        let (configured, preset) = (format!("mock/{MODEL_ID}"), self.preset);
+        a.until("the probe's offer", |m| models(m.root(), preset).contains(&configured)).await
+    }
+
+    /// The handshake (the agent's models, modes and commands offered before any session, and the
+    /// session opens) and a streamed turn.
     pub async fn opens_with_its_offers_and_streams_a_turn(&self) -> anyhow::Result<()> {
         let mock = MockOpenAi::start().await?;
         let (home, folder) = (self.temp("home")?, self.temp("folder")?);
         let daemon = Daemon::start_with(self.options(&mock, home.path(), json!({}))).await?;
         let mut a = TestClient::connect(&daemon.url, "a").await?;
-        let (session, chat) = a.create_session_in(self.preset, folder.path()).await?;
-
-        let configured = format!("mock/{MODEL_ID}");
+        self.offered(&mut a).await?;
         let preset = self.preset;
-        a.until("the agent's models", |m| models(m.root(), preset).contains(&configured)).await?;
         let resolved = a
             .request("resolveSessionConfig", json!({ "channel": ahp_types::ROOT_RESOURCE_URI, "provider": preset }))
             .await?;
@@ -66,6 +84,7 @@ impl Family {
         assert_eq!(modes, &json!(self.modes), "the agent's agents are the modes: {resolved}");
         let commands = resolved["_meta"]["commands"].as_array().cloned().unwrap_or_default();
         assert!(commands.iter().any(|c| c["name"] == "review"), "and its commands: {resolved}");
+        let (session, chat) = a.create_session_in(preset, folder.path()).await?;
 
         // Twenty words, one a piece.
         let turn = a.turn(&chat, "hello there [[slow]]").await?;
@@ -88,7 +107,7 @@ impl Family {
         let (home, folder) = (self.temp("home")?, self.temp("folder")?);
         let daemon = Daemon::start_with(self.options(&mock, home.path(), json!({}))).await?;
         let mut a = TestClient::connect(&daemon.url, "a").await?;
-        let (session, chat) = a.create_session_in(self.preset, folder.path()).await?;
+        let (session, chat) = self.open(&mut a, folder.path()).await?;
         let session_id = session.trim_start_matches("ahp-session:/").to_owned();
 
         let listed = a.turn(&chat, "[[call ahp_list_sessions {}]]").await?;
@@ -113,7 +132,7 @@ impl Family {
         let ask = json!({ "permission": { "bash": "ask" } });
         let daemon = Daemon::start_with(self.options(&mock, home.path(), ask)).await?;
         let mut a = TestClient::connect(&daemon.url, "a").await?;
-        let (session, chat) = a.create_session_in(self.preset, folder.path()).await?;
+        let (session, chat) = self.open(&mut a, folder.path()).await?;
         let bash = |file: &str| {
             let args = json!({ "command": format!("touch {file}"), "description": "Make a file" });
             format!("[[call bash {args}]]")
@@ -160,7 +179,7 @@ impl Family {
         let (home, folder) = (self.temp("home")?, self.temp("folder")?);
         let daemon = Daemon::start_with(self.options(&mock, home.path(), json!({}))).await?;
         let mut a = TestClient::connect(&daemon.url, "a").await?;
-        let (_, chat) = a.create_session_in(self.preset, folder.path()).await?;
+        let (_, chat) = self.open(&mut a, folder.path()).await?;
 
         let long = a.send(&chat, "[[hold]] wait for me").await?;
         let c = chat.clone();
@@ -181,27 +200,58 @@ impl Family {
         Ok(())
     }
 
-    /// After `kill -9` of the worker, and again after a daemon restart, the next message loads the
-    /// conversation (`session/load`) from the agent's own store: the model hears the earlier turns,
-    /// and the history the agent replays is not shown again.
-    pub async fn loads_its_conversation_after_a_kill_9_and_a_restart(&self) -> anyhow::Result<()> {
+    /// `kill -9` of the worker mid-answer fails the turn, resumably; `chat/turnResume` starts the
+    /// agent again, which loads the conversation (`session/load`) from its own store, and the turn
+    /// completes. After a daemon restart the next message loads it again. Each time the model hears
+    /// the earlier turns, and the history the agent replays is not shown again.
+    pub async fn resumes_a_turn_cut_by_a_kill_9_and_loads_after_a_restart(&self) -> anyhow::Result<()> {
         let mock = MockOpenAi::start().await?;
         let (home, folder, daemon_home) = (self.temp("home")?, self.temp("folder")?, self.temp("daemon")?);
         let options = || self.options(&mock, home.path(), json!({}));
         let mut first = Daemon::start_in(daemon_home.path(), options()).await?;
         let mut a = TestClient::connect(&first.url, "a").await?;
-        let (session, chat) = a.create_session_in(self.preset, folder.path()).await?;
+        let (session, chat) = self.open(&mut a, folder.path()).await?;
         assert_eq!(a.turn(&chat, "remember ALPHA").await?.state, TurnState::Complete);
 
+        let held = a.send(&chat, "[[hold]] remember BRAVO").await?;
+        let c = chat.clone();
+        a.until("the answer to start streaming", move |m| {
+            m.chat(&c).and_then(|s| s.active_turn.as_ref()).is_some_and(|t| !t.response_parts.is_empty())
+        })
+        .await?;
         let worker = first.worker().ok_or_else(|| anyhow::anyhow!("no worker"))?;
+        let agents = crate::daemon::descendants(worker);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
-        let after_kill = a.turn(&chat, "remember BRAVO").await?;
-        assert_eq!(after_kill.state, TurnState::Complete, "{after_kill:?}");
-        assert!(turn_text(&after_kill).starts_with("mock reply to: remember BRAVO"), "{after_kill:?}");
+        let lost = a.finished(&chat, &held).await?;
+        assert_eq!(lost.state, TurnState::Error, "{lost:?}");
+        assert!(
+            matches!(lost.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true)),
+            "the error says it can be resumed: {:?}",
+            lost.response_parts.last()
+        );
+
+        // The agent does not outlive its worker, and its held answer ends with it; the resumed
+        // request (a new agent, started and loaded, asked the same) holds again, and is let through.
+        let left = crate::daemon::until_all_gone(&agents, "the kill").await;
+        assert!(left.is_empty(), "the agent ends with its worker: {left:?}");
+        mock.until_holding(0, crate::PATIENCE).await.map_err(anyhow::Error::msg)?;
+        a.dispatch(&chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: held.clone() })).await?;
+        mock.until_holding(1, AGENT_START).await.map_err(anyhow::Error::msg)?;
+        mock.release();
+        let (c, t) = (chat.clone(), held.clone());
+        a.until("the resumed turn to complete", move |m| {
+            m.chat(&c).is_some_and(|s| {
+                s.active_turn.is_none() && s.turns.last().is_some_and(|x| x.id == t && x.state == TurnState::Complete)
+            })
+        })
+        .await?;
         let seen = last_seen(&mock);
-        assert!(seen.contains("remember ALPHA"), "the first turn reached the model again: {seen}");
+        assert!(
+            seen.contains("remember ALPHA") && seen.contains("remember BRAVO"),
+            "the conversation was loaded: {seen}"
+        );
         let roles = mock.turn_requests().last().map(roles).unwrap_or_default();
-        assert!(roles.iter().any(|r| r == "assistant"), "with its answer: {roles:?}");
+        assert!(roles.iter().any(|r| r == "assistant"), "with the first answer: {roles:?}");
         a.check_against_snapshot(&chat).await?;
         drop(a);
         first.terminate().await?;
@@ -211,7 +261,11 @@ impl Family {
         b.subscribe(&session).await?;
         b.subscribe(&chat).await?;
         assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(2), "the store kept both turns");
-        let next = b.turn(&chat, "what came before?").await?;
+        // (The agent starts and loads before the model is asked: a wait of its own.)
+        let asked_before = mock.requests().len();
+        let next = b.send(&chat, "what came before?").await?;
+        mock.wait_for_requests(asked_before + 1, AGENT_START).await.map_err(anyhow::Error::msg)?;
+        let next = b.finished(&chat, &next).await?;
         assert_eq!(next.state, TurnState::Complete, "{next:?}");
         assert!(turn_text(&next).starts_with("mock reply to: what came before?"), "{next:?}");
         let seen = last_seen(&mock);
@@ -219,6 +273,7 @@ impl Family {
             seen.contains("remember ALPHA") && seen.contains("remember BRAVO"),
             "the history reached the model: {seen}"
         );
+        assert!(seen.contains("holding on released"), "and the resumed answer: {seen}");
         assert_eq!(b.mirror.chat(&chat).map(|c| c.turns.len()), Some(3), "{:?}", b.mirror.chat(&chat));
         b.check_against_snapshot(&chat).await?;
         b.check_against_snapshot(&session).await?;

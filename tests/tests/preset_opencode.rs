@@ -35,7 +35,7 @@ async fn opencode_is_cancelled_mid_turn_and_answers_the_next() -> anyhow::Result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_loads_its_conversation_after_a_kill_9_of_the_worker_and_a_restart() -> anyhow::Result<()> {
+async fn opencode_resumes_a_turn_cut_by_a_kill_9_and_loads_after_a_restart() -> anyhow::Result<()> {
     let Some(opencode) = opencode() else { return Ok(()) };
-    opencode.loads_its_conversation_after_a_kill_9_and_a_restart().await
+    opencode.resumes_a_turn_cut_by_a_kill_9_and_loads_after_a_restart().await
 }

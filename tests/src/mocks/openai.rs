@@ -77,6 +77,7 @@ struct Shared {
     arrived: Notify,
     releases: Semaphore,
     holding: Mutex<usize>,
+    hold_changed: Notify,
 }
 
 /// The running mock; stops serving when dropped.
@@ -103,6 +104,7 @@ impl MockOpenAi {
             arrived: Notify::new(),
             releases: Semaphore::new(0),
             holding: Mutex::new(0),
+            hold_changed: Notify::new(),
         });
         let serving = shared.clone();
         let server = tokio::spawn(async move {
@@ -164,6 +166,22 @@ impl MockOpenAi {
     /// How many streams are holding right now.
     pub fn holding(&self) -> usize {
         *lock(&self.shared.holding)
+    }
+
+    /// Waits until exactly `count` streams hold, at most `within`: a test that releases a stream
+    /// after the agent that held one died waits until that one ended, or the release goes to it.
+    pub async fn until_holding(&self, count: usize, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let changed = self.shared.hold_changed.notified();
+            let now = self.holding();
+            if now == count {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(format!("{now} streams hold, not {count}, after {within:?}"));
+            }
+        }
     }
 
     /// A pi `models.json` with one provider, `provider`, pointing at this mock.
@@ -478,6 +496,7 @@ async fn read_half_closed(mut read: OwnedReadHalf) {
 
 async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
     *lock(&shared.holding) += 1;
+    shared.hold_changed.notify_waiters();
     tokio::select! {
         permit = shared.releases.acquire() => {
             if let Ok(permit) = permit {
@@ -488,6 +507,7 @@ async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
         _ = tokio::time::sleep(HOLD_LIMIT) => {}
     }
     *lock(&shared.holding) -= 1;
+    shared.hold_changed.notify_waiters();
 }
 
 fn whole_completion(plan: &Plan, model: &str) -> Value {
