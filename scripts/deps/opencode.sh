@@ -36,5 +36,7 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 1
 fi
 opencode=$(install opencode opencode-ai 1.18.33 opencode)
+# Not 7.8.1, the newest: its platform package (@kilocode/cli-linux-x64@7.8.1) is not in the npm
+# registry the test machines reach, so its postinstall fails there.
 kilo=$(install kilo @kilocode/cli 7.7.7 kilo)
 echo "opencode: $opencode; $kilo"
