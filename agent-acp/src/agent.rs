@@ -177,11 +177,13 @@ impl Agent for AcpAgent {
         }
     }
 
-    /// The controls the agent's sessions offer: none until the probe or a session has opened one,
+    /// The controls the agent's sessions offer (without the modes that act without asking, under
+    /// a policy that restricts them): none until the probe or a session has opened one,
     /// since ACP names its modes and options on `session/new`; then the last session's, with no
     /// defaults, so a session starts where the agent puts it unless somebody chose otherwise.
-    fn schema(&self, _policy: &Policy) -> SchemaResult {
+    fn schema(&self, policy: &Policy) -> SchemaResult {
         let properties = lock(&self.shared.learned).offers.as_ref().map(Offers::properties).unwrap_or_default();
+        let properties = crate::config::under_policy(properties, restricts(policy));
         SchemaResult {
             schema: SessionConfigSchema {
                 r#type: "object".into(),
@@ -213,4 +215,9 @@ impl Agent for AcpAgent {
         let session = AcpSession::open(self.shared.clone(), start, host).await?;
         Ok(Arc::new(session))
     }
+}
+
+/// Whether `policy` restricts elevated auto-approval.
+pub fn restricts(policy: &Policy) -> bool {
+    policy.auto_approve_policy_restricted == Some(true)
 }

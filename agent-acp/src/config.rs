@@ -24,6 +24,18 @@ pub const MODE_KEY: &str = "permissionMode";
 /// The prefix of every other option's key.
 pub const OPTION_PREFIX: &str = "acp.";
 
+/// The modes, among the ACP agents people use, that act without asking: claude-agent-acp's
+/// `bypassPermissions`, Gemini CLI's and Qwen Code's `yolo`, Codex's `full-access`. A window whose
+/// policy restricts elevated auto-approval is offered none of them, in the form drawn before a
+/// session exists as in the session (seed 004: "Withhold the same modes in both").
+const ELEVATED_MODES: [&str; 3] = ["bypassPermissions", "yolo", "full-access"];
+
+/// Whether setting `key` to `value` is withheld by a policy that restricts elevated
+/// auto-approval (`restricted`).
+pub fn withheld(restricted: bool, key: &str, value: &Value) -> bool {
+    restricted && key == MODE_KEY && value.as_str().is_some_and(|mode| ELEVATED_MODES.contains(&mode))
+}
+
 /// One value of a select.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
@@ -422,6 +434,27 @@ impl Offers {
     }
 }
 
+/// `properties` as a window whose policy restricts elevated auto-approval (`restricted`) is
+/// offered them: without the modes that act without asking.
+pub fn under_policy(
+    mut properties: HashMap<String, SessionConfigPropertySchema>,
+    restricted: bool,
+) -> HashMap<String, SessionConfigPropertySchema> {
+    let Some(mode) = properties.get_mut(MODE_KEY).filter(|_| restricted) else { return properties };
+    let Some(values) = mode.r#enum.take() else { return properties };
+    let kept: Vec<bool> = values.iter().map(|v| !withheld(true, MODE_KEY, v)).collect();
+    let keep = |list: Option<Vec<String>>| {
+        list.map(|list| list.into_iter().zip(&kept).filter(|(_, k)| **k).map(|(item, _)| item).collect())
+    };
+    mode.enum_labels = keep(mode.enum_labels.take());
+    mode.enum_descriptions = keep(mode.enum_descriptions.take());
+    mode.r#enum = Some(values.into_iter().zip(&kept).filter(|(_, k)| **k).map(|(v, _)| v).collect());
+    if mode.default.as_ref().is_some_and(|d| withheld(true, MODE_KEY, d)) {
+        mode.default = None;
+    }
+    properties
+}
+
 fn property(title: &str, description: Option<String>) -> SessionConfigPropertySchema {
     SessionConfigPropertySchema {
         r#type: "string".into(),
@@ -508,6 +541,28 @@ mod tests {
                 {"id": "weird", "name": "Weird", "type": "slider"}
             ]
         }))
+    }
+
+    #[test]
+    fn a_restricting_policy_withholds_the_modes_that_never_ask_with_their_labels() {
+        let offers = Offers::from_answer(&json!({
+            "modes": {"currentModeId": "yolo", "availableModes": [
+                {"id": "default", "name": "Ask first", "description": "Asks"},
+                {"id": "yolo", "name": "Never ask", "description": "Never asks"},
+                {"id": "plan", "name": "Plan", "description": "Plans"}
+            ]}
+        }));
+        let open = under_policy(offers.properties(), false);
+        assert_eq!(open[MODE_KEY].r#enum, Some(vec![json!("default"), json!("yolo"), json!("plan")]));
+        let restricted = under_policy(offers.properties(), true);
+        let mode = &restricted[MODE_KEY];
+        assert_eq!(mode.r#enum, Some(vec![json!("default"), json!("plan")]));
+        assert_eq!(mode.enum_labels, Some(vec!["Ask first".to_owned(), "Plan".to_owned()]));
+        assert_eq!(mode.enum_descriptions, Some(vec!["Asks".to_owned(), "Plans".to_owned()]));
+        assert_eq!(mode.default, None, "a withheld mode is nobody's default");
+        assert!(withheld(true, MODE_KEY, &json!("bypassPermissions")));
+        assert!(!withheld(false, MODE_KEY, &json!("yolo")));
+        assert!(!withheld(true, "acp.other", &json!("yolo")));
     }
 
     #[test]

@@ -25,7 +25,18 @@ pub struct Preset {
 
 /// The ACP agents known by name.
 pub const PRESETS: &[Preset] = &[
-    Preset { name: "gemini", command: "gemini", args: &["--acp"], env: &[], display_name: "Gemini CLI" },
+    Preset {
+        name: "gemini",
+        command: "gemini",
+        args: &["--acp"],
+        // A folder Gemini CLI does not trust gets no MCP servers (so no host tools) and no mode
+        // but `default` and `plan`; ahpd runs it in the folders a person opened sessions in, the
+        // headless use its own message says to trust by this variable. Without NO_RELAUNCH it
+        // starts a second node process of its own, which ignores SIGTERM and SIGINT and takes a
+        // second longer to answer `initialize`.
+        env: &[("GEMINI_CLI_TRUST_WORKSPACE", "true"), ("GEMINI_CLI_NO_RELAUNCH", "true")],
+        display_name: "Gemini CLI",
+    },
     Preset { name: "codex", command: "codex-acp", args: &[], env: &[], display_name: "Codex" },
     Preset {
         name: "goose",
@@ -47,7 +58,16 @@ pub const PRESETS: &[Preset] = &[
         ],
         display_name: "opencode",
     },
-    Preset { name: "qwen", command: "qwen", args: &["--acp"], env: &[], display_name: "Qwen Code" },
+    Preset {
+        name: "qwen",
+        command: "qwen",
+        args: &["--acp"],
+        // Qwen Code otherwise relaunches itself in a third node process (its launcher is a second)
+        // and takes a second longer to answer `initialize`; and it sends usage statistics to an
+        // Alibaba Cloud endpoint unless told not to.
+        env: &[("QWEN_CODE_NO_RELAUNCH", "true"), ("QWEN_USAGE_STATISTICS_ENABLED", "false")],
+        display_name: "Qwen Code",
+    },
     Preset { name: "claude", command: "claude-agent-acp", args: &[], env: &[], display_name: "Claude (ACP)" },
     Preset { name: "pi", command: "pi-acp", args: &[], env: &[], display_name: "pi" },
     Preset {
@@ -238,6 +258,10 @@ mod tests {
         assert_eq!(gemini.args, vec!["--acp"]);
         assert_eq!(gemini.display_name, "Gemini CLI");
         assert!(gemini.host_tools);
+        assert_eq!(gemini.env.get("GEMINI_CLI_NO_RELAUNCH").map(String::as_str), Some("true"));
+        let qwen = options(json!({"preset": "qwen"})).expect("qwen");
+        assert_eq!((qwen.command.as_str(), qwen.args.clone()), ("qwen", vec!["--acp".to_owned()]));
+        assert_eq!(qwen.env.get("QWEN_USAGE_STATISTICS_ENABLED").map(String::as_str), Some("false"));
         let goose = options(json!({"preset": "goose", "env": {"X": "1"}})).expect("goose");
         assert_eq!(goose.env.get("GOOSE_DISABLE_KEYRING").map(String::as_str), Some("1"));
         assert_eq!(goose.env.get("X").map(String::as_str), Some("1"));

@@ -33,7 +33,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::Shared;
 use crate::client::{self, Folders, Terminals};
-use crate::config::{request_of, Ask, AskRequest, Offers};
+use crate::config::{request_of, withheld, Ask, AskRequest, NotOffered, Offers};
 use crate::fork::History;
 use crate::mapping::{chosen_option, permission_answer, prompt_end, TurnMap};
 use agent_runner::attachments;
@@ -152,6 +152,9 @@ struct Inner {
     tools_endpoint: Option<ToolsEndpoint>,
     instructions: Vec<String>,
     additional_directories: Vec<String>,
+    /// The operator's policy restricts elevated auto-approval: the modes that act without
+    /// asking are not set, whoever asks.
+    restricted: bool,
     cwd: PathBuf,
     folders: Arc<Folders>,
     terminals: Arc<Terminals>,
@@ -202,6 +205,7 @@ impl AcpSession {
                 tools_endpoint: start.tools_endpoint.clone(),
                 instructions: start.instructions.clone(),
                 additional_directories: start.additional_directories.clone(),
+                restricted: crate::agent::restricts(&start.policy),
                 cwd,
                 folders,
                 terminals,
@@ -250,6 +254,20 @@ impl AcpSession {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         lock(&self.inner.state)
+    }
+
+    /// How to set `key` to `value` (as [`Offers::ask`] answers), a mode this session's policy
+    /// withholds being one the agent does not offer.
+    fn offered_in(&self, state: &State, key: &str, value: &Value) -> Result<Option<Ask>, NotOffered> {
+        if withheld(self.inner.restricted, key, value) {
+            return Err(NotOffered);
+        }
+        state.offers.ask(key, value)
+    }
+
+    fn offered(&self, key: &str, value: &Value) -> Result<Option<Ask>, NotOffered> {
+        let state = self.state();
+        self.offered_in(&state, key, value)
     }
 
     /// The agent process and the conversation in it: spawn, `initialize`, `authenticate`, then
@@ -532,7 +550,7 @@ impl AcpSession {
             }
         }
         for (key, value) in wanted.config {
-            let ask = self.state().offers.ask(&key, &value);
+            let ask = self.offered(&key, &value);
             match ask {
                 Ok(Some(ask)) => {
                     if let Err(why) = self.ask(link, &ask).await {
@@ -1172,7 +1190,7 @@ impl Session for AcpSession {
     async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
         let (ask, link) = {
             let state = self.state();
-            (state.offers.ask(&key, &value), state.link.clone().filter(|l| !l.peer.is_ended()))
+            (self.offered_in(&state, &key, &value), state.link.clone().filter(|l| !l.peer.is_ended()))
         };
         let ask = match ask {
             Ok(Some(ask)) => ask,

@@ -16,16 +16,22 @@ fn cache() -> PathBuf {
 
 /// `$<env>`, else `relative` under the cache; a missing program says how to install it.
 fn installed(env: &str, relative: &str, script: &str) -> PathBuf {
+    found(env, relative, script).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// `$<env>`, else `relative` under the cache, or why it is not there and how to install it.
+fn found(env: &str, relative: &str, script: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
     let bin = cache().join(relative);
-    assert!(
-        bin.exists(),
-        "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
-        bin.display()
-    );
-    bin
+    if !bin.exists() {
+        return Err(format!(
+            "{} is not installed: run scripts/test (or scripts/deps/{script}) to install it, or set {env}",
+            bin.display()
+        ));
+    }
+    Ok(bin)
 }
 
 /// The real Claude Code CLI.
@@ -78,24 +84,65 @@ pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> st
     Ok(json!({ "kind": "pi", "options": { "command": pi_bin(), "agentDir": agent_dir.display().to_string() } }))
 }
 
-/// `$<env>`, else `relative` under the cache, when it is there: the tests of a preset a person may
-/// not have installed skip, saying so, without it.
-fn found(env: &str, relative: &str) -> Option<PathBuf> {
-    std::env::var_os(env).map(PathBuf::from).or_else(|| Some(cache().join(relative)).filter(|bin| bin.exists()))
+/// The real Gemini CLI, run as `gemini --acp` by the `gemini` preset, or why it is not installed
+/// (its tests skip, saying so).
+pub fn gemini_bin() -> Result<PathBuf, String> {
+    found("AHPD_GEMINI_BIN", "gemini/node_modules/.bin/gemini", "gemini.sh")
 }
 
-/// opencode (`opencode-ai`), when `scripts/deps/opencode.sh` installed it.
-pub fn opencode_bin() -> Option<PathBuf> {
-    found("AHPD_OPENCODE_BIN", "opencode/node_modules/.bin/opencode")
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "gemini" }`, with
+/// the folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock`, and `home` as
+/// its own `HOME` (where it keeps its settings and conversations).
+pub fn gemini_entry(command: &Path, mock: &crate::mocks::gemini::MockGemini, home: &Path) -> Value {
+    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
+    env.insert("HOME".into(), json!(home.display().to_string()));
+    env.insert("PATH".into(), json!(path_with(command)));
+    json!({ "kind": "acp", "preset": "gemini", "env": env })
 }
 
-/// Kilo (`@kilocode/cli`, a fork of opencode), when `scripts/deps/opencode.sh` installed it.
-pub fn kilo_bin() -> Option<PathBuf> {
-    found("AHPD_KILO_BIN", "kilo/node_modules/.bin/kilo")
+/// The `PATH` with the folder of `command` first.
+fn path_with(command: &Path) -> String {
+    let folder = command.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    let paths = std::iter::once(folder).chain(std::env::split_paths(&rest));
+    std::env::join_paths(paths).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// An `agents` entry of the ACP preset `preset` (`opencode` or `kilo`) running `command acp`
-/// against `mock`'s Chat Completions as the model `mock/mock-model`, with `home` as its HOME and
+/// Qwen Code, run as `qwen --acp` by the `qwen` preset, or why it is not installed (its tests
+/// skip, saying so).
+pub fn qwen_bin() -> Result<PathBuf, String> {
+    found("AHPD_QWEN_BIN", "qwen/node_modules/.bin/qwen", "qwen.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "qwen" }`, with the
+/// folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock` in its OpenAI
+/// dialect (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`), and `home` as its own `HOME`.
+pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
+    let env = json!({
+        "OPENAI_BASE_URL": mock.base_url(),
+        "OPENAI_API_KEY": "mock-dummy-key",
+        "OPENAI_MODEL": crate::mocks::openai::MODEL_ID,
+        "HOME": home.display().to_string(),
+        "PATH": path_with(command),
+    });
+    json!({ "kind": "acp", "preset": "qwen", "env": env })
+}
+
+/// opencode (`opencode-ai`), run as `opencode acp` by the `opencode` preset, or why it is not
+/// installed (its tests skip, saying so).
+pub fn opencode_bin() -> Result<PathBuf, String> {
+    found("AHPD_OPENCODE_BIN", "opencode/node_modules/.bin/opencode", "opencode.sh")
+}
+
+/// Kilo (`@kilocode/cli`, a fork of opencode), run as `kilo acp` by the `kilo` preset, or why it is
+/// not installed (its tests skip, saying so).
+pub fn kilo_bin() -> Result<PathBuf, String> {
+    found("AHPD_KILO_BIN", "kilo/node_modules/.bin/kilo", "opencode.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "opencode" }` (or
+/// `"kilo"`), with the folder of the program at `command` first on its `PATH`, the model
+/// `mock/mock-model` of an OpenAI-compatible provider pointed at `mock`, and `home` as its HOME and
 /// XDG folders (where it keeps its sessions). `config` is laid over that config (permissions,
 /// say); it reaches the program as `<PRESET>_CONFIG_CONTENT`, as a person's `opencode.json` would.
 pub fn opencode_entry(
@@ -122,9 +169,8 @@ pub fn opencode_entry(
         "HOME": home.display().to_string(),
         "XDG_CONFIG_HOME": folder(".config"), "XDG_DATA_HOME": folder(".local/share"),
         "XDG_CACHE_HOME": folder(".cache"), "XDG_STATE_HOME": folder(".local/state"),
+        "PATH": path_with(command),
         format!("{}_CONFIG_CONTENT", preset.to_uppercase()): content.to_string(),
     });
-    json!({ "kind": "acp", "options": {
-        "preset": preset, "command": command.display().to_string(), "args": ["acp"], "env": env
-    } })
+    json!({ "kind": "acp", "preset": preset, "env": env })
 }

@@ -34,12 +34,20 @@ pub struct Family {
 }
 
 impl Family {
-    /// The preset `preset` run by `bin`, or `None` (saying the test skipped) when it is not installed.
-    pub fn installed(preset: &'static str, bin: Option<PathBuf>, modes: &'static [&'static str]) -> Option<Self> {
-        if bin.is_none() {
-            eprintln!("skipped: {preset} is not installed (run scripts/deps/opencode.sh, or set its AHPD_*_BIN)");
+    /// The preset `preset` run by `bin`, or `None` (saying the test skipped, and why) when it is
+    /// not installed.
+    pub fn installed(
+        preset: &'static str,
+        bin: Result<PathBuf, String>,
+        modes: &'static [&'static str],
+    ) -> Option<Self> {
+        match bin {
+            Ok(bin) => Some(Self { preset, bin, modes }),
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                None
+            }
         }
-        bin.map(|bin| Self { preset, bin, modes })
     }
 
     /// A daemon whose only agent is the preset against `mock`, its own files in `home`, `config`

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use ahp_types::actions::{SessionConfigChangedAction, StateAction};
 use ahp_types::state::RootState;
 use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::{json, Value};
@@ -165,5 +166,47 @@ async fn the_pages_new_session_form_shows_what_the_agent_offered_at_once_after_a
     std::fs::create_dir_all(&shots)?;
     browser.screenshot(&shots.join("acp-offers-new-session.png")).await?;
     browser.close().await?;
+    Ok(())
+}
+
+/// Seed 004: "Withhold the same modes in both". Under an operator's policy that restricts elevated
+/// auto-approval, the scripted agent's `yolo` (a mode that never asks) is offered neither in the
+/// form drawn before a session nor in a session: a session cannot be made in it, nor moved into
+/// it, and the modes that ask stay offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_policy_restricting_auto_approval_an_acp_agent_offers_no_mode_that_never_asks() -> anyhow::Result<()> {
+    let mut options = scripted(&[]);
+    if let Some(config) = options.config.as_mut() {
+        config["autoApprovePolicyRestricted"] = json!(true);
+    }
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    a.until("the probe's models", |m| models(m.root(), "scripted") == ["fast", "smart"]).await?;
+    assert_eq!(form(&a, "scripted").await?.0, ["default"], "the form before any session");
+
+    let refused = a
+        .request(
+            "createSession",
+            json!({ "channel": "ahp-session:/yolo", "provider": "scripted", "config": { "permissionMode": "yolo" } }),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(ahp::ClientError::Rpc(e)) if e.message == "Session configuration 'permissionMode' does not offer 'yolo'."),
+        "{refused:?}"
+    );
+
+    let (session, chat) = a.create_session("scripted", None).await?;
+    let pick = [("permissionMode".to_owned(), json!("yolo"))].into_iter().collect();
+    let seq = a
+        .dispatch(
+            &session,
+            StateAction::SessionConfigChanged(SessionConfigChangedAction { config: pick, replace: None }),
+        )
+        .await?;
+    let reason = a.refusal(seq).await?;
+    assert!(reason.contains("yolo"), "moving the session into yolo is refused: {reason}");
+    let turn = a.turn(&chat, "say still asking").await?;
+    assert_eq!(turn_text(&turn), "still asking");
+    a.check_against_snapshot(&session).await?;
     Ok(())
 }

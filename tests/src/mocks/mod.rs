@@ -4,4 +4,5 @@
 //! does by what it asks. No network leaves the machine.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai;
