@@ -57,7 +57,13 @@ pub const PRESETS: &[Preset] = &[
         name: "opencode",
         command: "opencode",
         args: &["acp"],
-        env: &[("OPENCODE_DISABLE_AUTOUPDATE", "1")],
+        // No self-update, no hourly models.dev refresh (the list it ships with stays), no
+        // language-server downloads, in a worker ahpd starts per session.
+        env: &[
+            ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+            ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+            ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+        ],
         display_name: "opencode",
     },
     Preset {
@@ -88,7 +94,19 @@ pub const PRESETS: &[Preset] = &[
         display_name: "GitHub Copilot",
     },
     Preset { name: "cursor", command: "cursor-agent", args: &["acp"], env: &[], display_name: "Cursor" },
-    Preset { name: "kilo", command: "kilo", args: &["acp"], env: &[], display_name: "Kilo" },
+    Preset {
+        name: "kilo",
+        command: "kilo",
+        args: &["acp"],
+        // opencode's quieting under Kilo's names, and its PostHog telemetry off.
+        env: &[
+            ("KILO_DISABLE_AUTOUPDATE", "1"),
+            ("KILO_DISABLE_MODELS_FETCH", "1"),
+            ("KILO_DISABLE_LSP_DOWNLOAD", "1"),
+            ("KILO_TELEMETRY_LEVEL", "off"),
+        ],
+        display_name: "Kilo",
+    },
     Preset { name: "amp", command: "amp-acp", args: &[], env: &[], display_name: "Amp" },
 ];
 
@@ -269,6 +287,14 @@ mod tests {
             AcpOptions::from_options_over(written.as_object().expect("an object"), |n| n == "GOOSE_DISABLE_KEYRING")
                 .expect("goose");
         assert_eq!(theirs.env.get("GOOSE_DISABLE_KEYRING"), None);
+        // opencode's own fetches are off: no update, no models refresh, no language-server download.
+        let opencode = options(json!({"preset": "opencode"})).expect("opencode");
+        for quiet in ["OPENCODE_DISABLE_AUTOUPDATE", "OPENCODE_DISABLE_MODELS_FETCH", "OPENCODE_DISABLE_LSP_DOWNLOAD"] {
+            assert_eq!(opencode.env.get(quiet).map(String::as_str), Some("1"), "{quiet}");
+        }
+        let kilo = options(json!({"preset": "kilo"})).expect("kilo");
+        assert_eq!(kilo.env.get("KILO_DISABLE_MODELS_FETCH").map(String::as_str), Some("1"));
+        assert_eq!(kilo.env.get("KILO_TELEMETRY_LEVEL").map(String::as_str), Some("off"));
         for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
         {
             assert!(preset(name).is_some(), "{name}");

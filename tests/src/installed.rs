@@ -199,3 +199,50 @@ pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home:
     });
     json!({ "kind": "acp", "preset": "qwen", "env": env })
 }
+
+/// opencode (`opencode-ai`), run as `opencode acp` by the `opencode` preset, or why it is not
+/// installed (its tests skip, saying so).
+pub fn opencode_bin() -> Result<PathBuf, String> {
+    found("AHPD_OPENCODE_BIN", "opencode/node_modules/.bin/opencode", "opencode.sh")
+}
+
+/// Kilo (`@kilocode/cli`, a fork of opencode), run as `kilo acp` by the `kilo` preset, or why it is
+/// not installed (its tests skip, saying so).
+pub fn kilo_bin() -> Result<PathBuf, String> {
+    found("AHPD_KILO_BIN", "kilo/node_modules/.bin/kilo", "opencode.sh")
+}
+
+/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "opencode" }` (or
+/// `"kilo"`), with the folder of the program at `command` first on its `PATH`, the model
+/// `mock/mock-model` of an OpenAI-compatible provider pointed at `mock`, and `home` as its HOME and
+/// XDG folders (where it keeps its sessions). `config` is laid over that config (permissions,
+/// say); it reaches the program as `<PRESET>_CONFIG_CONTENT`, as a person's `opencode.json` would.
+pub fn opencode_entry(
+    preset: &str,
+    command: &Path,
+    mock: &crate::mocks::openai::MockOpenAi,
+    home: &Path,
+    config: Value,
+) -> Value {
+    let model = crate::mocks::openai::MODEL_ID;
+    let mut content = json!({
+        "provider": { "mock": {
+            "npm": "@ai-sdk/openai-compatible", "name": "Mock",
+            "options": { "baseURL": mock.base_url(), "apiKey": "mock-dummy-key" },
+            "models": { model: { "name": "Mock Model" } }
+        } },
+        "model": format!("mock/{model}"),
+    });
+    if let (Some(all), Value::Object(over)) = (content.as_object_mut(), config) {
+        all.extend(over);
+    }
+    let folder = |sub: &str| json!(home.join(sub).display().to_string());
+    let env = json!({
+        "HOME": home.display().to_string(),
+        "XDG_CONFIG_HOME": folder(".config"), "XDG_DATA_HOME": folder(".local/share"),
+        "XDG_CACHE_HOME": folder(".cache"), "XDG_STATE_HOME": folder(".local/state"),
+        "PATH": path_with(command),
+        format!("{}_CONFIG_CONTENT", preset.to_uppercase()): content.to_string(),
+    });
+    json!({ "kind": "acp", "preset": preset, "env": env })
+}

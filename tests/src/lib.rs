@@ -11,6 +11,7 @@ pub mod installed;
 pub mod load;
 pub mod mcp;
 pub mod mocks;
+pub mod opencode_family;
 pub mod plugins;
 pub mod turns;
 

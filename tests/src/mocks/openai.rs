@@ -6,6 +6,7 @@
 //!
 //! | the conversation | the reply |
 //! |---|---|
+//! | a system prompt that asks for a title | text `Mock title` (opencode and kilo ask beside each first prompt) |
 //! | ends with a tool result | text `tool said: <first line of the result>` |
 //! | `[[error]]` in the last user text | HTTP 400 with an error body (not retried) |
 //! | `[[error500]]` | HTTP 500 (a client treats it as transient and retries) |
@@ -63,6 +64,11 @@ impl Recorded {
     pub fn all_text(&self) -> String {
         self.messages().iter().map(|m| text_of(m.get("content"))).collect::<Vec<_>>().join("\n")
     }
+
+    /// Whether the agent asked for the conversation's title rather than a turn of it.
+    pub fn asks_for_a_title(&self) -> bool {
+        asks_for_a_title(&self.body)
+    }
 }
 
 struct Shared {
@@ -71,6 +77,7 @@ struct Shared {
     arrived: Notify,
     releases: Semaphore,
     holding: Mutex<usize>,
+    hold_changed: Notify,
 }
 
 /// The running mock; stops serving when dropped.
@@ -97,6 +104,7 @@ impl MockOpenAi {
             arrived: Notify::new(),
             releases: Semaphore::new(0),
             holding: Mutex::new(0),
+            hold_changed: Notify::new(),
         });
         let serving = shared.clone();
         let server = tokio::spawn(async move {
@@ -129,6 +137,12 @@ impl MockOpenAi {
         lock(&self.shared.requests).iter().filter(|r| r.path.ends_with("/chat/completions")).cloned().collect()
     }
 
+    /// The chat completions requests that are turns of the conversation (not an agent's request
+    /// for a title, which runs beside the first prompt), oldest first.
+    pub fn turn_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| !r.asks_for_a_title()).collect()
+    }
+
     /// Waits until at least `count` chat completions requests arrived, at most `within`.
     pub async fn wait_for_requests(&self, count: usize, within: Duration) -> Result<Vec<Recorded>, String> {
         let deadline = tokio::time::Instant::now() + within;
@@ -152,6 +166,22 @@ impl MockOpenAi {
     /// How many streams are holding right now.
     pub fn holding(&self) -> usize {
         *lock(&self.shared.holding)
+    }
+
+    /// Waits until exactly `count` streams hold, at most `within`: a test that releases a stream
+    /// after the agent that held one died waits until that one ended, or the release goes to it.
+    pub async fn until_holding(&self, count: usize, within: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let changed = self.shared.hold_changed.notified();
+            let now = self.holding();
+            if now == count {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(format!("{now} streams hold, not {count}, after {within:?}"));
+            }
+        }
     }
 
     /// A pi `models.json` with one provider, `provider`, pointing at this mock.
@@ -235,9 +265,24 @@ pub(crate) fn user_messages(body: &Value) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// The words a title request's system prompt opens with (opencode's and kilo's title agent).
+const TITLE_PROMPT: &str = "You are a title generator";
+
+/// Whether the request's system prompt asks for a title: it runs beside a turn and carries the
+/// same user words, so its directives are not acted on.
+fn asks_for_a_title(body: &Value) -> bool {
+    let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    messages.iter().any(|m| {
+        m.get("role").and_then(Value::as_str) == Some("system") && text_of(m.get("content")).contains(TITLE_PROMPT)
+    })
+}
+
 pub(crate) fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
     let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     let plain = |reply| Plan { thinking: None, reply, hold: false, slow: false };
+    if asks_for_a_title(body) {
+        return plain(Reply::Text("Mock title".into()));
+    }
     if let Some(last) = messages.last() {
         if last.get("role").and_then(Value::as_str) == Some("tool") {
             let result = text_of(last.get("content"));
@@ -375,7 +420,9 @@ async fn chat_completions(
     let plan = {
         let mut answered = lock(&shared.answered);
         let plan = plan(body, &answered);
-        answered.extend(user_messages(body));
+        if !asks_for_a_title(body) {
+            answered.extend(user_messages(body));
+        }
         plan
     };
     if let Reply::Error(status) = plan.reply {
@@ -449,6 +496,7 @@ pub(crate) async fn read_half_closed(mut read: OwnedReadHalf) {
 
 async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
     *lock(&shared.holding) += 1;
+    shared.hold_changed.notify_waiters();
     tokio::select! {
         permit = shared.releases.acquire() => {
             if let Ok(permit) = permit {
@@ -459,6 +507,7 @@ async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
         _ = tokio::time::sleep(HOLD_LIMIT) => {}
     }
     *lock(&shared.holding) -= 1;
+    shared.hold_changed.notify_waiters();
 }
 
 fn whole_completion(plan: &Plan, model: &str) -> Value {
@@ -545,6 +594,10 @@ mod tests {
         assert_eq!(plan(&body, &none).reply, Reply::Text("mock reply to: hello\nhidden words".into()));
         let body = json!({"messages": [user("[[bash echo hi]]"), {"role": "tool", "content": "hi\n"}]});
         assert_eq!(plan(&body, &none).reply, Reply::Text("tool said: hi".into()));
+        let system = json!({"role": "system", "content": "You are a title generator. You output ONLY a thread title."});
+        let body = json!({"messages": [system, user("Generate a title"), user("[[hold]] [[call x {}]]")]});
+        let title = plan(&body, &none);
+        assert_eq!((title.reply, title.hold), (Reply::Text("Mock title".into()), false));
     }
 
     #[test]
