@@ -1,13 +1,14 @@
 //! The host's face toward its features (its own tools, `tools/`; sessions' folders and what changed
-//! in them, `worktrees/`; its terminals, `terminals/`): the one way they reach it, and the one way
-//! it reaches them.
+//! in them, `worktrees/`; its terminals, `terminals/`; Agent Merge, `agentmerge/`): the one way
+//! they reach it, and the one way it reaches them.
 //!
 //! The host knows its features only through the traits registered with it: [`Tools`] (the
 //! catalogue — which tools a session is offered, and running a call of one — and one hook for a
 //! turn's end) and [`Workspaces`] (a session's folder made before it opens, the changesets it
 //! advertises and serves, and the events that change them), both given when it is built
 //! ([`super::Host::new`]), and [`Terminals`] (opening one, its input and size, ending its process,
-//! and running a `!` command), registered with [`Host::serve_terminals`]. It never names a
+//! and running a `!` command), registered with [`Host::serve_terminals`], and [`AgentMerge`]
+//! (what its four tools do), registered with [`Host::serve_agent_merge`]. It never names a
 //! feature module. The features reach the host through this module alone: what they may read of
 //! its state ([`Core`]'s accessors below), what they may do ([`Core::apply`], the turn engine,
 //! opening sessions and chats, asking a person, opening terminal channels), and the types and
@@ -98,6 +99,31 @@ pub trait Terminals: Send + Sync + 'static {
     /// Runs a `!` command as the host's turn (said already); the feature ends the turn when the
     /// command exits. `Err` says why it could not start (the host fails the turn with it).
     fn run_command(&self, core: &mut Core, run: CommandRun) -> Result<(), String>;
+}
+
+/// What the host's Agent Merge tools ask of the Agent Merge feature: each answers its tool's
+/// text, or the refusal's sentence.
+pub trait AgentMerge: Send + Sync + 'static {
+    /// `setAgentMergeEnabled`.
+    fn configure<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `readAgentMergeCI`.
+    fn read_ci<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `replyToAgentMergeReviewThread`.
+    fn reply<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `rerunAgentMergeWorkflow`.
+    fn rerun<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+}
+
+impl Host {
+    /// Registers the Agent Merge feature (the daemon does; a host without one refuses its tools).
+    pub fn serve_agent_merge(&self, feature: std::sync::Arc<dyn AgentMerge>) {
+        self.lock().agent_merge = Some(feature);
+    }
+
+    /// The Agent Merge feature, when this host has one.
+    pub fn agent_merge(&self) -> Option<std::sync::Arc<dyn AgentMerge>> {
+        self.lock().agent_merge.clone()
+    }
 }
 
 /// Who asks for a terminal.

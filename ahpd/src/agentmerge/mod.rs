@@ -1,0 +1,114 @@
+//! Agent Merge (seed 000, issue 30): per session folder, keep the pull request of its branch
+//! green and merge it when it is ready. This room owns what the four tools do (their definitions
+//! stay in `tools/agentmerge.rs`, which reaches this room through `host::facade::AgentMerge`) and
+//! what is kept for each folder (the store's `agent_merge` table, so a folder it was turned on for
+//! stays on across restarts).
+//!
+//! It reaches the host through `host::facade` alone, as the other features do; the host knows it
+//! only as the `facade::AgentMerge` registered with `Host::serve_agent_merge`.
+
+pub mod input;
+pub mod settings;
+mod status;
+
+pub use self::status::{status, FolderStatus};
+
+use std::sync::Arc;
+
+use crate::host::facade::{self, now_iso, Caller, Pending, ToolCall};
+use crate::host::Host;
+use crate::store::AgentMergeRecord;
+
+use self::input::SET;
+use self::settings::{configuration_of, current_branch, merged};
+
+/// What a folder's watch is doing, as the tool's answer says it.
+pub(crate) const WAITING: &str = "waitingForPullRequest";
+
+/// The Agent Merge feature, registered with the host.
+#[derive(Default)]
+pub struct AgentMerge {}
+
+impl AgentMerge {
+    /// The feature, ready to register with a host.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+}
+
+impl facade::AgentMerge for AgentMerge {
+    fn configure<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move { configure(host, call) })
+    }
+
+    fn read_ci<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move { input::read_ci(&call.input).and_then(|()| unauthorized("fixCI")) })
+    }
+
+    fn reply<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move { input::reply(&call.input).and_then(|_| unauthorized("addressReviews")) })
+    }
+
+    fn rerun<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move { input::rerun(&call.input).and_then(|_| unauthorized("fixCI")) })
+    }
+}
+
+/// VS Code's refusal for a repair tool outside a repair turn, and its repair prompt's rule: stop
+/// rather than try another way.
+fn unauthorized(action: &str) -> Result<String, String> {
+    Err(format!(
+        "Agent Merge action '{action}' is not authorized for the active turn. Stop the turn without trying another method: do not use the GitHub CLI, GitHub MCP tools, or any other method for this action."
+    ))
+}
+
+/// `setAgentMergeEnabled`: turns Agent Merge on, off or different for the calling chat's folder,
+/// keeps it, and answers the configuration in force.
+fn configure(host: &Host, call: &ToolCall) -> Result<String, String> {
+    let (enabled, asked) = input::set(&call.input)?;
+    let session = call
+        .session
+        .clone()
+        .ok_or_else(|| format!("{SET} configures the folder of the chat it is called from, and this call has none."))?;
+    let mut core = host.lock();
+    if !host.ensure_loaded(&mut core, &session) {
+        return Err(format!("Agent Merge cannot be configured for unknown session {session}."));
+    }
+    let folder = call
+        .chat
+        .as_deref()
+        .and_then(|chat| core.chat_folder(chat))
+        .or_else(|| core.session(&session).and_then(|m| m.working_directory.clone()))
+        .ok_or("Agent Merge cannot be enabled for a session without a working directory.")?;
+    let key = folder.display().to_string();
+    let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
+    let was_on = current.as_ref().is_some_and(|c| c.enabled);
+    let target = match (current.as_ref().and_then(|c| c.target.clone()), enabled) {
+        (Some(target), _) => Some(target),
+        (None, true) => Some(
+            current_branch(&folder)
+                .ok_or("Agent Merge cannot be enabled because the current Git branch could not be determined.")?,
+        ),
+        (None, false) => None,
+    };
+    let enabled_by = match (&call.caller, enabled && !was_on) {
+        // Turned on now: its repair turns act for the person whose turn did it.
+        (Caller::Turn(sender), true) => sender.clone(),
+        _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
+    };
+    let next = AgentMergeRecord {
+        session,
+        folder: key,
+        enabled,
+        options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
+        target,
+        enabled_by,
+        changed_at: now_iso(),
+    };
+    core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
+    Ok(configuration_of(&next, WAITING).to_string())
+}
+
+fn kept_not(e: &dyn std::fmt::Display) -> String {
+    format!("Agent Merge's settings could not be kept: {e}")
+}

@@ -1,0 +1,52 @@
+//! What `ahpd status` shows of Agent Merge: each folder it is on for, its branch, what it follows
+//! and when it merges (never its token).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::settings::InForce;
+use super::WAITING;
+use crate::host::Core;
+
+/// One folder Agent Merge is on for, as `ahpd status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FolderStatus {
+    /// The session it was turned on from.
+    pub session: String,
+    /// The folder.
+    pub folder: PathBuf,
+    /// The branch whose pull request it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// When it merges: `always`, `ifUnchanged` or `never`.
+    pub merges: String,
+    /// What it follows: `checks`, `reviews`, `conflicts`.
+    pub watches: Vec<String>,
+    /// What its watch is doing.
+    pub monitoring: String,
+}
+
+/// Every folder Agent Merge is on for, from the store.
+pub fn status(core: &Core) -> Vec<FolderStatus> {
+    let records = core.store().agent_merges().unwrap_or_else(|e| {
+        tracing::error!("could not read Agent Merge's settings: {e}");
+        Vec::new()
+    });
+    records
+        .into_iter()
+        .filter(|r| r.enabled)
+        .map(|r| {
+            let in_force = InForce::of(&r.options);
+            FolderStatus {
+                session: r.session,
+                folder: PathBuf::from(r.folder),
+                branch: r.target,
+                watches: in_force.watches().into_iter().map(str::to_owned).collect(),
+                merges: in_force.merge_pull_request,
+                monitoring: WAITING.to_owned(),
+            }
+        })
+        .collect()
+}
