@@ -247,7 +247,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     worktrees.start(&host);
     host.run_events(events_rx);
     host.serve_terminals(crate::terminals::Terminals::new(&host));
-    host.serve_agent_merge(crate::agentmerge::AgentMerge::new());
+    host.serve_agent_merge(crate::agentmerge::AgentMerge::new(crate::agentmerge::Settings::of(config)));
     let facts = Arc::new(
         Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered)
             .with_recovery(recovered.clone()),

@@ -7,10 +7,37 @@ use std::path::Path;
 use ahp_types::state::{ResponsePart, ToolCallState, Turn};
 use serde_json::{json, Value};
 use tests::git::git;
+use tests::mcp::call_tools;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
+/// The token the tests lend the daemon, through the variable `agentMergeToken` names.
+const TOKEN: &str = "ghp_agentMergeTestToken0123456789";
+
 fn notes_config() -> Value {
-    json!({ "agents": { "notes": { "kind": "notes" } } })
+    json!({ "agents": { "notes": { "kind": "notes", "options": { "revealEndpoint": true } } },
+            "agentMergeToken": { "env": "AM_TEST_TOKEN" } })
+}
+
+/// A daemon lent [`TOKEN`], with a `gh` on its PATH that has no token to give.
+fn lent_a_token(bin: &Path) -> anyhow::Result<DaemonOptions> {
+    let mut options = DaemonOptions::with_config(notes_config());
+    options.env.push(("AM_TEST_TOKEN".into(), TOKEN.into()));
+    options.env.push(("PATH".into(), fake_gh(bin, None)?));
+    Ok(options)
+}
+
+/// Writes a `gh` into `bin` whose `auth token` prints `token` (or, with none, fails as a signed
+/// out gh does); answers a PATH that finds it first.
+fn fake_gh(bin: &Path, token: Option<&str>) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let answer = match token {
+        Some(token) => format!("echo {token}; exit 0"),
+        None => "echo 'no oauth token found for github.com' >&2; exit 1".to_owned(),
+    };
+    let script = bin.join("gh");
+    std::fs::write(&script, format!("#!/bin/sh\nif [ \"$1 $2\" = \"auth token\" ]; then {answer}; fi\nexit 1\n"))?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok(format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
 }
 
 /// A repository on branch `feature` whose `origin` is `owner/repo` on GitHub.
@@ -35,6 +62,24 @@ fn tool_said(turn: &Turn, name: &str) -> (bool, String) {
     (success.unwrap_or(false), text)
 }
 
+/// The session's tools endpoint, as the notes agent was handed it.
+async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
+    let said = turn_text(&client.turn(chat, "endpoint").await?);
+    let mut words = said.split_whitespace().skip(1);
+    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
+    Ok((url.to_owned(), token.to_owned()))
+}
+
+fn ok(result: &Value) -> String {
+    assert_eq!(result["isError"], false, "expected success: {result}");
+    result["text"].as_str().unwrap_or("").to_owned()
+}
+
+fn refused(result: &Value) -> String {
+    assert_eq!(result["isError"], true, "expected a refusal: {result}");
+    result["text"].as_str().unwrap_or("").to_owned()
+}
+
 /// Has the notes agent's model call `name` with `args` in a turn of `chat`.
 async fn call_in_turn(client: &mut TestClient, chat: &str, name: &str, args: Value) -> anyhow::Result<(bool, String)> {
     let turn = client.turn(chat, &format!("call {name} {args}")).await?;
@@ -53,7 +98,8 @@ async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_s
     let repo = tempfile::tempdir()?;
     repository(repo.path());
     let folder = repo.path().canonicalize()?;
-    let mut daemon = Daemon::start_in(home.path(), DaemonOptions::with_config(notes_config())).await?;
+    let bin = tempfile::tempdir()?;
+    let mut daemon = Daemon::start_in(home.path(), lent_a_token(bin.path())?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = a.create_session_in("notes", &folder).await?;
     let answer =
@@ -73,7 +119,7 @@ async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_s
 
     // Killed with SIGKILL: what the tool said is kept was kept.
     daemon.kill9().await?;
-    let daemon = Daemon::start_in(home.path(), DaemonOptions::with_config(notes_config())).await?;
+    let daemon = Daemon::start_in(home.path(), lent_a_token(bin.path())?).await?;
     let status = daemon.status().await?;
     assert_eq!(&status["agentMerge"], shown, "still in force after the restart, before any client came");
     let words = tests::daemon::run_ahpd(&daemon.home, &["status"]).await?;
@@ -99,5 +145,147 @@ async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_s
     let off = configure(&mut b, &chat, json!({ "enabled": false })).await?;
     assert_eq!(off["monitoring"], "disabled");
     assert_eq!(daemon.status().await?["agentMerge"], json!([]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn agent_merge_configures_the_chats_folder_and_refuses_repairs_outside_a_repair_turn() -> anyhow::Result<()> {
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let plain = tempfile::tempdir()?;
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path())?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    let (url, token) = endpoint(&mut a, &chat).await?;
+    let results = call_tools(
+        &url,
+        &token,
+        &[
+            ("setAgentMergeEnabled", json!({ "enabled": true })),
+            ("setAgentMergeEnabled", json!({ "enabled": true, "fixCI": false, "mergePullRequest": "always" })),
+            ("setAgentMergeEnabled", json!({ "enabled": false })),
+            ("setAgentMergeEnabled", json!({})),
+            ("setAgentMergeEnabled", json!({ "enabled": true, "mergePullRequest": "sometimes" })),
+            ("setAgentMergeEnabled", json!({ "enabled": true, "session": "elsewhere" })),
+            ("setAgentMergeEnabled", json!({ "enabled": true, "fixCI": 1 })),
+            ("readAgentMergeCI", json!({})),
+            ("replyToAgentMergeReviewThread", json!({ "threadId": "T_1", "body": "Fixed." })),
+            ("rerunAgentMergeWorkflow", json!({ "runId": "42" })),
+            ("readAgentMergeCI", json!({ "mode": "tail" })),
+            ("replyToAgentMergeReviewThread", json!({ "body": "Fixed." })),
+            ("rerunAgentMergeWorkflow", json!({ "runId": "42", "failedJobsOnly": "yes" })),
+        ],
+    )
+    .await?;
+    let defaults = json!({ "addressReviews": true, "fixCI": true, "resolveConflicts": true, "mergePullRequest": "never", "mergeMethod": "auto", "replyAttribution": true });
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok(&results[0]))?,
+        json!({ "enabled": true, "configuration": defaults, "monitoring": "waitingForPullRequest", "target": { "branchName": "feature" } })
+    );
+    let mut changed = defaults.clone();
+    changed["fixCI"] = json!(false);
+    changed["mergePullRequest"] = json!("always");
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok(&results[1]))?,
+        json!({ "enabled": true, "configuration": changed, "monitoring": "waitingForPullRequest", "target": { "branchName": "feature" } }),
+        "the answer says when it merges"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok(&results[2]))?,
+        json!({ "enabled": false, "configuration": changed, "monitoring": "disabled" }),
+        "options persist while it is off"
+    );
+    assert_eq!(refused(&results[3]), "Invalid setAgentMergeEnabled input: enabled must be a boolean.");
+    assert_eq!(
+        refused(&results[4]),
+        "Invalid setAgentMergeEnabled input: mergePullRequest must be always, ifUnchanged, or never."
+    );
+    assert_eq!(refused(&results[5]), "Invalid setAgentMergeEnabled input: unsupported configuration option.");
+    assert_eq!(refused(&results[6]), "Invalid setAgentMergeEnabled input: fixCI must be a boolean.");
+    let end_the_turn = "is not authorized for the active turn. Stop the turn without trying another method: do not use the GitHub CLI, GitHub MCP tools, or any other method for this action.";
+    assert_eq!(refused(&results[7]), format!("Agent Merge action 'fixCI' {end_the_turn}"));
+    assert_eq!(refused(&results[8]), format!("Agent Merge action 'addressReviews' {end_the_turn}"));
+    assert_eq!(refused(&results[9]), format!("Agent Merge action 'fixCI' {end_the_turn}"));
+    assert_eq!(refused(&results[10]), "Invalid readAgentMergeCI input: evidenceId must be a non-empty string.");
+    assert_eq!(
+        refused(&results[11]),
+        "Invalid replyToAgentMergeReviewThread input: threadId must be a non-empty string."
+    );
+    assert_eq!(refused(&results[12]), "Invalid rerunAgentMergeWorkflow input: failedJobsOnly must be a boolean.");
+
+    // A folder that is no Git checkout has no branch to watch.
+    let (_s2, chat2) = a.create_session_in("notes", plain.path()).await?;
+    let (success, text) = call_in_turn(&mut a, &chat2, "setAgentMergeEnabled", json!({ "enabled": true })).await?;
+    assert!(!success);
+    assert_eq!(text, "Agent Merge cannot be enabled because the current Git branch could not be determined.");
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_token_enabling_is_refused_and_gh_lends_its_own() -> anyhow::Result<()> {
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let mut options = DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }));
+    options.env.push(("PATH".into(), fake_gh(bin.path(), None)?));
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    let (success, text) = call_in_turn(&mut a, &chat, "setAgentMergeEnabled", json!({ "enabled": true })).await?;
+    assert!(!success);
+    assert_eq!(
+        text,
+        "Agent Merge needs a GitHub token: sign the gh CLI in to github.com (gh auth login --hostname github.com), or name one in ahpd's config with agentMergeToken ({\"env\": \"NAME\"} or {\"file\": \"PATH\"}) and restart ahpd."
+    );
+    assert_eq!(daemon.status().await?["agentMerge"], json!([]), "nothing was turned on");
+    // Turning it off needs no token.
+    let (success, _) = call_in_turn(&mut a, &chat, "setAgentMergeEnabled", json!({ "enabled": false })).await?;
+    assert!(success);
+
+    // Once gh is signed in, its token is the one lent.
+    fake_gh(bin.path(), Some("gho_fromTheGhCli"))?;
+    let answer = configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    assert_eq!(answer["enabled"], true);
+    assert!(!daemon.log().contains("gho_fromTheGhCli"), "gh's token is in no log");
+
+    // A variable agentMergeToken names that is not set is said so.
+    let mut options = DaemonOptions::with_config(notes_config());
+    options.env.push(("PATH".into(), fake_gh(bin.path(), None)?));
+    let daemon = Daemon::start_with(options).await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    let (_session, chat) = b.create_session_in("notes", repo.path()).await?;
+    let (success, text) = call_in_turn(&mut b, &chat, "setAgentMergeEnabled", json!({ "enabled": true })).await?;
+    assert!(!success);
+    assert_eq!(
+        text,
+        "Agent Merge needs a GitHub token: the environment variable AM_TEST_TOKEN that agentMergeToken names is not set in ahpd's environment; set it and restart ahpd."
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_token_is_in_no_log_status_or_config_output() -> anyhow::Result<()> {
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path())?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
+
+    let status = daemon.status().await?;
+    assert_eq!(status["config"]["agentMergeToken"], "<set>", "the key shows as set");
+    let words = tests::daemon::run_ahpd(&daemon.home, &["status"]).await?;
+    let config = tests::daemon::run_ahpd(&daemon.home, &["config"]).await?;
+    assert!(config.stdout.contains("agentMergeToken"), "{}", config.stdout);
+    for (what, text) in [
+        ("the log", daemon.log()),
+        ("status --json", status.to_string()),
+        ("status", words.stdout + &words.stderr),
+        ("config", config.stdout + &config.stderr),
+    ] {
+        assert!(!text.contains(TOKEN), "the token is in {what}: {text}");
+    }
     Ok(())
 }

@@ -7,9 +7,12 @@
 //! It reaches the host through `host::facade` alone, as the other features do; the host knows it
 //! only as the `facade::AgentMerge` registered with `Host::serve_agent_merge`.
 
+mod command;
 pub mod input;
+pub mod remote;
 pub mod settings;
 mod status;
+pub mod token;
 
 pub use self::status::{status, FolderStatus};
 
@@ -20,25 +23,42 @@ use crate::host::Host;
 use crate::store::AgentMergeRecord;
 
 use self::input::SET;
+use self::remote::Remote;
 use self::settings::{configuration_of, current_branch, merged};
+use self::token::TokenSource;
 
 /// What a folder's watch is doing, as the tool's answer says it.
 pub(crate) const WAITING: &str = "waitingForPullRequest";
 
+/// What the daemon's config says of Agent Merge (the `agentMerge*` keys).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Where the GitHub token is read (`agentMergeToken`); `None`: the `gh` CLI's.
+    pub token: Option<TokenSource>,
+}
+
+impl Settings {
+    /// The settings the config names.
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self { token: TokenSource::of_config(&config.get("agentMergeToken")) }
+    }
+}
+
 /// The Agent Merge feature, registered with the host.
-#[derive(Default)]
-pub struct AgentMerge {}
+pub struct AgentMerge {
+    settings: Settings,
+}
 
 impl AgentMerge {
     /// The feature, ready to register with a host.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    pub fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self { settings })
     }
 }
 
 impl facade::AgentMerge for AgentMerge {
     fn configure<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
-        Box::pin(async move { configure(host, call) })
+        Box::pin(self.configure(host, call))
     }
 
     fn read_ci<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
@@ -62,51 +82,59 @@ fn unauthorized(action: &str) -> Result<String, String> {
     ))
 }
 
-/// `setAgentMergeEnabled`: turns Agent Merge on, off or different for the calling chat's folder,
-/// keeps it, and answers the configuration in force.
-fn configure(host: &Host, call: &ToolCall) -> Result<String, String> {
-    let (enabled, asked) = input::set(&call.input)?;
-    let session = call
-        .session
-        .clone()
-        .ok_or_else(|| format!("{SET} configures the folder of the chat it is called from, and this call has none."))?;
-    let mut core = host.lock();
-    if !host.ensure_loaded(&mut core, &session) {
-        return Err(format!("Agent Merge cannot be configured for unknown session {session}."));
+impl AgentMerge {
+    /// `setAgentMergeEnabled`: turns Agent Merge on, off or different for the calling chat's
+    /// folder, keeps it, and answers the configuration in force. Turning it on needs what the
+    /// watch needs: the branch, a GitHub `origin` and a token; nothing is kept when one is missing.
+    async fn configure(&self, host: &Host, call: &ToolCall) -> Result<String, String> {
+        let (enabled, asked) = input::set(&call.input)?;
+        let session = call.session.clone().ok_or_else(|| {
+            format!("{SET} configures the folder of the chat it is called from, and this call has none.")
+        })?;
+        let folder = {
+            let mut core = host.lock();
+            if !host.ensure_loaded(&mut core, &session) {
+                return Err(format!("Agent Merge cannot be configured for unknown session {session}."));
+            }
+            call.chat
+                .as_deref()
+                .and_then(|chat| core.chat_folder(chat))
+                .or_else(|| core.session(&session).and_then(|m| m.working_directory.clone()))
+                .ok_or("Agent Merge cannot be enabled for a session without a working directory.")?
+        };
+        let key = folder.display().to_string();
+        let branch = current_branch(&folder);
+        if enabled {
+            let kept = host.lock().store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
+            if kept.and_then(|k| k.target).or_else(|| branch.clone()).is_none() {
+                return Err(
+                    "Agent Merge cannot be enabled because the current Git branch could not be determined.".into()
+                );
+            }
+            let remote = Remote::of(&folder).await?;
+            token::token(self.settings.token.as_ref(), &remote.host, &folder).await?;
+        }
+        let core = host.lock();
+        let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
+        let was_on = current.as_ref().is_some_and(|c| c.enabled);
+        let target = current.as_ref().and_then(|c| c.target.clone()).or(if enabled { branch } else { None });
+        let enabled_by = match (&call.caller, enabled && !was_on) {
+            // Turned on now: its repair turns act for the person whose turn did it.
+            (Caller::Turn(sender), true) => sender.clone(),
+            _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
+        };
+        let next = AgentMergeRecord {
+            session,
+            folder: key,
+            enabled,
+            options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
+            target,
+            enabled_by,
+            changed_at: now_iso(),
+        };
+        core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
+        Ok(configuration_of(&next, WAITING).to_string())
     }
-    let folder = call
-        .chat
-        .as_deref()
-        .and_then(|chat| core.chat_folder(chat))
-        .or_else(|| core.session(&session).and_then(|m| m.working_directory.clone()))
-        .ok_or("Agent Merge cannot be enabled for a session without a working directory.")?;
-    let key = folder.display().to_string();
-    let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
-    let was_on = current.as_ref().is_some_and(|c| c.enabled);
-    let target = match (current.as_ref().and_then(|c| c.target.clone()), enabled) {
-        (Some(target), _) => Some(target),
-        (None, true) => Some(
-            current_branch(&folder)
-                .ok_or("Agent Merge cannot be enabled because the current Git branch could not be determined.")?,
-        ),
-        (None, false) => None,
-    };
-    let enabled_by = match (&call.caller, enabled && !was_on) {
-        // Turned on now: its repair turns act for the person whose turn did it.
-        (Caller::Turn(sender), true) => sender.clone(),
-        _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
-    };
-    let next = AgentMergeRecord {
-        session,
-        folder: key,
-        enabled,
-        options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
-        target,
-        enabled_by,
-        changed_at: now_iso(),
-    };
-    core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
-    Ok(configuration_of(&next, WAITING).to_string())
 }
 
 fn kept_not(e: &dyn std::fmt::Display) -> String {
