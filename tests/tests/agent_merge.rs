@@ -8,6 +8,7 @@ use ahp_types::state::{ResponsePart, ToolCallState, Turn};
 use serde_json::{json, Value};
 use tests::git::git;
 use tests::mcp::call_tools;
+use tests::mocks::github::{MockGitHub, Script};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The token the tests lend the daemon, through the variable `agentMergeToken` names.
@@ -18,12 +19,20 @@ fn notes_config() -> Value {
             "agentMergeToken": { "env": "AM_TEST_TOKEN" } })
 }
 
-/// A daemon lent [`TOKEN`], with a `gh` on its PATH that has no token to give.
-fn lent_a_token(bin: &Path) -> anyhow::Result<DaemonOptions> {
-    let mut options = DaemonOptions::with_config(notes_config());
+/// A daemon lent [`TOKEN`], with a `gh` on its PATH that has no token to give, whose Agent Merge
+/// asks `github` and looks every 50 ms.
+fn lent_a_token(bin: &Path, github: &MockGitHub) -> anyhow::Result<DaemonOptions> {
+    let mut options = DaemonOptions::with_config(asking(notes_config(), github));
     options.env.push(("AM_TEST_TOKEN".into(), TOKEN.into()));
     options.env.push(("PATH".into(), fake_gh(bin, None)?));
     Ok(options)
+}
+
+/// `config` with Agent Merge asking `github`, every 50 ms.
+fn asking(mut config: Value, github: &MockGitHub) -> Value {
+    config["agentMergeApiUrl"] = json!(github.api_url());
+    config["agentMergePollMs"] = json!(50);
+    config
 }
 
 /// Writes a `gh` into `bin` whose `auth token` prints `token` (or, with none, fails as a signed
@@ -42,10 +51,25 @@ fn fake_gh(bin: &Path, token: Option<&str>) -> anyhow::Result<String> {
 
 /// A repository on branch `feature` whose `origin` is `owner/repo` on GitHub.
 fn repository(dir: &Path) {
+    repository_named(dir, "repo");
+}
+
+/// A repository on branch `feature` whose `origin` is `owner/<name>` on GitHub.
+fn repository_named(dir: &Path, name: &str) {
     git(dir, &["init", "-q", "-b", "main"]);
     git(dir, &["commit", "-q", "--allow-empty", "-m", "first"]);
     git(dir, &["checkout", "-q", "-b", "feature"]);
-    git(dir, &["remote", "add", "origin", "https://github.com/owner/repo.git"]);
+    git(dir, &["remote", "add", "origin", &format!("https://github.com/owner/{name}.git")]);
+}
+
+/// An open pull request of `owner/<repo>`'s `feature` at `sha`, with checks that passed.
+fn open_pull(script: &mut Script, number: u64, sha: &str) {
+    script.pulls.push(json!({ "number": number, "html_url": format!("https://github.com/owner/repo/pull/{number}"),
+                              "head": { "sha": sha, "ref": "feature" }, "mergeable_state": "blocked", "draft": false }));
+    script.check_runs.insert(
+        sha.to_owned(),
+        vec![json!({ "id": 1, "name": "build", "status": "completed", "conclusion": "success" })],
+    );
 }
 
 /// What a tool call in a finished turn answered: whether it succeeded, and its text.
@@ -94,12 +118,13 @@ async fn configure(client: &mut TestClient, chat: &str, args: Value) -> anyhow::
 
 #[tokio::test]
 async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_status() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
     let home = tempfile::Builder::new().prefix("ahpd-agent-merge-").tempdir()?;
     let repo = tempfile::tempdir()?;
     repository(repo.path());
     let folder = repo.path().canonicalize()?;
     let bin = tempfile::tempdir()?;
-    let mut daemon = Daemon::start_in(home.path(), lent_a_token(bin.path())?).await?;
+    let mut daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = a.create_session_in("notes", &folder).await?;
     let answer =
@@ -119,7 +144,7 @@ async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_s
 
     // Killed with SIGKILL: what the tool said is kept was kept.
     daemon.kill9().await?;
-    let daemon = Daemon::start_in(home.path(), lent_a_token(bin.path())?).await?;
+    let daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
     let status = daemon.status().await?;
     assert_eq!(&status["agentMerge"], shown, "still in force after the restart, before any client came");
     let words = tests::daemon::run_ahpd(&daemon.home, &["status"]).await?;
@@ -150,11 +175,12 @@ async fn enabled_agent_merge_is_kept_for_the_folder_across_a_kill_and_shown_by_s
 
 #[tokio::test]
 async fn agent_merge_configures_the_chats_folder_and_refuses_repairs_outside_a_repair_turn() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
     let repo = tempfile::tempdir()?;
     repository(repo.path());
     let plain = tempfile::tempdir()?;
     let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path())?).await?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
     let (url, token) = endpoint(&mut a, &chat).await?;
@@ -224,10 +250,12 @@ async fn agent_merge_configures_the_chats_folder_and_refuses_repairs_outside_a_r
 
 #[tokio::test]
 async fn without_a_token_enabling_is_refused_and_gh_lends_its_own() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
     let repo = tempfile::tempdir()?;
     repository(repo.path());
     let bin = tempfile::tempdir()?;
-    let mut options = DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }));
+    let mut options =
+        DaemonOptions::with_config(asking(json!({ "agents": { "notes": { "kind": "notes" } } }), &github));
     options.env.push(("PATH".into(), fake_gh(bin.path(), None)?));
     let daemon = Daemon::start_with(options).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
@@ -250,7 +278,7 @@ async fn without_a_token_enabling_is_refused_and_gh_lends_its_own() -> anyhow::R
     assert!(!daemon.log().contains("gho_fromTheGhCli"), "gh's token is in no log");
 
     // A variable agentMergeToken names that is not set is said so.
-    let mut options = DaemonOptions::with_config(notes_config());
+    let mut options = DaemonOptions::with_config(asking(notes_config(), &github));
     options.env.push(("PATH".into(), fake_gh(bin.path(), None)?));
     let daemon = Daemon::start_with(options).await?;
     let mut b = TestClient::connect(&daemon.url, "b").await?;
@@ -266,10 +294,11 @@ async fn without_a_token_enabling_is_refused_and_gh_lends_its_own() -> anyhow::R
 
 #[tokio::test]
 async fn the_token_is_in_no_log_status_or_config_output() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
     let repo = tempfile::tempdir()?;
     repository(repo.path());
     let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path())?).await?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
     configure(&mut a, &chat, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
@@ -287,5 +316,84 @@ async fn the_token_is_in_no_log_status_or_config_output() -> anyhow::Result<()> 
     ] {
         assert!(!text.contains(TOKEN), "the token is in {what}: {text}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_watch_follows_the_pull_request_with_conditional_requests_and_resumes_after_a_kill() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| open_pull(s, 7, "abc123"));
+    let home = tempfile::Builder::new().prefix("ahpd-agent-merge-").tempdir()?;
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let mut daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+
+    // The same question asked again carries the ETag of the last answer, and an unchanged answer
+    // is a 304.
+    let pull = "/repos/owner/repo/pulls/7";
+    let seen = github.until(|all| all.iter().any(|r| r.path == pull && r.status == 304)).await;
+    let first = seen.iter().find(|r| r.path == pull).expect("asked");
+    assert_eq!(first.if_none_match, None, "the first ask is unconditional");
+    assert_eq!(first.authorization.as_deref(), Some(format!("Bearer {TOKEN}").as_str()), "the lent token is sent");
+    assert!(seen.iter().any(|r| r.path == "/repos/owner/repo/pulls?head=owner%3Afeature&state=open"), "{seen:?}");
+    assert!(seen.iter().any(|r| r.path == "/repos/owner/repo/commits/abc123/check-runs"));
+    assert!(seen.iter().any(|r| r.graphql_operation() == Some("reviewThreads")));
+    let status = daemon.status().await?;
+    assert_eq!(status["agentMerge"][0]["monitoring"], "monitoringPullRequest", "{status}");
+    assert!(!daemon.log().contains(TOKEN), "the token is in no log");
+
+    // Killed and started again, it watches again before any client comes.
+    daemon.kill9().await?;
+    let asked_before = github.count("/repos/owner/repo/pulls");
+    let _daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
+    github.until_more("/repos/owner/repo/pulls", 2).await;
+    assert!(github.count("/repos/owner/repo/pulls") > asked_before);
+    Ok(())
+}
+
+#[tokio::test]
+async fn turning_it_off_or_deleting_the_session_stops_every_request() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    // Three folders on three repositories: one turned off, one deleted, one watching on as the
+    // clock the test reads.
+    let mut chats = Vec::new();
+    let mut repos = Vec::new();
+    for name in ["off", "deleted", "watching"] {
+        let repo = tempfile::tempdir()?;
+        repository_named(repo.path(), name);
+        let (session, chat) = a.create_session_in("notes", repo.path()).await?;
+        configure(&mut a, &chat, json!({ "enabled": true })).await?;
+        chats.push((session, chat));
+        repos.push(repo);
+    }
+    for name in ["off", "deleted", "watching"] {
+        github.until_more(&format!("/repos/owner/{name}/"), 2).await;
+    }
+
+    // Turned off: once the tool answers, nothing more is asked for it.
+    let off = configure(&mut a, &chats[0].1, json!({ "enabled": false })).await?;
+    assert_eq!(off["monitoring"], "disabled");
+    let asked_off = github.count("/repos/owner/off/");
+
+    // Its session deleted: its watch ends.
+    a.request("disposeSession", json!({ "channel": chats[1].0 })).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    github.until_more("/repos/owner/watching/", 4).await;
+    let asked_deleted = github.count("/repos/owner/deleted/");
+    github.until_more("/repos/owner/watching/", 8).await;
+    assert_eq!(github.count("/repos/owner/off/"), asked_off, "nothing was asked for the folder turned off");
+    assert_eq!(github.count("/repos/owner/deleted/"), asked_deleted, "nothing was asked for the deleted session");
+    let status = daemon.status().await?;
+    let shown: Vec<&str> = status["agentMerge"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["session"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(shown, vec![chats[2].0.as_str()], "{status}");
     Ok(())
 }

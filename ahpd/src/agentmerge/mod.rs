@@ -8,11 +8,13 @@
 //! only as the `facade::AgentMerge` registered with `Host::serve_agent_merge`.
 
 mod command;
+pub mod github;
 pub mod input;
 pub mod remote;
 pub mod settings;
 mod status;
 pub mod token;
+mod watch;
 
 pub use self::status::{status, FolderStatus};
 
@@ -27,32 +29,49 @@ use self::remote::Remote;
 use self::settings::{configuration_of, current_branch, merged};
 use self::token::TokenSource;
 
-/// What a folder's watch is doing, as the tool's answer says it.
-pub(crate) const WAITING: &str = "waitingForPullRequest";
-
 /// What the daemon's config says of Agent Merge (the `agentMerge*` keys).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Where the GitHub token is read (`agentMergeToken`); `None`: the `gh` CLI's.
     pub token: Option<TokenSource>,
+    /// The REST API's base URL (`agentMergeApiUrl`); `None`: the one the remote's host serves.
+    pub api_url: Option<String>,
+    /// How long a watch waits between looks at its pull request (`agentMergePollMs`).
+    pub poll: std::time::Duration,
 }
 
 impl Settings {
     /// The settings the config names.
     pub fn of(config: &crate::config::Config) -> Self {
-        Self { token: TokenSource::of_config(&config.get("agentMergeToken")) }
+        Self {
+            token: TokenSource::of_config(&config.get("agentMergeToken")),
+            api_url: config.string("agentMergeApiUrl"),
+            poll: std::time::Duration::from_millis(config.u64("agentMergePollMs")),
+        }
     }
 }
 
 /// The Agent Merge feature, registered with the host.
 pub struct AgentMerge {
     settings: Settings,
+    watches: watch::Watches,
 }
 
 impl AgentMerge {
     /// The feature, ready to register with a host.
     pub fn new(settings: Settings) -> Arc<Self> {
-        Arc::new(Self { settings })
+        Arc::new(Self { settings, watches: watch::Watches::default() })
+    }
+
+    /// Starts the watch of every folder Agent Merge is on for, as the daemon starts.
+    pub fn resume(&self, host: &Host) {
+        let records = host.lock().store().agent_merges().unwrap_or_else(|e| {
+            tracing::error!("could not read Agent Merge's settings: {e}");
+            Vec::new()
+        });
+        for record in records.iter().filter(|r| r.enabled) {
+            self.watches.start(host, &self.settings, record);
+        }
     }
 }
 
@@ -71,6 +90,14 @@ impl facade::AgentMerge for AgentMerge {
 
     fn rerun<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
         Box::pin(async move { input::rerun(&call.input).and_then(|_| unauthorized("fixCI")) })
+    }
+
+    fn session_removed(&self, session: &str) {
+        self.watches.stop_session(session);
+    }
+
+    fn monitoring(&self, session: &str, folder: &str) -> Option<String> {
+        self.watches.monitoring(&(session.to_owned(), folder.to_owned())).map(|m| m.word().to_owned())
     }
 }
 
@@ -114,26 +141,36 @@ impl AgentMerge {
             let remote = Remote::of(&folder).await?;
             token::token(self.settings.token.as_ref(), &remote.host, &folder).await?;
         }
-        let core = host.lock();
-        let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
-        let was_on = current.as_ref().is_some_and(|c| c.enabled);
-        let target = current.as_ref().and_then(|c| c.target.clone()).or(if enabled { branch } else { None });
-        let enabled_by = match (&call.caller, enabled && !was_on) {
-            // Turned on now: its repair turns act for the person whose turn did it.
-            (Caller::Turn(sender), true) => sender.clone(),
-            _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
+        let next = {
+            let core = host.lock();
+            let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
+            let was_on = current.as_ref().is_some_and(|c| c.enabled);
+            let target = current.as_ref().and_then(|c| c.target.clone()).or(if enabled { branch } else { None });
+            let enabled_by = match (&call.caller, enabled && !was_on) {
+                // Turned on now: its repair turns act for the person whose turn did it.
+                (Caller::Turn(sender), true) => sender.clone(),
+                _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
+            };
+            let next = AgentMergeRecord {
+                session,
+                folder: key,
+                enabled,
+                options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
+                target,
+                enabled_by,
+                changed_at: now_iso(),
+            };
+            core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
+            next
         };
-        let next = AgentMergeRecord {
-            session,
-            folder: key,
-            enabled,
-            options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
-            target,
-            enabled_by,
-            changed_at: now_iso(),
-        };
-        core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
-        Ok(configuration_of(&next, WAITING).to_string())
+        let key = (next.session.clone(), next.folder.clone());
+        if enabled {
+            self.watches.start(host, &self.settings, &next);
+        } else {
+            self.watches.stop(&key).await;
+        }
+        let monitoring = self.watches.monitoring(&key).unwrap_or(watch::Monitoring::WaitingForPullRequest);
+        Ok(configuration_of(&next, monitoring.word()).to_string())
     }
 }
 

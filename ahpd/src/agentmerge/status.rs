@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::settings::InForce;
-use super::WAITING;
+use crate::host::facade;
 use crate::host::Core;
 
 /// One folder Agent Merge is on for, as `ahpd status` shows it.
@@ -28,8 +28,8 @@ pub struct FolderStatus {
     pub monitoring: String,
 }
 
-/// Every folder Agent Merge is on for, from the store.
-pub fn status(core: &Core) -> Vec<FolderStatus> {
+/// Every folder Agent Merge is on for, from the store, with what its watch is doing.
+pub fn status(core: &Core, feature: Option<&dyn facade::AgentMerge>) -> Vec<FolderStatus> {
     let records = core.store().agent_merges().unwrap_or_else(|e| {
         tracing::error!("could not read Agent Merge's settings: {e}");
         Vec::new()
@@ -39,13 +39,16 @@ pub fn status(core: &Core) -> Vec<FolderStatus> {
         .filter(|r| r.enabled)
         .map(|r| {
             let in_force = InForce::of(&r.options);
+            let (session, folder) = (r.session, r.folder);
             FolderStatus {
-                session: r.session,
-                folder: PathBuf::from(r.folder),
+                monitoring: feature
+                    .and_then(|f| f.monitoring(&session, &folder))
+                    .unwrap_or_else(|| "stopped".to_owned()),
+                session,
+                folder: PathBuf::from(folder),
                 branch: r.target,
                 watches: in_force.watches().into_iter().map(str::to_owned).collect(),
                 merges: in_force.merge_pull_request,
-                monitoring: WAITING.to_owned(),
             }
         })
         .collect()

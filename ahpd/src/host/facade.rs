@@ -112,6 +112,10 @@ pub trait AgentMerge: Send + Sync + 'static {
     fn reply<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
     /// `rerunAgentMergeWorkflow`.
     fn rerun<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// A session is being deleted: its folders' watches stop. Called under the host's lock.
+    fn session_removed(&self, session: &str);
+    /// What the watch of a session's folder is doing (`None`: no watch runs for it).
+    fn monitoring(&self, session: &str, folder: &str) -> Option<String>;
 }
 
 impl Host {
