@@ -87,6 +87,7 @@ fn a_version_four_store_gains_agent_merges_table_and_keeps_a_folders_settings() 
     let record = ahpd::store::AgentMergeRecord {
         session: "ahp-session:/old-1".into(),
         folder: "/work/repo".into(),
+        chat: None,
         enabled: true,
         options: ahpd::store::AgentMergeOptions { merge_pull_request: Some("always".into()), ..Default::default() },
         target: Some("feature".into()),

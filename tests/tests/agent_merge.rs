@@ -104,6 +104,36 @@ fn refused(result: &Value) -> String {
     result["text"].as_str().unwrap_or("").to_owned()
 }
 
+/// Every tool call a turn completed: (tool, input, success, what it answered).
+fn calls_of(turn: &Turn) -> Vec<(String, Value, bool, String)> {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                ToolCallState::Completed(c) => {
+                    let shown = serde_json::to_value(c).unwrap_or_default();
+                    let input =
+                        shown["toolInput"].as_str().and_then(|i| serde_json::from_str(i).ok()).unwrap_or_default();
+                    let text = shown["content"][0]["text"].as_str().unwrap_or("").to_owned();
+                    let error = shown["error"]["message"].as_str().unwrap_or("").to_owned();
+                    Some((c.tool_name.clone(), input, c.success, if text.is_empty() { error } else { text }))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits for the chat's turn whose message begins with `prefix` to end, and answers it.
+async fn ended_turn(client: &mut TestClient, chat: &str, prefix: &str) -> anyhow::Result<Turn> {
+    let found = |m: &tests::Mirror| {
+        m.chat(chat).and_then(|c| c.turns.iter().find(|t| t.message.text.starts_with(prefix)).cloned())
+    };
+    client.until(&format!("a turn beginning {prefix:?}"), |m| found(m).is_some()).await?;
+    found(&client.mirror).ok_or_else(|| anyhow::anyhow!("no turn beginning {prefix:?}"))
+}
+
 /// Has the notes agent's model call `name` with `args` in a turn of `chat`.
 async fn call_in_turn(client: &mut TestClient, chat: &str, name: &str, args: Value) -> anyhow::Result<(bool, String)> {
     let turn = client.turn(chat, &format!("call {name} {args}")).await?;
@@ -204,7 +234,7 @@ async fn agent_merge_configures_the_chats_folder_and_refuses_repairs_outside_a_r
         ],
     )
     .await?;
-    let defaults = json!({ "addressReviews": true, "fixCI": true, "resolveConflicts": true, "mergePullRequest": "never", "mergeMethod": "auto", "replyAttribution": true });
+    let defaults = json!({ "addressReviews": true, "fixCI": true, "resolveConflicts": true, "mergePullRequest": "never", "mergeMethod": "squash", "replyAttribution": true });
     assert_eq!(
         serde_json::from_str::<Value>(&ok(&results[0]))?,
         json!({ "enabled": true, "configuration": defaults, "monitoring": "waitingForPullRequest", "target": { "branchName": "feature" } })
@@ -395,5 +425,133 @@ async fn turning_it_off_or_deleting_the_session_stops_every_request() -> anyhow:
         .map(|a| a.iter().filter_map(|f| f["session"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(shown, vec![chats[2].0.as_str()], "{status}");
+    Ok(())
+}
+
+/// A log of thirty lines whose twentieth says what failed.
+fn job_log() -> String {
+    (1..=30)
+        .map(|n| if n == 20 { "error: ASSERTION failed: left == right".to_owned() } else { format!("step output {n}") })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_the_rerun() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    let evidence = "job-99-attempt-1";
+    // The check's summary is what the scripted model does in the repair turn: each line a call.
+    let model = [
+        json!({}).to_string(),
+        json!({ "mode": "tail", "evidenceId": evidence, "lineCount": 3 }).to_string(),
+        json!({ "mode": "range", "evidenceId": evidence, "startLine": 10, "endLine": 12 }).to_string(),
+        json!({ "mode": "search", "evidenceId": evidence, "query": "assertion FAILED", "contextLines": 1 }).to_string(),
+        json!({ "mode": "tail", "evidenceId": "job-7-attempt-1" }).to_string(),
+    ]
+    .iter()
+    .map(|args| format!("call readAgentMergeCI {args}"))
+    .chain([
+        "call rerunAgentMergeWorkflow {\"runId\": \"42\"}".to_owned(),
+        "call rerunAgentMergeWorkflow {\"runId\": \"42\"}".to_owned(),
+    ])
+    .collect::<Vec<_>>()
+    .join("\n");
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.check_runs.insert("abc123".into(), vec![json!({ "id": 5, "name": "build", "status": "completed", "conclusion": "failure",
+            "output": { "title": "Tests failed", "summary": model } })]);
+        s.runs.insert("abc123".into(), vec![json!({ "id": 42, "name": "CI", "status": "in_progress", "conclusion": null, "run_attempt": 1, "head_sha": "abc123" })]);
+        s.jobs.insert(42, vec![
+            json!({ "id": 99, "run_id": 42, "name": "build", "status": "completed", "conclusion": "failure",
+                    "steps": [{ "name": "Run tests", "number": 3, "conclusion": "failure" }] }),
+            json!({ "id": 100, "run_id": 42, "name": "slow", "status": "in_progress", "conclusion": null, "steps": [] }),
+        ]);
+        s.logs.insert(99, job_log());
+    });
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+
+    let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
+    let prompt = &repair.message.text;
+    assert!(prompt.contains("Failed required checks: build."), "{prompt}");
+    assert!(
+        prompt
+            .contains(&format!("Failed job 99 \"build\" of workflow run 42 \"CI\" (attempt 1), evidence {evidence}.")),
+        "{prompt}"
+    );
+    let calls = calls_of(&repair);
+    assert_eq!(calls.len(), 7, "{calls:?}");
+    let answer = |mode: &str| -> Value {
+        let found = calls.iter().find(|c| {
+            c.0 == "readAgentMergeCI"
+                && c.1.get("mode").and_then(Value::as_str).unwrap_or("summary") == mode
+                && c.1.get("evidenceId").and_then(Value::as_str) != Some("job-7-attempt-1")
+        });
+        let (_, _, success, text) = found.expect("called");
+        assert!(success, "{mode}: {text}");
+        serde_json::from_str(text).expect("JSON")
+    };
+    let summary = answer("summary");
+    assert_eq!(summary["jobs"][0]["evidenceId"], evidence);
+    assert_eq!(summary["jobs"][0]["failedSteps"], json!(["Run tests"]));
+    assert_eq!(answer("tail")["lines"], "28: step output 28\n29: step output 29\n30: step output 30\n");
+    assert_eq!(answer("tail")["complete"], true);
+    assert_eq!(answer("range")["lines"], "10: step output 10\n11: step output 11\n12: step output 12\n");
+    let search = answer("search");
+    assert_eq!(search["matches"][0]["line"], 20);
+    assert_eq!(
+        search["matches"][0]["lines"],
+        "19: step output 19\n20: error: ASSERTION failed: left == right\n21: step output 21\n"
+    );
+    let foreign = calls
+        .iter()
+        .find(|c| c.1.get("evidenceId").and_then(Value::as_str) == Some("job-7-attempt-1"))
+        .expect("called");
+    assert!(!foreign.2 && foreign.3.contains("is not one of this Agent Merge turn's failed jobs"), "{foreign:?}");
+
+    // The rerun is asked once; while the run's attempt goes on it is deferred.
+    let mut reruns: Vec<&str> =
+        calls.iter().filter(|c| c.0 == "rerunAgentMergeWorkflow").map(|c| c.3.as_str()).collect();
+    reruns.sort();
+    assert!(reruns[0].starts_with("The rerun of workflow run 42 was already asked for in this turn."), "{reruns:?}");
+    assert!(
+        reruns[1].starts_with(
+            "Workflow run 42 attempt 1 is still in_progress: Agent Merge reruns it once that attempt finishes"
+        ),
+        "{reruns:?}"
+    );
+    assert!(github.read(|s| s.reruns.is_empty()), "nothing rerun while the attempt goes on");
+    // Once the attempt ends, the watch reruns it, once.
+    github.script(|s| {
+        let run = &mut s.runs.get_mut("abc123").expect("runs")[0];
+        run["status"] = json!("completed");
+        run["conclusion"] = json!("failure");
+    });
+    github
+        .until(|all| all.iter().any(|r| r.method == "POST" && r.path.ends_with("/actions/runs/42/rerun-failed-jobs")))
+        .await;
+    github.until_more("/repos/owner/repo/pulls", 4).await;
+    assert_eq!(github.read(|s| s.reruns.clone()), vec![(42, true)], "rerun once");
+
+    // Outside the repair turn, the three refuse in the seed's words.
+    let end_the_turn = "is not authorized for the active turn. Stop the turn without trying another method: do not use the GitHub CLI, GitHub MCP tools, or any other method for this action.";
+    for (tool, args, action) in [
+        ("readAgentMergeCI", json!({ "mode": "tail", "evidenceId": evidence }), "fixCI"),
+        ("rerunAgentMergeWorkflow", json!({ "runId": "42" }), "fixCI"),
+        ("replyToAgentMergeReviewThread", json!({ "threadId": "T_1", "body": "Done." }), "addressReviews"),
+    ] {
+        let (success, text) = call_in_turn(&mut a, &chat, tool, args).await?;
+        assert!(!success);
+        assert_eq!(text, format!("Agent Merge action '{action}' {end_the_turn}"));
+    }
+    // The failure was asked about once: one repair turn.
+    let repairs =
+        a.mirror.chat(&chat).map(|c| c.turns.iter().filter(|t| t.message.text.starts_with("Agent Merge:")).count());
+    assert_eq!(repairs, Some(1));
     Ok(())
 }

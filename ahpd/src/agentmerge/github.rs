@@ -83,6 +83,17 @@ pub struct CheckRun {
     pub status: String,
     #[serde(default)]
     pub conclusion: Option<String>,
+    #[serde(default)]
+    pub output: Option<CheckOutput>,
+}
+
+/// What a check run said about itself.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CheckOutput {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub summary: Option<String>,
 }
 
 impl CheckRun {

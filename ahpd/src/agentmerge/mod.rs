@@ -11,6 +11,7 @@ mod command;
 pub mod github;
 pub mod input;
 pub mod remote;
+pub mod repair;
 pub mod settings;
 mod status;
 pub mod token;
@@ -38,6 +39,8 @@ pub struct Settings {
     pub api_url: Option<String>,
     /// How long a watch waits between looks at its pull request (`agentMergePollMs`).
     pub poll: std::time::Duration,
+    /// How it merges: `merge`, `squash` or `rebase` (`agentMergeMethod`).
+    pub merge_method: String,
 }
 
 impl Settings {
@@ -47,6 +50,7 @@ impl Settings {
             token: TokenSource::of_config(&config.get("agentMergeToken")),
             api_url: config.string("agentMergeApiUrl"),
             poll: std::time::Duration::from_millis(config.u64("agentMergePollMs")),
+            merge_method: config.string("agentMergeMethod").unwrap_or_else(|| "squash".to_owned()),
         }
     }
 }
@@ -80,16 +84,40 @@ impl facade::AgentMerge for AgentMerge {
         Box::pin(self.configure(host, call))
     }
 
-    fn read_ci<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
-        Box::pin(async move { input::read_ci(&call.input).and_then(|()| unauthorized("fixCI")) })
+    fn read_ci<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move {
+            input::read_ci(&call.input)?;
+            match self.repair_for(host, call, |r| !r.jobs.is_empty()) {
+                Some(repair) => repair.read_ci(&call.input).await,
+                None => unauthorized("fixCI"),
+            }
+        })
     }
 
-    fn reply<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
-        Box::pin(async move { input::reply(&call.input).and_then(|_| unauthorized("addressReviews")) })
+    fn reply<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move {
+            let asked = input::reply(&call.input)?;
+            match self.repair_for(host, call, |r| !r.threads.is_empty()) {
+                Some(repair) => repair.reply(&asked).await,
+                None => unauthorized("addressReviews"),
+            }
+        })
     }
 
-    fn rerun<'a>(&'a self, _host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
-        Box::pin(async move { input::rerun(&call.input).and_then(|_| unauthorized("fixCI")) })
+    fn rerun<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
+        Box::pin(async move {
+            let asked = input::rerun(&call.input)?;
+            let Some(repair) = self.repair_for(host, call, |r| !r.jobs.is_empty()) else {
+                return unauthorized("fixCI");
+            };
+            let (deferred, said) = repair.rerun(&asked).await?;
+            if let Some(deferred) = deferred {
+                let key = (repair.session.clone(), repair.folder.clone());
+                let shared = &self.watches.shared;
+                shared.deferred.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().push(deferred);
+            }
+            Ok(said)
+        })
     }
 
     fn session_removed(&self, session: &str) {
@@ -98,6 +126,18 @@ impl facade::AgentMerge for AgentMerge {
 
     fn monitoring(&self, session: &str, folder: &str) -> Option<String> {
         self.watches.monitoring(&(session.to_owned(), folder.to_owned())).map(|m| m.word().to_owned())
+    }
+}
+
+impl AgentMerge {
+    /// The repair the call's turn was begun for, when it was asked to fix what `fits`.
+    fn repair_for(
+        &self,
+        host: &Host,
+        call: &ToolCall,
+        fits: impl Fn(&repair::Repair) -> bool,
+    ) -> Option<Arc<repair::Repair>> {
+        repair::of_call(host, &self.watches.shared.repairs, call).filter(|r| fits(r))
     }
 }
 
@@ -154,6 +194,7 @@ impl AgentMerge {
             let next = AgentMergeRecord {
                 session,
                 folder: key,
+                chat: call.chat.clone().or_else(|| current.as_ref().and_then(|c| c.chat.clone())),
                 enabled,
                 options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
                 target,
@@ -170,7 +211,7 @@ impl AgentMerge {
             self.watches.stop(&key).await;
         }
         let monitoring = self.watches.monitoring(&key).unwrap_or(watch::Monitoring::WaitingForPullRequest);
-        Ok(configuration_of(&next, monitoring.word()).to_string())
+        Ok(configuration_of(&next, monitoring.word(), &self.settings.merge_method).to_string())
     }
 }
 

@@ -54,14 +54,14 @@ impl InForce {
 
 /// The configuration in force for a folder, as VS Code answers it: whether (and on what branch)
 /// it is watching, and when it merges.
-pub fn configuration_of(record: &AgentMergeRecord, monitoring: &str) -> Value {
+pub fn configuration_of(record: &AgentMergeRecord, monitoring: &str, method: &str) -> Value {
     let o = InForce::of(&record.options);
     let configuration = json!({
         "addressReviews": o.address_reviews,
         "fixCI": o.fix_ci,
         "resolveConflicts": o.resolve_conflicts,
         "mergePullRequest": o.merge_pull_request,
-        "mergeMethod": "auto",
+        "mergeMethod": method,
         "replyAttribution": true,
     });
     if !record.enabled {
@@ -109,6 +109,7 @@ mod tests {
         AgentMergeRecord {
             session: "s".into(),
             folder: "/f".into(),
+            chat: None,
             enabled: true,
             options,
             target: Some("feature".into()),
@@ -119,7 +120,7 @@ mod tests {
 
     #[test]
     fn options_persist_and_merging_is_off_until_asked() {
-        let answer = configuration_of(&record(AgentMergeOptions::default()), "waitingForPullRequest");
+        let answer = configuration_of(&record(AgentMergeOptions::default()), "waitingForPullRequest", "squash");
         assert_eq!(answer["configuration"]["mergePullRequest"], "never");
         let asked = AgentMergeOptions { merge_pull_request: Some("always".into()), ..Default::default() };
         let later = merged(

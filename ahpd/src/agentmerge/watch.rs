@@ -3,6 +3,12 @@
 //! `agentMergePollMs`, backing off on errors (doubling, up to fifteen minutes; as long as GitHub
 //! says when its rate limit is spent), and stopping the moment the folder is turned off or its
 //! session deleted (every wait and every request selects on its cancellation).
+//!
+//! What it finds, it acts on: a failed check or an unresolved review thread it has not asked
+//! about begins a repair turn in the folder's chat (`repair.rs`), acting for the person who turned
+//! Agent Merge on; a deferred rerun is made once its run's attempt ends; a pull request whose
+//! checks passed and that GitHub says may merge is merged (when the folder says so), and a
+//! refusal is told to the chat in GitHub's words.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,8 +18,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::github::{ApiError, GitHub, PullRequest};
+use std::collections::HashSet;
+
+use ahp_types::state::{Message, MessageKind, MessageOrigin};
+
+use super::github::{ApiError, GitHub, PullRequest, ReviewThread};
 use super::remote::Remote;
+use super::repair::{Deferred, FailedJob, Repair};
 use super::settings::InForce;
 use super::{token, Settings};
 use crate::host::facade::WeakHost;
@@ -54,10 +65,21 @@ struct Running {
     monitoring: Arc<Mutex<Monitoring>>,
 }
 
+/// What the watches and the repair tools share.
+#[derive(Default)]
+pub struct Shared {
+    /// The repairs begun, by id.
+    pub repairs: Mutex<HashMap<String, Arc<Repair>>>,
+    /// Reruns waiting for their run's attempt to end, by folder.
+    pub deferred: Mutex<HashMap<Key, Vec<Deferred>>>,
+}
+
 /// The running watches.
 #[derive(Default)]
 pub struct Watches {
     running: Mutex<HashMap<Key, Running>>,
+    /// What they share with the repair tools.
+    pub shared: Arc<Shared>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,6 +104,8 @@ impl Watches {
             host: host.downgrade(),
             cancel: cancel.clone(),
             monitoring: monitoring.clone(),
+            shared: self.shared.clone(),
+            asked: Mutex::new(HashSet::new()),
         };
         tracing::info!(folder = %record.folder, session = %record.session, "agent merge: watching");
         host.spawn("agent merge watch", async move {
@@ -123,11 +147,15 @@ struct Watch {
     host: WeakHost,
     cancel: CancellationToken,
     monitoring: Arc<Mutex<Monitoring>>,
+    shared: Arc<Shared>,
+    /// What it has acted on already: `check:<sha>:<id>`, `thread:<id>:<last comment>`,
+    /// `merge:<sha>`, `repaired:<pull>`.
+    asked: Mutex<HashSet<String>>,
 }
 
 impl Watch {
     async fn run(self) {
-        let mut github: Option<GitHub> = None;
+        let mut github: Option<Arc<GitHub>> = None;
         let mut failures: u32 = 0;
         let mut wait = Duration::ZERO;
         loop {
@@ -173,20 +201,20 @@ impl Watch {
     }
 
     /// One look at the pull request. `Ok(None)`: nothing left to watch.
-    async fn round(&self, github: &mut Option<GitHub>) -> Result<Option<()>, ApiError> {
+    async fn round(&self, github: &mut Option<Arc<GitHub>>) -> Result<Option<()>, ApiError> {
         let Some(host) = self.host.upgrade() else { return Ok(None) };
         let Some(record) = self.record(&host) else { return Ok(None) };
         let Some(branch) = record.target.clone() else { return Ok(None) };
         if github.is_none() {
-            *github = Some(self.client().await?);
+            *github = Some(Arc::new(self.client().await?));
         }
-        let Some(github) = github.as_ref() else { return Ok(None) };
+        let Some(github) = github.clone() else { return Ok(None) };
         let Some(pull) = github.pull_request_of(&branch).await? else {
             *lock(&self.monitoring) = super::watch::Monitoring::WaitingForPullRequest;
             return Ok(Some(()));
         };
         *lock(&self.monitoring) = Monitoring::PullRequest(pull.number);
-        self.follow(&host, github, &record, &pull).await?;
+        self.follow(&host, &github, &record, &pull).await?;
         Ok(Some(()))
     }
 
@@ -198,21 +226,153 @@ impl Watch {
         GitHub::new(&remote, &remote.api_base(self.settings.api_url.as_deref()), token)
     }
 
-    /// Follows what the folder's options ask: the head's checks, the review threads.
+    /// Follows what the folder's options ask: the head's checks, the review threads; begins a
+    /// repair for what is new, makes the reruns that were waiting, merges when it is ready.
     async fn follow(
         &self,
-        _host: &Host,
-        github: &GitHub,
+        host: &Host,
+        github: &Arc<GitHub>,
         record: &AgentMergeRecord,
         pull: &PullRequest,
     ) -> Result<(), ApiError> {
         let in_force = InForce::of(&record.options);
-        if in_force.fix_ci || in_force.merge_pull_request != "never" {
-            github.check_runs(&pull.head.sha).await?;
+        let sha = pull.head.sha.as_str();
+        let merges = in_force.merge_pull_request != "never";
+        let checks = if in_force.fix_ci || merges { github.check_runs(sha).await? } else { Vec::new() };
+        let threads: Vec<ReviewThread> = if in_force.address_reviews || merges {
+            github.review_threads(pull.number).await?.into_iter().filter(|t| !t.is_resolved).collect()
+        } else {
+            Vec::new()
+        };
+        self.deferred_reruns(github, sha, in_force.fix_ci).await?;
+        let failed: Vec<_> = checks
+            .iter()
+            .filter(|c| c.failed())
+            .filter(|c| in_force.fix_ci && self.first_time(format!("check:{sha}:{}", c.id)))
+            .collect();
+        let new_threads: Vec<ReviewThread> = threads
+            .iter()
+            .filter(|_| in_force.address_reviews)
+            .filter(|t| {
+                let last = t.comments.nodes.last().map(|c| c.id.as_str()).unwrap_or("");
+                self.first_time(format!("thread:{}:{last}", t.id))
+            })
+            .cloned()
+            .collect();
+        if !failed.is_empty() || !new_threads.is_empty() {
+            let names: Vec<String> = failed.iter().map(|c| c.name.clone()).collect();
+            let excerpts: Vec<String> =
+                failed.iter().filter_map(|c| c.output.as_ref().and_then(|o| o.summary.clone())).collect();
+            let jobs = if failed.is_empty() { Vec::new() } else { failed_jobs(github, sha, &names).await? };
+            let repair =
+                Repair::new(&self.key.0, &self.key.1, github.clone(), pull.number, sha, names, jobs, new_threads);
+            self.begin_repair(host, record, repair, &excerpts);
+            return Ok(());
         }
-        if in_force.address_reviews {
-            github.review_threads(pull.number).await?;
+        let green = !checks.is_empty() && checks.iter().all(|c| c.passed());
+        let unchanged = !lock(&self.asked).contains(&format!("repaired:{}", pull.number));
+        let wanted =
+            in_force.merge_pull_request == "always" || (in_force.merge_pull_request == "ifUnchanged" && unchanged);
+        if wanted
+            && green
+            && threads.is_empty()
+            && pull.mergeable_state.as_deref() == Some("clean")
+            && self.first_time(format!("merge:{sha}"))
+        {
+            self.merge(host, github, record, pull).await;
         }
         Ok(())
     }
+
+    /// True the first time `what` is seen.
+    fn first_time(&self, what: String) -> bool {
+        lock(&self.asked).insert(what)
+    }
+
+    /// Begins (or queues) the repair turn in the folder's chat, as the person who turned Agent
+    /// Merge on.
+    fn begin_repair(&self, host: &Host, record: &AgentMergeRecord, repair: Repair, excerpts: &[String]) {
+        let Some(chat) = record.chat.clone() else {
+            tracing::warn!(folder = %self.key.1, "agent merge: no chat to begin a repair turn in");
+            return;
+        };
+        lock(&self.asked).insert(format!("repaired:{}", repair.pull));
+        let message = repair.message(excerpts);
+        let repair = Arc::new(repair);
+        lock(&self.shared.repairs).insert(repair.id.clone(), repair.clone());
+        let mut core = host.lock();
+        match host.begin_host_turn(&mut core, &chat, message, record.enabled_by.clone()) {
+            Ok(how) => tracing::info!(chat = %chat, pull = repair.pull, "agent merge: a repair turn: {how:?}"),
+            Err(why) => {
+                tracing::warn!(chat = %chat, "agent merge: the repair turn could not begin: {why}");
+                lock(&self.shared.repairs).remove(&repair.id);
+            }
+        }
+    }
+
+    /// Makes the reruns that waited for their run's attempt to end, while the head is the same
+    /// and CI repair is on; forgets the others.
+    async fn deferred_reruns(&self, github: &GitHub, sha: &str, fix_ci: bool) -> Result<(), ApiError> {
+        let waiting = lock(&self.shared.deferred).remove(&self.key).unwrap_or_default();
+        let mut still = Vec::new();
+        for deferred in waiting.into_iter().filter(|d| fix_ci && d.head_sha == sha) {
+            let run = github.workflow_run(deferred.run).await?;
+            if run.status == "completed" {
+                github.rerun(deferred.run, deferred.failed_jobs_only).await?;
+                tracing::info!(run = deferred.run, "agent merge: a deferred rerun was made");
+            } else {
+                still.push(deferred);
+            }
+        }
+        if !still.is_empty() {
+            lock(&self.shared.deferred).entry(self.key.clone()).or_default().extend(still);
+        }
+        Ok(())
+    }
+
+    /// Merges with the configured method; a refusal is told to the chat in GitHub's words.
+    async fn merge(&self, host: &Host, github: &GitHub, record: &AgentMergeRecord, pull: &PullRequest) {
+        let method = self.settings.merge_method.as_str();
+        let said = match github.merge(pull.number, &pull.head.sha, method).await {
+            Ok(merged) if merged.merged => {
+                tracing::info!(pull = pull.number, "agent merge: merged ({method})");
+                format!("Agent Merge merged pull request #{} ({method}): {}", pull.number, merged.message)
+            }
+            Ok(merged) => {
+                format!("Agent Merge could not merge pull request #{}. GitHub said: {}", pull.number, merged.message)
+            }
+            Err(e) => format!("Agent Merge could not merge pull request #{}. GitHub said: {e}", pull.number),
+        };
+        let Some(chat) = record.chat.clone() else { return };
+        let message = Message {
+            text: said,
+            origin: MessageOrigin { kind: MessageKind::Agent },
+            attachments: None,
+            model: None,
+            agent: None,
+            meta: None,
+        };
+        let mut core = host.lock();
+        if let Err(why) = host.begin_host_turn(&mut core, &chat, message, record.enabled_by.clone()) {
+            tracing::warn!(chat = %chat, "agent merge: the chat could not be told of the merge: {why}");
+        }
+    }
+}
+
+/// The failed jobs of the head's workflow runs behind the failed checks (a check run of GitHub
+/// Actions is named after its job); every failed job when none is named so.
+async fn failed_jobs(github: &GitHub, sha: &str, checks: &[String]) -> Result<Vec<FailedJob>, ApiError> {
+    let mut failed = Vec::new();
+    for run in github.workflow_runs(sha).await? {
+        for job in github.jobs(run.id).await? {
+            if job.status == "completed" && job.conclusion.as_deref() == Some("failure") {
+                let workflow = run.name.clone().unwrap_or_default();
+                failed.push(FailedJob { job, attempt: run.run_attempt, workflow });
+            }
+        }
+    }
+    if failed.iter().any(|f| checks.contains(&f.job.name)) {
+        failed.retain(|f| checks.contains(&f.job.name));
+    }
+    Ok(failed)
 }

@@ -130,6 +130,70 @@ impl Host {
     }
 }
 
+/// How a turn the host began itself went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostTurn {
+    /// Its turn began, with this id.
+    Began(String),
+    /// A turn was running: its message is queued behind it, with this id.
+    Queued(String),
+}
+
+impl Host {
+    /// Begins a turn the host starts itself in `chat` (a wakeup's, an Agent Merge repair's), as
+    /// `sender` when somebody is behind it: the chat is loaded from the store if it sleeps, its
+    /// agent must be running, and a turn running there already has the message queued behind it.
+    pub fn begin_host_turn(
+        &self,
+        core: &mut Core,
+        chat: &str,
+        message: ahp_types::state::Message,
+        sender: Option<String>,
+    ) -> Result<HostTurn, String> {
+        if !self.ensure_loaded(core, chat) {
+            return Err("its chat could not be loaded".into());
+        }
+        if let Some(sentence) = core.store().cannot_write() {
+            return Err(sentence);
+        }
+        let provider = core.chat(chat).and_then(|m| core.session(&m.session)).map(|s| s.provider.clone());
+        let provider = provider.unwrap_or_default();
+        // The worker's own state, not what its `Ready` said: at start-up that event may still be
+        // on its way to the host when the first host turns begin.
+        if self.supervisor().current(&provider).is_none() {
+            return Err(format!("the {provider} agent is not running, so the session cannot resume"));
+        }
+        if core.running_turn(chat).is_some() {
+            let id = new_id();
+            if let Some(sender) = sender {
+                core.note_sender(chat, &id, sender);
+            }
+            let action = ahp_types::actions::StateAction::ChatPendingMessageSet(
+                ahp_types::actions::ChatPendingMessageSetAction {
+                    kind: ahp_types::state::PendingMessageKind::Queued,
+                    id: id.clone(),
+                    message,
+                },
+            );
+            return match core.apply(chat, action, None, None) {
+                Committed::Sent { .. } => Ok(HostTurn::Queued(id)),
+                _ => Err("the chat would not queue its message".into()),
+            };
+        }
+        let start = host_turn(message, None);
+        let turn_id = start.turn_id.clone();
+        if let Some(sender) = sender {
+            core.note_sender(chat, &turn_id, sender);
+        }
+        core.start_turn(chat, start, None);
+        if core.running_turn(chat).as_deref() == Some(turn_id.as_str()) {
+            Ok(HostTurn::Began(turn_id))
+        } else {
+            Err("the chat would not take the turn".into())
+        }
+    }
+}
+
 /// Who asks for a terminal.
 #[derive(Debug, Clone)]
 pub struct Asker {

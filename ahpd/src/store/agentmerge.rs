@@ -33,6 +33,9 @@ pub struct AgentMergeRecord {
     pub session: String,
     /// The folder it watches.
     pub folder: String,
+    /// The chat it was configured from, where its repair turns begin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
     /// On or off.
     pub enabled: bool,
     /// What its calls asked for.
