@@ -555,3 +555,130 @@ async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_
     assert_eq!(repairs, Some(1));
     Ok(())
 }
+
+/// A review thread whose comment, as the scripted model reads it in the repair turn, replies.
+fn thread(id: &str, reply: &str) -> Value {
+    let call = format!("call replyToAgentMergeReviewThread {}", json!({ "threadId": id, "body": reply }));
+    json!({ "id": id, "isResolved": false, "path": "src/lib.rs", "line": 3,
+            "comments": { "nodes": [{ "id": format!("C_{id}"), "body": format!("Please rename this.\n{call}"), "author": { "login": "reviewer" }, "state": "SUBMITTED" }] } })
+}
+
+#[tokio::test]
+async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_pending() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.threads.push(thread("T_1", "Renamed."));
+    });
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+
+    let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
+    assert!(
+        repair
+            .message
+            .text
+            .contains("Unresolved review thread T_1 on src/lib.rs:3:\nreviewer wrote:\nPlease rename this."),
+        "{}",
+        repair.message.text
+    );
+    let calls = calls_of(&repair);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].2, "{calls:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls[0].3)?,
+        json!({ "threadId": "T_1", "reply": "published", "commentId": "C_reply_T_1", "resolved": true })
+    );
+    // Published, then resolved: in that order on GitHub.
+    let operations: Vec<&str> =
+        github.requests().iter().filter_map(|r| r.graphql_operation()).filter(|o| *o != "reviewThreads").collect();
+    assert_eq!(operations, vec!["addPullRequestReviewThreadReply", "resolveReviewThread"]);
+    assert!(github.read(|s| s.threads[0]["isResolved"] == true));
+
+    // The person has a review pending: the reply lands in it, is answered pending, and nothing
+    // submits, discards or resolves.
+    github.script(|s| {
+        s.pending_review = true;
+        s.threads.push(thread("T_2", "Will do."));
+    });
+    let second = ended_turn(
+        &mut a,
+        &chat,
+        "Agent Merge: pull request #7 (head abc123) needs repair.\nUnresolved review thread T_2",
+    )
+    .await?;
+    let calls = calls_of(&second);
+    let answer: Value = serde_json::from_str(&calls[0].3)?;
+    assert_eq!(answer["reply"], "pending", "{answer}");
+    assert_eq!(answer["resolved"], false);
+    // The watch goes on, and does not take its own pending reply for something new to address.
+    github.until_more("/graphql", 4).await;
+    let requests = github.requests();
+    let mutations: Vec<String> = requests
+        .iter()
+        .filter(|r| r.graphql_operation() != Some("reviewThreads") && r.path == "/graphql")
+        .map(|r| format!("{} {}", r.graphql_operation().unwrap_or("?"), r.body["variables"]["thread"]))
+        .collect();
+    assert_eq!(
+        mutations,
+        vec![
+            "addPullRequestReviewThreadReply \"T_1\"",
+            "resolveReviewThread \"T_1\"",
+            "addPullRequestReviewThreadReply \"T_2\""
+        ]
+    );
+    assert!(!requests.iter().any(|r| r.path.contains("/reviews")), "no review was submitted or discarded");
+    assert!(github.read(|s| s.threads[1]["isResolved"] == false));
+    let repairs =
+        a.mirror.chat(&chat).map(|c| c.turns.iter().filter(|t| t.message.text.starts_with("Agent Merge:")).count());
+    assert_eq!(repairs, Some(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_green_approved_pull_request_is_merged_and_a_refusal_reaches_the_chat_in_githubs_words() -> anyhow::Result<()>
+{
+    let github = MockGitHub::start(Script::default()).await?;
+    let refusal = "Required status check \"deploy\" is expected.";
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.pulls[0]["mergeable_state"] = json!("clean");
+        s.merge_refusal = Some((405, refusal.to_owned()));
+    });
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let mut options = lent_a_token(bin.path(), &github)?;
+    if let Some(config) = options.config.as_mut() {
+        config["agentMergeMethod"] = json!("rebase");
+    }
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    let answer = configure(&mut a, &chat, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
+    assert_eq!(answer["configuration"]["mergeMethod"], "rebase");
+
+    let refused = ended_turn(&mut a, &chat, "Agent Merge could not merge").await?;
+    assert_eq!(refused.message.text, format!("Agent Merge could not merge pull request #7. GitHub said: {refusal}"));
+    assert_eq!(github.read(|s| s.merges.len()), 1, "asked once for this head");
+
+    // A new head, green and approved, and GitHub takes the merge.
+    github.script(|s| {
+        s.merge_refusal = None;
+        s.pulls[0]["head"]["sha"] = json!("def456");
+        s.check_runs.insert(
+            "def456".into(),
+            vec![json!({ "id": 2, "name": "build", "status": "completed", "conclusion": "success" })],
+        );
+    });
+    let merged = ended_turn(&mut a, &chat, "Agent Merge merged").await?;
+    assert_eq!(merged.message.text, "Agent Merge merged pull request #7 (rebase): Pull Request successfully merged");
+    let merges = github.read(|s| s.merges.clone());
+    assert_eq!(merges[1], (7, json!({ "merge_method": "rebase", "sha": "def456" })));
+    Ok(())
+}

@@ -97,10 +97,12 @@ impl facade::AgentMerge for AgentMerge {
     fn reply<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>> {
         Box::pin(async move {
             let asked = input::reply(&call.input)?;
-            match self.repair_for(host, call, |r| !r.threads.is_empty()) {
-                Some(repair) => repair.reply(&asked).await,
-                None => unauthorized("addressReviews"),
-            }
+            let Some(repair) = self.repair_for(host, call, |r| !r.threads.is_empty()) else {
+                return unauthorized("addressReviews");
+            };
+            let (comment, said) = repair.reply(&asked).await?;
+            self.watches.shared.replied.lock().unwrap_or_else(|p| p.into_inner()).insert(comment);
+            Ok(said)
         })
     }
 

@@ -305,7 +305,9 @@ impl Repair {
 
     /// `replyToAgentMergeReviewThread`: the reply published, then the thread resolved; a reply
     /// that landed in the person's pending review is answered pending and nothing more is done.
-    pub async fn reply(&self, asked: &Reply) -> Result<String, String> {
+    /// Answers the reply's comment id beside the tool's text: the watch does not take its own
+    /// reply for a new comment to address.
+    pub async fn reply(&self, asked: &Reply) -> Result<(String, String), String> {
         if !self.threads.iter().any(|t| t.id == asked.thread_id) {
             return Err(format!(
                 "Review thread {} is not one this Agent Merge turn was asked to address.",
@@ -314,8 +316,8 @@ impl Repair {
         }
         let comment = self.github.reply(&asked.thread_id, &asked.body).await.map_err(|e| e.to_string())?;
         if comment.state.as_deref() == Some("PENDING") {
-            return Ok(json!({ "threadId": asked.thread_id, "reply": "pending", "resolved": false,
-                "message": "The reply was added to your pending review, which stays pending: it is published when you submit that review. The thread was not resolved." }).to_string());
+            return Ok((comment.id, json!({ "threadId": asked.thread_id, "reply": "pending", "resolved": false,
+                "message": "The reply was added to your pending review, which stays pending: it is published when you submit that review. The thread was not resolved." }).to_string()));
         }
         let resolved = if asked.resolve {
             self.github
@@ -325,7 +327,8 @@ impl Repair {
         } else {
             false
         };
-        Ok(json!({ "threadId": asked.thread_id, "reply": "published", "commentId": comment.id, "resolved": resolved })
-            .to_string())
+        let said =
+            json!({ "threadId": asked.thread_id, "reply": "published", "commentId": comment.id, "resolved": resolved });
+        Ok((comment.id, said.to_string()))
     }
 }

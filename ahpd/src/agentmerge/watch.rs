@@ -72,6 +72,9 @@ pub struct Shared {
     pub repairs: Mutex<HashMap<String, Arc<Repair>>>,
     /// Reruns waiting for their run's attempt to end, by folder.
     pub deferred: Mutex<HashMap<Key, Vec<Deferred>>>,
+    /// The review comments its repair turns posted: a thread whose newest comment is one of
+    /// them waits for somebody else.
+    pub replied: Mutex<HashSet<String>>,
 }
 
 /// The running watches.
@@ -255,7 +258,7 @@ impl Watch {
             .filter(|_| in_force.address_reviews)
             .filter(|t| {
                 let last = t.comments.nodes.last().map(|c| c.id.as_str()).unwrap_or("");
-                self.first_time(format!("thread:{}:{last}", t.id))
+                !lock(&self.shared.replied).contains(last) && self.first_time(format!("thread:{}:{last}", t.id))
             })
             .cloned()
             .collect();
