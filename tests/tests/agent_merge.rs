@@ -682,3 +682,44 @@ async fn a_green_approved_pull_request_is_merged_and_a_refusal_reaches_the_chat_
     assert_eq!(merges[1], (7, json!({ "merge_method": "rebase", "sha": "def456" })));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_repair_turn_waits_behind_a_running_turn_and_acts_when_it_begins() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+
+    // The person's turn waits on a question while the check fails.
+    let asking = a.send(&chat, "ask Shall I go on?").await?;
+    let questions = a.until_questions(&chat, 1).await?;
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.check_runs.insert("abc123".into(), vec![json!({ "id": 5, "name": "build", "status": "completed", "conclusion": "failure",
+            "output": { "summary": "call readAgentMergeCI {}" } })]);
+        s.runs.insert("abc123".into(), vec![json!({ "id": 42, "name": "CI", "status": "completed", "conclusion": "failure", "run_attempt": 1, "head_sha": "abc123" })]);
+        s.jobs.insert(42, vec![json!({ "id": 99, "run_id": 42, "name": "build", "status": "completed", "conclusion": "failure", "steps": [] })]);
+        s.logs.insert(99, job_log());
+    });
+    let queued = |m: &tests::Mirror| {
+        m.chat(&chat)
+            .and_then(|c| c.queued_messages.as_ref())
+            .is_some_and(|q| q.iter().any(|p| p.message.text.starts_with("Agent Merge:")))
+    };
+    a.until("the repair queued behind the running turn", queued).await?;
+    assert_eq!(a.mirror.chat(&chat).and_then(|c| c.active_turn.as_ref()).map(|t| t.id.clone()), Some(asking.clone()));
+
+    // Once the person's turn ends, the repair turn begins, and its tool answers for it.
+    a.answer(&chat, &questions[0], Some("yes")).await?;
+    a.finished(&chat, &asking).await?;
+    let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
+    let calls = calls_of(&repair);
+    assert!(calls[0].2, "{calls:?}");
+    let summary: Value = serde_json::from_str(&calls[0].3)?;
+    assert_eq!(summary["failedChecks"], json!(["build"]));
+    Ok(())
+}

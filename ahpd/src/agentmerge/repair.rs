@@ -44,6 +44,8 @@ impl FailedJob {
 /// One repair: what one turn was asked to fix.
 pub struct Repair {
     pub id: String,
+    /// Its place among the repairs begun, oldest first.
+    pub seq: u64,
     pub session: String,
     pub folder: String,
     pub github: Arc<GitHub>,
@@ -79,8 +81,10 @@ impl Repair {
         jobs: Vec<FailedJob>,
         threads: Vec<ReviewThread>,
     ) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Self {
             id: crate::host::facade::new_id(),
+            seq: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             session: session.to_owned(),
             folder: folder.to_owned(),
             github,

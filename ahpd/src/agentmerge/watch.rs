@@ -31,6 +31,9 @@ use crate::host::facade::WeakHost;
 use crate::host::Host;
 use crate::store::AgentMergeRecord;
 
+/// The repairs kept per folder for their tools.
+const KEPT_REPAIRS: usize = 8;
+
 /// The longest wait between tries after errors.
 const MOST_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
@@ -302,7 +305,18 @@ impl Watch {
         lock(&self.asked).insert(format!("repaired:{}", repair.pull));
         let message = repair.message(excerpts);
         let repair = Arc::new(repair);
-        lock(&self.shared.repairs).insert(repair.id.clone(), repair.clone());
+        {
+            let mut repairs = lock(&self.shared.repairs);
+            // A folder's older repairs are let go past a few: their turns ended long ago, and a
+            // tool called in one is refused as outside a repair turn.
+            let mut mine: Vec<(u64, String)> =
+                repairs.values().filter(|r| r.folder == self.key.1).map(|r| (r.seq, r.id.clone())).collect();
+            mine.sort();
+            for (_, id) in mine.iter().rev().skip(KEPT_REPAIRS - 1) {
+                repairs.remove(id);
+            }
+            repairs.insert(repair.id.clone(), repair.clone());
+        }
         let mut core = host.lock();
         match host.begin_host_turn(&mut core, &chat, message, record.enabled_by.clone()) {
             Ok(how) => tracing::info!(chat = %chat, pull = repair.pull, "agent merge: a repair turn: {how:?}"),
