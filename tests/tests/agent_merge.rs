@@ -723,3 +723,44 @@ async fn a_repair_turn_waits_behind_a_running_turn_and_acts_when_it_begins() -> 
     assert_eq!(summary["failedChecks"], json!(["build"]));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_session_header_in_the_web_window_says_what_agent_merge_does() -> anyhow::Result<()> {
+    use tests::browser::{announced_page, js_str, online, Browser};
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| open_pull(s, 7, "abc123"));
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true, "fixCI": false, "mergePullRequest": "always" })).await?;
+    // The session's `_meta` says it, as every client folds it.
+    let shown = |m: &tests::Mirror| {
+        m.session(&session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get("ahpd.agentMerge")).cloned()
+    };
+    a.until("the watch found the pull request", |m| shown(m).is_some_and(|v| v["pullRequest"] == 7)).await?;
+    assert_eq!(
+        shown(&a.mirror),
+        Some(json!({ "enabled": true, "folder": repo.path().display().to_string(), "branch": "feature",
+                     "watches": ["reviews", "conflicts"], "merges": "always", "monitoring": "monitoringPullRequest", "pullRequest": 7 }))
+    );
+
+    let mut browser = Browser::launch().await?;
+    browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
+    online(&mut browser).await?;
+    browser.wait_for(&format!("window.ahpd.sessions.has({})", js_str(&session))).await?;
+    browser.eval(&format!("window.ahpd.open({}).then(() => true)", js_str(&session))).await?;
+    let pane = format!(".pane[data-chat=\"{chat}\"] .pane-merge");
+    let said = browser.wait_for(&format!("document.querySelector({})?.textContent", js_str(&pane))).await?;
+    assert_eq!(said, json!("Agent Merge watching #7 · merges when ready"));
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
+    std::fs::create_dir_all(&dir)?;
+    browser.screenshot(&dir.join("agent-merge-1280x800.png")).await?;
+
+    // Turned off, the header says nothing of it.
+    configure(&mut a, &chat, json!({ "enabled": false })).await?;
+    browser.wait_for(&format!("document.querySelector({}) === null", js_str(&pane))).await?;
+    browser.close().await
+}

@@ -213,6 +213,7 @@ impl AgentMerge {
             self.watches.stop(&key).await;
         }
         let monitoring = self.watches.monitoring(&key).unwrap_or(watch::Monitoring::WaitingForPullRequest);
+        status::publish(&mut host.lock(), &next, monitoring.word(), monitoring.pull());
         Ok(configuration_of(&next, monitoring.word(), &self.settings.merge_method).to_string())
     }
 }

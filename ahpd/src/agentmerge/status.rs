@@ -53,3 +53,29 @@ pub fn status(core: &Core, feature: Option<&dyn facade::AgentMerge>) -> Vec<Fold
         })
         .collect()
 }
+
+/// The key on a session's `_meta` where a client reads its folders' Agent Merge.
+pub const META_KEY: &str = "ahpd.agentMerge";
+
+/// Writes what a folder's Agent Merge is (on or off, its branch, what it follows, when it merges,
+/// what its watch is doing) onto its session's `_meta`, through the one write path, when the
+/// session is in memory and it changed: a client draws it in the session's header.
+pub fn publish(core: &mut Core, record: &crate::store::AgentMergeRecord, monitoring: &str, pull: Option<u64>) {
+    use ahp_types::actions::{SessionMetaChangedAction, StateAction};
+    let Some(state) = core.session_state(&record.session) else { return };
+    let in_force = InForce::of(&record.options);
+    let shown = if record.enabled {
+        serde_json::json!({ "enabled": true, "folder": record.folder, "branch": record.target,
+            "watches": in_force.watches(), "merges": in_force.merge_pull_request, "monitoring": monitoring,
+            "pullRequest": pull })
+    } else {
+        serde_json::json!({ "enabled": false, "folder": record.folder })
+    };
+    let mut meta = state.meta.clone().unwrap_or_default();
+    if meta.get(META_KEY) == Some(&shown) {
+        return;
+    }
+    meta.insert(META_KEY.to_owned(), shown);
+    let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
+    core.apply(&record.session, action, None, None);
+}

@@ -52,6 +52,14 @@ pub enum Monitoring {
 }
 
 impl Monitoring {
+    /// The pull request it follows.
+    pub fn pull(&self) -> Option<u64> {
+        match self {
+            Self::PullRequest(number) => Some(*number),
+            _ => None,
+        }
+    }
+
     /// The word for it.
     pub fn word(&self) -> &'static str {
         match self {
@@ -216,10 +224,10 @@ impl Watch {
         }
         let Some(github) = github.clone() else { return Ok(None) };
         let Some(pull) = github.pull_request_of(&branch).await? else {
-            *lock(&self.monitoring) = super::watch::Monitoring::WaitingForPullRequest;
+            self.now(&host, &record, Monitoring::WaitingForPullRequest);
             return Ok(Some(()));
         };
-        *lock(&self.monitoring) = Monitoring::PullRequest(pull.number);
+        self.now(&host, &record, Monitoring::PullRequest(pull.number));
         self.follow(&host, &github, &record, &pull).await?;
         Ok(Some(()))
     }
@@ -288,6 +296,23 @@ impl Watch {
             self.merge(host, github, record, pull).await;
         }
         Ok(())
+    }
+
+    /// What the watch does now, told to the session's clients when it changed.
+    fn now(&self, host: &Host, record: &AgentMergeRecord, monitoring: Monitoring) {
+        let changed = {
+            let mut now = lock(&self.monitoring);
+            let changed = *now != monitoring;
+            *now = monitoring;
+            changed
+        };
+        if changed {
+            let (word, pull) = {
+                let now = lock(&self.monitoring);
+                (now.word(), now.pull())
+            };
+            super::status::publish(&mut host.lock(), record, word, pull);
+        }
     }
 
     /// True the first time `what` is seen.
