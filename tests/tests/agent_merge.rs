@@ -764,3 +764,37 @@ async fn the_session_header_in_the_web_window_says_what_agent_merge_does() -> an
     browser.wait_for(&format!("document.querySelector({}) === null", js_str(&pane))).await?;
     browser.close().await
 }
+
+#[tokio::test]
+async fn a_repair_turn_acts_as_the_person_who_turned_agent_merge_on() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    // The reviewer's comment has the scripted model open a session, which asks session:write of
+    // whoever is behind the turn.
+    let spawn = json!({ "relationship": "independent", "agent": "notes", "prompt": "hi", "title": "Made" });
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        let mut asked = thread("T_1", "Renamed.");
+        asked["comments"]["nodes"][0]["body"] = json!(format!("Please open a session.\ncall create_session {spawn}"));
+        s.threads.push(asked);
+    });
+    let home = tests::daemon::Home::new()?;
+    let added = home.expect(0, &["user", "add", "ana", "--role", "member", "--users", "users.json"]).await?;
+    let ana_token = added.stdout.trim().to_owned();
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let mut options = lent_a_token(bin.path(), &github)?;
+    options.args = vec!["--users".into(), "users.json".into(), "--connection-token".into(), "root-secret-token".into()];
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let url = format!("{}/?tkn={ana_token}", daemon.url.trim_end_matches('/'));
+    let mut ana = TestClient::connect(&url, "ana-editor").await?;
+    let (_session, chat) = ana.create_session_in("notes", repo.path()).await?;
+    configure(&mut ana, &chat, json!({ "enabled": true })).await?;
+
+    // Under a users directory a turn nobody is behind may not write; the repair turn is ana's.
+    let repair = ended_turn(&mut ana, &chat, "Agent Merge: pull request #7").await?;
+    let calls = calls_of(&repair);
+    assert_eq!(calls[0].0, "create_session");
+    assert!(calls[0].2, "the repair turn writes as ana: {calls:?}");
+    Ok(())
+}
