@@ -798,3 +798,35 @@ async fn a_repair_turn_acts_as_the_person_who_turned_agent_merge_on() -> anyhow:
     assert!(calls[0].2, "the repair turn writes as ana: {calls:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_outage_backs_the_watch_off_and_it_comes_back_when_github_does() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| open_pull(s, 7, "abc123"));
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    github.until(|all| all.iter().any(|r| r.path == "/repos/owner/repo/pulls/7")).await;
+
+    // GitHub fails: the watch says so and waits longer between tries, doubling from 50 ms.
+    github.script(|s| s.outage = Some((502, "Server Error".into(), None)));
+    let failing = github.requests().len();
+    github.until(|all| all[failing..].iter().filter(|r| r.status == 502).count() >= 3).await;
+    let status = daemon.status().await?;
+    assert_eq!(status["agentMerge"][0]["monitoring"], "backingOff", "{status}");
+    let patience = std::time::Duration::from_secs(60);
+    daemon.wait_for_log("agent merge: Server Error; trying again in 100 ms", patience).await?;
+    daemon.wait_for_log("agent merge: Server Error; trying again in 200 ms", patience).await?;
+
+    // It comes back, and so does the watch.
+    github.script(|s| s.outage = None);
+    let pull = "/repos/owner/repo/pulls/7";
+    github.until(|all| all[failing..].iter().filter(|r| r.path == pull && r.status != 502).count() >= 2).await;
+    let status = daemon.status().await?;
+    assert_eq!(status["agentMerge"][0]["monitoring"], "monitoringPullRequest", "{status}");
+    Ok(())
+}

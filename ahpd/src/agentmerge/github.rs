@@ -458,3 +458,34 @@ fn rate_limited(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spent_rate_limit_says_how_long_to_wait() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(rate_limited(StatusCode::FORBIDDEN, &headers), None, "a refusal of another kind");
+        headers.insert(RETRY_AFTER, "7".parse().expect("a value"));
+        assert_eq!(rate_limited(StatusCode::TOO_MANY_REQUESTS, &headers), Some(Duration::from_secs(7)));
+        assert_eq!(rate_limited(StatusCode::BAD_GATEWAY, &headers), None);
+        let mut spent = HeaderMap::new();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("now").as_secs();
+        spent.insert("x-ratelimit-remaining", "0".parse().expect("a value"));
+        spent.insert("x-ratelimit-reset", (now + 120).to_string().parse().expect("a value"));
+        let wait = rate_limited(StatusCode::FORBIDDEN, &spent).expect("limited");
+        assert!((Duration::from_secs(118)..=Duration::from_secs(120)).contains(&wait), "{wait:?}");
+    }
+
+    #[test]
+    fn an_enterprise_apis_graphql_is_beside_its_rest() {
+        let remote = Remote { host: "ghe.example.com".into(), owner: "o".into(), repo: "r".into() };
+        let token = Token::for_tests("t");
+        let api = GitHub::new(&remote, &remote.api_base(None), token.clone()).expect("a client");
+        assert_eq!(api.graphql, "https://ghe.example.com/api/graphql");
+        let github = Remote { host: "github.com".into(), ..remote };
+        let api = GitHub::new(&github, &github.api_base(None), token).expect("a client");
+        assert_eq!(api.graphql, "https://api.github.com/graphql");
+    }
+}

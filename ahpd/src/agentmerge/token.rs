@@ -37,6 +37,12 @@ impl Token {
     pub fn secret(&self) -> &str {
         &self.0
     }
+
+    /// A token for unit tests.
+    #[cfg(test)]
+    pub fn for_tests(text: &str) -> Self {
+        Self(text.to_owned())
+    }
 }
 
 impl std::fmt::Debug for Token {

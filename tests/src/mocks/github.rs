@@ -69,6 +69,8 @@ pub struct Script {
     pub merges: Vec<(u64, Value)>,
     /// The reruns asked for: (run, failed jobs only).
     pub reruns: Vec<(u64, bool)>,
+    /// While set, every request is answered with this (status, message, `Retry-After` seconds).
+    pub outage: Option<(u16, String, Option<u64>)>,
 }
 
 struct Shared {
@@ -168,9 +170,18 @@ fn answer(shared: &Shared, method: Method, uri: Uri, headers: HeaderMap, body: B
     let path = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let (status, text, is_json) = {
+    let (status, text, is_json, retry_after) = {
         let mut script = lock(&shared.script);
-        route(&mut script, &method, uri.path(), uri.query().unwrap_or(""), &json)
+        match script.outage.clone() {
+            Some((status, message, retry)) => {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                (status, json!({ "message": message }).to_string(), true, retry)
+            }
+            None => {
+                let (status, text, is_json) = route(&mut script, &method, uri.path(), uri.query().unwrap_or(""), &json);
+                (status, text, is_json, None)
+            }
+        }
     };
     let if_none_match = header("if-none-match");
     let etag = etag_of(&text);
@@ -189,7 +200,13 @@ fn answer(shared: &Shared, method: Method, uri: Uri, headers: HeaderMap, body: B
         return (StatusCode::NOT_MODIFIED, [("etag", etag)]).into_response();
     }
     let content_type = if is_json { "application/json" } else { "text/plain" };
-    (status, [("etag", etag), ("content-type", content_type.to_owned())], text).into_response()
+    let mut response = (status, [("etag", etag), ("content-type", content_type.to_owned())], text).into_response();
+    if let Some(seconds) = retry_after {
+        if let Ok(value) = seconds.to_string().parse() {
+            response.headers_mut().insert("retry-after", value);
+        }
+    }
+    response
 }
 
 fn not_found() -> (StatusCode, String, bool) {
