@@ -134,6 +134,15 @@ async fn ended_turn(client: &mut TestClient, chat: &str, prefix: &str) -> anyhow
     found(&client.mirror).ok_or_else(|| anyhow::anyhow!("no turn beginning {prefix:?}"))
 }
 
+/// The repair turns a chat holds: ended, running, or queued.
+fn repair_turns(mirror: &tests::Mirror, chat: &str) -> usize {
+    let Some(c) = mirror.chat(chat) else { return 0 };
+    let repair = |text: &str| text.starts_with("Agent Merge:");
+    c.turns.iter().filter(|t| repair(&t.message.text)).count()
+        + c.active_turn.iter().filter(|t| repair(&t.message.text)).count()
+        + c.queued_messages.iter().flatten().filter(|q| repair(&q.message.text)).count()
+}
+
 /// Has the notes agent's model call `name` with `args` in a turn of `chat`.
 async fn call_in_turn(client: &mut TestClient, chat: &str, name: &str, args: Value) -> anyhow::Result<(bool, String)> {
     let turn = client.turn(chat, &format!("call {name} {args}")).await?;
@@ -550,8 +559,7 @@ async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_
         assert_eq!(text, format!("Agent Merge action '{action}' {end_the_turn}"));
     }
     // The failure was asked about once: one repair turn.
-    let repairs =
-        a.mirror.chat(&chat).map(|c| c.turns.iter().filter(|t| t.message.text.starts_with("Agent Merge:")).count());
+    let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(1));
     Ok(())
 }
@@ -634,8 +642,7 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
     );
     assert!(!requests.iter().any(|r| r.path.contains("/reviews")), "no review was submitted or discarded");
     assert!(github.read(|s| s.threads[1]["isResolved"] == false));
-    let repairs =
-        a.mirror.chat(&chat).map(|c| c.turns.iter().filter(|t| t.message.text.starts_with("Agent Merge:")).count());
+    let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(2));
     Ok(())
 }
@@ -828,5 +835,31 @@ async fn an_outage_backs_the_watch_off_and_it_comes_back_when_github_does() -> a
     github.until(|all| all[failing..].iter().filter(|r| r.path == pull && r.status != 502).count() >= 2).await;
     let status = daemon.status().await?;
     assert_eq!(status["agentMerge"][0]["monitoring"], "monitoringPullRequest", "{status}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_branch_that_conflicts_with_its_base_begins_a_repair_turn_once() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.pulls[0]["mergeable_state"] = json!("dirty");
+    });
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
+    assert!(
+        repair.message.text.contains("The branch conflicts with its base: merge the base branch into it, resolve the conflicts, then commit and push."),
+        "{}",
+        repair.message.text
+    );
+    github.until_more("/repos/owner/repo/pulls/7", 3).await;
+    let repairs = Some(repair_turns(&a.mirror, &chat));
+    assert_eq!(repairs, Some(1), "asked once for this head");
     Ok(())
 }

@@ -55,6 +55,8 @@ pub struct Repair {
     pub checks: Vec<String>,
     pub jobs: Vec<FailedJob>,
     pub threads: Vec<ReviewThread>,
+    /// The branch conflicts with its base (`dirty`) or is behind it (`behind`), as GitHub says.
+    pub conflict: Option<String>,
     /// Logs read, by evidence id, as lines.
     evidence: Mutex<HashMap<String, Arc<Vec<String>>>>,
     /// The runs whose rerun was asked for in this turn.
@@ -93,6 +95,7 @@ impl Repair {
             checks,
             jobs,
             threads,
+            conflict: None,
             evidence: Mutex::new(HashMap::new()),
             reruns: Mutex::new(HashSet::new()),
         }
@@ -134,6 +137,11 @@ impl Repair {
         }
         if !self.threads.is_empty() {
             text.push_str("Address each thread, then answer it with replyToAgentMergeReviewThread.\n");
+        }
+        match self.conflict.as_deref() {
+            Some("behind") => text.push_str("The branch is behind its base: merge the base branch into it, then push.\n"),
+            Some(_) => text.push_str("The branch conflicts with its base: merge the base branch into it, resolve the conflicts, then commit and push.\n"),
+            None => {}
         }
         text.push_str("Use only these Agent Merge tools for GitHub: not the GitHub CLI, nor other GitHub tools.");
         let mut meta = JsonObject::new();

@@ -273,13 +273,20 @@ impl Watch {
             })
             .cloned()
             .collect();
-        if !failed.is_empty() || !new_threads.is_empty() {
+        // A conflict with the base (or a branch behind it) is asked about once per head.
+        let conflict = pull
+            .mergeable_state
+            .clone()
+            .filter(|state| in_force.resolve_conflicts && matches!(state.as_str(), "dirty" | "behind"))
+            .filter(|state| self.first_time(format!("conflict:{sha}:{state}")));
+        if !failed.is_empty() || !new_threads.is_empty() || conflict.is_some() {
             let names: Vec<String> = failed.iter().map(|c| c.name.clone()).collect();
             let excerpts: Vec<String> =
                 failed.iter().filter_map(|c| c.output.as_ref().and_then(|o| o.summary.clone())).collect();
             let jobs = if failed.is_empty() { Vec::new() } else { failed_jobs(github, sha, &names).await? };
-            let repair =
+            let mut repair =
                 Repair::new(&self.key.0, &self.key.1, github.clone(), pull.number, sha, names, jobs, new_threads);
+            repair.conflict = conflict;
             self.begin_repair(host, record, repair, &excerpts);
             return Ok(());
         }
