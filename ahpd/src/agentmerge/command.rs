@@ -20,6 +20,8 @@ pub async fn output(program: &str, args: &[&str], dir: &Path) -> Result<String, 
     let command = ChildCommand::new(program)
         .args(args)
         .cwd(dir)
+        // A daemon started from a Git hook must not read another repository than the folder's.
+        .env_remove(["GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CEILING_DIRECTORIES"])
         .envs([("GIT_TERMINAL_PROMPT", "0"), ("GH_PROMPT_DISABLED", "1"), ("LC_ALL", "C")])
         .stdin_null()
         .stderr_to_caller();

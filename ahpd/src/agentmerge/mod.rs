@@ -2,7 +2,9 @@
 //! green and merge it when it is ready. This room owns what the four tools do (their definitions
 //! stay in `tools/agentmerge.rs`, which reaches this room through `host::facade::AgentMerge`) and
 //! what is kept for each folder (the store's `agent_merge` table, so a folder it was turned on for
-//! stays on across restarts).
+//! stays on across restarts), and the watch of each folder that is on (`watch.rs`), which follows
+//! its pull request on GitHub (`github.rs`, `remote.rs`, `token.rs`), begins repair turns for what
+//! fails (`repair.rs`) and merges it when it is ready. `docs/agent-merge.md` says what it does.
 //!
 //! It reaches the host through `host::facade` alone, as the other features do; the host knows it
 //! only as the `facade::AgentMerge` registered with `Host::serve_agent_merge`.
