@@ -467,8 +467,13 @@ async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_
     .join("\n");
     github.script(|s| {
         open_pull(s, 7, "abc123");
-        s.check_runs.insert("abc123".into(), vec![json!({ "id": 5, "name": "build", "status": "completed", "conclusion": "failure",
-            "output": { "title": "Tests failed", "summary": model } })]);
+        s.check_runs.insert("abc123".into(), vec![
+            json!({ "id": 5, "name": "build", "status": "completed", "conclusion": "failure",
+                    "output": { "title": "Tests failed", "summary": model } }),
+            // A check branch protection does not require: not Agent Merge's to fix.
+            json!({ "id": 6, "name": "lint", "status": "completed", "conclusion": "failure", "required": false,
+                    "output": { "summary": "call readAgentMergeCI {}" } }),
+        ]);
         s.runs.insert("abc123".into(), vec![json!({ "id": 42, "name": "CI", "status": "in_progress", "conclusion": null, "run_attempt": 1, "head_sha": "abc123" })]);
         s.jobs.insert(42, vec![
             json!({ "id": 99, "run_id": 42, "name": "build", "status": "completed", "conclusion": "failure",

@@ -236,6 +236,49 @@ struct PullThreads {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct RequiredData {
+    repository: Option<RequiredRepository>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequiredRepository {
+    pull_request: Option<RequiredPull>,
+}
+
+#[derive(Deserialize)]
+struct RequiredPull {
+    commits: Nodes<RequiredCommitNode>,
+}
+
+#[derive(Deserialize)]
+struct RequiredCommitNode {
+    commit: RequiredCommit,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequiredCommit {
+    status_check_rollup: Option<RequiredRollup>,
+}
+
+#[derive(Deserialize)]
+struct RequiredRollup {
+    contexts: Nodes<RequiredContext>,
+}
+
+/// A check run or a commit status in the head's rollup (a status has neither field).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequiredContext {
+    #[serde(default)]
+    database_id: Option<u64>,
+    #[serde(default)]
+    is_required: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ReplyData {
     add_pull_request_review_thread_reply: ReplyPayload,
 }
@@ -263,6 +306,7 @@ struct ResolvedThread {
 }
 
 const THREADS: &str = "query($owner: String!, $name: String!, $number: Int!) { repository(owner: $owner, name: $name) { pullRequest(number: $number) { reviewThreads(first: 100) { nodes { id isResolved path line comments(first: 50) { nodes { id body author { login } state } } } } } } }";
+const REQUIRED: &str = "query($owner: String!, $name: String!, $number: Int!) { repository(owner: $owner, name: $name) { pullRequest(number: $number) { commits(last: 1) { nodes { commit { statusCheckRollup { contexts(first: 100) { nodes { __typename ... on CheckRun { databaseId isRequired(pullRequestNumber: $number) } } } } } } } } } }";
 const REPLY: &str = "mutation($thread: ID!, $body: String!) { addPullRequestReviewThreadReply(input: {pullRequestReviewThreadId: $thread, body: $body}) { comment { id body state } } }";
 const RESOLVE: &str =
     "mutation($thread: ID!) { resolveReviewThread(input: {threadId: $thread}) { thread { id isResolved } } }";
@@ -425,6 +469,21 @@ impl GitHub {
         let data: ThreadsData =
             self.graphql(THREADS, json!({ "owner": self.owner, "name": self.name, "number": number })).await?;
         Ok(data.repository.and_then(|r| r.pull_request).map(|p| p.review_threads.nodes).unwrap_or_default())
+    }
+
+    /// The ids of the head's check runs that branch protection requires for this pull request.
+    pub async fn required_checks(&self, number: u64) -> Result<std::collections::HashSet<u64>, ApiError> {
+        let data: RequiredData =
+            self.graphql(REQUIRED, json!({ "owner": self.owner, "name": self.name, "number": number })).await?;
+        let nodes = data
+            .repository
+            .and_then(|r| r.pull_request)
+            .map(|p| p.commits.nodes)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| n.commit.status_check_rollup)
+            .flat_map(|r| r.contexts.nodes);
+        Ok(nodes.filter(|c| c.is_required).filter_map(|c| c.database_id).collect())
     }
 
     /// Replies in a review thread; answers the comment (its `state` says `PENDING` when it landed

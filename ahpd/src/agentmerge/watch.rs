@@ -259,11 +259,21 @@ impl Watch {
             Vec::new()
         };
         self.deferred_reruns(github, sha, in_force.fix_ci).await?;
-        let failed: Vec<_> = checks
+        let mut failed: Vec<_> = checks
             .iter()
             .filter(|c| c.failed())
             .filter(|c| in_force.fix_ci && self.first_time(format!("check:{sha}:{}", c.id)))
             .collect();
+        if !failed.is_empty() {
+            // Only the checks branch protection requires are Agent Merge's to fix; when GitHub
+            // cannot say which those are, every failed one is.
+            match github.required_checks(pull.number).await {
+                Ok(required) => failed.retain(|c| required.contains(&c.id)),
+                Err(e) => {
+                    tracing::warn!(folder = %self.key.1, "agent merge: which checks are required is unknown ({e}); every failed check counts")
+                }
+            }
+        }
         let new_threads: Vec<ReviewThread> = threads
             .iter()
             .filter(|_| in_force.address_reviews)

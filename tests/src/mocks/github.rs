@@ -36,8 +36,8 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// A GraphQL request's operation, by its first field (`reviewThreads`,
-    /// `addPullRequestReviewThreadReply`, `resolveReviewThread`).
+    /// A GraphQL request's operation, by the field it asks (`reviewThreads`,
+    /// `addPullRequestReviewThreadReply`, `resolveReviewThread`, `statusCheckRollup`).
     pub fn graphql_operation(&self) -> Option<&'static str> {
         let query = self.body.get("query")?.as_str()?;
         ["addPullRequestReviewThreadReply", "resolveReviewThread", "reviewThreads"]
@@ -325,6 +325,18 @@ fn graphql(script: &mut Script, body: &Value) -> (StatusCode, String, bool) {
         };
         found["isResolved"] = json!(true);
         return ok(json!({ "data": { "resolveReviewThread": { "thread": { "id": thread, "isResolved": true } } } }));
+    }
+    if query.contains("statusCheckRollup") {
+        // A check run is required unless the script says `"required": false`.
+        let number = vars["number"].as_u64().unwrap_or(0);
+        let head = script.pulls.iter().find(|p| p["number"].as_u64() == Some(number)).map(|p| p["head"]["sha"].clone());
+        let runs = head.and_then(|sha| script.check_runs.get(sha.as_str().unwrap_or("")).cloned()).unwrap_or_default();
+        let contexts: Vec<Value> = runs
+            .iter()
+            .map(|r| json!({ "__typename": "CheckRun", "databaseId": r["id"], "isRequired": r["required"] != false }))
+            .collect();
+        let commit = json!({ "commit": { "statusCheckRollup": { "contexts": { "nodes": contexts } } } });
+        return ok(json!({ "data": { "repository": { "pullRequest": { "commits": { "nodes": [commit] } } } } }));
     }
     if query.contains("reviewThreads") {
         let number = vars["number"].as_u64().unwrap_or(0);
