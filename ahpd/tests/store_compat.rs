@@ -93,6 +93,7 @@ fn a_version_four_store_gains_agent_merges_table_and_keeps_a_folders_settings() 
         target: Some("feature".into()),
         enabled_by: None,
         changed_at: "2026-12-01T09:00:00.000Z".into(),
+        asked: Vec::new(),
     };
     store.save_agent_merge(&record).expect("kept");
     drop(store);

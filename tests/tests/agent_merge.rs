@@ -564,6 +564,7 @@ async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_
         assert_eq!(text, format!("Agent Merge action '{action}' {end_the_turn}"));
     }
     // The failure was asked about once: one repair turn.
+    a.check_against_snapshot(&chat).await?;
     let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(1));
     Ok(())
@@ -647,6 +648,7 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
     );
     assert!(!requests.iter().any(|r| r.path.contains("/reviews")), "no review was submitted or discarded");
     assert!(github.read(|s| s.threads[1]["isResolved"] == false));
+    a.check_against_snapshot(&chat).await?;
     let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(2));
     Ok(())
@@ -864,7 +866,41 @@ async fn a_branch_that_conflicts_with_its_base_begins_a_repair_turn_once() -> an
         repair.message.text
     );
     github.until_more("/repos/owner/repo/pulls/7", 3).await;
+    a.check_against_snapshot(&chat).await?;
     let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(1), "asked once for this head");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failure_asked_about_is_not_asked_again_after_a_kill() -> anyhow::Result<()> {
+    let github = MockGitHub::start(Script::default()).await?;
+    github.script(|s| {
+        open_pull(s, 7, "abc123");
+        s.check_runs.insert(
+            "abc123".into(),
+            vec![json!({ "id": 5, "name": "build", "status": "completed", "conclusion": "failure" })],
+        );
+    });
+    let home = tempfile::Builder::new().prefix("ahpd-agent-merge-").tempdir()?;
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let mut daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
+    // Asked about now: what the watch acted on is kept with the folder before the turn began.
+    daemon.kill9().await?;
+
+    let daemon = Daemon::start_in(home.path(), lent_a_token(bin.path(), &github)?).await?;
+    let mut b = TestClient::connect(&daemon.url, "b").await?;
+    b.subscribe(&session).await?;
+    b.subscribe(&chat).await?;
+    github.until_more("/repos/owner/repo/commits/abc123/check-runs", 3).await;
+    // Folded up to what the host holds now.
+    b.check_against_snapshot(&chat).await?;
+    assert_eq!(repair_turns(&b.mirror, &chat), 1, "the same failure is not asked about again");
     Ok(())
 }

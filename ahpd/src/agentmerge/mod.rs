@@ -200,10 +200,11 @@ impl AgentMerge {
                 folder: key,
                 chat: call.chat.clone().or_else(|| current.as_ref().and_then(|c| c.chat.clone())),
                 enabled,
-                options: merged(&current.map(|c| c.options).unwrap_or_default(), &asked),
+                options: merged(&current.as_ref().map(|c| c.options.clone()).unwrap_or_default(), &asked),
                 target,
                 enabled_by,
                 changed_at: now_iso(),
+                asked: current.as_ref().map(|c| c.asked.clone()).unwrap_or_default(),
             };
             core.store().save_agent_merge(&next).map_err(|e| kept_not(&e))?;
             next

@@ -115,6 +115,7 @@ mod tests {
             target: Some("feature".into()),
             enabled_by: None,
             changed_at: String::new(),
+            asked: Vec::new(),
         }
     }
 

@@ -31,6 +31,9 @@ use crate::host::facade::WeakHost;
 use crate::host::Host;
 use crate::store::AgentMergeRecord;
 
+/// How many of the things it acted on a folder's record keeps.
+const KEPT_ASKED: usize = 200;
+
 /// The repairs kept per folder for their tools.
 const KEPT_REPAIRS: usize = 8;
 
@@ -119,7 +122,7 @@ impl Watches {
             cancel: cancel.clone(),
             monitoring: monitoring.clone(),
             shared: self.shared.clone(),
-            asked: Mutex::new(HashSet::new()),
+            asked: Mutex::new(record.asked.iter().cloned().collect()),
         };
         tracing::info!(folder = %record.folder, session = %record.session, "agent merge: watching");
         host.spawn("agent merge watch", async move {
@@ -332,9 +335,24 @@ impl Watch {
         }
     }
 
-    /// True the first time `what` is seen.
+    /// True the first time `what` is seen; kept with the folder's record, so a restart does not
+    /// ask again.
     fn first_time(&self, what: String) -> bool {
-        lock(&self.asked).insert(what)
+        if !lock(&self.asked).insert(what.clone()) {
+            return false;
+        }
+        if let Some(host) = self.host.upgrade() {
+            let core = host.lock();
+            if let Ok(Some(mut record)) = core.store().agent_merge(&self.key.0, &self.key.1) {
+                record.asked.push(what);
+                let excess = record.asked.len().saturating_sub(KEPT_ASKED);
+                record.asked.drain(..excess);
+                if let Err(e) = core.store().save_agent_merge(&record) {
+                    tracing::warn!(folder = %self.key.1, "agent merge: what was asked could not be kept: {e}");
+                }
+            }
+        }
+        true
     }
 
     /// Begins (or queues) the repair turn in the folder's chat, as the person who turned Agent
@@ -344,7 +362,7 @@ impl Watch {
             tracing::warn!(folder = %self.key.1, "agent merge: no chat to begin a repair turn in");
             return;
         };
-        lock(&self.asked).insert(format!("repaired:{}", repair.pull));
+        self.first_time(format!("repaired:{}", repair.pull));
         let message = repair.message(excerpts);
         let repair = Arc::new(repair);
         {

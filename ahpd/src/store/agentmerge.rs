@@ -49,6 +49,10 @@ pub struct AgentMergeRecord {
     pub enabled_by: Option<String>,
     /// When it last changed (RFC 3339).
     pub changed_at: String,
+    /// What its watch acted on already (a failure, a thread's newest comment, a merge), newest
+    /// last, so a restart does not ask again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub asked: Vec<String>,
 }
 
 impl Store {
