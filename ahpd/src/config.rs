@@ -78,6 +78,21 @@ fn within(v: &Value, low: u64, high: u64) -> bool {
 fn depth(v: &Value) -> Result<(), &'static str> {
     within(v, 16, 128).then_some(()).ok_or("an integer between 16 and 128")
 }
+fn merge_method(v: &Value) -> Result<(), &'static str> {
+    matches!(v.as_str(), Some("merge" | "squash" | "rebase")).then_some(()).ok_or("\"merge\", \"squash\" or \"rebase\"")
+}
+
+fn poll_ms(v: &Value) -> Result<(), &'static str> {
+    within(v, 10, 86_400_000).then_some(()).ok_or("an integer number of milliseconds between 10 and 86400000")
+}
+
+/// `agentMergeToken`: where a token is read, never the token itself.
+fn token_source(v: &Value) -> Result<(), &'static str> {
+    let named = |field: &str| v.get(field).and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty());
+    let one_field = v.as_object().is_some_and(|m| m.len() == 1);
+    (one_field && (named("env") || named("file"))).then_some(()).ok_or("{\"env\": \"NAME\"} or {\"file\": \"PATH\"}")
+}
+
 /// `deltaWindowMs` when unset: see docs/config.md and docs/benchmarks.md for why.
 pub const DEFAULT_DELTA_WINDOW_MS: u64 = 50;
 
@@ -151,6 +166,10 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "isolation", default: || Value::from("folder"), applies: Applies::Restart, about: "Where a session works when it names no isolation: \"folder\" (the folder itself) or \"worktree\" (a Git worktree of its own, cut from the folder).", check: isolation, secret: false },
     KeySpec { name: "isolationProviders", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Providers whose sessions work in a worktree of their own when they name no isolation.", check: strings, secret: false },
     KeySpec { name: "worktreesRoot", default: || Value::Null, applies: Applies::Restart, about: "The folder ahpd makes worktrees in (<root>/<repository>/<branch>); default a worktrees folder in the data folder.", check: string, secret: false },
+    KeySpec { name: "agentMergeToken", default: || Value::Null, applies: Applies::Restart, about: "Where Agent Merge reads the GitHub token it acts with: {\"env\": NAME} (an environment variable of the daemon) or {\"file\": PATH} (a file holding it), read when it is needed. Absent: the gh CLI's stored token (gh auth token).", check: token_source, secret: true },
+    KeySpec { name: "agentMergeApiUrl", default: || Value::Null, applies: Applies::Restart, about: "The GitHub REST API Agent Merge asks (its GraphQL is <url>/graphql). Absent: https://api.github.com for a github.com remote, https://<host>/api/v3 for a GitHub Enterprise one.", check: string, secret: false },
+    KeySpec { name: "agentMergePollMs", default: || Value::from(60_000), applies: Applies::Restart, about: "How long an Agent Merge watch waits between looks at its pull request (each look is conditional: an unchanged answer costs no rate limit).", check: poll_ms, secret: false },
+    KeySpec { name: "agentMergeMethod", default: || Value::from("squash"), applies: Applies::Restart, about: "How Agent Merge merges a pull request that is ready: \"merge\", \"squash\" or \"rebase\".", check: merge_method, secret: false },
     KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },

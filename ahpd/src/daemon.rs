@@ -247,6 +247,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     worktrees.start(&host);
     host.run_events(events_rx);
     host.serve_terminals(crate::terminals::Terminals::new(&host));
+    let agent_merge = crate::agentmerge::AgentMerge::new(crate::agentmerge::Settings::of(config));
+    host.serve_agent_merge(agent_merge.clone());
     let facts = Arc::new(
         Facts::new(&plan.paths, config, plan.token.clone(), plan.token_source.file(), offered)
             .with_recovery(recovered.clone()),
@@ -269,6 +271,9 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     host.run_unloads();
     host.run_delta_flushes();
     host.watch_users();
+    // The folders Agent Merge is on for are watched again, once the agents are up (a repair turn
+    // needs its chat's agent).
+    agent_merge.resume(&host);
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     tracker.spawn(reread_on_hangup(

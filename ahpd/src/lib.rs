@@ -6,6 +6,7 @@
 //! backend is a worker reached through the worker protocol, even when the worker is this same
 //! binary re-executed (`ahpd worker <kind>`).
 
+pub mod agentmerge;
 pub mod agents;
 pub mod backends;
 pub mod bare;

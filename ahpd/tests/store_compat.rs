@@ -1,5 +1,6 @@
 //! The store reads files older versions wrote: a version-1 file, built from the checked-in SQL an
-//! ahpd 0.1.0 store holds, opens, lists, loads whole, and has its interrupted turn at hand.
+//! ahpd 0.1.0 store holds, opens, lists, loads whole, and has its interrupted turn at hand; a
+//! version-4 file (`fixtures/store-v4.sql`) gains the tables added since and keeps what it held.
 
 use ahpd::store::{Store, SCHEMA_VERSION};
 
@@ -71,4 +72,34 @@ fn an_older_store_gains_a_table_for_what_agents_offer_and_keeps_one_per_provider
     drop(store);
     let again = Store::open(&path).expect("opens again");
     assert_eq!(again.agent_offers().expect("offers"), vec![offer("smart")], "the last offer, after a reopen");
+}
+
+#[test]
+fn a_version_four_store_gains_agent_merges_table_and_keeps_a_folders_settings() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = dir.path().join("sessions.db");
+    let conn = rusqlite::Connection::open(&path).expect("create");
+    conn.execute_batch(include_str!("fixtures/store-v4.sql")).expect("the fixture loads");
+    drop(conn);
+    let store = Store::open(&path).expect("a version-4 store opens");
+    assert_eq!(store.version().expect("version"), SCHEMA_VERSION);
+    assert_eq!(store.agent_offers().expect("offers").len(), 1, "what version 4 kept is still there");
+    assert!(store.agent_merges().expect("agent merges").is_empty(), "a version-4 file configured no folder");
+    let record = ahpd::store::AgentMergeRecord {
+        session: "ahp-session:/old-1".into(),
+        folder: "/work/repo".into(),
+        chat: None,
+        enabled: true,
+        options: ahpd::store::AgentMergeOptions { merge_pull_request: Some("always".into()), ..Default::default() },
+        target: Some("feature".into()),
+        enabled_by: None,
+        changed_at: "2026-12-01T09:00:00.000Z".into(),
+        asked: Vec::new(),
+    };
+    store.save_agent_merge(&record).expect("kept");
+    drop(store);
+    let again = Store::open(&path).expect("opens again");
+    assert_eq!(again.agent_merge("ahp-session:/old-1", "/work/repo").expect("read"), Some(record));
+    again.delete_session("ahp-session:/old-1").expect("deleted");
+    assert!(again.agent_merges().expect("agent merges").is_empty(), "a session's settings go with it");
 }

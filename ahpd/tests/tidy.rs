@@ -1,17 +1,17 @@
 //! Tidy tests: rules of the code's shape that no compiler checks, read from the source tree.
 //!
 //! - The host does not know its features: nothing under `host/` names a tool module or the
-//!   worktrees feature or the terminals (they are registered with the host where it is built,
-//!   outside `host/`).
-//! - The features reach the host through its facade: under `tools/`, `worktrees/` and
-//!   `terminals/`, `crate::host::` names only `facade`, `Host` and `Core`; and no feature names
-//!   another.
+//!   worktrees feature or the terminals or Agent Merge (they are registered with the host where it
+//!   is built, outside `host/`).
+//! - The features reach the host through its facade: under `tools/`, `worktrees/`, `terminals/`
+//!   and `agentmerge/`, `crate::host::` names only `facade`, `Host` and `Core`; and no feature
+//!   names another.
 //! - One write path: nothing but `host/write.rs` calls the channels' `commit`.
 
 use std::path::{Path, PathBuf};
 
 /// The host's features: each a folder under `ahpd/src` that reaches the host through its facade.
-const FEATURES: [&str; 3] = ["tools", "worktrees", "terminals"];
+const FEATURES: [&str; 4] = ["tools", "worktrees", "terminals", "agentmerge"];
 
 /// Every `.rs` file under `dir`, with its path relative to `ahpd/src`.
 fn sources(dir: &str) -> Vec<(String, String)> {

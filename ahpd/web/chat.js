@@ -21,6 +21,16 @@ export function glance(status, waitingFor) {
 
 const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
 
+/** Agent Merge in a session's header: what it follows and when it merges. */
+function agentMerge(merge) {
+  const doing = merge.monitoring === 'monitoringPullRequest' ? `watching #${merge.pullRequest}`
+    : merge.monitoring === 'backingOff' ? 'backing off' : 'waiting for a pull request';
+  const merges = { always: 'merges when ready', ifUnchanged: 'merges if unchanged', never: 'does not merge' }[merge.merges] ?? merge.merges;
+  const watches = (merge.watches ?? []).join(', ') || 'nothing';
+  return h('span', { class: 'pane-merge', title: `Agent Merge on ${merge.branch ?? 'its branch'}: follows ${watches}; ${merges}` },
+    h('span', { class: 'merge-name', text: 'Agent Merge' }), ` ${doing} · ${merges}`);
+}
+
 /**
  * The branch a worktree changeset names, and its base: the worktrees feature labels it
  * "<branch> (against <base>)" (ahpd/src/worktrees/changes.rs, `branch_entry`), AHP's changeset
@@ -144,14 +154,15 @@ export class ChatPane {
     const changes = summary?.changes;
     const archived = ((s?.status ?? summary?.status ?? 0) & Status.IsArchived) !== 0;
     const branch = branchOf(this.state?.changesets) ?? branchOf(s?.changesets);
-    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle, JSON.stringify(branch)].join('|');
+    const merge = s?._meta?.['ahpd.agentMerge'];
+    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle, JSON.stringify(branch), JSON.stringify(merge)].join('|');
     if (key === this.drawnHead) return;
     this.drawnHead = key;
     if (!this.title.querySelector('input')) this.title.textContent = title;
     this.chip.className = `chip ${cls}`;
     this.chip.textContent = words;
     this.archiveButton.textContent = archived ? 'Unarchive' : 'Archive';
-    this.drawWhere(folder, branch);
+    this.drawWhere(folder, branch, merge);
     const bits = [provider];
     // What the session changed opens its Changes view.
     if (changes && (changes.additions || changes.deletions || changes.files)) bits.push(h('button', { class: 'changes-link', type: 'button', data: { action: 'changes' }, title: 'Show the changes',
@@ -160,12 +171,14 @@ export class ChatPane {
     this.meta.replaceChildren(...bits.filter(Boolean).flatMap((b, i) => (i ? [' · ', b] : [b])));
   }
 
-  /** The folder the session works in and, for a worktree, its branch and the base it came from. */
-  drawWhere(folder, branch) {
+  /** The folder the session works in and, for a worktree, its branch and the base it came from;
+   *  and Agent Merge, while it is on (the host's `_meta['ahpd.agentMerge']`). */
+  drawWhere(folder, branch, merge) {
     this.where.replaceChildren(...[
       folder ? h('span', { class: 'pane-folder', title: folder, text: folder }) : null,
       branch ? h('span', { class: 'pane-branch', title: `branch ${branch.name}${branch.base ? `, cut from ${branch.base}` : ''}` },
         h('span', { class: 'branch-name', text: branch.name }), branch.base ? h('span', { class: 'branch-base', text: ` ← ${branch.base}` }) : null) : null,
+      merge?.enabled ? agentMerge(merge) : null,
     ].filter(Boolean));
   }
 

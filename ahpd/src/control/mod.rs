@@ -118,6 +118,9 @@ pub struct Status {
     /// The store's backups, newest first.
     #[serde(default)]
     pub store_backups: Vec<PathBuf>,
+    /// The folders Agent Merge is on for.
+    #[serde(default)]
+    pub agent_merge: Vec<crate::agentmerge::FolderStatus>,
 }
 
 /// One agent a daemon offers, as its backend table and config made it.

@@ -146,6 +146,10 @@ impl Facts {
             config: self.config.clone(),
             store_recovered: self.recovered.clone(),
             store_backups: crate::store::backup::list(&crate::store::backup::folder(&self.paths.data_dir)),
+            agent_merge: {
+                let feature = host.agent_merge();
+                crate::agentmerge::status(&host.lock(), feature.as_deref())
+            },
         }
     }
 

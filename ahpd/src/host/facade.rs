@@ -1,13 +1,14 @@
 //! The host's face toward its features (its own tools, `tools/`; sessions' folders and what changed
-//! in them, `worktrees/`; its terminals, `terminals/`): the one way they reach it, and the one way
-//! it reaches them.
+//! in them, `worktrees/`; its terminals, `terminals/`; Agent Merge, `agentmerge/`): the one way
+//! they reach it, and the one way it reaches them.
 //!
 //! The host knows its features only through the traits registered with it: [`Tools`] (the
 //! catalogue — which tools a session is offered, and running a call of one — and one hook for a
 //! turn's end) and [`Workspaces`] (a session's folder made before it opens, the changesets it
 //! advertises and serves, and the events that change them), both given when it is built
 //! ([`super::Host::new`]), and [`Terminals`] (opening one, its input and size, ending its process,
-//! and running a `!` command), registered with [`Host::serve_terminals`]. It never names a
+//! and running a `!` command), registered with [`Host::serve_terminals`], and [`AgentMerge`]
+//! (what its four tools do), registered with [`Host::serve_agent_merge`]. It never names a
 //! feature module. The features reach the host through this module alone: what they may read of
 //! its state ([`Core`]'s accessors below), what they may do ([`Core::apply`], the turn engine,
 //! opening sessions and chats, asking a person, opening terminal channels), and the types and
@@ -98,6 +99,99 @@ pub trait Terminals: Send + Sync + 'static {
     /// Runs a `!` command as the host's turn (said already); the feature ends the turn when the
     /// command exits. `Err` says why it could not start (the host fails the turn with it).
     fn run_command(&self, core: &mut Core, run: CommandRun) -> Result<(), String>;
+}
+
+/// What the host's Agent Merge tools ask of the Agent Merge feature: each answers its tool's
+/// text, or the refusal's sentence.
+pub trait AgentMerge: Send + Sync + 'static {
+    /// `setAgentMergeEnabled`.
+    fn configure<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `readAgentMergeCI`.
+    fn read_ci<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `replyToAgentMergeReviewThread`.
+    fn reply<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// `rerunAgentMergeWorkflow`.
+    fn rerun<'a>(&'a self, host: &'a Host, call: &'a ToolCall) -> Pending<'a, Result<String, String>>;
+    /// A session is being deleted: its folders' watches stop. Called under the host's lock.
+    fn session_removed(&self, session: &str);
+    /// What the watch of a session's folder is doing (`None`: no watch runs for it).
+    fn monitoring(&self, session: &str, folder: &str) -> Option<String>;
+}
+
+impl Host {
+    /// Registers the Agent Merge feature (the daemon does; a host without one refuses its tools).
+    pub fn serve_agent_merge(&self, feature: std::sync::Arc<dyn AgentMerge>) {
+        self.lock().agent_merge = Some(feature);
+    }
+
+    /// The Agent Merge feature, when this host has one.
+    pub fn agent_merge(&self) -> Option<std::sync::Arc<dyn AgentMerge>> {
+        self.lock().agent_merge.clone()
+    }
+}
+
+/// How a turn the host began itself went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostTurn {
+    /// Its turn began, with this id.
+    Began(String),
+    /// A turn was running: its message is queued behind it, with this id.
+    Queued(String),
+}
+
+impl Host {
+    /// Begins a turn the host starts itself in `chat` (a wakeup's, an Agent Merge repair's), as
+    /// `sender` when somebody is behind it: the chat is loaded from the store if it sleeps, its
+    /// agent must be running, and a turn running there already has the message queued behind it.
+    pub fn begin_host_turn(
+        &self,
+        core: &mut Core,
+        chat: &str,
+        message: ahp_types::state::Message,
+        sender: Option<String>,
+    ) -> Result<HostTurn, String> {
+        if !self.ensure_loaded(core, chat) {
+            return Err("its chat could not be loaded".into());
+        }
+        if let Some(sentence) = core.store().cannot_write() {
+            return Err(sentence);
+        }
+        let provider = core.chat(chat).and_then(|m| core.session(&m.session)).map(|s| s.provider.clone());
+        let provider = provider.unwrap_or_default();
+        // The worker's own state, not what its `Ready` said: at start-up that event may still be
+        // on its way to the host when the first host turns begin.
+        if self.supervisor().current(&provider).is_none() {
+            return Err(format!("the {provider} agent is not running, so the session cannot resume"));
+        }
+        if core.running_turn(chat).is_some() {
+            let id = new_id();
+            if let Some(sender) = sender {
+                core.note_sender(chat, &id, sender);
+            }
+            let action = ahp_types::actions::StateAction::ChatPendingMessageSet(
+                ahp_types::actions::ChatPendingMessageSetAction {
+                    kind: ahp_types::state::PendingMessageKind::Queued,
+                    id: id.clone(),
+                    message,
+                },
+            );
+            return match core.apply(chat, action, None, None) {
+                Committed::Sent { .. } => Ok(HostTurn::Queued(id)),
+                _ => Err("the chat would not queue its message".into()),
+            };
+        }
+        let start = host_turn(message, None);
+        let turn_id = start.turn_id.clone();
+        if let Some(sender) = sender {
+            core.note_sender(chat, &turn_id, sender);
+        }
+        core.start_turn(chat, start, None);
+        if core.running_turn(chat).as_deref() == Some(turn_id.as_str()) {
+            Ok(HostTurn::Began(turn_id))
+        } else {
+            Err("the chat would not take the turn".into())
+        }
+    }
 }
 
 /// Who asks for a terminal.

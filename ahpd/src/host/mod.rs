@@ -321,6 +321,8 @@ pub struct Core {
     retiring: HashMap<String, tokio_util::sync::CancellationToken>,
     /// The terminals feature (ptys and their processes), when this host serves terminals.
     terminals: Option<Arc<dyn facade::Terminals>>,
+    /// The Agent Merge feature, when this host has one (`facade::AgentMerge`).
+    agent_merge: Option<Arc<dyn facade::AgentMerge>>,
     /// The terminals the root lists, in the order they were opened.
     terminal_list: Vec<String>,
     /// The `!` command each chat runs or ran last: (turn id, terminal channel).
@@ -408,6 +410,7 @@ impl Host {
             clock: config.clock.clone(),
             retiring: HashMap::new(),
             terminals: None,
+            agent_merge: None,
             terminal_list: Vec::new(),
             command_turns: HashMap::new(),
             attachment_limit: config.attachment_limit,

@@ -14,6 +14,7 @@
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
+mod agentmerge;
 pub mod backup;
 mod checkpointer;
 pub mod health;
@@ -25,13 +26,14 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+pub use self::agentmerge::{AgentMergeOptions, AgentMergeRecord};
 use self::health::Trouble;
 pub use self::offers::AgentOffersRecord;
 
 pub use self::records::{ChatRecord, KeptTerminalRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// What went wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -276,6 +278,20 @@ impl Store {
                     record TEXT NOT NULL
                 );
                 PRAGMA user_version = 4;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 5 {
+            // Version 5: Agent Merge's settings per session folder (`agentmerge.rs`), kept across
+            // restarts; a session's rows go with it.
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS agent_merge (
+                    session TEXT NOT NULL REFERENCES sessions(uri) ON DELETE CASCADE,
+                    folder TEXT NOT NULL,
+                    record TEXT NOT NULL,
+                    PRIMARY KEY (session, folder)
+                );
+                PRAGMA user_version = 5;",
             );
             result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
         }

@@ -89,6 +89,12 @@ const TABLES: &[Table] = &[
         since: 4,
         readable: reads_as::<super::AgentOffersRecord>,
     },
+    Table {
+        name: "agent_merge",
+        columns: &["session", "folder", "record"],
+        since: 5,
+        readable: reads_as::<super::AgentMergeRecord>,
+    },
 ];
 
 /// The most problems a check lists (SQLite's own list stops there too).

@@ -86,8 +86,6 @@ pub struct ToolState {
     pub limits: limits::Limits,
     /// Workspace changes waiting for their turn to end, by chat.
     pub workspace_requests: std::collections::HashMap<String, session::WorkspaceRequest>,
-    /// Agent Merge's configuration per session folder (kept in memory).
-    pub agent_merge: agentmerge::AgentMerge,
 }
 
 /// This host's own tools, as a host is built with them: the catalogue and what the tools keep.
@@ -344,7 +342,7 @@ async fn dispatch(tools: &HostTools, host: &Host, info: &ToolInfo, call: ToolCal
         },
         Group::Artifact => artifacts::run(host, name, &call).await,
         Group::Comment => comments::run(host, name, &call).await,
-        Group::AgentMerge => agentmerge::run(tools, host, name, &call).await,
+        Group::AgentMerge => agentmerge::run(host, name, &call).await,
         Group::Own => match own::run(host, name, &call).await {
             Some(result) => Some(result),
             None => wakeups::run(host, name, &call).await,

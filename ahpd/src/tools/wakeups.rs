@@ -17,14 +17,13 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use ahp_types::actions::{ChatPendingMessageSetAction, StateAction};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
+use ahp_types::state::{Message, MessageKind, MessageOrigin};
 use serde_json::{json, Value};
 
 use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
 use crate::clock::iso;
-use crate::host::facade::{host_turn, new_id, Committed};
+use crate::host::facade::HostTurn;
 use crate::host::{Core, Host};
 use crate::store::WakeupRecord;
 
@@ -191,23 +190,13 @@ impl Host {
 
     /// Begins one wakeup's turn (or queues its prompt), forgetting it in the same savepoint.
     fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, Refusal> {
-        if !self.ensure_loaded(core, &wakeup.chat) {
-            return Err("its chat could not be loaded".into());
-        }
-        let provider = core
-            .chat(&wakeup.chat)
-            .and_then(|m| core.session(&m.session))
-            .map(|s| s.provider.clone())
-            .unwrap_or_default();
-        // The worker's own state, not what its `Ready` said: at start-up that event may still be
-        // on its way to the host when the first wakeups fire.
-        if self.supervisor().current(&provider).is_none() {
-            return Err(format!("the {provider} agent is not running, so the session cannot resume").into());
-        }
-        let message = wakeup_message(wakeup);
         const SAVEPOINT: &str = "wakeup";
         core.store().savepoint(SAVEPOINT).map_err(|e| e.to_string())?;
-        let fired = self.begin_or_queue(core, wakeup, message);
+        let fired = core
+            .store()
+            .delete_wakeup(&wakeup.chat)
+            .map_err(|e| e.to_string())
+            .and_then(|_| self.begin_host_turn(core, &wakeup.chat, wakeup_message(wakeup), wakeup.sender.clone()));
         let kept = match fired {
             Ok(_) => core.store().release(SAVEPOINT),
             Err(_) => core.store().roll_back(SAVEPOINT),
@@ -215,43 +204,9 @@ impl Host {
         // A store that could not keep the outcome may still hold the wakeup: it is not tried
         // again in this process, so the timer cannot spin on it.
         kept.map_err(|e| e.to_string())?;
-        fired
-    }
-
-    fn begin_or_queue(
-        &self,
-        core: &mut Core,
-        wakeup: &WakeupRecord,
-        message: Message,
-    ) -> Result<&'static str, Refusal> {
-        core.store().delete_wakeup(&wakeup.chat).map_err(|e| e.to_string())?;
-        let running = core.running_turn(&wakeup.chat).is_some();
-        if running {
-            let id = new_id();
-            if let Some(sender) = wakeup.sender.clone() {
-                core.note_sender(&wakeup.chat, &id, sender);
-            }
-            let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
-                kind: PendingMessageKind::Queued,
-                id,
-                message,
-            });
-            return match core.apply(&wakeup.chat, action, None, None) {
-                Committed::Sent { .. } => Ok("its prompt is queued behind the running turn"),
-                _ => Err("the chat would not queue its prompt".into()),
-            };
-        }
-        let start = host_turn(message, None);
-        let turn_id = start.turn_id.clone();
-        if let Some(sender) = wakeup.sender.clone() {
-            core.note_sender(&wakeup.chat, &turn_id, sender);
-        }
-        core.start_turn(&wakeup.chat, start, None);
-        let began = core.running_turn(&wakeup.chat).as_deref() == Some(turn_id.as_str());
-        if began {
-            Ok("its turn began")
-        } else {
-            Err("the chat would not take the turn".into())
+        match fired? {
+            HostTurn::Began(_) => Ok("its turn began"),
+            HostTurn::Queued(_) => Ok("its prompt is queued behind the running turn"),
         }
     }
 }

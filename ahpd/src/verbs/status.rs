@@ -60,6 +60,7 @@ pub fn describe(status: &Status) -> Vec<String> {
         lines.push(sentence.clone());
     }
     lines.extend(store_lines(status));
+    lines.extend(agent_merge_lines(status));
     lines.push(match status.host.max_backend_processes {
         0 => format!("backend sessions open: {}", status.host.backend_sessions),
         cap => format!("backend sessions open: {} of at most {cap}", status.host.backend_sessions),
@@ -93,6 +94,26 @@ fn store_lines(status: &Status) -> Vec<String> {
         None => "store backups: none yet".to_owned(),
     });
     lines
+}
+
+/// The folders Agent Merge is on for: `agent merge: /w/repo on feature (watches checks, reviews;
+/// merges never), session ahp-session:/…`.
+fn agent_merge_lines(status: &Status) -> Vec<String> {
+    status
+        .agent_merge
+        .iter()
+        .map(|f| {
+            let branch = f.branch.as_deref().unwrap_or("(no branch)");
+            let watches = if f.watches.is_empty() { "nothing".to_owned() } else { f.watches.join(", ") };
+            format!(
+                "agent merge: {} on {branch} (watches {watches}; merges {}; {}), session {}",
+                f.folder.display(),
+                f.merges,
+                f.monitoring,
+                f.session
+            )
+        })
+        .collect()
 }
 
 /// The processes under the daemon, each with its resident memory: `processes under the daemon:

@@ -177,6 +177,9 @@ impl Host {
         // folders can still be read).
         let event = crate::host::facade::Event::SessionRemoved { session: uri.to_owned() };
         core.workspaces.clone().event(&mut core, event);
+        if let Some(agent_merge) = core.agent_merge.clone() {
+            agent_merge.session_removed(uri);
+        }
         core.remove_session_state(uri, Farewell::Close);
         if let Err(e) = core.store.delete_session(uri) {
             tracing::error!("{e}");
