@@ -24,7 +24,9 @@ const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
 /** Agent Merge in a session's header: what it follows and when it merges. */
 function agentMerge(merge) {
   const doing = merge.monitoring === 'monitoringPullRequest' ? `watching #${merge.pullRequest}`
-    : merge.monitoring === 'backingOff' ? 'backing off' : 'waiting for a pull request';
+    : merge.monitoring === 'backingOff' ? 'backing off'
+    : merge.monitoring === 'stoppedForPendingReview' ? 'stopped: a reply waits in your pending review'
+    : 'waiting for a pull request';
   const merges = { always: 'merges when ready', ifUnchanged: 'merges if unchanged', never: 'does not merge' }[merge.merges] ?? merge.merges;
   const watches = (merge.watches ?? []).join(', ') || 'nothing';
   return h('span', { class: 'pane-merge', title: `Agent Merge on ${merge.branch ?? 'its branch'}: follows ${watches}; ${merges}` },

@@ -589,7 +589,7 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
     let bin = tempfile::tempdir()?;
     let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
+    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
     configure(&mut a, &chat, json!({ "enabled": true })).await?;
 
     let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
@@ -630,8 +630,16 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
     let answer: Value = serde_json::from_str(&calls[0].3)?;
     assert_eq!(answer["reply"], "pending", "{answer}");
     assert_eq!(answer["resolved"], false);
-    // The watch goes on, and does not take its own pending reply for something new to address.
-    github.until_more("/graphql", 4).await;
+    // The person is in the middle of a review of their own: once that turn has ended, the
+    // folder's watch stops (seed 000), and says so; it did not take its own pending reply for
+    // something new to address.
+    let stopped = |m: &tests::Mirror| {
+        let meta = m.session(&session).and_then(|s| s.meta.clone()).unwrap_or_default();
+        meta.get("ahpd.agentMerge").and_then(|a| a.get("monitoring")).cloned() == Some(json!("stoppedForPendingReview"))
+    };
+    a.until("the watch to stop after the turn", stopped).await?;
+    let status = daemon.status().await?;
+    assert_eq!(status["agentMerge"][0]["monitoring"], "stoppedForPendingReview", "{status}");
     let requests = github.requests();
     let mutations: Vec<String> = requests
         .iter()
@@ -651,6 +659,11 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
     a.check_against_snapshot(&chat).await?;
     let repairs = Some(repair_turns(&a.mirror, &chat));
     assert_eq!(repairs, Some(2));
+
+    // Turned on again, it watches again.
+    let again = configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    assert_ne!(again["monitoring"], "stoppedForPendingReview", "{again}");
+    github.until_more("/repos/owner/repo/", 2).await;
     Ok(())
 }
 

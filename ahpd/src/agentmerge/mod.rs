@@ -102,9 +102,16 @@ impl facade::AgentMerge for AgentMerge {
             let Some(repair) = self.repair_for(host, call, |r| !r.threads.is_empty()) else {
                 return unauthorized("addressReviews");
             };
-            let (comment, said) = repair.reply(&asked).await?;
-            self.watches.shared.replied.lock().unwrap_or_else(|p| p.into_inner()).insert(comment);
-            Ok(said)
+            let replied = repair.reply(&asked).await?;
+            let shared = &self.watches.shared;
+            shared.replied.lock().unwrap_or_else(|p| p.into_inner()).insert(replied.comment);
+            if let (true, Some(chat), Some(turn)) = (replied.pending, call.chat.clone(), call.turn_id.clone()) {
+                // Seed 000: "the folder's watch stops when the turn ends" - the person is in the
+                // middle of a review of their own.
+                let key = (repair.session.clone(), repair.folder.clone());
+                shared.stop_after.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (chat, turn));
+            }
+            Ok(replied.said)
         })
     }
 

@@ -317,9 +317,9 @@ impl Repair {
 
     /// `replyToAgentMergeReviewThread`: the reply published, then the thread resolved; a reply
     /// that landed in the person's pending review is answered pending and nothing more is done.
-    /// Answers the reply's comment id beside the tool's text: the watch does not take its own
-    /// reply for a new comment to address.
-    pub async fn reply(&self, asked: &Reply) -> Result<(String, String), String> {
+    /// Answers the reply's comment id beside the tool's text (the watch does not take its own
+    /// reply for a new comment to address), and whether it landed in a pending review.
+    pub async fn reply(&self, asked: &Reply) -> Result<Replied, String> {
         if !self.threads.iter().any(|t| t.id == asked.thread_id) {
             return Err(format!(
                 "Review thread {} is not one this Agent Merge turn was asked to address.",
@@ -328,8 +328,9 @@ impl Repair {
         }
         let comment = self.github.reply(&asked.thread_id, &asked.body).await.map_err(|e| e.to_string())?;
         if comment.state.as_deref() == Some("PENDING") {
-            return Ok((comment.id, json!({ "threadId": asked.thread_id, "reply": "pending", "resolved": false,
-                "message": "The reply was added to your pending review, which stays pending: it is published when you submit that review. The thread was not resolved." }).to_string()));
+            let said = json!({ "threadId": asked.thread_id, "reply": "pending", "resolved": false,
+                "message": "The reply was added to your pending review, which stays pending: it is published when you submit that review. The thread was not resolved." });
+            return Ok(Replied { comment: comment.id, said: said.to_string(), pending: true });
         }
         let resolved = if asked.resolve {
             self.github
@@ -341,6 +342,16 @@ impl Repair {
         };
         let said =
             json!({ "threadId": asked.thread_id, "reply": "published", "commentId": comment.id, "resolved": resolved });
-        Ok((comment.id, said.to_string()))
+        Ok(Replied { comment: comment.id, said: said.to_string(), pending: false })
     }
+}
+
+/// What `replyToAgentMergeReviewThread` did.
+pub struct Replied {
+    /// The reply's comment id.
+    pub comment: String,
+    /// The tool's answer.
+    pub said: String,
+    /// The reply landed in the person's pending review.
+    pub pending: bool,
 }

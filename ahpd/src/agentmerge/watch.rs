@@ -52,6 +52,9 @@ pub enum Monitoring {
     PullRequest(u64),
     /// The last try failed; trying again later.
     BackingOff(String),
+    /// Stopped after a repair turn whose reply landed in the person's pending review; turning
+    /// Agent Merge on again (or a restart) watches again.
+    StoppedForPendingReview,
 }
 
 impl Monitoring {
@@ -69,6 +72,7 @@ impl Monitoring {
             Self::WaitingForPullRequest => "waitingForPullRequest",
             Self::PullRequest(_) => "monitoringPullRequest",
             Self::BackingOff(_) => "backingOff",
+            Self::StoppedForPendingReview => "stoppedForPendingReview",
         }
     }
 }
@@ -89,6 +93,9 @@ pub struct Shared {
     /// The review comments its repair turns posted: a thread whose newest comment is one of
     /// them waits for somebody else.
     pub replied: Mutex<HashSet<String>>,
+    /// Folders whose watch stops once this (chat, turn) ends: a reply of that repair turn landed
+    /// in the person's pending review.
+    pub stop_after: Mutex<HashMap<Key, (String, String)>>,
 }
 
 /// The running watches.
@@ -111,6 +118,8 @@ impl Watches {
         if running.get(&key).is_some_and(|r| !*r.stopped.borrow()) {
             return;
         }
+        // Turned on again after a pending review stopped it: it watches on.
+        lock(&self.shared.stop_after).remove(&key);
         let cancel = host.cancel_token().child_token();
         let (done, stopped) = watch::channel(false);
         let monitoring = Arc::new(Mutex::new(Monitoring::WaitingForPullRequest));
@@ -217,10 +226,27 @@ impl Watch {
         core.store().agent_merge(&self.key.0, &self.key.1).ok().flatten().filter(|r| r.enabled)
     }
 
+    /// Whether the repair turn this watch stops after has ended.
+    fn stops_now(&self, host: &Host) -> bool {
+        let mut stop_after = lock(&self.shared.stop_after);
+        let Some((chat, turn)) = stop_after.get(&self.key) else { return false };
+        let running = host.lock().chat_state(chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == *turn);
+        if running {
+            return false;
+        }
+        stop_after.remove(&self.key);
+        true
+    }
+
     /// One look at the pull request. `Ok(None)`: nothing left to watch.
     async fn round(&self, github: &mut Option<Arc<GitHub>>) -> Result<Option<()>, ApiError> {
         let Some(host) = self.host.upgrade() else { return Ok(None) };
         let Some(record) = self.record(&host) else { return Ok(None) };
+        if self.stops_now(&host) {
+            tracing::info!(folder = %self.key.1, "agent merge: a reply waits in the person's pending review; the watch stops");
+            self.now(&host, &record, Monitoring::StoppedForPendingReview);
+            return Ok(None);
+        }
         let Some(branch) = record.target.clone() else { return Ok(None) };
         if github.is_none() {
             *github = Some(Arc::new(self.client().await?));
