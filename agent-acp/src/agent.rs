@@ -47,6 +47,8 @@ pub struct Shared {
     learned: Mutex<Learned>,
     /// The startup probe's outcome, once it ran (it runs once per worker).
     probed: tokio::sync::OnceCell<Result<(), String>>,
+    /// `agent/probe` was answered from what a session taught before the startup probe ended.
+    answered_early: std::sync::atomic::AtomicBool,
     /// The agent's last listing of its sessions and when it was asked: every listing starts an
     /// agent process, so one asked within [`LISTING_FRESH`] is answered again (and listings
     /// asked together share one).
@@ -122,6 +124,11 @@ impl Shared {
                     self.learn_commands(commands);
                 }
                 self.learn_offers(&found.offers);
+                if self.answered_early.load(std::sync::atomic::Ordering::SeqCst) {
+                    // What a session taught was answered before: the parent asks again for what
+                    // only the probe learns (whether the agent loads, and so forks).
+                    self.context.probe_changed();
+                }
                 tracing::info!(provider = self.provider, "asked the ACP agent what it offers");
                 Ok(())
             })
@@ -193,6 +200,7 @@ impl AcpAgent {
                 data_dir,
                 learned: Mutex::new(Learned::default()),
                 probed: tokio::sync::OnceCell::new(),
+                answered_early: std::sync::atomic::AtomicBool::new(false),
                 listing: tokio::sync::Mutex::new(None),
                 unmapped: Mutex::new(HashSet::new()),
                 context,
@@ -247,11 +255,20 @@ impl Agent for AcpAgent {
         }
     }
 
-    /// What the agent offers: the first answer waits for the startup probe; when that failed and
+    /// What the agent offers: the first answer waits for the startup probe, unless a session has
+    /// said it meanwhile (then that is answered at once); when the probe failed and
     /// no session taught anything yet, the answer is the failure, so the parent keeps what it
     /// remembered rather than taking an empty offer for the agent's.
     async fn probe(&self) -> Result<ProbeResult, AgentError> {
-        let outcome = self.shared.probe_once().await;
+        let taught = lock(&self.shared.learned).offers.is_some();
+        let outcome = if taught && self.shared.probed.get().is_none() {
+            // A session has said what the agent offers while the startup probe still runs: that
+            // is answered now, and the probe's own answer follows when it ends.
+            self.shared.answered_early.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        } else {
+            self.shared.probe_once().await
+        };
         let learned = lock(&self.shared.learned);
         if let (Err(why), None) = (outcome, &learned.offers) {
             return Err(AgentError::Failed(why));

@@ -218,3 +218,33 @@ async fn under_a_policy_restricting_auto_approval_an_acp_agent_offers_no_mode_th
     a.check_against_snapshot(&session).await?;
     Ok(())
 }
+
+/// While the startup probe is still running, a session that says what the agent offers is
+/// enough: the root's models and the new-session form show it at once, without waiting for the
+/// probe; the probe's own answer follows when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_teaches_the_form_while_the_startup_probe_still_runs() -> anyhow::Result<()> {
+    let gate_dir = tempfile::tempdir()?;
+    let gate = gate_dir.path().join("open");
+    let daemon = Daemon::start_with(scripted(&["--hold-probe", &gate.display().to_string()])).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let folder = tempfile::tempdir()?;
+    let (_session, chat) = a.create_session_in("scripted", folder.path()).await?;
+    assert_eq!(turn_text(&a.turn(&chat, "say hi").await?), "hi");
+    a.until("the session's models on the root", |m| models(m.root(), "scripted") == ["fast", "smart"]).await?;
+    let (modes, commands) = form(&a, "scripted").await?;
+    assert_eq!(modes, ["default", "yolo"], "the form, while the probe still runs");
+    assert_eq!(commands, ["review", "explain"]);
+    assert!(!gate.exists(), "the probe was held all along");
+
+    // Let go, the probe ends and its agent is stopped.
+    let in_probe_folder = |pid: &i32| {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.file_name().is_some_and(|n| n == "probe"))
+    };
+    let probe: Vec<i32> = agents_of(&daemon).into_iter().filter(in_probe_folder).collect();
+    assert_eq!(probe.len(), 1, "the probe's agent, held: {probe:?}");
+    std::fs::write(&gate, "")?;
+    let left = tests::daemon::until_all_gone(&probe, "the probe").await;
+    assert!(left.is_empty(), "the probe's agent is stopped once it has answered: {left:?}");
+    Ok(())
+}
