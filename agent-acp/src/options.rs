@@ -79,13 +79,7 @@ pub const PRESETS: &[Preset] = &[
     Preset { name: "claude", command: "claude-agent-acp", args: &[], env: &[], display_name: "Claude (ACP)" },
     // pi-acp hands its own environment to the pi it runs: the variables that keep pi from calling
     // home, as the `pi` backend sets them (agent-pi/src/options.rs).
-    Preset {
-        name: "pi",
-        command: "pi-acp",
-        args: &[],
-        env: &[("PI_OFFLINE", "1"), ("PI_TELEMETRY", "0"), ("PI_SKIP_VERSION_CHECK", "1")],
-        display_name: "pi",
-    },
+    Preset { name: "pi", command: "pi-acp", args: &[], env: &agent_runner::child::PI_QUIET, display_name: "pi" },
     Preset {
         name: "copilot",
         command: "copilot",

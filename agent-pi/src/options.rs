@@ -129,7 +129,7 @@ impl PiOptions {
 
     fn pi_env_over(&self, worker_has: impl Fn(&str) -> bool) -> Vec<(String, String)> {
         let set = |name: &str| worker_has(name) || self.env.iter().any(|(k, _)| k == name);
-        let mut env: Vec<(String, String)> = QUIET
+        let mut env: Vec<(String, String)> = agent_runner::child::PI_QUIET
             .iter()
             .filter(|(name, _)| !set(name))
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
@@ -144,9 +144,6 @@ impl PiOptions {
 
 /// The variable pi reads its agent folder from.
 pub const AGENT_DIR_VAR: &str = "PI_CODING_AGENT_DIR";
-
-/// What keeps pi from calling home, unless the person said otherwise.
-const QUIET: [(&str, &str); 3] = [("PI_OFFLINE", "1"), ("PI_TELEMETRY", "0"), ("PI_SKIP_VERSION_CHECK", "1")];
 
 impl PiOptions {}
 

@@ -12,6 +12,10 @@
 //! The daemon's supervisor and every backend start their processes here; what each says to its
 //! process (the worker protocol, stream-json, ACP, pi's RPC) is theirs.
 
+/// What keeps the `pi` CLI from calling home (its update check, telemetry, network fetches),
+/// whether the pi backend runs it or an ACP adapter (pi-acp) does: one list for both.
+pub const PI_QUIET: [(&str, &str); 3] = [("PI_OFFLINE", "1"), ("PI_TELEMETRY", "0"), ("PI_SKIP_VERSION_CHECK", "1")];
+
 pub mod groups;
 mod tail;
 
