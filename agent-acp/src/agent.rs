@@ -8,182 +8,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use agent_runner::{Agent, AgentError, Session, SessionHost, WorkerContext};
-use ahp_types::state::{SessionConfigSchema, SessionModelInfo, Turn};
+use ahp_types::state::{SessionConfigSchema, Turn};
 use async_trait::async_trait;
-use protocol::{
-    AgentDescriptor, AgentFeatures, At, AttachmentSupport, Listed, Policy, ProbeResult, SchemaResult, SlashCommand,
-    Start,
-};
+use protocol::{AgentDescriptor, AgentFeatures, At, Listed, Policy, ProbeResult, SchemaResult, Start};
 
 use crate::config::Offers;
 use crate::options::AcpOptions;
 use crate::session::AcpSession;
+use crate::shared::{Learned, Shared};
 use agent_runner::lock;
-
-/// What the agent learned from its sessions, for the schema and the probe.
-#[derive(Default)]
-struct Learned {
-    offers: Option<Offers>,
-    models: Vec<SessionModelInfo>,
-    commands: Vec<SlashCommand>,
-    attachments: Option<AttachmentSupport>,
-    /// Whether it lists the sessions it keeps (`sessionCapabilities.list`), once it said.
-    lists: Option<bool>,
-    /// Whether it takes a conversation up again (`loadSession`), once the probe said.
-    loads: Option<bool>,
-}
-
-/// How long the agent's listing of its sessions is answered again before it is asked anew.
-const LISTING_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What every session of one `acp` worker shares.
-pub struct Shared {
-    /// The provider id (the config's key).
-    pub provider: String,
-    /// The resolved options.
-    pub options: AcpOptions,
-    /// The worker's own folder, for sessions that have none.
-    pub data_dir: Option<PathBuf>,
-    learned: Mutex<Learned>,
-    /// The startup probe's outcome, once it ran (it runs once per worker).
-    probed: tokio::sync::OnceCell<Result<(), String>>,
-    /// `agent/probe` was answered from what a session taught before the startup probe ended.
-    answered_early: std::sync::atomic::AtomicBool,
-    /// The agent's last listing of its sessions and when it was asked: every listing starts an
-    /// agent process, so one asked within [`LISTING_FRESH`] is answered again (and listings
-    /// asked together share one).
-    listing: tokio::sync::Mutex<Option<(std::time::Instant, Vec<Listed>)>>,
-    /// The kinds of message from the agent this host does not map, each said once at debug.
-    unmapped: Mutex<HashSet<String>>,
-    context: WorkerContext,
-}
-
-impl Shared {
-    /// A session opened (or its server changed what it offers): the schema and the models follow.
-    pub fn learn_offers(&self, offers: &Offers) {
-        let models = offers.models(&self.provider);
-        let changed = {
-            let mut learned = lock(&self.learned);
-            // What is offered, not what is in force: a mode or option offered anew changes the
-            // schema as a model changes the models; a session moving between them changes neither.
-            let schema_moved = learned.offers.as_ref().map(Offers::properties) != Some(offers.properties());
-            let changed = learned.models != models || schema_moved;
-            learned.offers = Some(offers.clone());
-            learned.models = models;
-            changed
-        };
-        if changed {
-            self.context.probe_changed();
-        }
-    }
-
-    /// The agent said what its prompts take (its `promptCapabilities`).
-    pub fn learn_attachments(&self, support: AttachmentSupport) {
-        let changed = {
-            let mut learned = lock(&self.learned);
-            let changed = learned.attachments.as_ref() != Some(&support);
-            learned.attachments = Some(support);
-            changed
-        };
-        if changed {
-            self.context.probe_changed();
-        }
-    }
-
-    /// The agent sent something this host does not map (an update kind newer than the schema, one
-    /// it shows nothing for, a notification it does not use): the session goes on, and the first
-    /// of each kind is said at debug, so none is lost silently and none floods the log.
-    pub fn unmapped(&self, kind: &str, why: &str) {
-        if lock(&self.unmapped).insert(kind.to_owned()) {
-            tracing::debug!(
-                provider = self.provider,
-                kind,
-                why,
-                "an ACP message this host does not map (said once per kind)"
-            );
-        }
-    }
-
-    /// Asks the agent what it offers with a short-lived session of its own, once per worker: the
-    /// first `agent/probe` waits for it (the parent asks in the background, after the worker is
-    /// ready, so nothing waits on it at startup). A failure is logged and kept: a later session
-    /// still teaches the worker what the agent offers.
-    async fn probe_once(&self) -> Result<(), String> {
-        let outcome = self
-            .probed
-            .get_or_init(|| async {
-                let folder = self.own_folder()?;
-                let found = crate::probe::probe(&self.provider, &self.options, &folder).await?;
-                {
-                    let mut learned = lock(&self.learned);
-                    learned.lists = Some(found.lists);
-                    learned.loads = Some(found.loads);
-                }
-                self.learn_attachments(found.attachments);
-                if let Some(commands) = found.commands {
-                    self.learn_commands(commands);
-                }
-                self.learn_offers(&found.offers);
-                if self.answered_early.load(std::sync::atomic::Ordering::SeqCst) {
-                    // What a session taught was answered before: the parent asks again for what
-                    // only the probe learns (whether the agent loads, and so forks).
-                    self.context.probe_changed();
-                }
-                tracing::info!(provider = self.provider, "asked the ACP agent what it offers");
-                Ok(())
-            })
-            .await;
-        if let Err(why) = outcome {
-            tracing::warn!("could not ask what the agent offers: {why}");
-        }
-        outcome.clone()
-    }
-
-    /// The folder a short-lived agent process of the worker's runs in (the probe's, a listing's).
-    fn own_folder(&self) -> Result<PathBuf, String> {
-        let folder = match &self.data_dir {
-            Some(dir) => dir.join("probe"),
-            None => std::env::temp_dir().join(format!("ahpd-acp-probe-{}", self.provider)),
-        };
-        std::fs::create_dir_all(&folder)
-            .map_err(|e| format!("{}: could not make {}: {e}", self.provider, folder.display()))?;
-        Ok(folder)
-    }
-
-    /// The sessions the agent keeps, when it lists them: nothing is started for an agent found
-    /// not to (by the probe or an earlier listing), and a fresh listing is answered again.
-    async fn listed(&self) -> Result<Vec<Listed>, AgentError> {
-        if lock(&self.learned).lists == Some(false) {
-            return Ok(Vec::new());
-        }
-        let mut kept = self.listing.lock().await;
-        if let Some((at, rows)) = kept.as_ref().filter(|(at, _)| at.elapsed() < LISTING_FRESH) {
-            tracing::debug!(provider = self.provider, age_ms = at.elapsed().as_millis(), "the agent's listing again");
-            return Ok(rows.clone());
-        }
-        let folder = self.own_folder().map_err(AgentError::Failed)?;
-        let listing =
-            crate::catalogue::list(&self.provider, &self.options, &folder).await.map_err(AgentError::Failed)?;
-        lock(&self.learned).lists = Some(listing.lists);
-        // The probe's own session (an agent that keeps even an empty one) is nobody's.
-        let sessions = crate::catalogue::without_folder(listing.sessions, &folder);
-        *kept = Some((std::time::Instant::now(), sessions.clone()));
-        Ok(sessions)
-    }
-
-    /// The agent named the commands behind a slash.
-    pub fn learn_commands(&self, commands: Vec<SlashCommand>) {
-        let changed = {
-            let mut learned = lock(&self.learned);
-            let changed = learned.commands != commands;
-            learned.commands = commands;
-            changed
-        };
-        if changed {
-            self.context.probe_changed();
-        }
-    }
-}
 
 /// One ACP agent as a backend.
 pub struct AcpAgent {
@@ -244,7 +77,7 @@ impl Agent for AcpAgent {
     /// defaults, so a session starts where the agent puts it unless somebody chose otherwise.
     fn schema(&self, policy: &Policy) -> SchemaResult {
         let properties = lock(&self.shared.learned).offers.as_ref().map(Offers::properties).unwrap_or_default();
-        let properties = crate::config::under_policy(properties, restricts(policy));
+        let properties = crate::config::under_policy(properties, crate::config::restricts(policy));
         SchemaResult {
             schema: SessionConfigSchema {
                 r#type: "object".into(),
@@ -322,9 +155,4 @@ impl Agent for AcpAgent {
         let session = AcpSession::open(self.shared.clone(), start, host).await?;
         Ok(Arc::new(session))
     }
-}
-
-/// Whether `policy` restricts elevated auto-approval.
-pub fn restricts(policy: &Policy) -> bool {
-    policy.auto_approve_policy_restricted == Some(true)
 }

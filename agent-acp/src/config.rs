@@ -434,6 +434,11 @@ impl Offers {
     }
 }
 
+/// Whether `policy` restricts elevated auto-approval.
+pub fn restricts(policy: &protocol::Policy) -> bool {
+    policy.auto_approve_policy_restricted == Some(true)
+}
+
 /// `properties` as a window whose policy restricts elevated auto-approval (`restricted`) is
 /// offered them: without the modes that act without asking.
 pub fn under_policy(

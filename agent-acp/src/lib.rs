@@ -15,7 +15,7 @@
 //! the crate's own connection: an agent is someone else's program - string ids, stray lines on
 //! stdout and update kinds newer than the schema must not end a conversation - and the worker
 //! keeps one JSON-RPC layer. What the schema cannot read is said once at debug per kind
-//! ([`agent::Shared::unmapped`]) and the session goes on.
+//! ([`shared::Shared::unmapped`]) and the session goes on.
 //!
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 
@@ -24,10 +24,12 @@ pub mod catalogue;
 pub mod client;
 pub mod config;
 pub mod fork;
+pub mod handshake;
 pub mod mapping;
 pub mod options;
 pub mod probe;
 pub mod session;
+pub mod shared;
 pub mod subagents;
 pub mod visit;
 

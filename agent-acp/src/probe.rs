@@ -12,8 +12,8 @@ use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES};
 use protocol::{AttachmentSupport, SlashCommand};
 
 use crate::config::Offers;
+use crate::handshake::Caps;
 use crate::options::AcpOptions;
-use crate::session::Caps;
 use crate::visit::Visit;
 
 /// How long after `session/new` answered the probe waits for the agent's commands (agents send

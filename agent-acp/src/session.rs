@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::v1 as acp;
 use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES};
-use agent_client_protocol_schema::ProtocolVersion;
 use agent_runner::{
     accepted, not_offered, not_writable, resumed_request, AgentError, Session, SessionHost, TurnWriter,
 };
@@ -20,8 +19,8 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{ModelSelection, SessionModelInfo};
 use async_trait::async_trait;
 use protocol::{
-    codes, Attachment, AttachmentSupport, ConfirmParams, Cut, McpServer, ResumeTurnParams, RpcError, SendMessageParams,
-    SetConfigResult, Start, ToolsEndpoint,
+    codes, Attachment, ConfirmParams, Cut, McpServer, ResumeTurnParams, RpcError, SendMessageParams, SetConfigResult,
+    Start, ToolsEndpoint,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -31,70 +30,22 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::Shared;
 use crate::client::{self, Folders, Terminals};
 use crate::config::{request_of, withheld, Ask, AskRequest, NotOffered, Offers};
 use crate::fork::History;
+use crate::handshake::{initialize_request, Caps, ACP_VERSION, EXIT_GRACE};
 use crate::mapping::{chosen_option, permission_answer, prompt_end, TurnMap};
+use crate::shared::Shared;
 use agent_runner::attachments;
 use agent_runner::child::{describe_exit, Child, ChildCommand};
 use agent_runner::lock;
 use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
 
-/// The ACP protocol version this client speaks.
-pub(crate) const ACP_VERSION: ProtocolVersion = ProtocolVersion::V1;
-
 /// How long a stopped turn waits for the agent to answer its prompt `cancelled`.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
-/// How long an agent whose stdin closed has to exit before it is signalled.
-pub(crate) const EXIT_GRACE: Duration = Duration::from_secs(1);
-
 /// ACP's `auth_required` error code.
 const AUTH_REQUIRED: i32 = -32000;
-
-/// What the agent said it can do.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Caps {
-    load_session: bool,
-    close_session: bool,
-    mcp_http: bool,
-    additional_directories: bool,
-    image: bool,
-    audio: bool,
-    embedded_context: bool,
-    auth_methods: Vec<String>,
-}
-
-impl Caps {
-    /// What the agent takes as attachments beside text: the images and audio its prompt
-    /// capabilities name (text it always takes, as a text block or an embedded resource).
-    pub(crate) fn attachments(&self) -> AttachmentSupport {
-        let mut types = Vec::new();
-        if self.image {
-            types.push("image/*".to_owned());
-        }
-        if self.audio {
-            types.push("audio/*".to_owned());
-        }
-        AttachmentSupport { types, max_bytes: None }
-    }
-
-    pub(crate) fn from_answer(answer: &acp::InitializeResponse) -> Self {
-        let caps = &answer.agent_capabilities;
-        let prompt = &caps.prompt_capabilities;
-        Self {
-            load_session: caps.load_session,
-            close_session: caps.session_capabilities.close.is_some(),
-            mcp_http: caps.mcp_capabilities.http,
-            additional_directories: caps.session_capabilities.additional_directories.is_some(),
-            image: prompt.image,
-            audio: prompt.audio,
-            embedded_context: prompt.embedded_context,
-            auth_methods: answer.auth_methods.iter().map(|m| m.id().to_string()).collect(),
-        }
-    }
-}
 
 /// A live agent process and the conversation with it.
 #[derive(Clone)]
@@ -205,7 +156,7 @@ impl AcpSession {
                 tools_endpoint: start.tools_endpoint.clone(),
                 instructions: start.instructions.clone(),
                 additional_directories: start.additional_directories.clone(),
-                restricted: crate::agent::restricts(&start.policy),
+                restricted: crate::config::restricts(&start.policy),
                 cwd,
                 folders,
                 terminals,
@@ -1051,18 +1002,6 @@ fn mcp_servers(
 fn update_kind(params: &Value) -> String {
     let update = params.get("update").unwrap_or(params);
     update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("(no sessionUpdate)").to_owned()
-}
-
-/// The initialize request: protocol v1, files and terminals served, a subagent's own transcript
-/// asked for (the Claude ACP adapter's `_meta["subagent-transcript"]`: its text and thinking too,
-/// each update naming its Agent call, [`crate::subagents`]), and who this client is.
-pub(crate) fn initialize_request() -> acp::InitializeRequest {
-    let fs = acp::FileSystemCapabilities::new().read_text_file(true).write_text_file(true);
-    let mut meta = acp::Meta::new();
-    meta.insert("subagent-transcript".into(), Value::Bool(true));
-    acp::InitializeRequest::new(ACP_VERSION)
-        .client_capabilities(acp::ClientCapabilities::new().fs(fs).terminal(true).meta(meta))
-        .client_info(acp::Implementation::new("ahpd", env!("CARGO_PKG_VERSION")).title("ahpd".to_owned()))
 }
 
 fn text_block(text: String) -> acp::ContentBlock {

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::handshake::{initialize_request, ACP_VERSION, EXIT_GRACE};
 use crate::options::AcpOptions;
-use crate::session::{initialize_request, ACP_VERSION, EXIT_GRACE};
 
 /// One short-lived agent process.
 pub struct Visit<'a> {
