@@ -1,6 +1,8 @@
 //! What the tests of the real ACP agents read of a turn and how they answer it: the calls in a
-//! turn, the text streaming in the running turn, and a turn whose every question is allowed.
+//! turn, its reasoning, the text streaming in the running turn, a stop, and a turn whose every
+//! question is allowed.
 
+use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp_types::state::{ResponsePart, ToolCallState, Turn};
 
 use crate::client::waiting_calls;
@@ -15,6 +17,22 @@ pub fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
             _ => None,
         })
         .collect()
+}
+
+/// The reasoning a turn showed, joined.
+pub fn reasoning(turn: &Turn) -> String {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::Reasoning(r) => Some(r.content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A client's stop of the running turn `turn_id`.
+pub fn stop(turn_id: &str) -> StateAction {
+    StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.to_owned(), duration: 0, meta: None })
 }
 
 /// The markdown the chat's running turn has streamed so far.

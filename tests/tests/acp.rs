@@ -11,11 +11,12 @@
 use std::path::{Path, PathBuf};
 
 use ahp_types::actions::{ChatTurnCancelledAction, SessionConfigChangedAction, StateAction};
-use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
+use ahp_types::state::{SnapshotState, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_code_acp};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
 use tests::plugins::{publish_plugins, team_plugin};
+use tests::turns::{active_text, reasoning, stop, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
@@ -53,44 +54,6 @@ async fn create_in(client: &mut TestClient, provider: &str, dir: &Path) -> anyho
     Ok((session, chat))
 }
 
-fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
-            _ => None,
-        })
-        .collect()
-}
-
-fn reasoning(turn: &Turn) -> String {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Reasoning(r) => Some(r.content.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn stop(turn_id: &str) -> StateAction {
-    StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.to_owned(), duration: 0, meta: None })
-}
-
-fn active_text(chat: Option<&ChatState>) -> String {
-    chat.and_then(|c| c.active_turn.as_ref())
-        .map(|t| {
-            t.response_parts
-                .iter()
-                .filter_map(|p| match p {
-                    ahp_types::state::ResponsePart::Markdown(m) => Some(m.content.as_str()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -114,7 +77,7 @@ async fn two_acp_providers_run_turns_at_the_same_time() -> anyhow::Result<()> {
     // The scripted agent's turn runs until it is stopped...
     let waiting = client.send(&scripted, "say waiting for claude; hang").await?;
     let chat = scripted.clone();
-    client.until("the scripted turn to stream", move |m| active_text(m.chat(&chat)) == "waiting for claude").await?;
+    client.until("the scripted turn to stream", move |m| active_text(m, &chat) == "waiting for claude").await?;
 
     // ...while the real adapter's turn, in another session, runs to its end.
     let answered = client.turn(&claude, "REPLY:hello from the side").await?;
@@ -229,7 +192,7 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     // A cancel mid-turn (dispatched while the answer streams), and the next turn runs.
     let long = a.send(&chat, "SLOW REPLY:one two three four five six seven eight nine ten eleven twelve").await?;
     let c = chat.clone();
-    a.until("the answer to start streaming", move |m| !active_text(m.chat(&c)).is_empty()).await?;
+    a.until("the answer to start streaming", move |m| !active_text(m, &c).is_empty()).await?;
     a.dispatch(&chat, stop(&long)).await?;
     let stopped = a.finished(&chat, &long).await?;
     assert_eq!(stopped.state, TurnState::Cancelled, "{stopped:?}");
@@ -240,35 +203,6 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
     Ok(())
-}
-
-/// Sends `text` and allows every call the turn asks about, until it ends.
-async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
-    let turn_id = client.send(chat, text).await?;
-    loop {
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the turn to ask or end", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
-        if waiting.is_empty() {
-            return client.finished(chat, &turn_id).await;
-        }
-        for (turn, call) in waiting {
-            client.confirm(chat, &turn, &call, true).await?;
-        }
-        // The confirmation's echo takes the call out of the waiting ones before the next look.
-        let (c, call) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the confirmation to be taken", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == call) || tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,11 +6,11 @@
 //! Each test skips, saying why, when codex-acp is not installed.
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ConfirmationOptionKind, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
+use ahp_types::state::{ConfirmationOptionKind, SnapshotState, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{codex_acp, codex_entry, path_with};
 use tests::mocks::responses::MockResponses;
-use tests::turns::{active_text, asked_options, tool_calls, turn_allowing};
+use tests::turns::{active_text, asked_options, reasoning, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// A mock, Codex's own home and the daemon options that run the `codex` preset against the mock.
@@ -41,16 +41,6 @@ impl World {
         options.env.push(("PATH".into(), path_with(&self.bin)));
         Ok(options)
     }
-}
-
-fn reasoning(turn: &Turn) -> String {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Reasoning(r) => Some(r.content.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A shell command the model asks to run outside Codex's sandbox, which Codex asks about first.

@@ -13,11 +13,12 @@
 
 use std::path::{Path, PathBuf};
 
-use ahp_types::actions::{ChatTurnCancelledAction, ChatTurnResumeAction, SessionConfigChangedAction, StateAction};
-use ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, Turn, TurnState};
+use ahp_types::actions::{ChatTurnResumeAction, SessionConfigChangedAction, StateAction};
+use ahp_types::state::{ResponsePart, SnapshotState, ToolCallState, TurnState};
 use serde_json::json;
 use tests::installed::{qwen_bin, qwen_entry};
 use tests::mocks::openai::MockOpenAi;
+use tests::turns::{active_text, reasoning, stop, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The provider id the tests give the preset.
@@ -37,41 +38,6 @@ fn installed() -> Option<PathBuf> {
 /// A daemon config whose `qwen` agent is the preset against `mock`, with `home` as the CLI's.
 fn options(bin: &Path, mock: &MockOpenAi, home: &Path) -> DaemonOptions {
     DaemonOptions::with_config(json!({ "agents": { QWEN: qwen_entry(bin, mock, home) } }))
-}
-
-fn tool_calls(parts: &[ResponsePart]) -> Vec<&ToolCallState> {
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => Some(&tc.tool_call),
-            _ => None,
-        })
-        .collect()
-}
-
-fn reasoning(turn: &Turn) -> String {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Reasoning(r) => Some(r.content.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn active_text(chat: Option<&ChatState>) -> String {
-    let parts = chat.and_then(|c| c.active_turn.as_ref()).map(|t| t.response_parts.as_slice()).unwrap_or_default();
-    parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Markdown(m) => Some(m.content.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn stop(turn_id: &str) -> StateAction {
-    StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.to_owned(), duration: 0, meta: None })
 }
 
 /// The requests of the conversation itself: Qwen Code also runs a memory extraction of its own
@@ -162,7 +128,7 @@ async fn qwen_opens_offers_streams_a_turn_and_is_cancelled() -> anyhow::Result<(
     // A cancel while the answer streams, and the next turn runs.
     let held = a.send(&chat, "[[hold]] wait for it").await?;
     let c = chat.clone();
-    a.until("the answer to start streaming", move |m| !active_text(m.chat(&c)).is_empty()).await?;
+    a.until("the answer to start streaming", move |m| !active_text(m, &c).is_empty()).await?;
     a.dispatch(&chat, stop(&held)).await?;
     let stopped = a.finished(&chat, &held).await?;
     assert_eq!(stopped.state, TurnState::Cancelled, "{stopped:?}");
@@ -250,35 +216,6 @@ async fn qwen_calls_a_host_tool_and_asks_the_client_before_it_runs_a_command() -
     Ok(())
 }
 
-/// Sends `text` and allows every call the turn asks about, until it ends.
-async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
-    let turn_id = client.send(chat, text).await?;
-    loop {
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the turn to ask or end", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || !tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-        let waiting = client.mirror.chat(chat).map(tests::client::waiting_calls).unwrap_or_default();
-        if waiting.is_empty() {
-            return client.finished(chat, &turn_id).await;
-        }
-        for (turn, call) in waiting {
-            client.confirm(chat, &turn, &call, true).await?;
-        }
-        // The confirmation's echo takes the call out of the waiting ones before the next look.
-        let (c, t) = (chat.to_owned(), turn_id.clone());
-        client
-            .until("the confirmation to be taken", move |m| {
-                m.chat(&c)
-                    .is_some_and(|s| s.turns.iter().any(|x| x.id == t) || tests::client::waiting_calls(s).is_empty())
-            })
-            .await?;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qwen_loads_its_conversation_after_an_ahpd_restart() -> anyhow::Result<()> {
     let Some(bin) = installed() else { return Ok(()) };
@@ -322,7 +259,7 @@ async fn a_qwen_turn_whose_worker_was_killed_is_resumed_in_the_loaded_conversati
     // `kill -9` of the worker once the turn streams: it ends failed, saying it can be resumed.
     let turn_id = a.send(&chat, "[[hold]] tell me a story").await?;
     let c = chat.clone();
-    a.until("the answer to start streaming", move |m| !active_text(m.chat(&c)).is_empty()).await?;
+    a.until("the answer to start streaming", move |m| !active_text(m, &c).is_empty()).await?;
     let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no worker"))?;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(worker), nix::sys::signal::Signal::SIGKILL)?;
     let failed = a.finished(&chat, &turn_id).await?;
