@@ -3,7 +3,9 @@
 //! question is allowed.
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
-use ahp_types::state::{ResponsePart, ToolCallState, Turn};
+use std::path::Path;
+
+use ahp_types::state::{ConfirmationOptionKind, ResponsePart, ToolCallState, Turn, TurnState};
 
 use crate::client::waiting_calls;
 use crate::{Mirror, TestClient};
@@ -86,4 +88,43 @@ pub fn asked_options(m: &Mirror, chat: &str) -> Vec<(String, ahp_types::state::C
         _ => None,
     });
     waiting.unwrap_or_default().into_iter().map(|o| (o.label, o.kind)).collect()
+}
+
+/// A command the agent asks the client about, allowed once and denied once: the call waits with
+/// the agent's own options, approvals first; the allowed command runs in `folder`, the denied one
+/// does not. `ask(file)` is the words that make the model ask to create `file`.
+pub async fn one_allowed_one_denied(
+    client: &mut TestClient,
+    session: &str,
+    chat: &str,
+    folder: &Path,
+    ask: impl Fn(&str) -> String,
+) -> anyhow::Result<()> {
+    let allowed = client.send(chat, &ask("allowed.txt")).await?;
+    let waiting = client.until_waiting_calls(chat, 1).await?;
+    let asked = client.mirror.chat(chat).and_then(|c| c.active_turn.clone()).expect("a running turn");
+    match tool_calls(&asked.response_parts)[..] {
+        [ToolCallState::PendingConfirmation(p)] => {
+            let options = p.options.clone().unwrap_or_default();
+            assert!(options.len() >= 2, "the agent's own options: {p:?}");
+            assert_eq!(options[0].kind, ConfirmationOptionKind::Approve, "approvals first: {p:?}");
+        }
+        ref other => panic!("one call waits for the person: {other:?}"),
+    }
+    client.check_against_snapshot(session).await?;
+    client.confirm(chat, &waiting[0].0, &waiting[0].1, true).await?;
+    let turn = client.finished(chat, &allowed).await?;
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    let calls = tool_calls(&turn.response_parts);
+    assert!(matches!(calls[..], [ToolCallState::Completed(c)] if c.success), "{calls:?}");
+    assert!(folder.join("allowed.txt").exists(), "the allowed command ran");
+
+    let denied = client.send(chat, &ask("denied.txt")).await?;
+    let waiting = client.until_waiting_calls(chat, 1).await?;
+    client.confirm(chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = client.finished(chat, &denied).await?;
+    let calls = tool_calls(&turn.response_parts);
+    assert!(matches!(calls[..], [ToolCallState::Cancelled(_)]), "{calls:?}");
+    assert!(!folder.join("denied.txt").exists(), "the denied command did not run");
+    Ok(())
 }

@@ -153,41 +153,9 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
     assert_eq!(taken.map(|e| e.rejection_reason.clone()), Some(None), "the mode change was taken: {taken:?}");
     assert_eq!(mode(&a.mirror, &session), Some(json!("default")));
 
-    // A permission asked in the client and allowed: the command runs in the session's folder.
+    // A permission asked in the client, allowed once (the command runs in the session's folder) and denied once.
     let bash = |file: &str| format!(r#"TOOL:Bash ARGS:{{"command":"touch {file}","description":"Make a file"}}"#);
-    let allowed = a.send(&chat, &bash("allowed.txt")).await?;
-    let waiting = a.until_waiting_calls(&chat, 1).await?;
-    let asked = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).expect("a running turn");
-    match tool_calls(&asked.response_parts)[..] {
-        [ToolCallState::PendingConfirmation(p)] => {
-            let options = p.options.clone().unwrap_or_default();
-            assert!(options.len() >= 2, "the agent's own options: {p:?}");
-            assert_eq!(options[0].kind, ahp_types::state::ConfirmationOptionKind::Approve, "approvals first: {p:?}");
-        }
-        ref other => panic!("one call waits for the person: {other:?}"),
-    }
-    a.check_against_snapshot(&session).await?;
-    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
-    let turn = a.finished(&chat, &allowed).await?;
-    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
-    assert!(
-        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Completed(c)] if c.success),
-        "{:?}",
-        tool_calls(&turn.response_parts)
-    );
-    assert!(folder.path().join("allowed.txt").exists(), "the allowed command ran");
-
-    // One denied: it does not.
-    let denied = a.send(&chat, &bash("denied.txt")).await?;
-    let waiting = a.until_waiting_calls(&chat, 1).await?;
-    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
-    let turn = a.finished(&chat, &denied).await?;
-    assert!(
-        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Cancelled(_)]),
-        "{:?}",
-        tool_calls(&turn.response_parts)
-    );
-    assert!(!folder.path().join("denied.txt").exists(), "the denied command did not run");
+    tests::turns::one_allowed_one_denied(&mut a, &session, &chat, folder.path(), bash).await?;
 
     // A cancel mid-turn (dispatched while the answer streams), and the next turn runs.
     let long = a.send(&chat, "SLOW REPLY:one two three four five six seven eight nine ten eleven twelve").await?;

@@ -183,41 +183,9 @@ async fn gemini_calls_a_host_tool_and_asks_the_client_before_it_runs_a_command()
     assert!(answered.contains(&session_id), "list_sessions named this very session to the model: {answered}");
     a.check_against_snapshot(&chat).await?;
 
-    // A command the agent asks the client about, allowed: it runs in the session's folder.
+    // A command the agent asks the client about, allowed once (it runs in the session's folder) and denied once.
     let touch = |file: &str| format!(r#"[[call run_shell_command {{"command": "touch {file}"}}]]"#);
-    let allowed = a.send(&chat, &touch("allowed.txt")).await?;
-    let waiting = a.until_waiting_calls(&chat, 1).await?;
-    let asked = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).expect("a running turn");
-    match tool_calls(&asked.response_parts)[..] {
-        [ToolCallState::PendingConfirmation(p)] => {
-            let options = p.options.clone().unwrap_or_default();
-            assert!(options.len() >= 2, "the agent's own options: {p:?}");
-            assert_eq!(options[0].kind, ahp_types::state::ConfirmationOptionKind::Approve, "approvals first: {p:?}");
-        }
-        ref other => panic!("one call waits for the person: {other:?}"),
-    }
-    a.check_against_snapshot(&session).await?;
-    a.confirm(&chat, &waiting[0].0, &waiting[0].1, true).await?;
-    let turn = a.finished(&chat, &allowed).await?;
-    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
-    assert!(
-        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Completed(c)] if c.success),
-        "{:?}",
-        tool_calls(&turn.response_parts)
-    );
-    assert!(folder.path().join("allowed.txt").exists(), "the allowed command ran");
-
-    // One denied: it does not run.
-    let denied = a.send(&chat, &touch("denied.txt")).await?;
-    let waiting = a.until_waiting_calls(&chat, 1).await?;
-    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
-    let turn = a.finished(&chat, &denied).await?;
-    assert!(
-        matches!(tool_calls(&turn.response_parts)[..], [ToolCallState::Cancelled(_)]),
-        "{:?}",
-        tool_calls(&turn.response_parts)
-    );
-    assert!(!folder.path().join("denied.txt").exists(), "the denied command did not run");
+    tests::turns::one_allowed_one_denied(&mut a, &session, &chat, folder.path(), touch).await?;
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
     Ok(())
