@@ -51,6 +51,9 @@ fn strings(v: &Value) -> Result<(), &'static str> {
 fn object(v: &Value) -> Result<(), &'static str> {
     v.is_object().then_some(()).ok_or("an object")
 }
+fn remotes(v: &Value) -> Result<(), &'static str> {
+    crate::remotes::spec::parse(v).map(|_| ()).map_err(|_| crate::remotes::spec::MUST_BE)
+}
 fn on_off(v: &Value) -> Result<(), &'static str> {
     matches!(v.as_str(), Some("on" | "off")).then_some(()).ok_or("\"on\" or \"off\"")
 }
@@ -170,6 +173,7 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "agentMergeApiUrl", default: || Value::Null, applies: Applies::Restart, about: "The GitHub REST API Agent Merge asks (its GraphQL is <url>/graphql). Absent: https://api.github.com for a github.com remote, https://<host>/api/v3 for a GitHub Enterprise one.", check: string, secret: false },
     KeySpec { name: "agentMergePollMs", default: || Value::from(60_000), applies: Applies::Restart, about: "How long an Agent Merge watch waits between looks at its pull request (each look is conditional: an unchanged answer costs no rate limit).", check: poll_ms, secret: false },
     KeySpec { name: "agentMergeMethod", default: || Value::from("squash"), applies: Applies::Restart, about: "How Agent Merge merges a pull request that is ready: \"merge\", \"squash\" or \"rebase\".", check: merge_method, secret: false },
+    KeySpec { name: "remotes", default: || Value::Null, applies: Applies::Restart, about: "Other ahpd hosts whose agents and sessions this one serves as its own (docs/remotes.md): remotes.<name> is {\"command\": [\"ssh\", \"devbox\", \"ahpd\", \"--stdio\"]} or {\"url\": \"ws://…\", \"tokenFile\": path}; their agents are named <agent>@<name>.", check: remotes, secret: false },
     KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },

@@ -274,6 +274,13 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     // The folders Agent Merge is on for are watched again, once the agents are up (a repair turn
     // needs its chat's agent).
     agent_merge.resume(&host);
+    // Other ahpd hosts whose agents and sessions this one serves (`remotes/`, docs/remotes.md).
+    let remotes = crate::remotes::spec::parse(&config.get("remotes")).unwrap_or_default();
+    if !remotes.is_empty() {
+        let remotes = crate::remotes::Remotes::new(remotes);
+        host.serve_remotes(remotes.clone());
+        remotes.start(&host);
+    }
 
     let signals = tracker.spawn(stop_on_signal(cancel.clone())?);
     tracker.spawn(reread_on_hangup(

@@ -24,6 +24,7 @@ pub mod mcp;
 pub mod memory;
 pub mod paths;
 pub mod procs;
+pub mod remotes;
 pub mod server;
 pub mod service;
 pub mod store;

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 /// The host's features: each a folder under `ahpd/src` that reaches the host through its facade.
-const FEATURES: [&str; 4] = ["tools", "worktrees", "terminals", "agentmerge"];
+const FEATURES: [&str; 5] = ["tools", "worktrees", "terminals", "agentmerge", "remotes"];
 
 /// Every `.rs` file under `dir`, with its path relative to `ahpd/src`.
 fn sources(dir: &str) -> Vec<(String, String)> {

@@ -214,6 +214,15 @@ impl Host {
             core.ch.reject(conn.id, &channel, &action, origin, &reason);
             return;
         }
+        if core.is_mirrored(&channel) {
+            // Another host runs it: relayed as sent; its echo or refusal answers (`mirrors.rs`).
+            let remotes = core.remotes.clone();
+            drop(core);
+            if let Some(remotes) = remotes {
+                remotes.action(self, conn.id, &channel, action, origin);
+            }
+            return;
+        }
         let new_turn = matches!(action, StateAction::ChatTurnStarted(_) | StateAction::ChatPendingMessageSet(_));
         if new_turn && core.store.trouble().is_some() {
             // A new turn while the store cannot write: it is refused unless space came back.

@@ -36,6 +36,7 @@ pub use super::core::{Committed, CHANGESET_SCHEME};
 pub use super::errors::AhpError;
 pub use super::grants::refusal;
 pub use super::limits::over_limit;
+pub use super::mirrors::{relay_key, Relayed};
 pub use super::questions::{Answer, Unanswered};
 pub use super::requests::{file_uri, ClientRequestError, ClientResource, CLIENT_REQUEST_TIMEOUT};
 pub use super::terminal_channels::{
@@ -116,6 +117,35 @@ pub trait AgentMerge: Send + Sync + 'static {
     fn session_removed(&self, session: &str);
     /// What the watch of a session's folder is doing (`None`: no watch runs for it).
     fn monitoring(&self, session: &str, folder: &str) -> Option<String>;
+}
+
+/// What the host asks of its remote hosts (`remotes/`): the sessions other ahpd hosts run,
+/// mirrored here (`mirrors.rs`). The host never calls it under its lock: each method may take the
+/// lock itself.
+pub trait Remotes: Send + Sync + 'static {
+    /// True when a remote holds `key`: a channel of one of its sessions, a provider named
+    /// `<agent>@<remote>`, or a changeset of one of its sessions.
+    fn holds(&self, key: &str) -> bool;
+    /// Makes sure `channel` is mirrored here (subscribing to it on its remote when it is not yet),
+    /// so a client's subscribe is answered from the host's own state.
+    fn open<'a>(&'a self, host: &'a Host, channel: &'a str) -> Pending<'a, Result<(), AhpError>>;
+    /// A client's request, as it sent it, relayed to the remote that holds what it names.
+    fn request(&self, host: &Host, method: &str, params: Value) -> Relayed;
+    /// A client's action on a mirrored channel, its grant checked: relayed as sent; the remote's
+    /// echo, or its refusal, answers the client under `origin`.
+    fn action(
+        &self,
+        host: &Host,
+        conn: super::core::ConnId,
+        channel: &str,
+        action: ahp_types::actions::StateAction,
+        origin: ahp_types::actions::ActionOrigin,
+    );
+    /// The remotes' sessions, as summaries this host lists beside its own.
+    fn sessions(&self) -> Vec<Value>;
+    /// What `ahpd status` says of each remote: its name, how it is reached, its link's state and
+    /// its agents.
+    fn describe(&self) -> Vec<Value>;
 }
 
 impl Host {

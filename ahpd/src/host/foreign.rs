@@ -119,7 +119,7 @@ impl Host {
         rows
     }
 
-    /// `listSessions` with the backends' own sessions merged in, page by page in the store's
+    /// `listSessions` with the backends' own sessions and the remote hosts' merged in, page by page in the store's
     /// order (newest first, then by URI); the first page asks the agents afresh.
     pub async fn list_with_catalogue(&self, params: ListSessionsParams) -> Result<Value, AhpError> {
         let first_page = params.cursor.is_none();
@@ -143,6 +143,19 @@ impl Host {
                 after.as_ref().is_none_or(|(m, u)| key.0 < *m || (key.0 == *m && key.1.as_str() > u.as_str()));
             if past_cursor {
                 items.push((key.0, key.1, summary_of(&r.provider, &r.row)));
+            }
+        }
+        // Other hosts' sessions, mirrored here (`mirrors.rs`), beside this host's own.
+        let remote = self.lock().remotes.clone().map(|r| r.sessions()).unwrap_or_default();
+        for summary in remote {
+            let key = (
+                summary["modifiedAt"].as_str().unwrap_or_default().to_owned(),
+                summary["resource"].as_str().unwrap_or_default().to_owned(),
+            );
+            let past_cursor =
+                after.as_ref().is_none_or(|(m, u)| key.0 < *m || (key.0 == *m && key.1.as_str() > u.as_str()));
+            if past_cursor {
+                items.push((key.0, key.1, summary));
             }
         }
         items.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -30,6 +30,7 @@ pub mod foreign;
 pub mod grants;
 pub mod limits;
 pub mod mcpservers;
+pub mod mirrors;
 pub mod offer;
 pub mod persist;
 pub mod questions;
@@ -333,6 +334,12 @@ pub struct Core {
     deltas: deltas::Coalescer,
     /// Open backend sessions under `maxBackendProcesses` (`budget.rs`).
     budget: budget::Budget,
+    /// The remote hosts feature, when remotes are configured (`facade::Remotes`).
+    remotes: Option<Arc<dyn facade::Remotes>>,
+    /// Channels another host runs, mirrored here (`mirrors.rs`).
+    mirrored: HashSet<String>,
+    /// The agents the remotes offer, listed after this host's own.
+    remote_agents: Vec<AgentInfo>,
 }
 
 /// The host; cheap to clone.
@@ -416,6 +423,9 @@ impl Host {
             attachment_limit: config.attachment_limit,
             deltas: deltas::Coalescer::default(),
             budget: budget::Budget::default(),
+            remotes: None,
+            mirrored: HashSet::new(),
+            remote_agents: Vec::new(),
         };
         Self { inner: Arc::new(Inner { core: Mutex::new(core), supervisor, config, cancel, tracker }) }
     }
@@ -607,6 +617,7 @@ impl Core {
                     capabilities: d.capabilities.clone(),
                 })
             })
+            .chain(self.remote_agents.iter().cloned())
             .collect();
         if agents != self.ch.root.agents {
             let action =

@@ -23,6 +23,10 @@ pub const RESTART_NEEDED: &str = "restartNeeded";
 /// `root/configChanged`, so the host-level notice every client folds is this read-only value.
 pub const STORE_CANNOT_WRITE: &str = "storeCannotWrite";
 
+/// The root config key that says how each remote host's link is (`connected`, `reconnecting: …`,
+/// `refused: …`, by the remote's name): read-only, present only where remotes are configured.
+pub const REMOTE_LINKS: &str = "remoteLinks";
+
 fn schema_type(value: &Value) -> &'static str {
     match value {
         Value::Bool(_) => "boolean",
@@ -43,7 +47,7 @@ fn property(spec: &config::KeySpec) -> ConfigPropertySchema {
         | "users"
         | "agentOrchestrationLimits"
         | "agentOrchestrationLimitsScope" => "string",
-        "agents" | "mcpServers" | "plugins" | "managedSettings" => "object",
+        "agents" | "mcpServers" | "plugins" | "managedSettings" | "remotes" => "object",
         _ => schema_type(&default),
     };
     let applies = match spec.applies {
@@ -114,6 +118,15 @@ pub fn root_config(config: &Config) -> RootConfigState {
             Some(Value::String(String::new())),
         ),
     );
+    properties.insert(
+        REMOTE_LINKS.to_owned(),
+        read_only(
+            "object",
+            "Remote hosts",
+            "How each remote host's link is, by its name: connected, reconnecting (and why) or refused (and why)",
+            None,
+        ),
+    );
     // Its value is set as the backends say it, for the connections that may read it (`account.rs`).
     properties.insert(
         super::account::ACCOUNT_KEY.to_owned(),
@@ -127,6 +140,9 @@ pub fn root_config(config: &Config) -> RootConfigState {
     let mut values: JsonObject = config.shown().into_iter().map(|(k, v, _)| (k, v)).collect();
     values.insert(RESTART_NEEDED.to_owned(), Value::Bool(false));
     values.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(String::new()));
+    if config.get("remotes").as_object().is_some_and(|r| !r.is_empty()) {
+        values.insert(REMOTE_LINKS.to_owned(), Value::Object(JsonObject::new()));
+    }
     RootConfigState { schema: ConfigSchema { r#type: "object".into(), properties, required: None }, values }
 }
 
@@ -146,6 +162,21 @@ impl Core {
         }
         let mut notice = JsonObject::new();
         notice.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(said));
+        let action = StateAction::RootConfigChanged(RootConfigChangedAction { config: notice, replace: None });
+        self.apply(ROOT_RESOURCE_URI, action, None, None);
+    }
+}
+
+impl Core {
+    /// Shows every client how each remote host's link is (the root config's `remoteLinks`), told
+    /// only when it changed.
+    pub fn show_remote_links(&mut self, links: JsonObject) {
+        let Some(config) = self.ch.root.config.as_ref() else { return };
+        if config.values.get(REMOTE_LINKS).and_then(Value::as_object) == Some(&links) {
+            return;
+        }
+        let mut notice = JsonObject::new();
+        notice.insert(REMOTE_LINKS.to_owned(), Value::Object(links));
         let action = StateAction::RootConfigChanged(RootConfigChangedAction { config: notice, replace: None });
         self.apply(ROOT_RESOURCE_URI, action, None, None);
     }

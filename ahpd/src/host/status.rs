@@ -36,6 +36,9 @@ pub struct HostStatus {
     /// While the session store cannot write: why, and what to do (`store/health.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_cannot_write: Option<String>,
+    /// Each remote host: its name, how it is reached, its link's state and its agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<serde_json::Value>,
 }
 
 /// One agent.
@@ -66,6 +69,8 @@ pub struct RunningTurn {
 impl Host {
     /// Sessions, agents and running turns, read under the lock.
     pub fn status(&self) -> HostStatus {
+        // Asked before the lock: the feature takes it itself.
+        let remotes = self.lock().remotes.clone().map(|r| r.describe()).unwrap_or_default();
         let core = self.lock();
         let sessions = core.store.count().unwrap_or_else(|e| {
             tracing::warn!("{e}");
@@ -84,6 +89,8 @@ impl Host {
             .ch
             .chats
             .iter()
+            // A mirrored chat's turn runs on its own host.
+            .filter(|(chat, _)| !core.mirrored.contains(*chat))
             .filter_map(|(chat, state)| {
                 let turn = state.active_turn.as_ref()?;
                 let session = core.chats.get(chat).map(|m| m.session.clone()).unwrap_or_default();
@@ -101,6 +108,7 @@ impl Host {
             agents,
             running_turns,
             store_cannot_write: core.store.cannot_write(),
+            remotes,
         }
     }
 }

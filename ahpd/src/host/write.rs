@@ -12,7 +12,8 @@
 //!   list and its entry for the chat follow the chat's state, and a turn that ended is followed by
 //!   what waits behind it (the turn engine, `turns.rs`);
 //! - a changeset: nothing more;
-//! - the root: nothing more; what only some may read is said to them alone (`apply_for`).
+//! - the root: nothing more; what only some may read is said to them alone (`apply_for`);
+//! - a channel another host runs, mirrored here (`mirrors.rs`): nothing more, that host keeps it.
 //!
 //! The workspaces feature hears of what may change what it shows: a completed tool call (a file
 //! may have been written) and a session archived or brought back.
@@ -34,6 +35,10 @@ impl Core {
         origin: Option<ActionOrigin>,
         extra: Option<ConnId>,
     ) -> Committed {
+        if self.mirrored.contains(channel) {
+            // Another host keeps its records and runs its turns (`mirrors.rs`).
+            return self.ch.commit(channel, action, origin, extra);
+        }
         match channel_kind(channel) {
             Some(ChannelKind::Chat) => self.apply_to_chat(channel, action, origin, extra),
             Some(ChannelKind::Terminal) => {

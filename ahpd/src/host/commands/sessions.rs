@@ -194,7 +194,7 @@ impl Host {
     }
 
     pub(super) fn list_sessions(&self, _conn: &mut ConnState, reply: Reply, params: ListSessionsParams) {
-        if !self.has_catalogue() {
+        if !self.has_catalogue() && self.lock().remotes.is_none() {
             return reply.send(self, self.list_stored_sessions(params));
         }
         let host = self.clone();

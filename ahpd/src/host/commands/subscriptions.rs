@@ -33,6 +33,19 @@ impl Host {
             max_subscriptions: conn.limits.max_subscriptions,
             computed: None,
         };
+        if !known {
+            if let Some(remotes) = self.remote_for(&watch.uri) {
+                // Another host runs it: mirrored here first, then answered from the mirror.
+                let host = self.clone();
+                self.spawn("open a remote host's channel", async move {
+                    match remotes.open(&host, &watch.uri).await {
+                        Ok(()) => host.finish_subscribe(reply, watch),
+                        Err(e) => reply.send(&host, Err(e)),
+                    }
+                });
+                return;
+            }
+        }
         if !known && kind == ChannelKind::Changeset {
             // Computed when first watched (git runs outside the lock), then kept up to date.
             let host = self.clone();
