@@ -141,6 +141,9 @@ pub trait Remotes: Send + Sync + 'static {
         action: ahp_types::actions::StateAction,
         origin: ahp_types::actions::ActionOrigin,
     );
+    /// An action of the host's own (a session tool's message) on a mirrored channel, relayed
+    /// with no client behind it; `Err` says why it could not be (the link is down).
+    fn dispatch(&self, host: &Host, channel: &str, action: ahp_types::actions::StateAction) -> Result<(), String>;
     /// The remotes' sessions, as summaries this host lists beside its own.
     fn sessions(&self) -> Vec<Value>;
     /// What `ahpd status` says of each remote: its name, how it is reached, its link's state and

@@ -147,6 +147,12 @@ impl Host {
         remotes.holds(key).then_some(remotes)
     }
 
+    /// The remotes feature, when remotes are configured (the session tools reach remote sessions
+    /// through it).
+    pub fn remotes(&self) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
+        self.lock().remotes.clone()
+    }
+
     /// Registers the remotes feature (the daemon does, when remotes are configured).
     pub fn serve_remotes(&self, feature: std::sync::Arc<dyn super::facade::Remotes>) {
         self.lock().remotes = Some(feature);

@@ -58,10 +58,10 @@ enum Mirror {
     Open(u64),
 }
 
-/// A relayed action waiting for its echo: who sent it here, under which origin.
+/// A relayed action waiting for its echo: who sent it here, under which origin (none for the
+/// host's own).
 struct Echo {
-    conn: u64,
-    origin: ActionOrigin,
+    sender: Option<(u64, ActionOrigin)>,
 }
 
 /// What the link knows, under its lock.
@@ -609,12 +609,16 @@ impl Link {
         }
         let ours = origin.as_ref().is_some_and(|o| o.client_id == self.client_id);
         let echo = origin.as_ref().filter(|_| ours).and_then(|o| state.pending.remove(&o.client_seq));
-        match (echo, rejection_reason) {
-            (Some(echo), Some(reason)) => core.refuse_relayed(echo.conn, &channel, &action, echo.origin, &reason),
-            (Some(echo), None) => {
-                core.apply(&channel, action, Some(echo.origin), Some(echo.conn));
+        match (echo.and_then(|e| e.sender), rejection_reason) {
+            (Some((conn, origin)), Some(reason)) => core.refuse_relayed(conn, &channel, &action, origin, &reason),
+            (Some((conn, origin)), None) => {
+                core.apply(&channel, action, Some(origin), Some(conn));
             }
-            (None, Some(_)) => {}
+            (None, Some(reason)) => {
+                if ours {
+                    tracing::info!(remote = %self.spec.name, channel, "the remote refused the host's own action: {reason}");
+                }
+            }
             (None, None) => {
                 core.apply(&channel, action, origin.filter(|_| !ours), None);
             }
@@ -652,22 +656,26 @@ impl Link {
     }
 
     /// A client's action on a mirrored channel, relayed as sent under this link's own client
-    /// sequence number; the echo answers it (`deliver`).
+    /// sequence number; the echo answers it (`deliver`), and a link that is down refuses it.
     pub fn relay_action(&self, host: &Host, conn: u64, channel: &str, action: StateAction, origin: ActionOrigin) {
+        if let Err(why) = self.relay(channel, action.clone(), Some((conn, origin.clone()))) {
+            host.lock().refuse_relayed(conn, channel, &action, origin, &why);
+        }
+    }
+
+    /// Relays an action for `sender` (a client here, or none for the host's own); `Err` says why
+    /// it could not go.
+    pub fn relay(&self, channel: &str, action: StateAction, sender: Option<(u64, ActionOrigin)>) -> Result<(), String> {
         let mut state = lock(&self.state);
         let peer = match (&state.status, &state.peer) {
             (LinkStatus::Connected, Some(peer)) => peer.clone(),
-            _ => {
-                let why = self.not_connected(&state);
-                drop(state);
-                host.lock().refuse_relayed(conn, channel, &action, origin, &why);
-                return;
-            }
+            _ => return Err(self.not_connected(&state)),
         };
         let client_seq = state.next_client_seq;
         state.next_client_seq += 1;
-        state.pending.insert(client_seq, Echo { conn, origin });
+        state.pending.insert(client_seq, Echo { sender });
         peer.notify("dispatchAction", json!({"channel": channel, "clientSeq": client_seq, "action": action}));
+        Ok(())
     }
 
     /// A failed relayed request as the remote said it, or why no answer came.

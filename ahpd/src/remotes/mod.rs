@@ -102,6 +102,11 @@ impl RemotesFacade for Remotes {
         }
     }
 
+    fn dispatch(&self, _host: &Host, channel: &str, action: StateAction) -> Result<(), String> {
+        let link = self.link_for(channel).ok_or_else(|| format!("No remote host holds {channel}"))?;
+        link.relay(channel, action, None)
+    }
+
     fn sessions(&self) -> Vec<Value> {
         self.links.iter().flat_map(|link| link.sessions()).collect()
     }
