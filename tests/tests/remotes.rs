@@ -8,6 +8,7 @@
 //! session's tools made there and counted here; the remote's state in `ahpd status`/`ahpd agents`,
 //! and actions refused while it is down.
 
+use ahp::SubscriptionEvent;
 use ahp_types::state::{ResponsePart, SessionLifecycle, ToolCallState, ToolResultContent, TurnState};
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::anyhow;
@@ -121,6 +122,11 @@ async fn a_local_client_lists_the_remotes_agents_and_sessions_and_streams_a_repl
     until_mirrors(&mut here, &there, &existing).await?;
     until_mirrors(&mut here, &there, &existing_chat).await?;
 
+    // A session made there now is announced to root watchers here.
+    let (later, _) = there.create_session("echo", None).await?;
+    let added = until_added(&mut here, &later).await?;
+    assert_eq!(added["provider"], format!("echo@{NAME}"), "{added}");
+
     // A session started here on echo@remote is made there under the same URI, and streams here.
     let (session, chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
     let row = until_listed(&mut there, &session).await?;
@@ -144,6 +150,23 @@ async fn a_local_client_lists_the_remotes_agents_and_sessions_and_streams_a_repl
     here.check_against_snapshot(&chat).await?;
     here.check_against_snapshot(&session).await?;
     Ok(())
+}
+
+/// Waits until `client` is told `root/sessionAdded` of session `uri`; answers its summary.
+async fn until_added(client: &mut TestClient, uri: &str) -> anyhow::Result<Value> {
+    let added = |client: &TestClient| {
+        client.notifications.iter().find_map(|n| match n {
+            SubscriptionEvent::SessionAdded(p) if p.summary.resource == uri => serde_json::to_value(&p.summary).ok(),
+            _ => None,
+        })
+    };
+    loop {
+        client.pump()?;
+        if let Some(summary) = added(client) {
+            return Ok(summary);
+        }
+        client.next_event(tests::PATIENCE).await.map_err(|e| anyhow!("no root/sessionAdded of {uri}: {e}"))?;
+    }
 }
 
 /// The live terminal of the running turn's `!` command, once it shows one.
@@ -242,6 +265,8 @@ async fn a_link_cut_mid_turn_is_caught_up_with_nothing_lost_or_doubled(form: For
     let said = long_reply(150);
     let turn_id = here.send(&chat, &said).await?;
     until_streaming(&mut here, &chat).await?;
+    let cut = pair.stdio_links();
+    assert_eq!(form == Form::Command, !cut.is_empty(), "a `--stdio` child is the link in the command form alone");
     pair.hold_down()?;
     pair.cut().await?;
     let state = until_state(&mut here, "reconnecting: ").await?;
@@ -259,6 +284,9 @@ async fn a_link_cut_mid_turn_is_caught_up_with_nothing_lost_or_doubled(form: For
     let finished_here = here.finished(&chat, &turn_id).await?;
     until_state(&mut here, "connected").await?;
     assert_eq!(turn_text(&finished_here), said, "every word once");
+    let relinked = pair.stdio_links();
+    assert_eq!(form == Form::Command, !relinked.is_empty(), "the command form links again through a new child");
+    assert!(relinked.iter().all(|pid| !cut.contains(pid)), "{relinked:?} after {cut:?} was cut");
     until_mirrors(&mut here, &there, &chat).await?;
     until_mirrors(&mut here, &there, &session).await?;
 
@@ -304,6 +332,7 @@ async fn the_remotes_sessions_outlive_a_killed_local_daemon_and_show_again_after
     let turn_id = here.send(&chat, &said).await?;
     until_streaming(&mut here, &chat).await?;
     let links = pair.stdio_links();
+    assert_eq!(form == Form::Command, !links.is_empty(), "a `--stdio` child is the link in the command form alone");
     pair.kill9_local().await?;
     drop(here);
 
@@ -397,6 +426,9 @@ async fn status_and_agents_name_the_remote_and_a_remote_that_is_down_refuses_act
     for needle in [NAME, reached.trim_end_matches('/'), "connected"] {
         assert!(status.stdout.contains(needle), "ahpd status names {needle:?}:\n{}", status.stdout);
     }
+    let sessions = pair.local_verb(&["sessions"]).await?;
+    assert_eq!(sessions.code, 0, "{}", sessions.stderr);
+    assert!(sessions.stdout.contains(&format!("@{NAME}")), "ahpd sessions shows the machine:\n{}", sessions.stdout);
     let agents = pair.local_verb(&["agents"]).await?;
     assert_eq!(agents.code, 0, "{}", agents.stderr);
     for needle in [NAME, reached.trim_end_matches('/'), "connected", "echo", "notes"] {
