@@ -143,6 +143,17 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if plan.stdio {
+        // A daemon already serving this data folder is the host: stdio becomes its client.
+        match crate::verbs::remote::running(&plan.paths) {
+            Ok(Some(record)) => return bridge(&plan, &record),
+            Ok(None) => {}
+            Err(why) => {
+                eprintln!("ahpd --stdio: {why}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     // Before the log, which may be a file in it.
     let tightened = match crate::fsutil::make_private(&plan.paths.data_dir) {
         Ok(tightened) => tightened,
@@ -175,6 +186,41 @@ pub fn run_foreground(args: DaemonArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ahpd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--stdio` bridged to the daemon `record` names: a plain client of its WebSocket, presenting the
+/// token the client verbs would (the owner's). Stdin closing is a clean end; the daemon closing is
+/// said on stderr and exits 1. Nothing of the daemon's is started or stopped here.
+fn bridge(plan: &Plan, record: &control::Record) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let max_frame = limits(&plan.config).max_frame_bytes;
+    let ended = runtime.block_on(async {
+        let token = crate::verbs::remote::token(&crate::cli::ClientArgs::default(), &plan.paths, Some(record))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        eprintln!("ahpd over stdio, bridged to the daemon at {} (pid {})", record.url, record.pid);
+        let daemon = server::bridge::Daemon { url: record.url.clone(), token };
+        server::bridge::relay(&daemon, hard_frame_bytes(max_frame), max_frame).await
+    });
+    // A read of stdin still waiting must not hold the process open.
+    runtime.shutdown_background();
+    match ended {
+        Ok(server::bridge::Ending::ClientClosed) => ExitCode::SUCCESS,
+        Ok(server::bridge::Ending::DaemonClosed(why)) => {
+            eprintln!("ahpd --stdio: the daemon at {} (pid {}) ended the connection: {why}", record.url, record.pid);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("ahpd --stdio: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -285,7 +331,7 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     )?);
     if plan.stdio {
         host.run_wakeups();
-        eprintln!("ahpd over stdio");
+        eprintln!("ahpd over stdio, in process (no daemon runs on {})", plan.paths.data_dir.display());
         announce_facts(&plan, &agent_lines, recovered.as_ref(), |line| eprintln!("{line}"));
         server::stdio::serve(host.clone(), hard_frame_bytes(max_frame)).await;
         cancel.cancel();
