@@ -2,8 +2,9 @@
 //! that daemon's WebSocket, relaying a line a frame. Through the official client over its stdio: a
 //! session made and a turn streamed, seen by a WebSocket client of the same daemon; the bridge
 //! killed mid-turn while the daemon goes on and finishes the turn; a line too long answered as in
-//! process; the daemon's stop ending the bridge with a sentence; with no daemon, the in-process
-//! host as before; and through a real `ssh` to a private sshd whose key is a forced command.
+//! process; the daemon's stop ending the bridge with a sentence; with no daemon (or a record left by
+//! a dead one), the in-process host as before; and through a real `ssh` to a private sshd whose
+//! key is a forced command.
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::{ResponsePart, TurnState};
@@ -125,6 +126,21 @@ async fn with_no_daemon_running_stdio_serves_in_process() -> anyhow::Result<()> 
     let said = child.until_said("ahpd over stdio").await?;
     assert!(said.starts_with("ahpd over stdio, in process"), "{said}");
     assert!(home.record().is_none(), "no daemon record: the host is this process");
+    drop(over);
+    assert!(child.exited().await?.success(), "{}", child.said());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_record_left_by_a_daemon_killed_with_sigkill_is_no_daemon_to_bridge_to() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    let mut daemon = Daemon::start_in(home.path(), DaemonOptions::default()).await?;
+    daemon.kill9().await?;
+    assert!(home.record().is_some(), "its record is left behind");
+    let mut child = StdioChild::ahpd(home.path())?;
+    let over = TestClient::connect_over(child.transport()?, "in-process").await?;
+    let said = child.until_said("ahpd over stdio").await?;
+    assert!(said.starts_with("ahpd over stdio, in process"), "{said}");
     drop(over);
     assert!(child.exited().await?.success(), "{}", child.said());
     Ok(())

@@ -209,3 +209,23 @@ impl Drain {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_ping_is_told_from_the_daemons_other_frames() {
+        let drain = Drain::new();
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":"{}","result":null}}"#, drain.id);
+        assert!(!drain.answers(&answer), "not before it is sent");
+        let ping: serde_json::Value = serde_json::from_str(&drain.start()).expect("json");
+        assert_eq!(ping["method"], "ping");
+        assert_eq!(ping["id"], &*drain.id);
+        assert!(drain.answers(&answer));
+        // A frame that only mentions the id (a message quoting it) is the client's.
+        let quoting = format!(r#"{{"jsonrpc":"2.0","method":"action","params":{{"text":"{}"}}}}"#, drain.id);
+        assert!(!drain.answers(&quoting));
+        assert!(!drain.answers(r#"{"jsonrpc":"2.0","id":1,"result":null}"#));
+    }
+}
