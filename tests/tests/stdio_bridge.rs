@@ -2,8 +2,8 @@
 //! that daemon's WebSocket, relaying a line a frame. Through the official client over its stdio: a
 //! session made and a turn streamed, seen by a WebSocket client of the same daemon; the bridge
 //! killed mid-turn while the daemon goes on and finishes the turn; a line too long answered as in
-//! process; the daemon's stop ending the bridge with a sentence; with no daemon (or a record left by
-//! a dead one), the in-process host as before; and through a real `ssh` to a private sshd whose
+//! process; the daemon's stop ending the bridge with a sentence; a daemon still starting waited
+//! for; with no daemon (or a record left by a dead one), the in-process host as before; and through a real `ssh` to a private sshd whose
 //! key is a forced command.
 
 use ahp_types::actions::StateAction;
@@ -74,6 +74,9 @@ async fn the_daemon_and_its_turn_outlive_a_bridge_killed_mid_turn() -> anyhow::R
 
     bridge.kill9().await?;
     assert!(tests::daemon::alive(daemon.pid()), "the daemon outlives its bridge");
+    let status = daemon.status().await?;
+    let running = status["runningTurns"].as_array().cloned().unwrap_or_default();
+    assert!(running.iter().any(|t| t["turn"] == turn_id.as_str()), "the turn runs on: {running:?}");
     let mut direct = TestClient::connect(&daemon.url, "direct").await?;
     direct.subscribe(&chat).await?;
     let turn = direct.finished(&chat, &turn_id).await?;
@@ -141,6 +144,35 @@ async fn a_record_left_by_a_daemon_killed_with_sigkill_is_no_daemon_to_bridge_to
     let over = TestClient::connect_over(child.transport()?, "in-process").await?;
     let said = child.until_said("ahpd over stdio").await?;
     assert!(said.starts_with("ahpd over stdio, in process"), "{said}");
+    drop(over);
+    assert!(child.exited().await?.success(), "{}", child.said());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_daemon_still_starting_is_waited_for_not_served_beside() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    // A worker that never answers its handshake holds the daemon's record back for 3 s, while its
+    // control socket answers from the first moment.
+    home.write_config(&json!({
+        "agents": { "echo": { "kind": "echo" }, "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
+        "workerHandshakeTimeoutMs": 3000,
+    }))?;
+    let at = home.path().to_owned();
+    let starting = tokio::spawn(async move { Daemon::start_in(&at, DaemonOptions::default()).await });
+    let socket = home.data_dir().join("ahpd.sock");
+    let deadline = tokio::time::Instant::now() + tests::PATIENCE;
+    while !socket.exists() {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the daemon never claimed its socket");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut child = StdioChild::ahpd(home.path())?;
+    child.until_said("a daemon is starting on").await?;
+    let daemon = starting.await??;
+    let said = child.until_said("ahpd over stdio").await?;
+    assert_eq!(said, format!("ahpd over stdio, bridged to the daemon at {} (pid {})", daemon.url, daemon.pid()));
+    let over = TestClient::connect_over(child.transport()?, "over-stdio").await?;
+    assert!(over.init.is_some());
     drop(over);
     assert!(child.exited().await?.success(), "{}", child.said());
     Ok(())
