@@ -209,8 +209,8 @@ fn bridge(plan: &Plan) -> Option<ExitCode> {
             return Some(ExitCode::FAILURE);
         }
     };
-    let max_frame = limits(&plan.config).max_frame_bytes;
     let ended = runtime.block_on(async {
+        let max_frame = daemons_max_frame(&plan.paths).await.unwrap_or(limits(&plan.config).max_frame_bytes);
         let token = crate::verbs::remote::token(&crate::cli::ClientArgs::default(), &plan.paths, Some(&record))
             .await
             .map_err(anyhow::Error::msg)?;
@@ -231,6 +231,14 @@ fn bridge(plan: &Plan) -> Option<ExitCode> {
             ExitCode::FAILURE
         }
     })
+}
+
+/// The running daemon's own `maxFrameBytes` (its status carries the config it runs with): the
+/// bridge skips the lines that daemon would not read, whatever config this process reads.
+async fn daemons_max_frame(paths: &Paths) -> Option<usize> {
+    let reply = crate::verbs::ask(paths, &control::Request::Status).await.ok()?;
+    let value = reply.status?.config.get("maxFrameBytes")?.as_u64()?;
+    usize::try_from(value).ok()
 }
 
 /// The daemon `--stdio` bridges to: the one whose record names a live process, or one still

@@ -88,16 +88,24 @@ async fn the_daemon_and_its_turn_outlive_a_bridge_killed_mid_turn() -> anyhow::R
 
 #[tokio::test]
 async fn a_line_too_long_is_answered_by_the_bridge_and_the_next_is_relayed() -> anyhow::Result<()> {
-    let daemon = Daemon::start().await?;
+    // The daemon's limit, not the one the bridge's own config says (the daemon's line names its
+    // config file; the bridge reads the default one): 5 MiB, so its line limit is 20 MiB.
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("daemon.json");
+    std::fs::write(&config, serde_json::to_vec(&json!({ "maxFrameBytes": 5 << 20 }))?)?;
+    let options =
+        DaemonOptions { args: vec!["--config-file".into(), config.display().to_string()], ..DaemonOptions::default() };
+    let daemon = Daemon::start_with(options).await?;
     let mut bridge = bridge_to(&daemon).await?;
     let mut lines = bridge.transport()?;
-    // Over 16 MiB, the line limit for the default maxFrameBytes of 4 MiB: never held whole.
-    let huge = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(17 << 20));
+    // Over 20 MiB: never held whole, by the bridge or the daemon.
+    let huge = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(21 << 20));
     lines.write_line(&huge).await?;
     lines.write_line(r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":{"channel":"ahp-root://"}}"#).await?;
     let refused: Value = serde_json::from_str(&lines.read_line().await?.unwrap_or_default())?;
     assert_eq!(refused["error"]["code"], -32600, "{refused}");
     assert_eq!(refused["error"]["data"]["limit"], "maxFrameBytes", "{refused}");
+    assert_eq!(refused["error"]["data"]["value"], 5 << 20, "the daemon's limit: {refused}");
     let pong: Value = serde_json::from_str(&lines.read_line().await?.unwrap_or_default())?;
     assert_eq!(pong["id"], 2, "the next line reached the daemon: {pong}");
     assert_eq!(pong.get("result"), Some(&Value::Null), "{pong}");
