@@ -24,6 +24,11 @@ pub struct StdioChild {
 impl StdioChild {
     /// `ahpd --stdio` with its folders under `home` (the layout [`crate::Daemon::start_in`] uses).
     pub fn ahpd(home: &Path) -> anyhow::Result<Self> {
+        Self::ahpd_with(home, &[])
+    }
+
+    /// [`StdioChild::ahpd`] with more variables in its environment.
+    pub fn ahpd_with(home: &Path, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let mut command = Command::new(crate::daemon::ahpd_bin());
         command
             .arg("--stdio")
@@ -32,6 +37,7 @@ impl StdioChild {
             .env("HOME", home)
             .env_remove("AHPD_CONFIG")
             .env_remove("AHPD_TOKEN")
+            .envs(env.iter().copied())
             .current_dir(home);
         Self::spawn(command)
     }

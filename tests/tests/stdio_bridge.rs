@@ -2,9 +2,10 @@
 //! that daemon's WebSocket, relaying a line a frame. Through the official client over its stdio: a
 //! session made and a turn streamed, seen by a WebSocket client of the same daemon; the bridge
 //! killed mid-turn while the daemon goes on and finishes the turn; a line too long answered as in
-//! process; the daemon's stop ending the bridge with a sentence; a daemon still starting waited
-//! for; with no daemon (or a record left by a dead one), the in-process host as before; and through a real `ssh` to a private sshd whose
-//! key is a forced command.
+//! process; the daemon's stop, or its refusal of a token, ending the bridge with a sentence; a
+//! daemon still starting waited for; with no daemon (or a record left by a dead one), the
+//! in-process host as before; and through a real `ssh` to a private sshd whose key is a forced
+//! command.
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::{ResponsePart, TurnState};
@@ -124,6 +125,25 @@ async fn the_daemon_stopping_ends_the_bridge_with_a_sentence() -> anyhow::Result
     let status = bridge.exited().await?;
     assert_eq!(status.code(), Some(1), "{}", bridge.said());
     bridge.until_said(&format!("ahpd --stdio: the daemon at {url} (pid {pid}) ended the connection")).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_token_the_daemon_refuses_ends_the_bridge_with_its_refusal() -> anyhow::Result<()> {
+    let daemon = Daemon::start().await?;
+    // $AHPD_TOKEN comes first, as for the client verbs.
+    let mut bridge = StdioChild::ahpd_with(&daemon.home, &[("AHPD_TOKEN", "not-the-token")])?;
+    assert_eq!(bridge.exited().await?.code(), Some(1), "{}", bridge.said());
+    let said = bridge.until_said("ahpd --stdio:").await?;
+    assert_eq!(
+        said,
+        format!(
+            "ahpd --stdio: the daemon at {} refused the connection (401 Unauthorized): Refused: wrong connection token.",
+            daemon.url
+        )
+    );
+    let mut lines = bridge.transport()?;
+    assert_eq!(lines.read_line().await?, None, "nothing on stdout");
     Ok(())
 }
 
