@@ -24,8 +24,16 @@ pub struct Sshd {
 impl Sshd {
     /// Starts an sshd on a free loopback port whose one key runs `ahpd --stdio` with its folders
     /// under `home` (the layout [`crate::Daemon::start_in`] uses). `Ok(Err(why))` when this machine
-    /// cannot run one for a test.
+    /// cannot run one for a test, the reason already printed (`skipped: …`): the test returns.
     pub async fn start(home: &Path) -> anyhow::Result<Result<Self, String>> {
+        let started = Self::try_start(home).await?;
+        if let Err(why) = &started {
+            eprintln!("skipped: {why}");
+        }
+        Ok(started)
+    }
+
+    async fn try_start(home: &Path) -> anyhow::Result<Result<Self, String>> {
         if !nix::unistd::geteuid().is_root() {
             return Ok(Err("not root: a private sshd cannot log in as this user without its own setup".into()));
         }
@@ -77,8 +85,8 @@ impl Sshd {
         Ok(Ok(Self { _child: child, dir, port, log }))
     }
 
-    /// The `ssh` command line that logs in with the test's key (the forced command runs whatever
-    /// it asks), as a remote's `command` would be.
+    /// The `ssh` command line that logs in with the test's key, up to the host: a remote's
+    /// `command` appends `ahpd --stdio` (the forced command runs that whatever is asked).
     pub fn ssh_argv(&self) -> Vec<String> {
         let key = self.dir.path().join("client_key").display().to_string();
         let port = self.port.to_string();
@@ -102,8 +110,6 @@ impl Sshd {
             "LogLevel=ERROR",
             "-T",
             "root@127.0.0.1",
-            "ahpd",
-            "--stdio",
         ]
         .iter()
         .map(|s| (*s).to_owned())
