@@ -49,11 +49,19 @@ pub async fn relay(daemon: &Daemon, hard_frame_bytes: usize, max_frame_bytes: us
     let mut downstream = Box::pin(downstream(stream, out, drain));
     let mut writer = Box::pin(write_lines(out_rx));
     let ending = tokio::select! {
-        () = &mut upstream => {
-            // What the daemon sent before it read the close still reaches stdout.
-            let _ = tokio::time::timeout(CLOSE_WAIT, futures_util::future::join(&mut downstream, &mut writer)).await;
-            return Ok(Ending::ClientClosed);
-        }
+        sent = &mut upstream => match sent {
+            Sent::All => {
+                // What the daemon sent before it read the close still reaches stdout.
+                let _ = tokio::time::timeout(CLOSE_WAIT, futures_util::future::join(&mut downstream, &mut writer)).await;
+                return Ok(Ending::ClientClosed);
+            }
+            Sent::OutputClosed => return Ok(Ending::ClientClosed),
+            // The socket failed under a send: the read side says how, when it can.
+            Sent::SocketFailed(why) => {
+                let read = tokio::time::timeout(CLOSE_WAIT, &mut downstream).await;
+                Ending::DaemonClosed(read.unwrap_or(why))
+            }
+        },
         why = &mut downstream => Ending::DaemonClosed(why),
         () = &mut writer => return Ok(Ending::ClientClosed),
     };
@@ -65,18 +73,33 @@ pub async fn relay(daemon: &Daemon, hard_frame_bytes: usize, max_frame_bytes: us
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// How the relay of stdin ended.
+enum Sent {
+    /// Stdin closed, and the WebSocket was closed after it.
+    All,
+    /// Stdout closed: nobody reads the answers.
+    OutputClosed,
+    /// The WebSocket failed: how, as a sentence.
+    SocketFailed(String),
+}
+
 /// Stdin to the daemon, a line a frame, until stdin closes; then the WebSocket is closed.
-async fn upstream(mut lines: Lines, mut sink: SplitSink<Socket, Message>, out: mpsc::Sender<String>, drain: Drain) {
+async fn upstream(
+    mut lines: Lines,
+    mut sink: SplitSink<Socket, Message>,
+    out: mpsc::Sender<String>,
+    drain: Drain,
+) -> Sent {
     loop {
         match lines.next().await {
             Input::Line(line) => {
-                if sink.send(Message::text(line)).await.is_err() {
-                    return;
+                if let Err(e) = sink.send(Message::text(line)).await {
+                    return Sent::SocketFailed(format!("the connection broke: {e}"));
                 }
             }
             Input::TooLong(answer) => {
                 if out.send(answer.as_str().to_owned()).await.is_err() {
-                    return;
+                    return Sent::OutputClosed;
                 }
             }
             Input::End => {
@@ -87,7 +110,7 @@ async fn upstream(mut lines: Lines, mut sink: SplitSink<Socket, Message>, out: m
                 }
                 // The close handshake tells the daemon this client is gone for good.
                 let _ = sink.close().await;
-                return;
+                return Sent::All;
             }
         }
     }
