@@ -19,3 +19,5 @@ pub mod turns;
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
 pub use daemon::{Daemon, DaemonOptions, Home, VerbRun};
 pub mod raw;
+pub mod sshd;
+pub mod stdio;
