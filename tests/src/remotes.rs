@@ -32,7 +32,14 @@ pub enum Form {
     /// `remotes.remote.url` with `tokenFile`: the remote's WebSocket, through a relay that stands
     /// in for the network between the machines.
     Url,
+    /// `remotes.remote.command` as a person writes it: `ssh … root@127.0.0.1 ahpd --stdio`, through
+    /// a private sshd on loopback whose key's forced command is the remote's `ahpd --stdio`
+    /// (`tests::sshd`); only where this machine can run one.
+    Ssh,
 }
+
+/// What an error starting a form this machine cannot run begins with.
+const SKIPPED: &str = "skipped";
 
 /// How the pair is set up.
 #[derive(Debug, Clone)]
@@ -54,6 +61,8 @@ enum Link {
     Command { down_flag: PathBuf },
     /// The URL is the relay's.
     Url { relay: Relay },
+    /// The command is `ssh` to a private sshd.
+    Ssh { _sshd: crate::sshd::Sshd },
 }
 
 /// The two daemons and the link between them.
@@ -125,6 +134,16 @@ impl Pair {
         Self::start_with(form, Setup::default()).await
     }
 
+    /// Starts both daemons in `form`, or `None` (the reason printed) where this machine cannot
+    /// run that form (an sshd for [`Form::Ssh`]).
+    pub async fn start_if_possible(form: Form) -> anyhow::Result<Option<Self>> {
+        match Self::start_with(form, Setup::default()).await {
+            Ok(pair) => Ok(Some(pair)),
+            Err(e) if e.to_string().starts_with(SKIPPED) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Starts the remote daemon, then the local one whose config names it in `form`.
     pub async fn start_with(form: Form, setup: Setup) -> anyhow::Result<Self> {
         let notes_dir = tempfile::Builder::new().prefix("ahpd-remote-notes-").tempdir()?;
@@ -135,6 +154,15 @@ impl Pair {
                 let down_flag = local_home.path().join("link-down");
                 let entry = json!({ "command": stdio_command(&remote.home, &down_flag) });
                 (Link::Command { down_flag }, entry)
+            }
+            Form::Ssh => {
+                let sshd = match crate::sshd::Sshd::start(&remote.home).await? {
+                    Ok(sshd) => sshd,
+                    Err(why) => bail!("{SKIPPED}: {why}"),
+                };
+                let mut argv = sshd.ssh_argv();
+                argv.extend(["ahpd".to_owned(), "--stdio".to_owned()]);
+                (Link::Ssh { _sshd: sshd }, json!({ "command": argv }))
             }
             Form::Url => {
                 let relay = Relay::start(authority(&remote.url)).await?;
@@ -162,7 +190,7 @@ impl Pair {
     /// the URL, or the command's program.
     pub fn reached_by(&self) -> String {
         match &self.link {
-            Link::Command { .. } => "--stdio".to_owned(),
+            Link::Command { .. } | Link::Ssh { .. } => "--stdio".to_owned(),
             Link::Url { relay } => format!("ws://127.0.0.1:{}/", relay.port),
         }
     }
@@ -177,7 +205,7 @@ impl Pair {
     /// the relay (URL form).
     pub async fn cut(&self) -> anyhow::Result<()> {
         match &self.link {
-            Link::Command { .. } => {
+            Link::Command { .. } | Link::Ssh { .. } => {
                 let links = self.stdio_links();
                 if links.is_empty() {
                     bail!("the local daemon runs no `--stdio` child to cut");
@@ -200,6 +228,7 @@ impl Pair {
         match &self.link {
             Link::Command { down_flag } => std::fs::write(down_flag, b"down").context("writing the down flag")?,
             Link::Url { relay } => relay.set_up(false),
+            Link::Ssh { .. } => bail!("the ssh form is not held down"),
         }
         Ok(())
     }
@@ -212,6 +241,7 @@ impl Pair {
                 _ => {}
             },
             Link::Url { relay } => relay.set_up(true),
+            Link::Ssh { .. } => {}
         }
         Ok(())
     }
@@ -233,11 +263,11 @@ impl Pair {
     }
 }
 
-/// The remote's state as the local root config's read-only `remotes` says it (`connected`,
+/// The remote's state as the local root config's read-only `remoteLinks` says it (`connected`,
 /// `reconnecting: <reason>`, `refused: <reason>`).
 pub fn remote_state(m: &Mirror) -> Option<String> {
     let values = &m.root()?.config.as_ref()?.values;
-    values.get("remotes")?.get(NAME)?.as_str().map(str::to_owned)
+    values.get("remoteLinks")?.get(NAME)?.as_str().map(str::to_owned)
 }
 
 /// True when the local root offers `provider`.
