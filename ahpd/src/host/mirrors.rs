@@ -106,9 +106,9 @@ impl Core {
         }
     }
 
-    /// Every mirrored channel.
-    pub fn mirrored_channels(&self) -> Vec<String> {
-        self.mirrored.iter().cloned().collect()
+    /// The mirrored channels no connection here watches.
+    pub fn unwatched_mirrors(&self) -> Vec<String> {
+        self.mirrored.iter().filter(|uri| !self.ch.is_watched(uri)).cloned().collect()
     }
 
     /// Answers a relayed action that its host refused to the connection that sent it, under the

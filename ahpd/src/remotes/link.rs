@@ -497,6 +497,23 @@ impl Link {
         }
     }
 
+    /// Stops mirroring a channel nobody here watches: unsubscribed there, forgotten here.
+    pub fn let_go(&self, host: &Host, channel: &str) {
+        let peer = {
+            let mut state = lock(&self.state);
+            if !matches!(state.channels.get(channel), Some(Mirror::Open(_))) {
+                return;
+            }
+            state.channels.remove(channel);
+            state.peer.clone()
+        };
+        if let Some(peer) = peer {
+            peer.notify("unsubscribe", json!({"channel": channel}));
+        }
+        host.lock().forget_mirror(channel);
+        tracing::debug!(remote = %self.spec.name, channel, "let go of a remote channel nobody here watches");
+    }
+
     /// Forgets a channel the remote no longer has.
     fn forget(&self, host: &Host, channel: &str) {
         lock(&self.state).channels.remove(channel);

@@ -24,6 +24,9 @@ use crate::host::Host;
 pub use link::{Link, LinkStatus};
 pub use spec::RemoteSpec;
 
+/// How often mirrored channels nobody watches are looked for.
+const SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The remotes feature: one link per configured remote host.
 pub struct Remotes {
     links: Vec<Arc<Link>>,
@@ -44,6 +47,27 @@ impl Remotes {
             host.spawn("a remote host's link", async move { link.run(weak, feature).await });
         }
         self.publish(host);
+        let feature = self.clone();
+        let weak = host.downgrade();
+        host.spawn("unwatched remote channels let go", async move { feature.let_go_of_unwatched(weak).await });
+    }
+
+    /// Every [`SWEEP`], lets go of the mirrored channels nobody here watched through a whole
+    /// sweep: unsubscribed on their remote and forgotten here, so a long-running daemon does not
+    /// mirror every channel a client once opened. One watched again is opened again.
+    async fn let_go_of_unwatched(&self, weak: crate::host::facade::WeakHost) {
+        let mut unwatched_before: Vec<String> = Vec::new();
+        loop {
+            tokio::time::sleep(SWEEP).await;
+            let Some(host) = weak.upgrade() else { return };
+            let unwatched = host.lock().unwatched_mirrors();
+            for channel in unwatched.iter().filter(|c| unwatched_before.contains(c)) {
+                if let Some(link) = self.link_for(channel) {
+                    link.let_go(&host, channel);
+                }
+            }
+            unwatched_before = unwatched;
+        }
     }
 
     /// The links, in the config's order.
