@@ -489,9 +489,16 @@ class App {
   }
 
   drawNotice() {
-    const text = this.root?.config?.values?.storeCannotWrite ?? '';
+    const values = this.root?.config?.values ?? {};
+    // The host's notices: its store, and each remote host whose link is not up (remoteLinks).
+    const links = values.remoteLinks ?? {};
+    const lines = values.storeCannotWrite ? [values.storeCannotWrite] : [];
+    for (const [name, state] of Object.entries(links)) if (state !== 'connected') lines.push(`${name}: ${state}`);
+    const text = lines.join('\n');
     if (this.noticeEl.textContent !== text) this.noticeEl.textContent = text;
     this.noticeEl.hidden = !text;
+    const seen = JSON.stringify(links);
+    if (seen !== this.linksSeen) { this.linksSeen = seen; this.drawList(); }
   }
 
   drawList() {
@@ -526,6 +533,19 @@ class App {
     return hay.includes(this.search);
   }
 
+  /** The agent, and for a remote host's session (`echo@devbox`) the machine, with its link's
+   * state when it is not up. */
+  providerChips(provider = '') {
+    const at = provider.lastIndexOf('@');
+    if (at <= 0) return [h('span', { class: 'provider', text: provider })];
+    const machine = provider.slice(at + 1);
+    const state = this.root?.config?.values?.remoteLinks?.[machine];
+    const down = state && state !== 'connected';
+    return [h('span', { class: 'provider', text: provider.slice(0, at) }),
+      h('span', { class: `machine${down ? ' down' : ''}`, title: down ? `${machine}: ${state}` : `runs on ${machine}`,
+        text: down ? `${machine}: ${state.split(':')[0]}` : machine })];
+  }
+
   listItem(s, isOpen) {
     const [cls, words] = glance(s.status, this.waitingFor(s.resource));
     const state = this.sessionStates.get(s.resource);
@@ -534,7 +554,7 @@ class App {
       keydown: (e) => { if (e.key === 'Enter' && e.target === e.currentTarget) this.open(s.resource); },
     } },
       h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: s.title || 'New session' }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
-      h('div', { class: 'row sub' }, h('span', { class: 'provider', text: s.provider }), h('span', { class: `state ${cls}`, text: words }),
+      h('div', { class: 'row sub' }, ...this.providerChips(s.provider), h('span', { class: `state ${cls}`, text: words }),
         s.activity ? h('span', { class: 'activity', text: s.activity }) : null,
         s.changes?.files ? h('button', { class: 'ghost changes-link', type: 'button', data: { action: 'changes' }, title: 'Show what it changed',
           on: { click: () => this.openChanges(s.resource) } }, `+${s.changes.additions ?? 0} −${s.changes.deletions ?? 0}`) : null));

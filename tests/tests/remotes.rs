@@ -503,3 +503,40 @@ async fn the_relay_the_url_form_runs_through_passes_cuts_and_holds_down_a_link()
     assert_eq!(again.mirror.chat(&chat).map(|c| c.turns.len()), Some(1));
     Ok(())
 }
+
+/// The web window of the local daemon shows a remote session's machine beside its agent, and,
+/// while the link is down, the remote's state above the panes and on the session's machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_shows_the_machine_and_a_remote_that_is_reconnecting() -> anyhow::Result<()> {
+    let pair = Pair::start(Form::Url).await?;
+    let mut here = pair.local_client("here").await?;
+    until_connected(&mut here).await?;
+    let (session, _chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
+    let page = tests::browser::announced_page(&pair.local).await?;
+    let mut browser = tests::browser::Browser::launch().await?;
+    browser.open(&page, 1280, 700).await?;
+    tests::browser::online(&mut browser).await?;
+    let item = format!("document.querySelector('li.session[data-session=\"{session}\"]')");
+    let machine = browser.wait_for(&format!("{item}?.querySelector('.machine')?.textContent")).await?;
+    assert_eq!(machine, json!(NAME), "the list names the machine the session runs on");
+    let agent = browser.eval(&format!("{item}.querySelector('.provider').textContent")).await?;
+    assert_eq!(agent, json!("echo"));
+    let notice = "document.querySelector('#store-notice')";
+    assert_eq!(browser.eval(&format!("{notice}.hidden")).await?, json!(true), "no notice while the link is up");
+    let shots = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
+    std::fs::create_dir_all(&shots)?;
+    browser.screenshot(&shots.join("remote-connected.png")).await?;
+
+    pair.hold_down()?;
+    pair.cut().await?;
+    let said = browser.wait_for(&format!("!{notice}.hidden && {notice}.textContent")).await?;
+    let said = said.as_str().unwrap_or_default().to_owned();
+    assert!(said.starts_with(&format!("{NAME}: reconnecting: ")), "the notice says the remote's state: {said:?}");
+    browser.wait_for(&format!("{item}.querySelector('.machine.down')?.textContent === '{NAME}: reconnecting'")).await?;
+    browser.screenshot(&shots.join("remote-reconnecting.png")).await?;
+
+    pair.bring_up()?;
+    browser.wait_for(&format!("{notice}.hidden && !{item}.querySelector('.machine.down')")).await?;
+    browser.close().await?;
+    Ok(())
+}
