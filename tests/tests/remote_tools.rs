@@ -146,6 +146,8 @@ async fn the_session_tools_list_make_message_and_read_sessions_on_a_remote_host(
             ),
             ("create_session", json!({ "agent": "echo@remote", "prompt": "p", "title": "t" })),
             ("create_session", json!({ "relationship": "independent", "agent": "nobody@remote", "prompt": "p", "title": "t" })),
+            ("list_agents", json!({})),
+            ("list_models", json!({ "agent": "notes@remote" })),
         ],
     )
     .await?;
@@ -194,6 +196,14 @@ async fn the_session_tools_list_make_message_and_read_sessions_on_a_remote_host(
         &first[4],
         "Invalid create_session input: agent must be one of the agents this host offers (notes, echo, echo@remote, notes@remote).",
     );
+
+    // The readers show the remote's agents as this host names them.
+    let agents = json_of(&first[5])?;
+    let far = agents["agents"].as_array().into_iter().flatten().find(|a| a["agent"] == "echo@remote").cloned();
+    assert_eq!(far.as_ref().map(|a| a["remote"].clone()), Some(json!("remote")), "{agents}");
+    assert!(far.is_some_and(|a| a["name"].as_str().unwrap_or_default().ends_with("(remote)")));
+    let models = json_of(&first[6])?;
+    assert!(models["models"].as_array().into_iter().flatten().all(|m| m["agent"] == "notes@remote"), "{models}");
 
     // send_message reaches the remote chat (seen here, through the local daemon's mirror, and there).
     let local_chat = watch_session(&mut a, &made).await?;

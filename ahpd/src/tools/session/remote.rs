@@ -12,12 +12,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use ahp_types::actions::{SessionTitleChangedAction, StateAction};
-use ahp_types::state::{Message, MessageKind, ModelSelection, SessionSummary};
+use ahp_types::state::{Message, MessageKind, SessionSummary};
 use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, MAX_SPAWN_DEPTH};
 use super::super::{authorize, HostTools, Refusal, ToolCall, ToolResult};
-use super::spawn::{busy, check_agent, queued, tool_message, Account, CreateArgs, CREATE};
+use super::spawn::{busy, check_agent, queued, resolve_model, tool_message, Account, CreateArgs, CREATE};
 use super::{link_of, links, Resolved};
 use crate::host::facade::{host_turn, new_id, Remotes};
 use crate::host::{Core, Host};
@@ -146,7 +146,7 @@ pub async fn create_session(
         let mut core = host.lock();
         authorize(&core, call, "session:write")?;
         check_agent(&core, agent)?;
-        let model = args.model.map(|asked| remote_model(&core, agent, asked)).transpose()?;
+        let model = args.model.map(|asked| resolve_model(&core, CREATE, asked, Some(agent))).transpose()?.map(|m| m.1);
         let account = Account::of(tools, host, &mut core, call);
         let parent_depth = call.session.as_deref().and_then(|s| core.session(s)).map_or(0, |m| m.depth);
         if account.counts() && parent_depth >= MAX_SPAWN_DEPTH {
@@ -204,17 +204,48 @@ fn create_params(uri: &str, agent: &str, args: &CreateArgs<'_>) -> Value {
     params
 }
 
-/// A model of a remote agent, by id, else by name.
-fn remote_model(core: &Core, agent: &str, asked: &str) -> Result<ModelSelection, Refusal> {
-    let models = core.remote_agents().iter().filter(|a| a.provider == agent).flat_map(|a| a.models.iter());
-    let models: Vec<_> = models.collect();
-    models
-        .iter()
-        .find(|m| m.id == asked)
-        .or_else(|| models.iter().find(|m| m.name == asked))
-        .map(|m| ModelSelection { id: m.id.clone(), config: None })
-        .ok_or_else(|| {
-            format!("Invalid {CREATE} input: model must match an available model id or name for provider \"{agent}\".")
-                .into()
-        })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::common::JsonObject;
+
+    fn args<'a>(config: JsonObject, workspace: Option<&'a str>, worktree: bool) -> CreateArgs<'a> {
+        CreateArgs {
+            independent: true,
+            prompt: "p",
+            title: "t".into(),
+            workspace,
+            model: None,
+            agent: Some("echo@devbox"),
+            config,
+            worktree,
+        }
+    }
+
+    #[test]
+    fn create_session_asks_the_remote_for_the_settings_and_folder_named() {
+        let plain = create_params("ahp-session:/x", "echo@devbox", &args(JsonObject::new(), None, false));
+        assert_eq!(plain, json!({ "channel": "ahp-session:/x", "provider": "echo@devbox" }));
+        let mut config = JsonObject::new();
+        config.insert("voice".into(), json!("loud"));
+        let full = create_params("ahp-session:/x", "echo@devbox", &args(config, Some("/srv/repo"), true));
+        assert_eq!(full["config"], json!({ "voice": "loud", "isolation": "worktree" }));
+        assert_eq!(full["workingDirectories"], json!(["file:///srv/repo"]));
+        let by_uri = create_params("ahp-session:/x", "echo@devbox", &args(JsonObject::new(), Some("file:///w"), false));
+        assert_eq!(by_uri["workingDirectories"], json!(["file:///w"]));
+    }
+
+    #[test]
+    fn a_remote_row_names_its_machine_and_a_local_one_none() {
+        let summary = |uri: &str, provider: &str| -> SessionSummary {
+            serde_json::from_value(json!({
+                "resource": uri, "provider": provider, "title": "", "status": 1,
+                "createdAt": "2026-01-01T00:00:00Z", "modifiedAt": "2026-01-01T00:00:00Z"
+            }))
+            .expect("a summary")
+        };
+        let remote: HashSet<String> = ["ahp-session:/far".to_owned()].into();
+        assert_eq!(machine(&summary("ahp-session:/far", "echo@devbox"), &remote), Some("devbox"));
+        assert_eq!(machine(&summary("ahp-session:/near", "echo@devbox"), &remote), None);
+    }
 }

@@ -210,8 +210,9 @@ fn chat_model(core: &Core, chat: &str) -> Option<ModelSelection> {
         .or_else(|| state.turns.last().and_then(|t| t.message.model.clone()))
 }
 
-/// A model by id, else by name, among the models of `provider` (or every agent's).
-fn resolve_model(
+/// A model by id, else by name, among the models of `provider` (or every agent's here: another
+/// host's agent's models are looked in only when it is named).
+pub(super) fn resolve_model(
     core: &Core,
     tool: &str,
     asked: &str,
@@ -222,6 +223,12 @@ fn resolve_model(
         .iter()
         .filter(|a| a.descriptor.is_some() && provider.is_none_or(|p| p == a.provider))
         .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m)))
+        .chain(
+            core.remote_agents()
+                .iter()
+                .filter(|a| provider == Some(a.provider.as_str()))
+                .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m))),
+        )
         .collect();
     let by_id: Vec<_> = candidates.iter().filter(|(_, m)| m.id == asked).collect();
     let matches = if by_id.is_empty() { candidates.iter().filter(|(_, m)| m.name == asked).collect() } else { by_id };
