@@ -243,6 +243,7 @@ async fn the_session_tools_list_make_message_and_read_sessions_on_a_remote_host(
             ("get_session_context", json!({ "session": made, "detail": "digest" })),
             ("get_session_context", json!({ "session": made_chat })),
             ("get_session_context", json!({ "session": there })),
+            ("delete_session", json!({ "session": made })),
         ],
     )
     .await?;
@@ -260,6 +261,12 @@ async fn the_session_tools_list_make_message_and_read_sessions_on_a_remote_host(
     assert_eq!(by_chat["transcript"].as_array().map(Vec::len), Some(2), "{by_chat}");
     let other = json_of(&read[2])?;
     assert_eq!(other["transcript"][0]["user"], "hello from afar");
+    // The tools that change what a session is reach only this host's.
+    refused(
+        &read[3],
+        &format!("{made} runs on another host, which this tool does not reach (list_sessions, get_session_context, send_message and create_session do)."),
+    );
+    assert!(r.listed_sessions(None).await?.iter().any(|s| s["resource"] == made.as_str()));
     Ok(())
 }
 

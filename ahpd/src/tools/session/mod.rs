@@ -367,6 +367,9 @@ fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> Stri
     } else {
         target.session.clone()
     };
+    if core.is_mirrored(&session) {
+        return Err(format!("{session} runs on another host, which this tool does not reach (list_sessions, get_session_context, send_message and create_session do).").into());
+    }
     if !host.ensure_loaded(core, &session) {
         return Err(unknown().into());
     }
