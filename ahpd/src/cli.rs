@@ -439,7 +439,9 @@ pub struct DaemonArgs {
     #[arg(long)]
     pub without_connection_token: bool,
     /// Serve exactly one connection over this process's stdin/stdout (one JSON message per line),
-    /// for a host that runs ahpd nested inside another. The announcement goes to stderr.
+    /// for a host that runs ahpd nested inside another or reaches it over ssh. When a daemon
+    /// already runs on this data folder, relay to it as its owner's client (it and its turns
+    /// outlive this process); else serve in process. Stderr says which; stdout is the protocol's.
     #[arg(long)]
     pub stdio: bool,
     /// Offer the tools that declare advanced permission to every session's model.

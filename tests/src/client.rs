@@ -170,6 +170,16 @@ impl TestClient {
         let transport = ahp_ws::WebSocketTransport::connect(&crate::daemon::with_token(url))
             .await
             .map_err(|e| anyhow!("connect {url}: {e}"))?;
+        Self::over_raw(transport, client_id).await
+    }
+
+    /// Says `initialize` over `transport` (a child's stdio: [`crate::stdio::LinesTransport`]),
+    /// subscribed to the root channel.
+    pub async fn connect_over(transport: impl ahp::Transport, client_id: &str) -> anyhow::Result<Self> {
+        Self::over_raw(transport, client_id).await?.initialized().await
+    }
+
+    async fn over_raw(transport: impl ahp::Transport, client_id: &str) -> anyhow::Result<Self> {
         let client = Client::connect(transport, config()).await.map_err(|e| anyhow!("client: {e}"))?;
         let events = client.events();
         Ok(Self {
@@ -186,18 +196,21 @@ impl TestClient {
 
     /// Connects and says `initialize`, subscribed to the root channel.
     pub async fn connect(url: &str, client_id: &str) -> anyhow::Result<Self> {
-        let mut this = Self::connect_raw(url, client_id).await?;
+        Self::connect_raw(url, client_id).await?.initialized().await
+    }
+
+    async fn initialized(mut self) -> anyhow::Result<Self> {
         let versions = ahp_types::SUPPORTED_PROTOCOL_VERSIONS.iter().map(|v| (*v).to_owned()).collect();
-        let init = this
+        let init = self
             .client
-            .initialize(client_id.to_owned(), versions, vec![ROOT_RESOURCE_URI.to_owned()])
+            .initialize(self.client_id.clone(), versions, vec![ROOT_RESOURCE_URI.to_owned()])
             .await
             .map_err(|e| anyhow!("initialize: {e}"))?;
         for snapshot in init.snapshots.clone() {
-            this.mirror.seed(snapshot);
+            self.mirror.seed(snapshot);
         }
-        this.init = Some(init);
-        Ok(this)
+        self.init = Some(init);
+        Ok(self)
     }
 
     /// Takes every event already received, folding what the mirror may fold now.

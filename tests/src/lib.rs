@@ -13,8 +13,11 @@ pub mod mcp;
 pub mod mocks;
 pub mod opencode_family;
 pub mod plugins;
+pub mod remotes;
 pub mod turns;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};
 pub use daemon::{Daemon, DaemonOptions, Home, VerbRun};
 pub mod raw;
+pub mod sshd;
+pub mod stdio;

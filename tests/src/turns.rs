@@ -1,6 +1,6 @@
-//! What the tests of the real ACP agents read of a turn and how they answer it: the calls in a
-//! turn, its reasoning, the text streaming in the running turn, a stop, and a turn whose every
-//! question is allowed.
+//! What the tests read of a turn and how they answer it: the calls in a turn, its reasoning, the
+//! text streaming in the running turn, a stop, a turn whose every question is allowed, and what the
+//! host's tools a turn called answered (the sessions they made).
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use std::path::Path;
@@ -127,4 +127,42 @@ pub async fn one_allowed_one_denied(
     assert!(matches!(calls[..], [ToolCallState::Cancelled(_)]), "{calls:?}");
     assert!(!folder.join("denied.txt").exists(), "the denied command did not run");
     Ok(())
+}
+
+/// Each host tool call of a turn, in order: (tool, succeeded, what it answered).
+pub fn tool_results(turn: &Turn) -> Vec<(String, bool, String)> {
+    turn.response_parts
+        .iter()
+        .filter_map(|p| match p {
+            ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
+            _ => None,
+        })
+        .map(|v| {
+            let text = v.pointer("/content/0/text").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+            let name = v["toolName"].as_str().unwrap_or_default().to_owned();
+            (name, v["success"].as_bool().unwrap_or(false), text)
+        })
+        .collect()
+}
+
+/// What the turn's tool calls that failed answered, in order.
+pub fn refusals(turn: &Turn) -> Vec<String> {
+    tool_results(turn).into_iter().filter(|(_, ok, _)| !ok).map(|(_, _, text)| text).collect()
+}
+
+/// What the turn's tool calls that succeeded answered, in order.
+pub fn successes(turn: &Turn) -> Vec<String> {
+    tool_results(turn).into_iter().filter(|(_, ok, _)| *ok).map(|(_, _, text)| text).collect()
+}
+
+/// The open link inside an answer such as `New session created (<link>).`.
+pub fn link_in(text: &str) -> anyhow::Result<String> {
+    let start = text.find("agent-host-session://").ok_or_else(|| anyhow::anyhow!("no link in {text:?}"))?;
+    Ok(text[start..].trim_end_matches(").").trim_end_matches(')').to_owned())
+}
+
+/// The session a link names.
+pub fn session_of(link: &str) -> String {
+    let id = link.split('/').nth(3).unwrap_or_default().split('?').next().unwrap_or_default();
+    format!("ahp-session:/{id}")
 }

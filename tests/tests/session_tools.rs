@@ -5,11 +5,12 @@
 //! manual clock; what a session is offered changing while the daemon runs (a root config push).
 
 use ahp_types::actions::{RootConfigChangedAction, StateAction};
-use ahp_types::state::{MessageKind, ResponsePart, SessionLifecycle, SnapshotState, Turn, TurnState};
+use ahp_types::state::{MessageKind, SessionLifecycle, SnapshotState, TurnState};
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
 use tests::mcp::{call_tools, list_tools};
+use tests::turns::{link_in, refusals, session_of, successes, tool_results};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient, PATIENCE};
 
 /// The session group's names (the twelve and the two readers), in seed 000's order.
@@ -49,22 +50,6 @@ async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String
     Ok((url.to_owned(), token.to_owned()))
 }
 
-/// Each host tool call of a turn, in order: (tool, succeeded, what it answered).
-fn tool_results(turn: &Turn) -> Vec<(String, bool, String)> {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::ToolCall(tc) => serde_json::to_value(&tc.tool_call).ok(),
-            _ => None,
-        })
-        .map(|v| {
-            let text = v.pointer("/content/0/text").and_then(Value::as_str).unwrap_or_default().to_owned();
-            let name = v["toolName"].as_str().unwrap_or_default().to_owned();
-            (name, v["success"].as_bool().unwrap_or(false), text)
-        })
-        .collect()
-}
-
 /// What one MCP call answered: its text, or a failure naming why not.
 fn text(result: &Value) -> &str {
     result["text"].as_str().or_else(|| result["rpcError"].as_str()).unwrap_or_default()
@@ -82,18 +67,6 @@ fn refused(result: &Value, sentence: &str) {
 
 fn json_of(result: &Value) -> anyhow::Result<Value> {
     serde_json::from_str(ok_text(result)?).with_context(|| format!("not JSON: {result}"))
-}
-
-/// The open link inside an answer such as `New session created (<link>).`.
-fn link_in(text: &str) -> anyhow::Result<String> {
-    let start = text.find("agent-host-session://").ok_or_else(|| anyhow!("no link in {text:?}"))?;
-    Ok(text[start..].trim_end_matches(").").trim_end_matches(')').to_owned())
-}
-
-/// The session a link names.
-fn session_of(link: &str) -> String {
-    let id = link.split('/').nth(3).unwrap_or_default().split('?').next().unwrap_or_default();
-    format!("ahp-session:/{id}")
 }
 
 /// The chat a `?chat=` link names.
@@ -622,14 +595,6 @@ async fn under_a_users_directory_a_tool_acts_as_its_turns_person_and_the_door_as
 /// `count` copies of a `call` command, one per line.
 fn calls(count: usize, tool: &str, input: impl Fn(usize) -> Value) -> String {
     (0..count).map(|i| format!("call {tool} {}", input(i))).collect::<Vec<_>>().join("\n")
-}
-
-fn refusals(turn: &Turn) -> Vec<String> {
-    tool_results(turn).into_iter().filter(|(_, ok, _)| !ok).map(|(_, _, text)| text).collect()
-}
-
-fn successes(turn: &Turn) -> Vec<String> {
-    tool_results(turn).into_iter().filter(|(_, ok, _)| *ok).map(|(_, _, text)| text).collect()
 }
 
 fn budget_refusal(act: &str, used: usize, noun: &str, seconds: u64) -> String {

@@ -370,13 +370,18 @@ impl Link {
                 }
             }
             ReconnectResult::Snapshot(result) => {
+                // Numbered afresh (a remote that restarted counts from its own start): what comes
+                // next follows these snapshots, whatever was seen before.
+                let now = result.snapshots.iter().map(|s| u64::try_from(s.from_seq).unwrap_or(0)).max().unwrap_or(0);
+                {
+                    let mut state = lock(&self.state);
+                    state.last_seq = now;
+                    // Past what could be replayed: the echoes still awaited will not come.
+                    state.pending.clear();
+                }
                 let mut seen = HashSet::new();
                 for snapshot in result.snapshots {
                     seen.insert(snapshot.resource.clone());
-                    {
-                        let mut state = lock(&self.state);
-                        state.last_seq = state.last_seq.max(u64::try_from(snapshot.from_seq).unwrap_or(0));
-                    }
                     if let SnapshotState::Root(root) = snapshot.state {
                         let mut state = lock(&self.state);
                         state.terminals.extend(root_terminals(&root));

@@ -2,8 +2,10 @@
 //! `/` for a browser and under `/ui/`, each session's tools endpoint under `/ahp-mcp`, and the
 //! sessionless tools at `/mcp`,
 //! with the door checks a developer's machine needs — the connection token, and refusing web pages
-//! and rebound host names — and the `--stdio` transport for a host nested inside another.
+//! and rebound host names — and the `--stdio` transport for a host nested inside another (served in process, or bridged to
+//! the daemon already running on the data folder).
 
+pub mod bridge;
 pub mod stdio;
 pub mod ws;
 

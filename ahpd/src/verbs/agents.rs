@@ -1,6 +1,7 @@
 //! `ahpd agents [--json]`: the agents `ahpd [options]` offers (configured, or echo and each known
 //! agent found on the PATH), the program each runs and its version when it says one, and why each
-//! agent the backend table knows is not offered. Reads the files itself: no daemon needs to run.
+//! agent the backend table knows is not offered, and the remote hosts the config names, with each
+//! link's state as the running daemon says it. Reads the files itself: no daemon needs to run.
 
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
@@ -26,7 +27,8 @@ pub fn run(args: &AgentsArgs) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_else(|_| "ahpd".into());
     let survey = agents::survey(&config.get("agents"), &exe, &paths.data_dir, Duration::from_secs(10));
     let versions = versions(&survey);
-    let shown = as_json(&survey, &versions, config.is_set("agents"));
+    let mut shown = as_json(&survey, &versions, config.is_set("agents"));
+    shown["remotes"] = Value::Array(remotes(&config, &paths));
     if args.json {
         match serde_json::to_string_pretty(&shown) {
             Ok(text) => say(&text),
@@ -44,6 +46,38 @@ fn load(args: &AgentsArgs) -> Result<(Config, Paths), String> {
     let paths = Paths::platform().map_err(|e| e.to_string())?;
     let config = Config::load(&paths.config_dir, args.config_file.as_deref()).map_err(|e| e.to_string())?;
     Ok((config, paths))
+}
+
+/// The configured remote hosts, each with its link's state and agents as the running daemon says
+/// them (a daemon that does not run has no links).
+fn remotes(config: &Config, paths: &Paths) -> Vec<Value> {
+    let specs = crate::remotes::spec::parse(&config.get("remotes")).unwrap_or_default();
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let live: Vec<Value> = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()
+        .and_then(|runtime| match runtime.block_on(super::find(paths)) {
+            super::Found::Running(status) => Some(status.host.remotes),
+            _ => None,
+        })
+        .unwrap_or_default();
+    specs
+        .iter()
+        .map(|spec| {
+            let found = live.iter().find(|r| r["name"] == spec.name.as_str());
+            json!({
+                "name": spec.name,
+                "displayName": spec.display_name,
+                "reach": spec.reach.describe(),
+                "state": found.map_or(Value::from("not linked: the daemon is not running"), |r| r["state"].clone()),
+                "agents": found.map_or(json!([]), |r| r["agents"].clone()),
+                "sessions": found.map_or(json!(0), |r| r["sessions"].clone()),
+            })
+        })
+        .collect()
 }
 
 /// Each offered agent's program's version, asked of them all at once.
@@ -128,6 +162,11 @@ pub fn as_lines(shown: &Value) -> Vec<String> {
         };
         let version = agent["version"].as_str().map(|v| format!(", {v}")).unwrap_or_default();
         lines.push(format!("  {:<width$}  {:<6}  {program}{version}", text(agent, "provider"), text(agent, "kind")));
+    }
+    let remotes = list("remotes");
+    if !remotes.is_empty() {
+        lines.push("Remote hosts (their agents offered here as <agent>@<name>):".to_owned());
+        lines.extend(remotes.iter().map(|r| format!("  {}", super::status::remote_line(r))));
     }
     let passed = list("notOffered");
     if !passed.is_empty() {

@@ -40,16 +40,21 @@ impl Target {
 
 /// Where the daemon is and which token it wants: `--url`, else the running daemon's record.
 pub async fn target(args: &ClientArgs, paths: &Paths) -> Result<Target, String> {
-    let record = Record::read(&paths.record()).map_err(|e| e.to_string())?;
+    let record = running(paths)?;
     let url = match (&args.url, &record) {
         (Some(url), _) => url.trim_end_matches('/').to_owned(),
-        (None, Some(record)) if crate::control::process::alive(record.pid) && !record.url.is_empty() => {
-            record.url.clone()
-        }
-        (None, _) => return Err("None running. Start one with ahpd start, or name one with --url.".into()),
+        (None, Some(record)) => record.url.clone(),
+        (None, None) => return Err("None running. Start one with ahpd start, or name one with --url.".into()),
     };
     let record = if args.url.is_some() { None } else { record };
     Ok(Target { url, token: token(args, paths, record.as_ref()).await? })
+}
+
+/// The daemon running on this data folder: its record, when it names a live process and the URL it
+/// listens on (a record left by one that is gone is none).
+pub fn running(paths: &Paths) -> Result<Option<Record>, String> {
+    let record = Record::read(&paths.record()).map_err(|e| e.to_string())?;
+    Ok(record.filter(|r| crate::control::process::alive(r.pid) && !r.url.is_empty()))
 }
 
 /// The token to present, looked up in one place, first found wins:

@@ -73,6 +73,7 @@ pub fn describe(status: &Status) -> Vec<String> {
         .map(|a| format!("{} ({})", a.provider, if a.running { "running" } else { "not running" }))
         .collect();
     lines.push(format!("agents: {}", if agents.is_empty() { "none".to_owned() } else { agents.join(", ") }));
+    lines.extend(status.host.remotes.iter().map(remote_line));
     let turns = &status.host.running_turns;
     lines.push(if turns.is_empty() {
         "turns running: none".to_owned()
@@ -98,6 +99,21 @@ fn store_lines(status: &Status) -> Vec<String> {
 
 /// The folders Agent Merge is on for: `agent merge: /w/repo on feature (watches checks, reviews;
 /// merges never), session ahp-session:/…`.
+/// One remote host: `remote devbox (ssh -T devbox ahpd --stdio): connected; agents echo@devbox,
+/// notes@devbox; 3 sessions`.
+pub fn remote_line(remote: &serde_json::Value) -> String {
+    let text = |key: &str| remote[key].as_str().unwrap_or_default().to_owned();
+    let agents: Vec<&str> = remote["agents"].as_array().into_iter().flatten().filter_map(|a| a.as_str()).collect();
+    let agents = if agents.is_empty() { "none known yet".to_owned() } else { agents.join(", ") };
+    format!(
+        "remote {} ({}): {}; agents {agents}; {} sessions",
+        text("name"),
+        text("reach"),
+        text("state"),
+        remote["sessions"].as_u64().unwrap_or(0)
+    )
+}
+
 fn agent_merge_lines(status: &Status) -> Vec<String> {
     status
         .agent_merge

@@ -123,6 +123,5 @@ fn valid_id(id: &str) -> bool {
 
 fn running_url() -> Option<String> {
     let paths = Paths::platform().ok()?;
-    let record = crate::control::Record::read(&paths.record()).ok()??;
-    crate::control::process::alive(record.pid).then_some(record.url)
+    super::remote::running(&paths).ok()?.map(|record| record.url)
 }
