@@ -142,8 +142,15 @@ pub trait Remotes: Send + Sync + 'static {
         origin: ahp_types::actions::ActionOrigin,
     );
     /// An action of the host's own (a session tool's message) on a mirrored channel, relayed
-    /// with no client behind it; `Err` says why it could not be (the link is down).
-    fn dispatch(&self, host: &Host, channel: &str, action: ahp_types::actions::StateAction) -> Result<(), String>;
+    /// with no client behind it, once the remote echoed it; `Err` says why it was not taken (the
+    /// remote's refusal in its words, or the link down). The channel must be mirrored (`open`):
+    /// the echo is heard on it.
+    fn dispatch<'a>(
+        &'a self,
+        host: &'a Host,
+        channel: &'a str,
+        action: ahp_types::actions::StateAction,
+    ) -> Pending<'a, Result<(), String>>;
     /// The remotes' sessions, as summaries this host lists beside its own.
     fn sessions(&self) -> Vec<Value>;
     /// What `ahpd status` says of each remote: its name, how it is reached, its link's state and

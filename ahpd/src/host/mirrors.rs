@@ -132,6 +132,11 @@ impl Core {
         }
     }
 
+    /// The agents the remotes offer, as this host names them (`<agent>@<remote>`).
+    pub fn remote_agents(&self) -> &[AgentInfo] {
+        &self.remote_agents
+    }
+
     /// Says a root notification a remote sent about one of its sessions to this host's root
     /// watchers who may read sessions.
     pub fn announce_remote<P: serde::Serialize>(&mut self, method: &str, params: &P) {

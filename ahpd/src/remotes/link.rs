@@ -59,9 +59,10 @@ enum Mirror {
 }
 
 /// A relayed action waiting for its echo: who sent it here, under which origin (none for the
-/// host's own).
+/// host's own), and, for the host's own, who waits to hear how the remote took it.
 struct Echo {
     sender: Option<(u64, ActionOrigin)>,
+    answer: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
 }
 
 /// What the link knows, under its lock.
@@ -219,6 +220,15 @@ impl Link {
             {
                 let mut state = lock(&self.state);
                 state.peer = None;
+                // Whoever waits on the host's own action hears now; a replay may still carry it.
+                for echo in state.pending.values_mut() {
+                    if let Some(answer) = echo.answer.take() {
+                        let _ = answer.send(Err(format!(
+                            "the link to {} dropped before it answered ({why}); it may still take it",
+                            self.spec.name
+                        )));
+                    }
+                }
                 state.status = if why.contains("HTTP 401") || why.contains("HTTP 403") {
                     LinkStatus::Refused(why)
                 } else {
@@ -631,7 +641,11 @@ impl Link {
         }
         let ours = origin.as_ref().is_some_and(|o| o.client_id == self.client_id);
         let echo = origin.as_ref().filter(|_| ours).and_then(|o| state.pending.remove(&o.client_seq));
-        match (echo.and_then(|e| e.sender), rejection_reason) {
+        let (sender, answer) = echo.map_or((None, None), |e| (e.sender, e.answer));
+        if let Some(answer) = answer {
+            let _ = answer.send(rejection_reason.clone().map_or(Ok(()), Err));
+        }
+        match (sender, rejection_reason) {
             (Some((conn, origin)), Some(reason)) => core.refuse_relayed(conn, &channel, &action, origin, &reason),
             (Some((conn, origin)), None) => {
                 core.apply(&channel, action, Some(origin), Some(conn));
@@ -688,6 +702,22 @@ impl Link {
     /// Relays an action for `sender` (a client here, or none for the host's own); `Err` says why
     /// it could not go.
     pub fn relay(&self, channel: &str, action: StateAction, sender: Option<(u64, ActionOrigin)>) -> Result<(), String> {
+        self.relay_echo(channel, action, Echo { sender, answer: None })
+    }
+
+    /// Relays an action of the host's own on a mirrored channel; answers what tells how the
+    /// remote took it (its echo, or its refusal's reason), or why it could not go.
+    pub fn relay_answered(
+        &self,
+        channel: &str,
+        action: StateAction,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.relay_echo(channel, action, Echo { sender: None, answer: Some(answer) })?;
+        Ok(answered)
+    }
+
+    fn relay_echo(&self, channel: &str, action: StateAction, echo: Echo) -> Result<(), String> {
         let mut state = lock(&self.state);
         let peer = match (&state.status, &state.peer) {
             (LinkStatus::Connected, Some(peer)) => peer.clone(),
@@ -695,7 +725,7 @@ impl Link {
         };
         let client_seq = state.next_client_seq;
         state.next_client_seq += 1;
-        state.pending.insert(client_seq, Echo { sender });
+        state.pending.insert(client_seq, echo);
         peer.notify("dispatchAction", json!({"channel": channel, "clientSeq": client_seq, "action": action}));
         Ok(())
     }

@@ -126,9 +126,17 @@ impl RemotesFacade for Remotes {
         }
     }
 
-    fn dispatch(&self, _host: &Host, channel: &str, action: StateAction) -> Result<(), String> {
-        let link = self.link_for(channel).ok_or_else(|| format!("No remote host holds {channel}"))?;
-        link.relay(channel, action, None)
+    fn dispatch<'a>(
+        &'a self,
+        _host: &'a Host,
+        channel: &'a str,
+        action: StateAction,
+    ) -> Pending<'a, Result<(), String>> {
+        Box::pin(async move {
+            let link = self.link_for(channel).ok_or_else(|| format!("No remote host holds {channel}"))?;
+            let answered = link.relay_answered(channel, action)?;
+            answered.await.unwrap_or_else(|_| Err(format!("{} forgot the action before it answered", link.name())))
+        })
     }
 
     fn sessions(&self) -> Vec<Value> {

@@ -112,6 +112,14 @@ impl Limits {
         self.spent.entry((key.to_owned(), budget)).or_default().push_back(now);
     }
 
+    /// Gives back the newest action counted against `key` (one counted before it happened, on
+    /// another host, that did not happen after all).
+    pub fn refund(&mut self, key: &str, budget: Budget) {
+        if let Some(times) = self.spent.get_mut(&(key.to_owned(), budget)) {
+            times.pop_back();
+        }
+    }
+
     /// How many actions `key` spent in the hour before `now`.
     pub fn used(&mut self, key: &str, budget: Budget, now: Millis) -> usize {
         self.window(key, budget, now).map_or(0, |t| t.len())
@@ -174,6 +182,17 @@ mod tests {
             "{refused}"
         );
         assert!(refused.contains("Retry after 3600 seconds"), "{refused}");
+    }
+
+    #[test]
+    fn a_refund_gives_back_the_newest_count() {
+        let mut limits = Limits::default();
+        limits.spend("t", Budget::Sessions, 1);
+        limits.spend("t", Budget::Sessions, 2);
+        limits.refund("t", Budget::Sessions);
+        limits.refund("other", Budget::Sessions);
+        assert_eq!(limits.used("t", Budget::Sessions, 3), 1);
+        assert_eq!(limits.used("other", Budget::Sessions, 3), 0);
     }
 
     #[test]

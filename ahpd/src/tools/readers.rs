@@ -1,5 +1,5 @@
-//! This host's two readers beside the reference host's session tools: `list_agents` and
-//! `list_models`.
+//! This host's two readers beside the reference host's session tools: `list_agents` (with the
+//! agents remote hosts offer, `<agent>@<remote>`) and `list_models`.
 
 use serde_json::{json, Value};
 
@@ -75,17 +75,33 @@ fn list_agents(host: &Host) -> String {
                 "models": models,
             }))
         })
+        .chain(core.remote_agents().iter().map(remote_agent))
         .collect();
     json!({ "agents": agents }).to_string()
+}
+
+/// An agent another host offers, as `list_agents` shows it: its id here (`<agent>@<remote>`) and
+/// the remote it runs on; its settings are the remote's to say (`create_session` passes them on).
+fn remote_agent(agent: &ahp_types::state::AgentInfo) -> Value {
+    let models: Vec<Value> = agent.models.iter().take(5).map(|m| json!({ "id": m.id, "name": m.name })).collect();
+    json!({
+        "agent": agent.provider,
+        "name": agent.display_name,
+        "description": agent.description,
+        "remote": agent.provider.rsplit_once('@').map(|(_, remote)| remote),
+        "models": models,
+    })
 }
 
 fn list_models(host: &Host, call: &ToolCall) -> ToolResult {
     let agent = optional_str("list_models", &call.input, "agent")?;
     let core = host.lock();
+    // This host's agents, then the remote hosts' (`<agent>@<remote>`).
+    let remote = core.remote_agents().iter().map(|a| (a.provider.as_str(), a.models.as_slice()));
     if let Some(agent) = agent {
-        if !core.agents().iter().any(|a| a.provider == agent && a.descriptor.is_some()) {
-            let offered: Vec<&str> =
-                core.agents().iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.as_str()).collect();
+        let up = core.agents().iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.as_str());
+        let offered: Vec<&str> = up.chain(remote.clone().map(|(provider, _)| provider)).collect();
+        if !offered.contains(&agent) {
             return Err(format!(
                 "Invalid list_models input: agent must be one of the agents this host offers ({}).",
                 offered.join(", ")
@@ -96,8 +112,12 @@ fn list_models(host: &Host, call: &ToolCall) -> ToolResult {
     let models: Vec<Value> = core
         .agents()
         .iter()
-        .filter(|a| agent.is_none_or(|x| x == a.provider))
-        .flat_map(|a| a.models.iter().map(move |m| json!({ "agent": a.provider, "id": m.id, "name": m.name })))
+        .map(|a| (a.provider.as_str(), a.models.as_slice()))
+        .chain(remote)
+        .filter(|(provider, _)| agent.is_none_or(|x| x == *provider))
+        .flat_map(|(provider, models)| {
+            models.iter().map(move |m| json!({ "agent": provider, "id": m.id, "name": m.name }))
+        })
         .collect();
     Ok(json!({ "models": models }).to_string())
 }

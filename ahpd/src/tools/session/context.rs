@@ -37,8 +37,8 @@ fn caps(detail: &str) -> Caps {
 
 const TOOL: &str = "get_session_context";
 
-/// `get_session_context`.
-pub fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
+/// `get_session_context`: of a chat here, or of one another host runs (mirrored here to be read).
+pub async fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
     let input = &call.input;
     let asked = required_str(TOOL, input, "session")?;
     let detail = match input.get("detail") {
@@ -54,10 +54,14 @@ pub fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
         },
     };
     let response_turn = optional_str(TOOL, input, "responseTurnId")?;
+    let unknown =
+        || format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).");
+    let elsewhere = super::remote::resolve(host, asked, &unknown).await?;
     let mut core = host.lock();
-    let target = resolve(host, &mut core, asked, &|| {
-        format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
-    })?;
+    let target = match elsewhere {
+        Some(target) => target,
+        None => resolve(host, &mut core, asked, &unknown)?,
+    };
     authorize(&core, call, "session:read")?;
     let state = core
         .chat_state(&target.chat)

@@ -7,11 +7,13 @@
 //! `get_current_session`), `context` reads a chat (`get_session_context`), `spawn` makes things
 //! and counts them (`create_session`, `create_chat`, `send_message`), and `manage` changes what
 //! exists (`rename_chat`, `archive_chat`, `set_workspace`, `isolate_session`, `delete_session`,
-//! `move_session`). `links` is the open-link shape they answer and take.
+//! `move_session`). `links` is the open-link shape they answer and take; `remote` reaches the
+//! sessions other hosts run (listed, made, messaged and read through the remotes feature).
 
 mod context;
 pub mod links;
 mod manage;
+mod remote;
 mod rows;
 mod spawn;
 
@@ -48,8 +50,8 @@ pub async fn run(tools: &HostTools, host: &Host, name: &str, call: &ToolCall) ->
     Some(match name {
         "list_sessions" => rows::list_sessions(host, call),
         "get_current_session" => rows::get_current_session(host, call),
-        "get_session_context" => context::get_session_context(host, call),
-        "send_message" => spawn::send_message(tools, host, call),
+        "get_session_context" => context::get_session_context(host, call).await,
+        "send_message" => spawn::send_message(tools, host, call).await,
         "create_session" => spawn::create_session(tools, host, call).await,
         "create_chat" => spawn::create_chat(tools, host, call),
         "rename_chat" => manage::rename_chat(host, call),
@@ -365,6 +367,9 @@ fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> Stri
     } else {
         target.session.clone()
     };
+    if core.is_mirrored(&session) {
+        return Err(format!("{session} runs on another host, which this tool does not reach (list_sessions, get_session_context, send_message and create_session do).").into());
+    }
     if !host.ensure_loaded(core, &session) {
         return Err(unknown().into());
     }
@@ -377,9 +382,12 @@ fn resolve(host: &Host, core: &mut Core, input: &str, unknown: &dyn Fn() -> Stri
     Ok(Resolved { is_default: chat == default, session, chat })
 }
 
-/// The provider a session runs.
+/// The provider a session runs (`<agent>@<remote>` for one another host runs).
 fn provider_of(core: &Core, session: &str) -> String {
-    core.session(session).map(|m| m.provider.clone()).unwrap_or_default()
+    match core.session(session) {
+        Some(meta) => meta.provider.clone(),
+        None => core.session_state(session).map(|s| s.provider.clone()).unwrap_or_default(),
+    }
 }
 
 /// Who a call acts as: the caller with no session; inside one, the person who sent the running

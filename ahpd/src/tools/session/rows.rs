@@ -2,11 +2,13 @@
 //! them, from the same store `listSessions` answers from, each with its `openLink` and, when the
 //! session has a chat that is not its default, its `chats`.
 
+use std::collections::HashSet;
+
 use ahp_types::state::{ChatInteractivity, ChatOrigin, SessionChatSummary, SessionSummary};
 use serde_json::{json, Map, Value};
 
 use super::super::{authorize, optional_str, Refusal, ToolCall, ToolResult};
-use super::{calling_session, links, optional_bool};
+use super::{calling_session, links, optional_bool, remote};
 use crate::host::facade::status;
 use crate::host::{Core, Host};
 
@@ -42,14 +44,29 @@ fn status_words(bits: u32) -> String {
     }
 }
 
-/// `list_sessions`.
+/// `list_sessions`: this host's sessions and the remote hosts', newest first; a remote's row
+/// names its machine (`remote`) and its link the agent there (`<agent>@<remote>`).
 pub fn list_sessions(host: &Host, call: &ToolCall) -> ToolResult {
     let filters = Filters::parse(&call.input)?;
+    let elsewhere = remote::summaries(host);
+    let remote_uris: HashSet<String> = elsewhere.iter().map(|s| s.resource.clone()).collect();
     let mut core = host.lock();
     authorize(&core, call, "session:read")?;
-    let summaries = catalogue(&core)?;
-    let rows: Vec<Value> =
-        summaries.iter().filter(|s| filters.admits(s)).map(|s| Value::Object(row(&mut core, host, s))).collect();
+    let mut summaries = catalogue(&core)?;
+    summaries.extend(elsewhere);
+    // The store pages newest first; the remotes' sessions take their places among them.
+    summaries.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
+    let rows: Vec<Value> = summaries
+        .iter()
+        .filter(|s| filters.admits(s))
+        .map(|s| {
+            let mut row = row(&mut core, host, s);
+            if let Some(machine) = remote::machine(s, &remote_uris) {
+                row.insert("remote".into(), json!(machine));
+            }
+            Value::Object(row)
+        })
+        .collect();
     Ok(json!({ "sessions": rows }).to_string())
 }
 

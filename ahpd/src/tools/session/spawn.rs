@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, Scope, MAX_SPAWN_DEPTH};
 use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
-use super::{acting, link_of, links, optional_bool, provider_of, resolve, title_arg};
+use super::{acting, link_of, links, optional_bool, provider_of, remote, resolve, title_arg};
 use crate::host::facade::{check_config_value, host_turn, new_id, path_of, resolve_config, FolderRequest, NewSession};
 use crate::host::{Core, Host};
 use crate::store::records::Harness;
@@ -33,15 +33,31 @@ const INHERIT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const NEEDS_SESSION: &str = "currentSession needs a calling session; use independent";
 
 /// The agents a caller may start: every agent that is up (a users directory would narrow it to
-/// the ones no record holds for somebody else).
+/// the ones no record holds for somebody else), then the remote hosts' (`<agent>@<remote>`).
 fn startable(core: &Core) -> Vec<(String, String, String)> {
+    let remote =
+        core.remote_agents().iter().map(|a| (a.provider.clone(), a.display_name.clone(), a.description.clone()));
     core.agents()
         .iter()
         .filter_map(|a| {
             let d = a.descriptor.as_ref()?;
             Some((a.provider.clone(), d.display_name.clone(), d.description.clone().unwrap_or_default()))
         })
+        .chain(remote)
         .collect()
+}
+
+/// Refuses an agent this host does not offer, naming the ones it does.
+pub(super) fn check_agent(core: &Core, agent: &str) -> Result<(), Refusal> {
+    let offered: Vec<String> = startable(core).into_iter().map(|(id, _, _)| id).collect();
+    if offered.iter().any(|p| p == agent) {
+        return Ok(());
+    }
+    Err(format!(
+        "Invalid {CREATE} input: agent must be one of the agents this host offers ({}).",
+        if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
+    )
+    .into())
 }
 
 /// `create_session`'s wording for a session: `agent` is an enum of the agents the caller may
@@ -82,7 +98,7 @@ pub fn revision_of(message: &Message) -> u64 {
 
 /// A message a tool sends: the agent's own from inside a session, marked with where it came
 /// from; the caller's, with no delegation, from a call with no session.
-fn tool_message(call: &ToolCall, text: &str, model: Option<ModelSelection>) -> Message {
+pub(super) fn tool_message(call: &ToolCall, text: &str, model: Option<ModelSelection>) -> Message {
     let (kind, meta) = match &call.session {
         Some(session) => {
             let mut delegation = json!({ "sourceSession": session });
@@ -104,13 +120,13 @@ fn tool_message(call: &ToolCall, text: &str, model: Option<ModelSelection>) -> M
 /// Where a call's counts are kept: under its tree's root (or its session, when the limits count
 /// per session) in the tools' limits, or nowhere when nothing is counted (limits off, or a call
 /// with no session, which has no tree to charge).
-struct Account<'t> {
+pub(super) struct Account<'t> {
     tools: &'t HostTools,
     key: Option<(String, Scope)>,
 }
 
 impl<'t> Account<'t> {
-    fn of(tools: &'t HostTools, host: &Host, core: &mut Core, call: &ToolCall) -> Self {
+    pub(super) fn of(tools: &'t HostTools, host: &Host, core: &mut Core, call: &ToolCall) -> Self {
         let key = call.session.as_deref().and_then(|session| {
             if !core.settings().orchestration_limits {
                 return None;
@@ -124,27 +140,34 @@ impl<'t> Account<'t> {
     }
 
     /// True when the call is counted at all.
-    fn counts(&self) -> bool {
+    pub(super) fn counts(&self) -> bool {
         self.key.is_some()
     }
 
     /// Refuses when the budget is spent.
-    fn check(&self, core: &Core, budget: Budget) -> Result<(), Refusal> {
+    pub(super) fn check(&self, core: &Core, budget: Budget) -> Result<(), Refusal> {
         let Some((key, scope)) = &self.key else { return Ok(()) };
         let now = core.clock().now();
         self.tools.state().limits.check(key, budget, *scope, now)
     }
 
     /// Counts what happened.
-    fn spend(&self, core: &Core, budget: Budget) {
+    pub(super) fn spend(&self, core: &Core, budget: Budget) {
         if let Some((key, _)) = &self.key {
             let now = core.clock().now();
             self.tools.state().limits.spend(key, budget, now);
         }
     }
 
+    /// Gives back the newest count: what was counted before another host did it, and it did not.
+    pub(super) fn refund(&self, budget: Budget) {
+        if let Some((key, _)) = &self.key {
+            self.tools.state().limits.refund(key, budget);
+        }
+    }
+
     /// Remembers that a new session belongs to the tree this call is counted in.
-    fn adopt(&self, session: &str) {
+    pub(super) fn adopt(&self, session: &str) {
         if let Some((root, Scope::Tree)) = &self.key {
             self.tools.state().limits.note_root(session, root);
         }
@@ -187,8 +210,9 @@ fn chat_model(core: &Core, chat: &str) -> Option<ModelSelection> {
         .or_else(|| state.turns.last().and_then(|t| t.message.model.clone()))
 }
 
-/// A model by id, else by name, among the models of `provider` (or every agent's).
-fn resolve_model(
+/// A model by id, else by name, among the models of `provider` (or every agent's here: another
+/// host's agent's models are looked in only when it is named).
+pub(super) fn resolve_model(
     core: &Core,
     tool: &str,
     asked: &str,
@@ -199,6 +223,12 @@ fn resolve_model(
         .iter()
         .filter(|a| a.descriptor.is_some() && provider.is_none_or(|p| p == a.provider))
         .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m)))
+        .chain(
+            core.remote_agents()
+                .iter()
+                .filter(|a| provider == Some(a.provider.as_str()))
+                .flat_map(|a| a.models.iter().map(move |m| (a.provider.as_str(), m))),
+        )
         .collect();
     let by_id: Vec<_> = candidates.iter().filter(|(_, m)| m.id == asked).collect();
     let matches = if by_id.is_empty() { candidates.iter().filter(|(_, m)| m.name == asked).collect() } else { by_id };
@@ -219,31 +249,41 @@ fn resolve_model(
 
 /// Starts `message` in `chat` now when it is free, or queues it behind what runs or waits there.
 /// Answers whether it was queued.
-fn deliver(core: &mut Core, chat: &str, mut message: Message, sender: Option<String>) -> bool {
-    let busy = core.chat_state(chat).is_some_and(|c| {
-        c.active_turn.is_some()
-            || c.steering_message.is_some()
-            || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
-    });
-    if !busy {
+fn deliver(core: &mut Core, chat: &str, message: Message, sender: Option<String>) -> bool {
+    if !busy(core, chat) {
         start(core, chat, message, sender);
         return false;
     }
+    let (id, action) = queued(message);
+    if let Some(sender) = sender {
+        core.note_sender(chat, &id, sender);
+    }
+    core.apply(chat, action, None, None);
+    core.start_next(chat);
+    true
+}
+
+/// True when a turn runs in `chat` or messages wait there: a new one queues behind them.
+pub(super) fn busy(core: &Core, chat: &str) -> bool {
+    core.chat_state(chat).is_some_and(|c| {
+        c.active_turn.is_some()
+            || c.steering_message.is_some()
+            || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
+    })
+}
+
+/// `message` as a queued pending message (a tool's carries its revision): its id and the action.
+pub(super) fn queued(mut message: Message) -> (String, StateAction) {
     if message.meta.is_some() {
         message.meta.get_or_insert_with(JsonObject::new).insert(REVISION.into(), json!(1));
     }
     let id = new_id();
-    if let Some(sender) = sender {
-        core.note_sender(chat, &id, sender);
-    }
     let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
         kind: PendingMessageKind::Queued,
-        id,
+        id: id.clone(),
         message,
     });
-    core.apply(chat, action, None, None);
-    core.start_next(chat);
-    true
+    (id, action)
 }
 
 /// Starts a turn of `message` in `chat`, as `sender`'s: a turn a session tool begins carries the
@@ -286,27 +326,40 @@ fn can_open_chat(core: &Core, provider: &str) -> Result<(), Refusal> {
 
 // --- send_message ----------------------------------------------------------------------------
 
-/// `send_message`.
-pub fn send_message(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
+/// `send_message`: to a chat here, or to a chat another host runs (`remote`).
+pub async fn send_message(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     const TOOL: &str = "send_message";
     let text = required_str(TOOL, &call.input, "message")?;
     let asked = required_str(TOOL, &call.input, "session")?;
-    let mut core = host.lock();
-    let target = resolve(host, &mut core, asked, &|| {
-        format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).")
-    })?;
-    if call.chat.as_deref() == Some(target.chat.as_str()) {
-        return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat.").into());
-    }
-    authorize(&core, call, "session:write")?;
-    let account = Account::of(tools, host, &mut core, call);
-    account.check(&core, Budget::Messages)?;
-    let message = tool_message(call, text, None);
-    let sender = acting(call).as_sender();
-    let queued = deliver(&mut core, &target.chat, message, sender);
-    account.spend(&core, Budget::Messages);
-    let link = link_of(&core, &target.session, &target.chat);
-    Ok(format!("Message {} ({link}).", if queued { "queued" } else { "sent" }))
+    let unknown =
+        || format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).");
+    let elsewhere = remote::resolve(host, asked, &unknown).await?;
+    let account;
+    let (chat, outgoing) = {
+        let mut core = host.lock();
+        let target = match elsewhere {
+            Some(target) => target,
+            None => resolve(host, &mut core, asked, &unknown)?,
+        };
+        if call.chat.as_deref() == Some(target.chat.as_str()) {
+            return Err(format!("Invalid {TOOL} input: refusing to send a message to the current chat.").into());
+        }
+        authorize(&core, call, "session:write")?;
+        account = Account::of(tools, host, &mut core, call);
+        account.check(&core, Budget::Messages)?;
+        let message = tool_message(call, text, None);
+        if !core.is_mirrored(&target.chat) {
+            let sender = acting(call).as_sender();
+            let queued = deliver(&mut core, &target.chat, message, sender);
+            account.spend(&core, Budget::Messages);
+            let link = link_of(&core, &target.session, &target.chat);
+            return Ok(format!("Message {} ({link}).", if queued { "queued" } else { "sent" }));
+        }
+        // Another host runs the chat: relayed once the lock is let go.
+        let outgoing = remote::outgoing(&core, &account, &target, message);
+        (target.chat, outgoing)
+    };
+    remote::send_message(host, &account, &chat, outgoing).await
 }
 
 // --- create_chat -----------------------------------------------------------------------------
@@ -358,19 +411,19 @@ pub fn create_chat(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResul
 // --- create_session --------------------------------------------------------------------------
 
 /// `create_session`'s arguments, checked for shape.
-struct CreateArgs<'a> {
-    independent: bool,
-    prompt: &'a str,
-    title: String,
-    workspace: Option<&'a str>,
-    model: Option<&'a str>,
-    agent: Option<&'a str>,
-    config: JsonObject,
+pub(super) struct CreateArgs<'a> {
+    pub(super) independent: bool,
+    pub(super) prompt: &'a str,
+    pub(super) title: String,
+    pub(super) workspace: Option<&'a str>,
+    pub(super) model: Option<&'a str>,
+    pub(super) agent: Option<&'a str>,
+    pub(super) config: JsonObject,
     /// The new session works in a worktree of its own.
-    worktree: bool,
+    pub(super) worktree: bool,
 }
 
-const CREATE: &str = "create_session";
+pub(super) const CREATE: &str = "create_session";
 
 impl<'a> CreateArgs<'a> {
     fn parse(call: &'a ToolCall) -> Result<Self, Refusal> {
@@ -430,6 +483,9 @@ struct Plan {
 /// `create_session`.
 pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
     let args = CreateArgs::parse(call)?;
+    if let Some(remotes) = args.agent.and_then(|agent| remote::holder(host, agent)) {
+        return remote::create_session(tools, host, call, &args, remotes).await;
+    }
     let plan = {
         let mut core = host.lock();
         authorize(&core, call, "session:write")?;
@@ -479,16 +535,12 @@ pub async fn create_session(tools: &HostTools, host: &Host, call: &ToolCall) -> 
 }
 
 fn plan(host: &Host, core: &mut Core, call: &ToolCall, args: &CreateArgs<'_>) -> Result<Plan, Refusal> {
-    let offered: Vec<String> = startable(core).into_iter().map(|(id, _, _)| id).collect();
     if let Some(agent) = args.agent {
-        if !offered.iter().any(|p| p == agent) {
-            return Err(format!(
-                "Invalid {CREATE} input: agent must be one of the agents this host offers ({}).",
-                if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
-            )
-            .into());
-        }
+        check_agent(core, agent)?;
     }
+    // Absent, the agent is one of this host's own (another host's is named for).
+    let offered: Vec<String> =
+        core.agents().iter().filter(|a| a.descriptor.is_some()).map(|a| a.provider.clone()).collect();
     let calling_provider = call.chat.as_deref().and_then(|c| chat_provider(core, c));
     // The agents the model is looked up in: the one named, else (for a chat in this session) the
     // calling chat's; an independent session may take its agent from the model.
