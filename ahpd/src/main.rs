@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     match cli.verb {
         None => {
             ahpd::verbs::start::leave_the_terminal();
-            ahpd::daemon::run_foreground(cli.daemon)
+            ahpd::daemon::run_foreground(cli.daemon, ahpd::verbs::bridge::run)
         }
         Some(Verb::Worker { kind }) => ahpd::worker::run(&kind),
         Some(verb) => ahpd::verbs::run(verb),

@@ -36,7 +36,7 @@ pub use super::core::{Committed, CHANGESET_SCHEME};
 pub use super::errors::AhpError;
 pub use super::grants::refusal;
 pub use super::limits::over_limit;
-pub use super::mirrors::{relay_key, Relayed};
+pub use super::mirrors::Relayed;
 pub use super::questions::{Answer, Unanswered};
 pub use super::requests::{file_uri, ClientRequestError, ClientResource, CLIENT_REQUEST_TIMEOUT};
 pub use super::terminal_channels::{
@@ -126,6 +126,9 @@ pub trait Remotes: Send + Sync + 'static {
     /// True when a remote holds `key`: a channel of one of its sessions, a provider named
     /// `<agent>@<remote>`, or a changeset of one of its sessions.
     fn holds(&self, key: &str) -> bool;
+    /// True when a client's request names what a remote holds (its channel, the provider
+    /// `<agent>@<remote>` it creates a session on, the session a terminal claims): it is relayed.
+    fn relays(&self, method: &str, params: &Value) -> bool;
     /// Makes sure `channel` is mirrored here (subscribing to it on its remote when it is not yet),
     /// so a client's subscribe is answered from the host's own state.
     fn open<'a>(&'a self, host: &'a Host, channel: &'a str) -> Pending<'a, Result<(), AhpError>>;

@@ -18,29 +18,6 @@ use super::{Core, Host};
 /// What a relayed request answers, later.
 pub type Relayed = Pin<Box<dyn Future<Output = Result<Value, AhpError>> + Send>>;
 
-/// The requests a client sends that address something a remote holds: by the channel they name
-/// (or, for `createTerminal`, the session its claim names), or by the provider (`x@remote`).
-const BY_CHANNEL: &[&str] =
-    &["createChat", "disposeChat", "disposeSession", "completions", "invokeChangesetOperation", "disposeTerminal"];
-const BY_PROVIDER: &[&str] = &["createSession", "resolveSessionConfig", "sessionConfigCompletions"];
-
-/// What names the remote a request is for, when it names one: the channel, the provider, the
-/// session a terminal's claim names, or a changeset file's URI.
-pub fn relay_key(method: &str, params: &Value) -> Option<String> {
-    let text = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
-    if BY_CHANNEL.contains(&method) {
-        return text("channel");
-    }
-    if BY_PROVIDER.contains(&method) {
-        return text("provider");
-    }
-    match method {
-        "createTerminal" => params.pointer("/claim/session").and_then(Value::as_str).map(str::to_owned),
-        "resourceRead" => text("uri"),
-        _ => None,
-    }
-}
-
 impl Core {
     /// True when `channel` mirrors a channel another host runs.
     pub fn is_mirrored(&self, channel: &str) -> bool {
@@ -146,10 +123,20 @@ impl Core {
 }
 
 impl Host {
-    /// The remotes feature, when a remote holds `key` (a channel, a provider, a claimed session).
+    /// The remotes feature, when a remote holds `key` (a channel).
     pub(super) fn remote_for(&self, key: &str) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
         let remotes = self.lock().remotes.clone()?;
         remotes.holds(key).then_some(remotes)
+    }
+
+    /// The remotes feature, when the request names what a remote holds (`Remotes::relays`).
+    pub(super) fn remote_for_request(
+        &self,
+        method: &str,
+        params: &Value,
+    ) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
+        let remotes = self.lock().remotes.clone()?;
+        remotes.relays(method, params).then_some(remotes)
     }
 
     /// The remotes feature, when remotes are configured (the session tools reach remote sessions

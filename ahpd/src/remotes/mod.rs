@@ -18,11 +18,34 @@ use std::sync::Arc;
 use ahp_types::actions::{ActionOrigin, StateAction};
 use serde_json::Value;
 
-use crate::host::facade::{relay_key, AhpError, Pending, Relayed, Remotes as RemotesFacade};
+use crate::host::facade::{AhpError, Pending, Relayed, Remotes as RemotesFacade};
 use crate::host::Host;
 
 pub use link::{Link, LinkStatus};
 pub use spec::RemoteSpec;
+
+/// The requests a client sends that address something a remote holds: by the channel they name
+/// (or, for `createTerminal`, the session its claim names), or by the provider (`x@remote`).
+const BY_CHANNEL: &[&str] =
+    &["createChat", "disposeChat", "disposeSession", "completions", "invokeChangesetOperation", "disposeTerminal"];
+const BY_PROVIDER: &[&str] = &["createSession", "resolveSessionConfig", "sessionConfigCompletions"];
+
+/// What names the remote a request is for, when it names one: the channel, the provider, the
+/// session a terminal's claim names, or a changeset file's URI.
+fn relay_key(method: &str, params: &Value) -> Option<String> {
+    let text = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
+    if BY_CHANNEL.contains(&method) {
+        return text("channel");
+    }
+    if BY_PROVIDER.contains(&method) {
+        return text("provider");
+    }
+    match method {
+        "createTerminal" => params.pointer("/claim/session").and_then(Value::as_str).map(str::to_owned),
+        "resourceRead" => text("uri"),
+        _ => None,
+    }
+}
 
 /// How often mirrored channels nobody watches are looked for.
 const SWEEP: std::time::Duration = std::time::Duration::from_secs(60);
@@ -94,6 +117,10 @@ impl Remotes {
 impl RemotesFacade for Remotes {
     fn holds(&self, key: &str) -> bool {
         self.link_for(key).is_some()
+    }
+
+    fn relays(&self, method: &str, params: &Value) -> bool {
+        relay_key(method, params).is_some_and(|key| self.holds(&key))
     }
 
     fn open<'a>(&'a self, host: &'a Host, channel: &'a str) -> Pending<'a, Result<(), AhpError>> {

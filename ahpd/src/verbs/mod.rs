@@ -7,6 +7,7 @@
 //! cannot start); 2 bad usage or a configuration that cannot start.
 
 pub mod agents;
+pub mod bridge;
 pub mod changes;
 pub mod config;
 pub mod connect;

@@ -287,7 +287,7 @@ impl Host {
         if command.phase == Phase::Handshake && conn.initialized {
             return reply.send(self, Err(AhpError::invalid_request("This connection is initialized already")));
         }
-        let remote = super::mirrors::relay_key(method, &params).and_then(|key| self.remote_for(&key));
+        let remote = self.remote_for_request(method, &params);
         if let Some(remotes) = remote {
             // What another host holds is that host's to answer (seed 004's relay).
             let relayed = remotes.request(self, method, params);
