@@ -77,6 +77,8 @@ pub struct Pair {
     pub notes_dir: tempfile::TempDir,
     local_home: tempfile::TempDir,
     local_options: DaemonOptions,
+    remote_home: tempfile::TempDir,
+    remote_options: DaemonOptions,
     link: Link,
 }
 
@@ -147,7 +149,9 @@ impl Pair {
     /// Starts the remote daemon, then the local one whose config names it in `form`.
     pub async fn start_with(form: Form, setup: Setup) -> anyhow::Result<Self> {
         let notes_dir = tempfile::Builder::new().prefix("ahpd-remote-notes-").tempdir()?;
-        let remote = Daemon::start_with(DaemonOptions::with_config(remote_config(&setup, notes_dir.path()))).await?;
+        let remote_home = tempfile::Builder::new().prefix("ahpd-remote-").tempdir()?;
+        let remote_options = DaemonOptions::with_config(remote_config(&setup, notes_dir.path()));
+        let remote = Daemon::start_in(remote_home.path(), remote_options.clone()).await?;
         let local_home = tempfile::Builder::new().prefix("ahpd-local-").tempdir()?;
         let (link, entry) = match form {
             Form::Command => {
@@ -173,7 +177,7 @@ impl Pair {
         };
         let local_options = DaemonOptions::with_config(local_config(entry));
         let local = Daemon::start_in(local_home.path(), local_options.clone()).await?;
-        Ok(Self { form, local, remote, notes_dir, local_home, local_options, link })
+        Ok(Self { form, local, remote, notes_dir, local_home, local_options, remote_home, remote_options, link })
     }
 
     /// A client of the local daemon, initialized and watching the root.
@@ -254,6 +258,18 @@ impl Pair {
     /// Starts the local daemon again in the same home, with the same config.
     pub async fn restart_local(&mut self) -> anyhow::Result<()> {
         self.local = Daemon::start_in(self.local_home.path(), self.local_options.clone()).await?;
+        Ok(())
+    }
+
+    /// Stops the remote daemon (SIGTERM, as `ahpd restart` does) and starts it again in its home
+    /// on the same port, as the remote's own `ahpd restart` would: a new process, numbering its
+    /// actions afresh.
+    pub async fn restart_remote(&mut self) -> anyhow::Result<()> {
+        let port = authority(&self.remote.url).rsplit_once(':').map(|(_, p)| p.to_owned()).unwrap_or_default();
+        self.remote.terminate().await?;
+        let mut options = self.remote_options.clone();
+        options.args.extend(["--port".to_owned(), port]);
+        self.remote = Daemon::start_in(self.remote_home.path(), options).await?;
         Ok(())
     }
 

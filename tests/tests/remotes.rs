@@ -50,6 +50,7 @@ in_both_forms!(
     the_remotes_sessions_outlive_a_killed_local_daemon_and_show_again_after_its_restart,
     create_session_on_a_remote_agent_from_a_local_sessions_tools_counts_in_the_calling_tree,
     status_and_agents_name_the_remote_and_a_remote_that_is_down_refuses_actions,
+    a_remote_restarted_is_found_again_and_its_sessions_go_on_from_here,
 );
 
 /// `words` words, long enough at the remote echo's pace for a test to act while it streams.
@@ -538,5 +539,35 @@ async fn the_window_shows_the_machine_and_a_remote_that_is_reconnecting() -> any
     pair.bring_up()?;
     browser.wait_for(&format!("{notice}.hidden && !{item}.querySelector('.machine.down')")).await?;
     browser.close().await?;
+    Ok(())
+}
+
+/// The remote restarted (a new process on the same port, as its own `ahpd restart` makes): the
+/// link finds it again, the remote's numbering starts afresh, and what is mirrored here is its new
+/// state (the link's `reconnect` answered with snapshots): a local client reads the chat as the
+/// remote holds it and its next turn runs there.
+async fn a_remote_restarted_is_found_again_and_its_sessions_go_on_from_here(form: Form) -> anyhow::Result<()> {
+    let mut pair = Pair::start(form).await?;
+    let mut watcher = pair.local_client("watcher").await?;
+    until_connected(&mut watcher).await?;
+    let mut here = pair.local_client("here").await?;
+    let (session, chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
+    let first = here.turn(&chat, "before the restart").await?;
+    assert_eq!(turn_text(&first), "before the restart");
+
+    pair.restart_remote().await?;
+    until_state(&mut watcher, "reconnecting: ").await?;
+    until_state(&mut watcher, "connected").await?;
+
+    let mut again = pair.local_client("again").await?;
+    let there = pair.remote_client("there").await?;
+    again.subscribe(&session).await?;
+    again.subscribe(&chat).await?;
+    until_mirrors(&mut again, &there, &chat).await?;
+    let second = again.turn(&chat, "after the restart").await?;
+    assert_eq!(turn_text(&second), "after the restart");
+    until_mirrors(&mut again, &there, &chat).await?;
+    let turns = again.mirror.chat(&chat).map(|c| c.turns.len()).unwrap_or(0);
+    assert_eq!(turns, 2, "both turns, as the remote keeps them");
     Ok(())
 }
