@@ -206,6 +206,28 @@ async fn a_daemon_still_starting_is_waited_for_not_served_beside() -> anyhow::Re
     Ok(())
 }
 
+/// Between the old daemon's exit and its successor's start under `ahpd restart`, nothing answers
+/// on the data folder; the mark the restart leaves there (`restarting`) has an `ahpd --stdio` that
+/// comes then (a remote host's link reconnecting) wait for the successor rather than serve the same
+/// store in process beside it.
+#[tokio::test]
+async fn a_bridge_arriving_while_ahpd_restart_replaces_the_daemon_waits_for_its_successor() -> anyhow::Result<()> {
+    let home = tests::Home::new()?;
+    std::fs::create_dir_all(home.data_dir())?;
+    std::fs::write(home.data_dir().join("restarting"), b"4242\n")?;
+    let mut child = StdioChild::ahpd(home.path())?;
+    child.until_said("ahpd restart is replacing the daemon on").await?;
+    let daemon = Daemon::start_in(home.path(), DaemonOptions::default()).await?;
+    let said = child.until_said("ahpd over stdio").await?;
+    assert_eq!(said, format!("ahpd over stdio, bridged to the daemon at {} (pid {})", daemon.url, daemon.pid()));
+    assert!(!child.said().contains("in process"), "{}", child.said());
+    let over = TestClient::connect_over(child.transport()?, "over-stdio").await?;
+    assert!(over.init.is_some());
+    drop(over);
+    assert!(child.exited().await?.success(), "{}", child.said());
+    Ok(())
+}
+
 #[tokio::test]
 async fn through_ssh_a_forced_command_reaches_the_daemon_of_that_home() -> anyhow::Result<()> {
     let daemon = Daemon::start().await?;

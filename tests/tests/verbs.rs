@@ -239,6 +239,7 @@ async fn restart_applies_a_restart_only_key_and_a_client_gets_every_session_back
     assert_eq!(url2, url, "the same port");
     assert!(first.ends_with(&format!(", restarted from pid {pid}")), "{first}");
     assert!(!alive(pid), "the old daemon is gone");
+    assert!(!home.data_dir().join("restarting").exists(), "the restart's mark goes with it");
     for worker in workers {
         until_exited(worker).await?;
     }

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod process;
 pub mod record;
+pub mod restarting;
 pub mod server;
 pub mod tree;
 

@@ -73,11 +73,15 @@ async fn daemon_to_bridge(paths: &Paths) -> Result<Option<crate::control::Record
         if let Some(record) = super::remote::running(paths)? {
             return Ok(Some(record));
         }
-        if !crate::control::client::listening(&paths.socket()).await {
+        let starting = crate::control::client::listening(&paths.socket()).await;
+        // Between a restarted daemon's exit and its successor's start nothing answers; the mark
+        // `ahpd restart` leaves says one is coming.
+        if !starting && !crate::control::restarting::under_way(paths) {
             return Ok(None);
         }
         if !said {
-            eprintln!("ahpd --stdio: a daemon is starting on {}; waiting for it to listen", paths.data_dir.display());
+            let what = if starting { "a daemon is starting" } else { "ahpd restart is replacing the daemon" };
+            eprintln!("ahpd --stdio: {what} on {}; waiting for it to listen", paths.data_dir.display());
             said = true;
         }
         if tokio::time::Instant::now() >= deadline {

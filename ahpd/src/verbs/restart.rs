@@ -61,6 +61,8 @@ pub async fn run(paths: &Paths, force: bool) -> ExitCode {
     if let Err(why) = checked {
         return fail(EXIT_CONFLICT, &format!("Its line cannot start now, so it was not stopped: {why}"));
     }
+    // Until the successor answers: an `ahpd --stdio` arriving meanwhile waits for it.
+    let _restarting = crate::control::restarting::mark(paths);
     if let Some(manager) = manager {
         return by_manager(paths, manager, line.pid).await;
     }
