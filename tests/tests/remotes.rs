@@ -571,3 +571,64 @@ async fn a_remote_restarted_is_found_again_and_its_sessions_go_on_from_here(form
     assert_eq!(turns, 2, "both turns, as the remote keeps them");
     Ok(())
 }
+
+/// A remote session's changes and their operations from here: a notes session on the remote
+/// working in a Git folder edits a file; its uncommitted changeset, watched here, folds into what
+/// the remote's own client folds; "commit", invoked here, commits there and answers in the
+/// remote's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_sessions_changeset_is_watched_and_committed_from_here() -> anyhow::Result<()> {
+    let pair = Pair::start(Form::Url).await?;
+    let mut here = pair.local_client("here").await?;
+    until_connected(&mut here).await?;
+    let repo = tempfile::Builder::new().prefix("ahpd-remote-repo-").tempdir()?;
+    let folder = repo.path().canonicalize()?;
+    let git = |args: &[&str]| tests::git::git(&folder, args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(folder.join("a.txt"), "one\n")?;
+    git(&["add", "a.txt"]);
+    git(&["commit", "-q", "-m", "first"]);
+
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    let params = json!({
+        "channel": session, "provider": format!("notes@{NAME}"),
+        "workingDirectories": [format!("file://{}", folder.display())],
+        "config": { "ask": "never" },
+    });
+    here.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
+    here.subscribe(&session).await?;
+    let s = session.clone();
+    here.until("the session to be ready", move |m| {
+        m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
+    })
+    .await?;
+    let chat = here.mirror.session(&session).and_then(|s| s.default_chat.clone()).ok_or_else(|| anyhow!("no chat"))?;
+    here.subscribe(&chat).await?;
+    here.turn(&chat, "edit a.txt in the folder").await?;
+    assert_eq!(git(&["status", "--porcelain"]), " M a.txt\n", "the remote's agent wrote in the folder");
+
+    let id = session.trim_start_matches("ahp-session:/");
+    let changeset = format!("ahp-changeset:/session/{id}/uncommitted");
+    here.subscribe(&changeset).await?;
+    let there = pair.remote_client("there").await?;
+    until_mirrors(&mut here, &there, &changeset).await?;
+    let c = changeset.clone();
+    here.until("a.txt among the changes", move |m| {
+        m.changeset(&c)
+            .is_some_and(|cs| cs.files.iter().any(|f| serde_json::to_string(f).unwrap_or_default().contains("a.txt")))
+    })
+    .await?;
+
+    let answer = here
+        .request("invokeChangesetOperation", json!({ "channel": changeset, "operationId": "commit" }))
+        .await
+        .map_err(|e| anyhow!("commit: {e}"))?;
+    let said = answer["message"].as_str().map(str::to_owned).unwrap_or_else(|| answer["message"].to_string());
+    assert!(said.contains("Committed the changes on main"), "answered in the remote's words: {answer}");
+    assert_eq!(git(&["status", "--porcelain"]), "", "committed there");
+    assert_eq!(git(&["show", "HEAD:a.txt"]), "in the folder\n");
+    let refused =
+        here.request("invokeChangesetOperation", json!({ "channel": changeset, "operationId": "nothing-such" })).await;
+    assert!(matches!(refused, Err(ahp::ClientError::Rpc(_))), "a refusal there is an error here: {refused:?}");
+    Ok(())
+}
