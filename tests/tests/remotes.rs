@@ -632,3 +632,48 @@ async fn a_remote_sessions_changeset_is_watched_and_committed_from_here() -> any
     assert!(matches!(refused, Err(ahp::ClientError::Rpc(_))), "a refusal there is an error here: {refused:?}");
     Ok(())
 }
+
+/// A question the remote's agent asks is answered from here, and a message queued here behind the
+/// running turn runs next there: the chat's pending messages and the answer are relayed as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_question_is_answered_from_here_and_a_message_queued_here_runs_next_there() -> anyhow::Result<()> {
+    use ahp_types::actions::{ChatPendingMessageSetAction, StateAction};
+    use ahp_types::state::PendingMessageKind;
+    let pair = Pair::start(Form::Command).await?;
+    let mut here = pair.local_client("here").await?;
+    until_connected(&mut here).await?;
+    let (session, chat) = here.create_session(&format!("notes@{NAME}"), None).await?;
+    let mut there = pair.remote_client("there").await?;
+    there.subscribe(&session).await?;
+    there.subscribe(&chat).await?;
+
+    let asking = here.send(&chat, "ask Shall I go on?").await?;
+    let questions = here.until_questions(&chat, 1).await?;
+    there.until_questions(&chat, 1).await?;
+    let queued = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
+        kind: PendingMessageKind::Queued,
+        id: uuid::Uuid::new_v4().to_string(),
+        message: user_message("list"),
+    });
+    here.dispatch(&chat, queued).await?;
+    let c = chat.clone();
+    there
+        .until("the message queued there", move |m| {
+            m.chat(&c).is_some_and(|s| s.queued_messages.as_ref().is_some_and(|q| q.len() == 1))
+        })
+        .await?;
+    here.answer(&chat, &questions[0], Some("yes")).await?;
+    let answered = here.finished(&chat, &asking).await?;
+    assert_eq!(answered.state, TurnState::Complete, "{answered:?}");
+    let c = chat.clone();
+    here.until("the queued message run as the next turn", move |m| {
+        m.chat(&c).is_some_and(|s| {
+            s.turns.len() == 2 && s.active_turn.is_none() && s.queued_messages.as_ref().is_none_or(|q| q.is_empty())
+        })
+    })
+    .await?;
+    let next = here.mirror.chat(&chat).map(|s| s.turns[1].message.text.clone()).unwrap_or_default();
+    assert_eq!(next, "list");
+    until_mirrors(&mut here, &there, &chat).await?;
+    Ok(())
+}
