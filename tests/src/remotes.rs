@@ -226,6 +226,14 @@ impl Pair {
         Ok(())
     }
 
+    /// The relay the URL form runs through (none in the other forms).
+    pub fn relay(&self) -> Option<&Relay> {
+        match &self.link {
+            Link::Url { relay } => Some(relay),
+            _ => None,
+        }
+    }
+
     /// Holds the link down: each new attempt to reach the remote fails at once until
     /// [`Pair::bring_up`] (what is open stays open: [`Pair::cut`] it).
     pub fn hold_down(&self) -> anyhow::Result<()> {
@@ -410,6 +418,10 @@ pub struct Relay {
     pub port: u16,
     up: Arc<AtomicBool>,
     cuts: watch::Sender<u64>,
+    /// While true, what the local side sends is read and thrown away (a link losing it).
+    stalled: Arc<AtomicBool>,
+    /// Bytes thrown away so far.
+    swallowed: watch::Sender<u64>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -420,8 +432,26 @@ impl Relay {
         let port = listener.local_addr()?.port();
         let up = Arc::new(AtomicBool::new(true));
         let (cuts, _) = watch::channel(0u64);
-        let accepting = tokio::spawn(relay_each(listener, target, up.clone(), cuts.clone()));
-        Ok(Self { port, up, cuts, accepting })
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (swallowed, _) = watch::channel(0u64);
+        let ends = Ends { up: up.clone(), cuts: cuts.clone(), stalled: stalled.clone(), swallowed: swallowed.clone() };
+        let accepting = tokio::spawn(relay_each(listener, target, ends));
+        Ok(Self { port, up, cuts, stalled, swallowed, accepting })
+    }
+
+    /// While `on`, what the local daemon sends through the relay is lost on the way.
+    pub fn stall(&self, on: bool) {
+        self.stalled.store(on, Ordering::SeqCst);
+    }
+
+    /// Waits until the relay lost something the local daemon sent.
+    pub async fn until_swallowed(&self) -> anyhow::Result<()> {
+        let mut swallowed = self.swallowed.subscribe();
+        tokio::time::timeout(crate::PATIENCE, swallowed.wait_for(|n| *n > 0))
+            .await
+            .context("waiting for the relay to lose what the local daemon sent")?
+            .context("the relay is gone")?;
+        Ok(())
     }
 
     /// Drops every connection open through it.
@@ -442,18 +472,48 @@ impl Drop for Relay {
     }
 }
 
-async fn relay_each(listener: TcpListener, target: String, up: Arc<AtomicBool>, cuts: watch::Sender<u64>) {
-    while let Ok((mut inbound, _)) = listener.accept().await {
-        if !up.load(Ordering::SeqCst) {
+/// What each relayed connection shares with the relay.
+#[derive(Clone)]
+struct Ends {
+    up: Arc<AtomicBool>,
+    cuts: watch::Sender<u64>,
+    stalled: Arc<AtomicBool>,
+    swallowed: watch::Sender<u64>,
+}
+
+async fn relay_each(listener: TcpListener, target: String, ends: Ends) {
+    while let Ok((inbound, _)) = listener.accept().await {
+        if !ends.up.load(Ordering::SeqCst) {
             drop(inbound);
             continue;
         }
-        let mut cut = cuts.subscribe();
+        let mut cut = ends.cuts.subscribe();
         let target = target.clone();
+        let ends = ends.clone();
         tokio::spawn(async move {
-            let Ok(mut outbound) = TcpStream::connect(&target).await else { return };
+            let Ok(outbound) = TcpStream::connect(&target).await else { return };
+            let (mut from_local, mut to_local) = inbound.into_split();
+            let (mut from_remote, mut to_remote) = outbound.into_split();
+            let forward = async {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match tokio::io::AsyncReadExt::read(&mut from_local, &mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if ends.stalled.load(Ordering::SeqCst) {
+                        ends.swallowed.send_modify(|total| *total += n as u64);
+                        continue;
+                    }
+                    if tokio::io::AsyncWriteExt::write_all(&mut to_remote, &buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let back = tokio::io::copy(&mut from_remote, &mut to_local);
             tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                _ = forward => {}
+                _ = back => {}
                 _ = cut.changed() => {}
             }
         });

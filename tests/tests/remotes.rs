@@ -677,3 +677,35 @@ async fn a_remote_question_is_answered_from_here_and_a_message_queued_here_runs_
     until_mirrors(&mut here, &there, &chat).await?;
     Ok(())
 }
+
+/// An action the link loses on its way (sent, never received there) is not left waiting for an
+/// echo that cannot come: once the link is back and caught up without it, its sender is told, and
+/// the chat goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_the_link_lost_is_refused_to_its_sender_once_the_link_is_back() -> anyhow::Result<()> {
+    let pair = Pair::start(Form::Url).await?;
+    let relay = pair.relay().ok_or_else(|| anyhow!("the URL form runs through a relay"))?;
+    let mut here = pair.local_client("here").await?;
+    until_connected(&mut here).await?;
+    let (_session, chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
+    assert_eq!(turn_text(&here.turn(&chat, "first").await?), "first");
+
+    relay.stall(true);
+    let (_, seq) = here.send_message(&chat, user_message("lost on the way")).await?;
+    relay.until_swallowed().await?;
+    pair.hold_down()?;
+    pair.cut().await?;
+    relay.stall(false);
+    until_state(&mut here, "reconnecting: ").await?;
+    pair.bring_up()?;
+    let reason = here.refusal(seq).await?;
+    assert_eq!(
+        reason,
+        format!("the link to {NAME} dropped before {NAME} answered this; look at the session before sending it again")
+    );
+    until_state(&mut here, "connected").await?;
+    assert_eq!(turn_text(&here.turn(&chat, "again").await?), "again");
+    let turns = here.mirror.chat(&chat).map(|c| c.turns.len()).unwrap_or(0);
+    assert_eq!(turns, 2, "the lost message never ran there");
+    Ok(())
+}

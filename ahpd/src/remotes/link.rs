@@ -63,6 +63,9 @@ enum Mirror {
 struct Echo {
     sender: Option<(u64, ActionOrigin)>,
     answer: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+    /// What was relayed, to refuse it to its sender if the link loses it.
+    channel: String,
+    action: StateAction,
 }
 
 /// What the link knows, under its lock.
@@ -250,6 +253,7 @@ impl Link {
         if let Err(why) = self.handshake(&host, &peer).await {
             return self.with_stderr(why, child.as_ref());
         }
+        self.refuse_lost(&host);
         {
             let mut state = lock(&self.state);
             state.peer = Some(peer.clone());
@@ -273,6 +277,29 @@ impl Link {
             }
         }
         self.with_stderr("the link closed".into(), child.as_ref())
+    }
+
+    /// The relayed actions whose echo did not come before the link dropped nor in what the
+    /// remote said since (a replay holds every echo it gave; snapshots hold none): each sender is
+    /// told, rather than wait for ever.
+    fn refuse_lost(&self, host: &Host) {
+        let lost: Vec<Echo> = lock(&self.state).pending.drain().map(|(_, echo)| echo).collect();
+        if lost.is_empty() {
+            return;
+        }
+        let name = &self.spec.name;
+        let why = format!(
+            "the link to {name} dropped before {name} answered this; look at the session before sending it again"
+        );
+        let mut core = host.lock();
+        for echo in lost {
+            if let Some(answer) = echo.answer {
+                let _ = answer.send(Err(why.clone()));
+            }
+            if let Some((conn, origin)) = echo.sender {
+                core.refuse_relayed(conn, &echo.channel, &echo.action, origin, &why);
+            }
+        }
     }
 
     /// `why` with the last line the command form's process wrote to its stderr.
@@ -335,9 +362,6 @@ impl Link {
         let channels: Vec<String> = {
             let mut state = lock(&self.state);
             state.last_seq = u64::try_from(result.server_seq).unwrap_or(0);
-            // A remote that does not know this client (it restarted) will never echo what it was
-            // sent before: nobody waits for those echoes any more.
-            state.pending.clear();
             for snapshot in result.snapshots {
                 if let SnapshotState::Root(root) = snapshot.state {
                     state.terminals.extend(root_terminals(&root));
@@ -373,12 +397,9 @@ impl Link {
                 // Numbered afresh (a remote that restarted counts from its own start): what comes
                 // next follows these snapshots, whatever was seen before.
                 let now = result.snapshots.iter().map(|s| u64::try_from(s.from_seq).unwrap_or(0)).max().unwrap_or(0);
-                {
-                    let mut state = lock(&self.state);
-                    state.last_seq = now;
-                    // Past what could be replayed: the echoes still awaited will not come.
-                    state.pending.clear();
-                }
+                // Past what could be replayed, the echoes still awaited will not come: their
+                // senders are told once the handshake is done (`refuse_lost`).
+                lock(&self.state).last_seq = now;
                 let mut seen = HashSet::new();
                 for snapshot in result.snapshots {
                     seen.insert(snapshot.resource.clone());
@@ -702,7 +723,7 @@ impl Link {
     /// Relays an action for `sender` (a client here, or none for the host's own); `Err` says why
     /// it could not go.
     pub fn relay(&self, channel: &str, action: StateAction, sender: Option<(u64, ActionOrigin)>) -> Result<(), String> {
-        self.relay_echo(channel, action, Echo { sender, answer: None })
+        self.relay_echo(channel, action, sender, None)
     }
 
     /// Relays an action of the host's own on a mirrored channel; answers what tells how the
@@ -713,11 +734,17 @@ impl Link {
         action: StateAction,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        self.relay_echo(channel, action, Echo { sender: None, answer: Some(answer) })?;
+        self.relay_echo(channel, action, None, Some(answer))?;
         Ok(answered)
     }
 
-    fn relay_echo(&self, channel: &str, action: StateAction, echo: Echo) -> Result<(), String> {
+    fn relay_echo(
+        &self,
+        channel: &str,
+        action: StateAction,
+        sender: Option<(u64, ActionOrigin)>,
+        answer: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+    ) -> Result<(), String> {
         let mut state = lock(&self.state);
         let peer = match (&state.status, &state.peer) {
             (LinkStatus::Connected, Some(peer)) => peer.clone(),
@@ -725,8 +752,8 @@ impl Link {
         };
         let client_seq = state.next_client_seq;
         state.next_client_seq += 1;
-        state.pending.insert(client_seq, echo);
         peer.notify("dispatchAction", json!({"channel": channel, "clientSeq": client_seq, "action": action}));
+        state.pending.insert(client_seq, Echo { sender, answer, channel: channel.to_owned(), action });
         Ok(())
     }
 
