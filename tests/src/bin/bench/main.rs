@@ -9,6 +9,7 @@
 //!   prints where in the run the deltas over 5 ms fell;
 //! - `memory`: resident memory idle, over stored and loaded sessions, and per backend process;
 //! - `store`: start-up and the first page over 10 000 stored sessions;
+//! - `remote`: the fan-out through a remote host's link against the remote daemon itself;
 //! - `bare-server`: the baseline server itself, run by the others in a process of its own.
 
 mod fanout;
@@ -136,8 +137,60 @@ async fn fanout_bench(realistic: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `bench remote`: the same fan-out through a remote host's link (issue 31): clients of a local
+/// daemon watching sessions it relays from a remote daemon (`remotes.remote`, the URL form), beside
+/// clients of the remote daemon itself, in the same run. The local daemon's CPU is the hop's cost.
+async fn remote_bench() -> anyhow::Result<()> {
+    let load = load(has("realistic"));
+    let echo = json!({ "paceMs": load.pace_ms, "chunkWords": 1, "stamp": true });
+    let window = if has("realistic") { arg("--delta-window-ms", 50) } else { arg("--delta-window-ms", 0) };
+    let remote_config = json!({ "agents": { "echo": { "kind": "echo", "options": echo } }, "deltaWindowMs": window });
+    let remote = Daemon::start_with(DaemonOptions::with_config(remote_config)).await?;
+    let token_file = tests::remotes::token_file(&remote.home);
+    let local_config = json!({ "remotes": { "remote": { "url": remote.url.clone(), "tokenFile": token_file } },
+        "deltaWindowMs": window });
+    let local = Daemon::start_with(DaemonOptions::with_config(local_config)).await?;
+    let mut watcher = tests::TestClient::connect(&local.url, "bench-remote-watcher").await?;
+    tests::remotes::until_connected(&mut watcher).await?;
+    println!(
+        "load: {} clients x {} sessions x {} turns x {} words, pace {} ms, deltaWindowMs {window}",
+        load.clients, load.sessions, load.turns, load.words, load.pace_ms
+    );
+    let direct = fanout::through_ahpd(&remote, "echo", load).await?;
+    let hop = fanout::through_ahpd(&local, "echo@remote", load).await?;
+    println!(
+        "{:<26} {:>10} {:>7} {:>7} {:>7} {:>4} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9}",
+        "",
+        "actions/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "cut",
+        "all s",
+        "srv ms",
+        "wrk ms",
+        "srv us/a",
+        "srv us/e",
+        "wrk us/a"
+    );
+    row("direct: the remote daemon", &direct);
+    row("through the local daemon", &hop);
+    println!("(direct srv: the remote daemon's CPU; through srv: the local daemon's, relaying what the remote says)");
+    println!(
+        "through a remote link: throughput {:.2}x direct; p50 {:+.2} ms, p99 {:+.2} ms; the relaying daemon's CPU per envelope {:.2}x the remote daemon's",
+        hop.rate() / direct.rate(),
+        hop.percentile_ms(0.5) - direct.percentile_ms(0.5),
+        hop.percentile_ms(0.99) - direct.percentile_ms(0.99),
+        hop.server_us_per_envelope() / direct.server_us_per_envelope()
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if has("remote") {
+        return remote_bench().await;
+    }
     if has("bare-server") {
         return fanout::bare_server(load(false)).await;
     }
