@@ -709,3 +709,29 @@ async fn an_action_the_link_lost_is_refused_to_its_sender_once_the_link_is_back(
     assert_eq!(turns, 2, "the lost message never ran there");
     Ok(())
 }
+
+/// A remote that refuses the link's token is shown as refused, with its words, in the root's
+/// `remoteLinks`, `ahpd status` and `ahpd agents`; nothing of it is offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_refusing_the_token_is_shown_refused() -> anyhow::Result<()> {
+    let remote = tests::Daemon::start().await?;
+    let wrong = tempfile::Builder::new().prefix("ahpd-wrong-token-").tempdir()?;
+    let token_file = wrong.path().join("token");
+    std::fs::write(&token_file, "not-the-remotes-token\n")?;
+    let config = json!({ "remotes": { NAME: { "url": remote.url.clone(), "tokenFile": token_file } } });
+    let local = tests::Daemon::start_with(tests::DaemonOptions::with_config(config)).await?;
+    let mut here = TestClient::connect(&local.url, "here").await?;
+    let state = until_state(&mut here, "refused: ").await?;
+    assert!(state.contains("HTTP 401"), "{state}");
+    let offered = here.mirror.root().map(|r| r.agents.iter().any(|a| a.provider.ends_with(&format!("@{NAME}"))));
+    assert_eq!(offered, Some(false), "nothing of a remote that refused is offered");
+    let status = tests::daemon::run_ahpd(&local.home, &["status"]).await?;
+    assert!(
+        status.stdout.contains(&format!("remote {NAME} (")) && status.stdout.contains("refused: "),
+        "{}",
+        status.stdout
+    );
+    let agents = tests::daemon::run_ahpd(&local.home, &["agents"]).await?;
+    assert!(agents.stdout.contains("refused: "), "{}", agents.stdout);
+    Ok(())
+}
