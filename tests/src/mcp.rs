@@ -90,3 +90,35 @@ pub async fn call_tools_of(sdk: Sdk, url: &str, token: &str, calls: &[(&str, Val
         _ => Err(anyhow!("the MCP client did not answer every call: {out}")),
     }
 }
+
+/// The session's tools endpoint, as the notes agent (`revealEndpoint`) was handed it: its URL and
+/// token.
+pub async fn endpoint(client: &mut crate::TestClient, chat: &str) -> anyhow::Result<(String, String)> {
+    let said = crate::turn_text(&client.turn(chat, "endpoint").await?);
+    let mut words = said.split_whitespace().skip(1);
+    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
+    Ok((url.to_owned(), token.to_owned()))
+}
+
+/// What one MCP call answered: its text, or a failure naming why not.
+pub fn text(result: &Value) -> &str {
+    result["text"].as_str().or_else(|| result["rpcError"].as_str()).unwrap_or_default()
+}
+
+/// A call's text, which must be a success.
+pub fn ok_text(result: &Value) -> anyhow::Result<&str> {
+    anyhow::ensure!(result["isError"] == false, "expected success, got {result}");
+    Ok(text(result))
+}
+
+/// Checks a call was refused with exactly `sentence`.
+pub fn refused(result: &Value, sentence: &str) {
+    assert_eq!(result["isError"], true, "expected the refusal {sentence:?}, got {result}");
+    assert_eq!(text(result), sentence);
+}
+
+/// A successful call's text read as JSON.
+pub fn json_of(result: &Value) -> anyhow::Result<Value> {
+    use anyhow::Context;
+    serde_json::from_str(ok_text(result)?).with_context(|| format!("not JSON: {result}"))
+}

@@ -8,6 +8,7 @@ use ahp_types::state::{ResponsePart, ToolCallState, Turn};
 use serde_json::{json, Value};
 use tests::git::git;
 use tests::mcp::call_tools;
+use tests::mcp::endpoint;
 use tests::mocks::github::{MockGitHub, Script};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
@@ -84,14 +85,6 @@ fn tool_said(turn: &Turn, name: &str) -> (bool, String) {
     let text = turn_text(turn);
     let text = text.split_once(&format!("{name} said: ")).map(|(_, t)| t.to_owned()).unwrap_or(text);
     (success.unwrap_or(false), text)
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
 }
 
 fn ok(result: &Value) -> String {

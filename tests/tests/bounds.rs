@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use tests::client::terminal_output;
 use tests::daemon::{alive, until_exited};
 use tests::mcp::call_tools;
+use tests::mcp::endpoint;
 use tests::{turn_text, Daemon, DaemonOptions, Mirror, TestClient};
 
 /// The host's cap on a tool's result, in bytes.
@@ -49,14 +50,6 @@ async fn advance(client: &TestClient, ms: u64) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("advanceClock: {e}"))?;
     Ok(())
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
 }
 
 /// The completed tool call of a finished turn.

@@ -10,9 +10,10 @@ use std::path::Path;
 
 use ahp_types::state::{SessionLifecycle, SnapshotState};
 use ahp_types::ROOT_RESOURCE_URI;
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use serde_json::{json, Value};
 use tests::mcp::call_tools;
+use tests::mcp::{endpoint, json_of, ok_text, refused, text};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The remote: echo (at once) and notes, on the real clock.
@@ -49,33 +50,6 @@ async fn until_linked(client: &mut TestClient) -> anyhow::Result<()> {
             _ => false,
         })
         .await
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
-}
-
-/// What one MCP call answered: its text, or a failure naming why not.
-fn text(result: &Value) -> &str {
-    result["text"].as_str().or_else(|| result["rpcError"].as_str()).unwrap_or_default()
-}
-
-fn ok_text(result: &Value) -> anyhow::Result<&str> {
-    anyhow::ensure!(result["isError"] == false, "expected success, got {result}");
-    Ok(text(result))
-}
-
-fn refused(result: &Value, sentence: &str) {
-    assert_eq!(result["isError"], true, "expected the refusal {sentence:?}, got {result}");
-    assert_eq!(text(result), sentence);
-}
-
-fn json_of(result: &Value) -> anyhow::Result<Value> {
-    serde_json::from_str(ok_text(result)?).with_context(|| format!("not JSON: {result}"))
 }
 
 /// The session an answer such as `New session created (<link>).` links to.

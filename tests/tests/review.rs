@@ -19,7 +19,8 @@ use tests::browser::{announced_page, js_str, Browser};
 use tests::daemon::free_port;
 use tests::git::git;
 use tests::mcp::call_tools;
-use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
+use tests::mcp::endpoint;
+use tests::{Daemon, DaemonOptions, Home, TestClient};
 
 /// A repository on `main` with one commit holding `files`.
 fn repo(files: &[(&str, String)]) -> (tempfile::TempDir, PathBuf) {
@@ -74,14 +75,6 @@ async fn notes_session(c: &mut TestClient, folder: &Path, config: Value) -> anyh
     let dir = state.working_directories.clone().unwrap_or_default().first().cloned().unwrap_or_default();
     c.subscribe(&chat).await?;
     Ok((session, chat, PathBuf::from(dir.trim_start_matches("file://"))))
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(c: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&c.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
 }
 
 async fn page(daemon: &Daemon, width: u32, height: u32) -> anyhow::Result<Browser> {

@@ -7,9 +7,10 @@
 use ahp_types::actions::{RootConfigChangedAction, StateAction};
 use ahp_types::state::{MessageKind, SessionLifecycle, SnapshotState, TurnState};
 use ahp_types::ROOT_RESOURCE_URI;
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use serde_json::{json, Value};
 use tests::mcp::{call_tools, list_tools};
+use tests::mcp::{endpoint, json_of, ok_text, refused, text};
 use tests::turns::{link_in, refusals, session_of, successes, tool_results};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient, PATIENCE};
 
@@ -40,33 +41,6 @@ fn options() -> DaemonOptions {
         "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }));
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
     options
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
-}
-
-/// What one MCP call answered: its text, or a failure naming why not.
-fn text(result: &Value) -> &str {
-    result["text"].as_str().or_else(|| result["rpcError"].as_str()).unwrap_or_default()
-}
-
-fn ok_text(result: &Value) -> anyhow::Result<&str> {
-    anyhow::ensure!(result["isError"] == false, "expected success, got {result}");
-    Ok(text(result))
-}
-
-fn refused(result: &Value, sentence: &str) {
-    assert_eq!(result["isError"], true, "expected the refusal {sentence:?}, got {result}");
-    assert_eq!(text(result), sentence);
-}
-
-fn json_of(result: &Value) -> anyhow::Result<Value> {
-    serde_json::from_str(ok_text(result)?).with_context(|| format!("not JSON: {result}"))
 }
 
 /// The chat a `?chat=` link names.

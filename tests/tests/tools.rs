@@ -3,6 +3,7 @@
 //! official Python SDK), which another session's token cannot use.
 
 use serde_json::{json, Value};
+use tests::mcp::endpoint;
 use tests::mcp::{call_tool, call_tools_of, list_tools, list_tools_of, Sdk};
 use tests::raw::http_post;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
@@ -17,14 +18,6 @@ fn notes_daemon() -> DaemonOptions {
 fn server_tool_names(client: &TestClient, session: &str) -> Vec<String> {
     let tools = client.mirror.session(session).and_then(|s| s.server_tools.clone()).unwrap_or_default();
     tools.into_iter().map(|t| t.name).collect()
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ use ahp_types::state::{
 use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
 use tests::mcp::call_tools;
+use tests::mcp::endpoint;
 use tests::{turn_text, Daemon, DaemonOptions, Mirror, TestClient};
 
 fn notes_config() -> Value {
@@ -39,14 +40,6 @@ fn manual_clock(config: Value, offset_ms: u64) -> DaemonOptions {
 /// Creates a session of `provider` working in `folder`; subscribes to it and its default chat.
 async fn session_in(client: &mut TestClient, provider: &str, folder: &Path) -> anyhow::Result<(String, String)> {
     client.create_session_in(provider, folder).await
-}
-
-/// The session's tools endpoint, as the notes agent was handed it.
-async fn endpoint(client: &mut TestClient, chat: &str) -> anyhow::Result<(String, String)> {
-    let said = turn_text(&client.turn(chat, "endpoint").await?);
-    let mut words = said.split_whitespace().skip(1);
-    let (Some(url), Some(token)) = (words.next(), words.next()) else { anyhow::bail!("no endpoint: {said}") };
-    Ok((url.to_owned(), token.to_owned()))
 }
 
 /// What a tool call in a finished turn answered: whether it succeeded, and its text.
