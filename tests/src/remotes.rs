@@ -185,6 +185,19 @@ impl Pair {
         TestClient::connect(&self.local.url, client_id).await
     }
 
+    /// The usual start of a scenario: a local client `here` once the remote is connected, a
+    /// session on `<agent>@remote` it made, and a client `there` of the remote daemon itself
+    /// watching that session and its chat. Answers (here, there, session, chat).
+    pub async fn opened(&self, agent: &str) -> anyhow::Result<(TestClient, TestClient, String, String)> {
+        let mut here = self.local_client("here").await?;
+        until_connected(&mut here).await?;
+        let (session, chat) = here.create_session(&format!("{agent}@{NAME}"), None).await?;
+        let mut there = self.remote_client("there").await?;
+        there.subscribe(&session).await?;
+        there.subscribe(&chat).await?;
+        Ok((here, there, session, chat))
+    }
+
     /// A client of the remote daemon itself.
     pub async fn remote_client(&self, client_id: &str) -> anyhow::Result<TestClient> {
         TestClient::connect(&self.remote.url, client_id).await

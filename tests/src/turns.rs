@@ -166,3 +166,31 @@ pub fn session_of(link: &str) -> String {
     let id = link.split('/').nth(3).unwrap_or_default().split('?').next().unwrap_or_default();
     format!("ahp-session:/{id}")
 }
+
+/// Subscribes to a session (one a tool or a relayed command made), waits for it to be ready, and
+/// subscribes to its default chat; answers that chat.
+pub async fn watch_session(client: &mut TestClient, session: &str) -> anyhow::Result<String> {
+    client.subscribe(session).await?;
+    let s = session.to_owned();
+    client
+        .until("the session to be ready", move |m| {
+            m.session(&s).is_some_and(|st| {
+                st.lifecycle == ahp_types::state::SessionLifecycle::Ready && st.default_chat.is_some()
+            })
+        })
+        .await?;
+    let chat = client.mirror.session(session).and_then(|s| s.default_chat.clone());
+    let chat = chat.ok_or_else(|| anyhow::anyhow!("{session} has no default chat"))?;
+    client.subscribe(&chat).await?;
+    Ok(chat)
+}
+
+/// Waits until `chat` has `n` turns and none running.
+pub async fn until_turns(client: &mut TestClient, chat: &str, n: usize) -> anyhow::Result<()> {
+    let c = chat.to_owned();
+    client
+        .until(&format!("{n} turns in {chat}"), move |m| {
+            m.chat(&c).is_some_and(|st| st.turns.len() >= n && st.active_turn.is_none())
+        })
+        .await
+}

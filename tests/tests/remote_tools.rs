@@ -8,12 +8,13 @@
 
 use std::path::Path;
 
-use ahp_types::state::{SessionLifecycle, SnapshotState};
+use ahp_types::state::SnapshotState;
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::anyhow;
 use serde_json::{json, Value};
 use tests::mcp::call_tools;
 use tests::mcp::{endpoint, json_of, ok_text, refused, text};
+use tests::turns::{until_turns, watch_session};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// The remote: echo (at once) and notes, on the real clock.
@@ -58,30 +59,6 @@ fn session_in(text: &str) -> anyhow::Result<String> {
     let link = text[start..].trim_end_matches(").").trim_end_matches(')');
     let id = link.split('/').nth(3).unwrap_or_default().split('?').next().unwrap_or_default();
     Ok(format!("ahp-session:/{id}"))
-}
-
-/// Subscribes to a session, waits for it to be ready, and subscribes to its default chat.
-async fn watch_session(client: &mut TestClient, session: &str) -> anyhow::Result<String> {
-    client.subscribe(session).await?;
-    let s = session.to_owned();
-    client
-        .until("the session to be ready", move |m| {
-            m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
-        })
-        .await?;
-    let chat = client.mirror.session(session).and_then(|s| s.default_chat.clone()).ok_or_else(|| anyhow!("no chat"))?;
-    client.subscribe(&chat).await?;
-    Ok(chat)
-}
-
-/// Waits until `chat` has `n` turns and none running.
-async fn until_turns(client: &mut TestClient, chat: &str, n: usize) -> anyhow::Result<()> {
-    let c = chat.to_owned();
-    client
-        .until(&format!("{n} turns in {chat}"), move |m| {
-            m.chat(&c).is_some_and(|st| st.turns.len() >= n && st.active_turn.is_none())
-        })
-        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

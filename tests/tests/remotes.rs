@@ -264,13 +264,8 @@ async fn a_remote_confirmation_is_allowed_and_a_remote_commands_terminal_is_read
 
 async fn a_link_cut_mid_turn_is_caught_up_with_nothing_lost_or_doubled(form: Form) -> anyhow::Result<()> {
     let pair = Pair::start_with(form, Setup { echo_pace_ms: 20 }).await?;
-    let mut here = pair.local_client("here").await?;
-    until_connected(&mut here).await?;
-    let (session, chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
     // A client of the remote itself sees every action of the turn, link or no link.
-    let mut there = pair.remote_client("there").await?;
-    there.subscribe(&session).await?;
-    there.subscribe(&chat).await?;
+    let (mut here, mut there, session, chat) = pair.opened("echo").await?;
 
     let said = long_reply(150);
     let turn_id = here.send(&chat, &said).await?;
@@ -331,12 +326,7 @@ async fn the_remotes_sessions_outlive_a_killed_local_daemon_and_show_again_after
     form: Form,
 ) -> anyhow::Result<()> {
     let mut pair = Pair::start_with(form, Setup { echo_pace_ms: 20 }).await?;
-    let mut here = pair.local_client("here").await?;
-    until_connected(&mut here).await?;
-    let (session, chat) = here.create_session(&format!("echo@{NAME}"), None).await?;
-    let mut there = pair.remote_client("there").await?;
-    there.subscribe(&session).await?;
-    there.subscribe(&chat).await?;
+    let (mut here, mut there, session, chat) = pair.opened("echo").await?;
 
     let said = long_reply(150);
     let turn_id = here.send(&chat, &said).await?;
@@ -596,14 +586,7 @@ async fn a_remote_sessions_changeset_is_watched_and_committed_from_here() -> any
         "config": { "ask": "never" },
     });
     here.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
-    here.subscribe(&session).await?;
-    let s = session.clone();
-    here.until("the session to be ready", move |m| {
-        m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
-    })
-    .await?;
-    let chat = here.mirror.session(&session).and_then(|s| s.default_chat.clone()).ok_or_else(|| anyhow!("no chat"))?;
-    here.subscribe(&chat).await?;
+    let chat = tests::turns::watch_session(&mut here, &session).await?;
     here.turn(&chat, "edit a.txt in the folder").await?;
     assert_eq!(git(&["status", "--porcelain"]), " M a.txt\n", "the remote's agent wrote in the folder");
 
@@ -640,12 +623,7 @@ async fn a_remote_question_is_answered_from_here_and_a_message_queued_here_runs_
     use ahp_types::actions::{ChatPendingMessageSetAction, StateAction};
     use ahp_types::state::PendingMessageKind;
     let pair = Pair::start(Form::Command).await?;
-    let mut here = pair.local_client("here").await?;
-    until_connected(&mut here).await?;
-    let (session, chat) = here.create_session(&format!("notes@{NAME}"), None).await?;
-    let mut there = pair.remote_client("there").await?;
-    there.subscribe(&session).await?;
-    there.subscribe(&chat).await?;
+    let (mut here, mut there, _session, chat) = pair.opened("notes").await?;
 
     let asking = here.send(&chat, "ask Shall I go on?").await?;
     let questions = here.until_questions(&chat, 1).await?;

@@ -5,13 +5,14 @@
 //! manual clock; what a session is offered changing while the daemon runs (a root config push).
 
 use ahp_types::actions::{RootConfigChangedAction, StateAction};
-use ahp_types::state::{MessageKind, SessionLifecycle, SnapshotState, TurnState};
+use ahp_types::state::{MessageKind, SnapshotState, TurnState};
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::anyhow;
 use serde_json::{json, Value};
 use tests::mcp::{call_tools, list_tools};
 use tests::mcp::{endpoint, json_of, ok_text, refused, text};
 use tests::turns::{link_in, refusals, session_of, successes, tool_results};
+use tests::turns::{until_turns, watch_session};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient, PATIENCE};
 
 /// The session group's names (the twelve and the two readers), in seed 000's order.
@@ -65,31 +66,6 @@ async fn set_live(client: &mut TestClient, settings: Value) -> anyhow::Result<()
                 root.config.as_ref().is_some_and(|c| config.iter().all(|(key, value)| c.values.get(key) == Some(value)))
             }
             _ => false,
-        })
-        .await
-}
-
-/// Subscribes to a session a tool made, waits for it to be ready, and subscribes to its default
-/// chat; answers that chat.
-async fn watch_session(client: &mut TestClient, session: &str) -> anyhow::Result<String> {
-    client.subscribe(session).await?;
-    let s = session.to_owned();
-    client
-        .until("the session to be ready", move |m| {
-            m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
-        })
-        .await?;
-    let chat = client.mirror.session(session).and_then(|s| s.default_chat.clone()).ok_or_else(|| anyhow!("no chat"))?;
-    client.subscribe(&chat).await?;
-    Ok(chat)
-}
-
-/// Waits until `chat` has `n` turns and none running.
-async fn until_turns(client: &mut TestClient, chat: &str, n: usize) -> anyhow::Result<()> {
-    let c = chat.to_owned();
-    client
-        .until(&format!("{n} turns in {chat}"), move |m| {
-            m.chat(&c).is_some_and(|st| st.turns.len() >= n && st.active_turn.is_none())
         })
         .await
 }
