@@ -151,8 +151,7 @@ impl Core {
     /// follows the store's trouble (told only when it changes).
     pub fn show_store_trouble(&mut self) {
         let said = self.store.cannot_write().unwrap_or_default();
-        let Some(config) = self.ch.root.config.as_ref() else { return };
-        if config.values.get(STORE_CANNOT_WRITE).and_then(Value::as_str) == Some(said.as_str()) {
+        if self.root_value(STORE_CANNOT_WRITE) == Some(&Value::String(said.clone())) {
             return;
         }
         if said.is_empty() {
@@ -160,23 +159,31 @@ impl Core {
         } else {
             tracing::error!("{said}");
         }
-        let mut notice = JsonObject::new();
-        notice.insert(STORE_CANNOT_WRITE.to_owned(), Value::String(said));
-        let action = StateAction::RootConfigChanged(RootConfigChangedAction { config: notice, replace: None });
-        self.apply(ROOT_RESOURCE_URI, action, None, None);
+        self.show_notice(STORE_CANNOT_WRITE, Value::String(said));
     }
-}
 
-impl Core {
     /// Shows every client how each remote host's link is (the root config's `remoteLinks`), told
     /// only when it changed.
     pub fn show_remote_links(&mut self, links: JsonObject) {
-        let Some(config) = self.ch.root.config.as_ref() else { return };
-        if config.values.get(REMOTE_LINKS).and_then(Value::as_object) == Some(&links) {
+        let links = Value::Object(links);
+        if self.root_value(REMOTE_LINKS) != Some(&links) {
+            self.show_notice(REMOTE_LINKS, links);
+        }
+    }
+
+    /// A read-only key's value on the root config, as clients hold it.
+    fn root_value(&self, key: &str) -> Option<&Value> {
+        self.ch.root.config.as_ref()?.values.get(key)
+    }
+
+    /// Says a read-only key of the root config (a notice of the host's) to every client: AHP 1.0.0
+    /// changes the root live only through `root/configChanged`. A root with no config says none.
+    fn show_notice(&mut self, key: &str, value: Value) {
+        if self.ch.root.config.is_none() {
             return;
         }
         let mut notice = JsonObject::new();
-        notice.insert(REMOTE_LINKS.to_owned(), Value::Object(links));
+        notice.insert(key.to_owned(), value);
         let action = StateAction::RootConfigChanged(RootConfigChangedAction { config: notice, replace: None });
         self.apply(ROOT_RESOURCE_URI, action, None, None);
     }
