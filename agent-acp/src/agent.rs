@@ -133,7 +133,13 @@ impl Agent for AcpAgent {
 
     /// Read back from the agent's `session/load` replay, in the folder it ran in (the parent's
     /// record, else the agent's listing).
-    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+    // A replay reads back its prose alone: no tool result, so nothing kept to name (`_kept`).
+    async fn transcript(
+        &self,
+        id: &str,
+        at: &At,
+        _kept: &[protocol::KeptResource],
+    ) -> Result<Option<Vec<Turn>>, AgentError> {
         let cwd = match &at.working_directory {
             Some(dir) => PathBuf::from(dir),
             None => {
@@ -149,6 +155,12 @@ impl Agent for AcpAgent {
         crate::catalogue::transcript(&shared.provider, &shared.options, &folder, id, cwd)
             .await
             .map_err(AgentError::Failed)
+    }
+
+    /// The agent process and the commands it has the client run (`terminal/create`) start
+    /// through the session's box.
+    fn confines(&self) -> bool {
+        true
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {

@@ -251,6 +251,8 @@ pub struct Terminals {
     next: AtomicU64,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// The session's box: every command starts through its launcher.
+    confined: Option<protocol::Confined>,
 }
 
 /// The default for `outputByteLimit` when the agent gives none.
@@ -266,7 +268,14 @@ impl Terminals {
             next: AtomicU64::new(1),
             tracker,
             cancel,
+            confined: None,
         }
+    }
+
+    /// The same, each command started through the session's box (`Start.confined`).
+    pub fn confined(mut self, confined: Option<protocol::Confined>) -> Self {
+        self.confined = confined;
+        self
     }
 
     fn get(&self, id: &acp::TerminalId) -> Result<Arc<Terminal>, RpcError> {
@@ -359,6 +368,7 @@ impl Terminals {
             .stdin_null()
             .stderr_to_caller()
             .end_group_with_leader()
+            .confined(self.confined.as_ref())
             .spawn()
             .map_err(|e| failed(e.to_string()))?;
         let limit = create.output_byte_limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(DEFAULT_OUTPUT_LIMIT);

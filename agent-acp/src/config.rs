@@ -461,24 +461,7 @@ pub fn under_policy(
 }
 
 fn property(title: &str, description: Option<String>) -> SessionConfigPropertySchema {
-    SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: title.to_owned(),
-        description,
-        default: None,
-        r#enum: None,
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(true),
-    }
+    agent_runner::schema::property("string", title, description)
 }
 
 fn control(option: &ConfigOption, title: &str) -> SessionConfigPropertySchema {

@@ -23,6 +23,7 @@ pub mod agent;
 pub mod catalogue;
 pub mod client;
 pub mod config;
+pub mod connect;
 pub mod fork;
 pub mod handshake;
 pub mod mapping;

@@ -8,7 +8,8 @@ use std::collections::{HashMap, HashSet};
 
 use agent_client_protocol_schema::v1 as acp;
 use agent_client_protocol_schema::v1::{PermissionOptionKind, SessionUpdate, ToolCallStatus, ToolKind};
-use agent_runner::{Question, TurnEnd, TurnWriter};
+use agent_runner::engine::calls::Calls;
+use agent_runner::{Keeper, Question, TurnEnd, TurnWriter};
 use ahp_types::common::{JsonObject, StringOrMarkdown};
 use ahp_types::state::{
     ConfirmationOption, ConfirmationOptionKind, ToolCallResult, ToolResultContent, ToolResultTextContent, UsageInfo,
@@ -38,9 +39,20 @@ pub fn confirmation_options(options: &[acp::PermissionOption]) -> Vec<Confirmati
         .collect()
 }
 
+/// The option ids of a "no" that ends the agent's prompt rather than letting it go on: codex-acp's
+/// `abort` ("No, and tell Codex what to do differently", Codex's `TurnAborted`). A person's plain
+/// "no" is the one that goes on (codex-acp's `denied`, "No, continue without running it") where
+/// the agent offers one.
+const ENDS_THE_PROMPT: &[&str] = &["abort"];
+
+fn ends_the_prompt(option: &acp::PermissionOption) -> bool {
+    ENDS_THE_PROMPT.contains(&&*option.option_id.0)
+}
+
 /// The outcome a person's answer stands for: the option they picked when it is one of the
 /// agent's, else the agent's "once" option of the kind they chose (never an "always" nobody
-/// picked), else whatever option of that kind there is; `None` when the agent offered none.
+/// picked; for a "no", one that lets the prompt go on before one that ends it), else whatever
+/// option of that kind there is; `None` when the agent offered none.
 pub fn chosen_option(
     options: &[acp::PermissionOption],
     approved: bool,
@@ -52,10 +64,15 @@ pub fn chosen_option(
         }
     }
     let once = if approved { PermissionOptionKind::AllowOnce } else { PermissionOptionKind::RejectOnce };
+    let of_kind = |o: &&acp::PermissionOption| o.kind == once;
+    let of_side = |o: &&acp::PermissionOption| approves(o) == approved;
+    let goes_on = |o: &&acp::PermissionOption| !ends_the_prompt(o);
     options
         .iter()
-        .find(|o| o.kind == once)
-        .or_else(|| options.iter().find(|o| approves(o) == approved))
+        .find(|o| of_kind(o) && goes_on(o))
+        .or_else(|| options.iter().find(|o| of_side(o) && goes_on(o)))
+        .or_else(|| options.iter().find(of_kind))
+        .or_else(|| options.iter().find(of_side))
         .map(|o| o.option_id.clone())
 }
 
@@ -119,17 +136,22 @@ fn kind_name(kind: ToolKind) -> Option<String> {
     serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned))
 }
 
+/// What the map keeps of one tool call as the agent updates it, beside the engine's bookkeeping
+/// of what was said of it ([`Calls`]).
 #[derive(Debug, Default)]
 struct Call {
     title: String,
     kind: Option<ToolKind>,
     input: Option<String>,
     status: ToolCallStatus,
-    readied: bool,
-    asked: bool,
-    done: bool,
+    /// Known only from the agent's question (`session/request_permission` for a call it never
+    /// announced: a pi extension's `select`): answering it is all it does.
+    question_only: bool,
     content: Vec<acp::ToolCallContent>,
     raw_output: Option<Value>,
+    /// What the host was handed of its inline content, by place: its size and how it shows, so an
+    /// update that says the same content again does not hand it over again.
+    kept: HashMap<usize, (usize, ToolResultContent)>,
 }
 
 impl Call {
@@ -177,7 +199,7 @@ fn update_of_call(call: &acp::ToolCall) -> acp::ToolCallUpdate {
 }
 
 /// The name a call is drawn under: the harness's own tool name where it says one.
-fn tool_name(update: &acp::ToolCallUpdate) -> Option<String> {
+pub(crate) fn tool_name(update: &acp::ToolCallUpdate) -> Option<String> {
     update
         .meta
         .as_ref()
@@ -233,7 +255,7 @@ fn question_meta(call: &Call, tool_call: &acp::ToolCallUpdate) -> Option<serde_j
 pub struct TurnMap {
     provider: String,
     writer: TurnWriter,
-    calls: HashMap<String, Call>,
+    calls: Calls<Call>,
     plan: Option<Vec<ToolResultContent>>,
     response_usage: Option<acp::Usage>,
     context: Option<(u64, u64)>,
@@ -250,7 +272,7 @@ impl TurnMap {
         Self {
             provider: provider.to_owned(),
             writer,
-            calls: HashMap::new(),
+            calls: Calls::default(),
             plan: None,
             response_usage: None,
             context: None,
@@ -263,6 +285,11 @@ impl TurnMap {
     /// The turn's id.
     pub fn turn_id(&self) -> &str {
         self.writer.turn_id()
+    }
+
+    /// The writer the turn is said through.
+    pub fn writer(&mut self) -> &mut TurnWriter {
+        &mut self.writer
     }
 
     fn plan_id(&self) -> String {
@@ -309,76 +336,72 @@ impl TurnMap {
 
     fn call_entry(&mut self, update: &acp::ToolCallUpdate) -> String {
         let id = update.tool_call_id.to_string();
-        if !self.calls.contains_key(&id) {
+        if !self.calls.contains(&id) {
             let title = update.fields.title.clone().filter(|t| !t.is_empty());
             let name = tool_name(update).or_else(|| title.clone()).unwrap_or_else(|| "tool".to_owned());
             let title = title.unwrap_or_else(|| name.clone());
             // A call ends the prose before it: the next chunk opens a part of its own.
-            self.writer.tool_start(&id, &name, &title, None);
-            self.calls.insert(id.clone(), Call { title, ..Call::default() });
+            let call = Call { title: title.clone(), ..Call::default() };
+            self.calls.start(&mut self.writer, &id, &name, &title, None, call);
         }
         if let Some(call) = self.calls.get_mut(&id) {
-            call.merge(&update.fields);
+            call.of.merge(&update.fields);
         }
         id
     }
 
     fn tool_call(&mut self, update: &acp::ToolCallUpdate, terminals: &Terminals) {
         let id = self.call_entry(update);
-        let Some(call) = self.calls.get_mut(&id) else {
-            return;
-        };
-        if call.done {
-            return;
-        }
+        let Some(call) = self.calls.get(&id).filter(|c| !c.done) else { return };
         // `pending` is the agent holding the call; a ready that says nobody will be asked waits
         // until the agent says it runs (or the call asks, which is its ready).
-        if call.started() && !call.readied && !call.asked {
-            call.readied = true;
-            let (title, input) = (call.title.clone(), call.input.clone());
-            self.writer.tool_running(&id, &title, input);
+        if call.of.started() {
+            let (title, input) = (call.of.title.clone(), call.of.input.clone());
+            self.calls.running(&mut self.writer, &id, &title, input);
         }
-        let Some(call) = self.calls.get_mut(&id) else {
+        let host = self.writer.host().clone();
+        let Some(entry) = self.calls.get_mut(&id) else { return };
+        let ready = entry.ready;
+        let call = &mut entry.of;
+        let content = contents(&id, &call.content, &mut call.kept, &host, terminals);
+        if !call.finished() {
+            if ready && !content.is_empty() && update.fields.content.is_some() {
+                self.writer.tool_content(&id, content);
+            }
             return;
-        };
-        let content = contents(&call.content, terminals);
-        if call.finished() {
-            call.done = true;
-            let success = call.status == ToolCallStatus::Completed;
-            let shown = if content.is_empty() {
-                call.raw_output
-                    .as_ref()
-                    .map(|o| vec![text_content(o.as_str().map(str::to_owned).unwrap_or_else(|| o.to_string()))])
-            } else {
-                Some(content)
-            };
-            let words: Vec<String> = shown
-                .iter()
-                .flatten()
-                .filter_map(|c| match c {
-                    ToolResultContent::Text(t) => Some(t.text.clone()),
-                    _ => None,
-                })
-                .collect();
-            let error = (!success)
-                .then(|| Value::String(if words.is_empty() { "The tool failed".to_owned() } else { words.join("\n") }));
-            let subagent_end = if success {
-                TurnEnd::Complete
-            } else {
-                TurnEnd::Error(agent_runner::error_info("subagentFailed", words.join("\n")))
-            };
-            let result = ToolCallResult {
-                success,
-                past_tense_message: StringOrMarkdown::Plain(call.title.clone()),
-                content: shown,
-                structured_content: None,
-                error,
-            };
-            self.end_subagent(&id, subagent_end);
-            self.writer.tool_complete(&id, result);
-        } else if (call.readied || call.asked) && !content.is_empty() && update.fields.content.is_some() {
-            self.writer.tool_content(&id, content);
         }
+        let success = call.status == ToolCallStatus::Completed;
+        let shown = if content.is_empty() {
+            call.raw_output
+                .as_ref()
+                .map(|o| vec![text_content(o.as_str().map(str::to_owned).unwrap_or_else(|| o.to_string()))])
+        } else {
+            Some(content)
+        };
+        let words: Vec<String> = shown
+            .iter()
+            .flatten()
+            .filter_map(|c| match c {
+                ToolResultContent::Text(t) => Some(t.text.clone()),
+                _ => None,
+            })
+            .collect();
+        let error = (!success)
+            .then(|| Value::String(if words.is_empty() { "The tool failed".to_owned() } else { words.join("\n") }));
+        let subagent_end = if success {
+            TurnEnd::Complete
+        } else {
+            TurnEnd::Error(agent_runner::error_info("subagentFailed", words.join("\n")))
+        };
+        let result = ToolCallResult {
+            success,
+            past_tense_message: StringOrMarkdown::Plain(call.title.clone()),
+            content: shown,
+            structured_content: None,
+            error,
+        };
+        self.end_subagent(&id, subagent_end);
+        self.calls.complete(&mut self.writer, &id, result);
     }
 
     /// The turn of the subagent the call `parent` started, opened on its first update: this
@@ -388,7 +411,7 @@ impl TurnMap {
             && !self.ended_subagents.contains(parent)
             && self.calls.get(parent).is_some_and(|c| !c.done);
         if opens {
-            let call = self.calls.get(parent)?;
+            let call = &self.calls.get(parent)?.of;
             let (host, turn_id) =
                 crate::subagents::open(self.writer.host(), parent, &call.title, call.input.as_deref());
             let subagent = TurnMap::new(&self.provider, TurnWriter::new(host, turn_id));
@@ -407,7 +430,7 @@ impl TurnMap {
 
     /// Whether the call `id` is this turn's or one of its subagents'.
     fn holds_call(&self, id: &str) -> bool {
-        self.calls.contains_key(id) || self.subagents.values().any(|s| s.holds_call(id))
+        self.calls.contains(id) || self.subagents.values().any(|s| s.holds_call(id))
     }
 
     /// The call `call` ended: the subagent it started, if any, ends with it.
@@ -421,7 +444,7 @@ impl TurnMap {
     /// The agent asks before a call runs: the call waits with the agent's own options.
     pub fn ask(&mut self, tool_call: &acp::ToolCallUpdate, options: &[acp::PermissionOption]) -> Option<String> {
         let id = tool_call.tool_call_id.to_string();
-        if !self.calls.contains_key(&id) {
+        if !self.calls.contains(&id) {
             let parent = crate::subagents::parent_of_call(tool_call);
             let owner = match parent {
                 Some(parent) => self.subagent_of(&parent),
@@ -431,14 +454,34 @@ impl TurnMap {
                 return subagent.ask(tool_call, options);
             }
         }
+        let announced = self.calls.contains(&id);
         let id = self.call_entry(tool_call);
-        let call = self.calls.get_mut(&id)?;
-        call.asked = true;
+        self.calls.get_mut(&id)?.of.question_only = !announced;
+        let call = &self.calls.get(&id)?.of;
         let meta = question_meta(call, tool_call);
         let question = Question { title: call.title.clone(), options: Some(confirmation_options(options)), meta };
         let (title, input) = (call.title.clone(), call.input.clone());
-        self.writer.tool_asks(&id, &title, input, question);
+        self.calls.asks(&mut self.writer, &id, &title, input, question);
         Some(id)
+    }
+
+    /// A person answered the call's question: a call denied is said no more (the host cancelled it).
+    pub fn answered(&mut self, id: &str, approved: bool) {
+        if self.calls.contains(id) {
+            return self.calls.answered(id, approved);
+        }
+        if let Some(subagent) = self.subagents.values_mut().find(|s| s.holds_call(id)) {
+            subagent.answered(id, approved);
+        }
+    }
+
+    /// The person said yes to the call `id`, picking `label`: a call that was only the agent's
+    /// question is done with that answer (the agent reports nothing more of it, and the turn's end
+    /// would otherwise show it skipped).
+    pub fn answered_yes(&mut self, id: &str, label: &str) {
+        let Some(call) = self.calls.get(id).filter(|c| c.of.question_only && !c.done) else { return };
+        let title = call.of.title.clone();
+        self.calls.complete(&mut self.writer, id, agent_runner::tool_result(true, title, Some(label.to_owned()), None));
     }
 
     fn plan(&mut self, plan: &acp::Plan) {
@@ -515,11 +558,6 @@ impl TurnMap {
         self.writer.notification(text);
     }
 
-    /// Ends the turn in error with the provider's sentence.
-    pub fn fail(&mut self, kind: &str, sentence: String) {
-        self.finish(TurnEnd::Error(agent_runner::error_info(kind, sentence)), None, None);
-    }
-
     /// The provider this turn speaks for.
     pub fn provider(&self) -> &str {
         &self.provider
@@ -527,12 +565,34 @@ impl TurnMap {
 }
 
 /// A call's ACP content as what a client shows: text, a diff as what it did to which file, a
-/// terminal as what it printed.
-fn contents(content: &[acp::ToolCallContent], terminals: &Terminals) -> Vec<ToolResultContent> {
+/// terminal as what it printed, and an image, audio or embedded resource handed to the host to keep
+/// (named by its reference, or a sentence saying it was left out; `kept` holds what was handed
+/// over already).
+fn contents(
+    call_id: &str,
+    content: &[acp::ToolCallContent],
+    kept: &mut HashMap<usize, (usize, ToolResultContent)>,
+    keeper: &dyn Keeper,
+    terminals: &Terminals,
+) -> Vec<ToolResultContent> {
     content
         .iter()
-        .filter_map(|entry| match entry {
-            acp::ToolCallContent::Content(content) => block_text(&content.content).map(text_content),
+        .enumerate()
+        .filter_map(|(index, entry)| match entry {
+            acp::ToolCallContent::Content(content) => match inline_content(&content.content) {
+                Some((kind, data)) => {
+                    let size = data.len();
+                    if let Some((_, shown)) = kept.get(&index).filter(|(said, _)| *said == size) {
+                        return Some(shown.clone());
+                    }
+                    let place = u32::try_from(index).unwrap_or(u32::MAX);
+                    let name = agent_runner::kept::content_name(call_id, place, &kind);
+                    let shown = keeper.content(call_id, place, &name, &kind, &data);
+                    kept.insert(index, (size, shown.clone()));
+                    Some(shown)
+                }
+                None => block_text(&content.content).map(text_content),
+            },
             acp::ToolCallContent::Diff(diff) => {
                 let verb = if diff.old_text.is_none() { "Created" } else { "Edited" };
                 Some(text_content(format!("{verb} {}", diff.path.display())))
@@ -543,6 +603,28 @@ fn contents(content: &[acp::ToolCallContent], terminals: &Terminals) -> Vec<Tool
             _ => None,
         })
         .collect()
+}
+
+/// Content a part would carry inline, as its type and base64 bytes: an image, audio, or an
+/// embedded resource's blob or text (seed 004's `storeToolResultResource`).
+fn inline_content(block: &acp::ContentBlock) -> Option<(String, String)> {
+    use base64::Engine;
+    match block {
+        acp::ContentBlock::Image(image) => Some((image.mime_type.clone(), image.data.clone())),
+        acp::ContentBlock::Audio(audio) => Some((audio.mime_type.clone(), audio.data.clone())),
+        acp::ContentBlock::Resource(embedded) => match &embedded.resource {
+            acp::EmbeddedResourceResource::BlobResourceContents(blob) => Some((
+                blob.mime_type.clone().unwrap_or_else(|| "application/octet-stream".to_owned()),
+                blob.blob.clone(),
+            )),
+            acp::EmbeddedResourceResource::TextResourceContents(text) => Some((
+                text.mime_type.clone().unwrap_or_else(|| "text/plain".to_owned()),
+                base64::engine::general_purpose::STANDARD.encode(&text.text),
+            )),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -575,6 +657,27 @@ mod tests {
         assert_eq!(chosen(false, None), Some("reject".into()));
         assert_eq!(chosen(true, Some("made-up")), Some("once".into()));
         assert_eq!(chosen_option(&[], true, None), None);
+    }
+
+    #[test]
+    fn a_no_lets_the_prompt_go_on_where_the_agent_offers_one_that_does() {
+        // codex-acp's options for a command: its `abort` ends Codex's turn, its `denied` goes on.
+        let codex: Vec<acp::PermissionOption> = serde_json::from_value(json!([
+            {"optionId": "approved", "name": "Yes, proceed", "kind": "allow_once"},
+            {"optionId": "abort", "name": "No, and tell Codex what to do differently", "kind": "reject_once"},
+            {"optionId": "denied", "name": "No, continue without running it", "kind": "reject_once"},
+        ]))
+        .expect("options");
+        let chosen = |options: &[acp::PermissionOption]| chosen_option(options, false, None).map(|id| id.to_string());
+        assert_eq!(chosen(&codex), Some("denied".into()));
+        // Where `abort` is the only "no" (an escalated command), it is the person's "no".
+        assert_eq!(chosen(&codex[..2]), Some("abort".into()));
+        // The person may still pick it.
+        assert_eq!(chosen_option(&codex, false, Some("abort")).map(|id| id.to_string()), Some("abort".into()));
+    }
+
+    #[test]
+    fn a_cancelled_permission_answers_cancelled() {
         assert_eq!(
             serde_json::to_value(permission_answer(None)).expect("json"),
             json!({"outcome": {"outcome": "cancelled"}})

@@ -21,9 +21,21 @@ pub struct Preset {
     pub env: &'static [(&'static str, &'static str)],
     /// What a person reads.
     pub display_name: &'static str,
+    /// The mode (`permissionMode`) a new session is put in when the person chose none, for an
+    /// agent whose own starting mode lets a model decide in the person's place and that has no
+    /// flag or variable to start it elsewhere.
+    pub starting_mode: Option<&'static str>,
+    /// Other programs the agent runs, found on the same PATH (pi-acp runs pi).
+    pub also_runs: &'static [&'static str],
+    /// The agent ends its prompt when the person says no to a call, without telling its model
+    /// (ending it `end_turn`): ahpd tells it, and the turn goes on.
+    pub stops_after_a_no: bool,
 }
 
-/// The ACP agents known by name.
+/// The ACP agents known by name. None of them may run a command ahpd's person was not asked
+/// about unless the person chose such a mode for the session: where an agent's own default lets
+/// something else decide (a model's verdict, an allowlist, "allow everything"), its preset starts
+/// it where it asks (docs/agents.md says what each one does).
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "gemini",
@@ -36,73 +48,165 @@ pub const PRESETS: &[Preset] = &[
         // second longer to answer `initialize`.
         env: &[("GEMINI_CLI_TRUST_WORKSPACE", "true"), ("GEMINI_CLI_NO_RELAUNCH", "true")],
         display_name: "Gemini CLI",
+        starting_mode: None,
+        also_runs: &[],
+        stops_after_a_no: false,
     },
     // Codex sends usage events to OpenAI besides the model API unless told not to (`-c` overrides
-    // its config.toml); verified against a mock model provider in tests/tests/preset_codex.rs.
+    // its config.toml), and its `approvals_reviewer` may hand the questions it would ask to a
+    // model of its own (`auto_review`): they stay the person's.
     Preset {
         name: "codex",
         command: "codex-acp",
-        args: &["-c", "analytics.enabled=false"],
+        args: &["-c", "analytics.enabled=false", "-c", "approvals_reviewer=user"],
         env: &[],
         display_name: "Codex",
+        starting_mode: None,
+        also_runs: &[],
+        stops_after_a_no: false,
     },
+    // goose runs every tool without asking unless told otherwise (its `auto` mode), and its
+    // `smart_approve` lets a model judge the risk; `approve` asks before each tool.
     Preset {
         name: "goose",
         command: "goose",
         args: &["acp"],
-        env: &[("GOOSE_DISABLE_KEYRING", "1")],
+        env: &[("GOOSE_DISABLE_KEYRING", "1"), ("GOOSE_MODE", "approve")],
         display_name: "goose",
+        starting_mode: None,
+        also_runs: &[],
+        stops_after_a_no: false,
     },
     Preset {
         name: "opencode",
         command: "opencode",
         args: &["acp"],
         // No self-update, no hourly models.dev refresh (the list it ships with stays), no
-        // language-server downloads, in a worker ahpd starts per session.
+        // language-server downloads, and no npm install of its plugin packages in a fresh home (it
+        // fetches `@opencode-ai/plugin` and its dependencies from the registry at its first start
+        // otherwise), in a worker ahpd starts per session. opencode allows every
+        // command by default: its shell tool asks (laid over the person's own `permission`).
         env: &[
             ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
             ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
             ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+            ("OPENCODE_PERMISSION", ASK_BEFORE_A_COMMAND),
+            NPM_OFFLINE,
         ],
         display_name: "opencode",
+        starting_mode: None,
+        also_runs: &[],
+        // Its "no" stops the prompt unless its config says `experimental.continue_loop_on_deny`.
+        stops_after_a_no: true,
     },
     Preset {
         name: "qwen",
         command: "qwen",
-        args: &["--acp"],
+        // Qwen Code starts in its `auto` mode, where a model (its safety classifier) allows a
+        // command before any person is asked: it starts in `default`, where it asks, whatever its
+        // settings say; the person may pick `auto` for a session.
+        args: &["--acp", "--approval-mode", "default"],
         // Qwen Code otherwise relaunches itself in a third node process (its launcher is a second)
         // and takes a second longer to answer `initialize`; and it sends usage statistics to an
         // Alibaba Cloud endpoint unless told not to.
         env: &[("QWEN_CODE_NO_RELAUNCH", "true"), ("QWEN_USAGE_STATISTICS_ENABLED", "false")],
         display_name: "Qwen Code",
+        starting_mode: None,
+        also_runs: &[],
+        // Its only "no" stops the prompt there (`stopAfterPermissionCancel`).
+        stops_after_a_no: true,
     },
-    Preset { name: "claude", command: "claude-agent-acp", args: &[], env: &[], display_name: "Claude (ACP)" },
+    // claude-agent-acp starts a session in `auto` ("Claude handles permission decisions", a model
+    // classifier) unless the person's settings name a `defaultMode`, and takes no flag for it.
+    Preset {
+        name: "claude",
+        command: "claude-agent-acp",
+        args: &[],
+        env: &[],
+        display_name: "Claude (ACP)",
+        starting_mode: Some("default"),
+        also_runs: &[],
+        stops_after_a_no: false,
+    },
     // pi-acp hands its own environment to the pi it runs: the variables that keep pi from calling
-    // home, as the `pi` backend sets them (agent-pi/src/options.rs).
-    Preset { name: "pi", command: "pi-acp", args: &[], env: &agent_runner::child::PI_QUIET, display_name: "pi" },
+    // home, as the `pi` backend sets them (agent-pi/src/options.rs). pi-acp itself runs `npm view`
+    // for an update notice at every new session: npm is kept offline.
+    Preset {
+        name: "pi",
+        command: "pi-acp",
+        args: &[],
+        env: &PI_ACP_QUIET,
+        display_name: "pi",
+        starting_mode: None,
+        also_runs: &["pi"],
+        stops_after_a_no: false,
+    },
     Preset {
         name: "copilot",
         command: "copilot",
         args: &["--acp"],
         env: &[("COPILOT_AUTO_UPDATE", "false")],
         display_name: "GitHub Copilot",
+        starting_mode: None,
+        also_runs: &[],
+        // Its "no" ends the prompt ("Info: Operation cancelled by user"), waiting for the person.
+        stops_after_a_no: true,
     },
-    Preset { name: "cursor", command: "cursor-agent", args: &["acp"], env: &[], display_name: "Cursor" },
+    Preset {
+        name: "cursor",
+        command: "cursor-agent",
+        args: &["acp"],
+        env: &[],
+        display_name: "Cursor",
+        starting_mode: None,
+        also_runs: &[],
+        stops_after_a_no: false,
+    },
     Preset {
         name: "kilo",
         command: "kilo",
         args: &["acp"],
-        // opencode's quieting under Kilo's names, and its PostHog telemetry off.
+        // opencode's quieting under Kilo's names, and its PostHog telemetry off. Kilo runs the
+        // commands of its allowlist (`touch`, `cp`, `mv`, `git status`, ...) without asking: its
+        // shell tool asks for every command.
         env: &[
             ("KILO_DISABLE_AUTOUPDATE", "1"),
             ("KILO_DISABLE_MODELS_FETCH", "1"),
             ("KILO_DISABLE_LSP_DOWNLOAD", "1"),
             ("KILO_TELEMETRY_LEVEL", "off"),
+            ("KILO_PERMISSION", ASK_BEFORE_A_COMMAND),
         ],
         display_name: "Kilo",
+        starting_mode: None,
+        also_runs: &[],
+        // As opencode's, its "no" stops the prompt.
+        stops_after_a_no: true,
     },
-    Preset { name: "amp", command: "amp-acp", args: &[], env: &[], display_name: "Amp" },
+    Preset {
+        name: "amp",
+        command: "amp-acp",
+        args: &[],
+        env: &[],
+        display_name: "Amp",
+        starting_mode: None,
+        also_runs: &[],
+        stops_after_a_no: false,
+    },
 ];
+
+/// npm answers from its cache only and never asks the registry: for the npm an agent runs on its
+/// own (opencode's plugin install, pi-acp's `npm view`). An entry's `env` may set it to `false`.
+const NPM_OFFLINE: (&str, &str) = ("NPM_CONFIG_OFFLINE", "true");
+
+/// pi's quieting variables, and npm's for pi-acp's own `npm view`.
+const PI_ACP_QUIET: [(&str, &str); 4] = {
+    let pi = agent_runner::child::PI_QUIET;
+    [pi[0], pi[1], pi[2], NPM_OFFLINE]
+};
+
+/// opencode's (and Kilo's) permission rule that asks before every shell command, merged over the
+/// person's own `permission` config by `OPENCODE_PERMISSION` / `KILO_PERMISSION`.
+const ASK_BEFORE_A_COMMAND: &str = r#"{"bash":"ask"}"#;
 
 /// The preset called `name`.
 pub fn preset(name: &str) -> Option<&'static Preset> {
@@ -132,6 +236,7 @@ struct Written {
     authenticate: Option<Authenticate>,
     host_tools: Option<bool>,
     start_timeout_ms: Option<u64>,
+    starting_mode: Option<String>,
 }
 
 /// What one `acp` worker runs, resolved from its options and preset.
@@ -156,6 +261,11 @@ pub struct AcpOptions {
     /// How long each step of opening a conversation (initialize, authenticate, session/new or
     /// session/load) may take before the agent is given up on.
     pub start_timeout: Duration,
+    /// The mode a new session is put in when the person chose none (the preset's, or the entry's
+    /// `startingMode`; an empty one leaves the agent where it starts).
+    pub starting_mode: Option<String>,
+    /// The agent ends its prompt on a person's "no" without telling its model (its preset says).
+    pub stops_after_a_no: bool,
 }
 
 /// The default for [`AcpOptions::start_timeout`]: an adapter that starts a CLI of its own
@@ -234,6 +344,11 @@ impl AcpOptions {
             authenticate: written.authenticate,
             host_tools: written.host_tools.unwrap_or(true),
             start_timeout: written.start_timeout_ms.map(Duration::from_millis).unwrap_or(DEFAULT_START_TIMEOUT),
+            starting_mode: written
+                .starting_mode
+                .or_else(|| preset.and_then(|p| p.starting_mode).map(str::to_owned))
+                .filter(|mode| !mode.is_empty()),
+            stops_after_a_no: preset.is_some_and(|p| p.stops_after_a_no),
         })
     }
 
@@ -270,7 +385,7 @@ mod tests {
         assert!(gemini.host_tools);
         assert_eq!(gemini.env.get("GEMINI_CLI_NO_RELAUNCH").map(String::as_str), Some("true"));
         let qwen = options(json!({"preset": "qwen"})).expect("qwen");
-        assert_eq!((qwen.command.as_str(), qwen.args.clone()), ("qwen", vec!["--acp".to_owned()]));
+        assert_eq!((qwen.command.as_str(), qwen.args[0].as_str()), ("qwen", "--acp"));
         assert_eq!(qwen.env.get("QWEN_USAGE_STATISTICS_ENABLED").map(String::as_str), Some("false"));
         let goose = options(json!({"preset": "goose", "env": {"X": "1"}})).expect("goose");
         assert_eq!(goose.env.get("GOOSE_DISABLE_KEYRING").map(String::as_str), Some("1"));
@@ -289,10 +404,39 @@ mod tests {
         let kilo = options(json!({"preset": "kilo"})).expect("kilo");
         assert_eq!(kilo.env.get("KILO_DISABLE_MODELS_FETCH").map(String::as_str), Some("1"));
         assert_eq!(kilo.env.get("KILO_TELEMETRY_LEVEL").map(String::as_str), Some("off"));
+        assert_eq!(kilo.env.get("KILO_PERMISSION").map(String::as_str), Some(r#"{"bash":"ask"}"#));
         for name in ["gemini", "codex", "goose", "opencode", "qwen", "claude", "pi", "copilot", "cursor", "kilo", "amp"]
         {
             assert!(preset(name).is_some(), "{name}");
         }
+    }
+
+    #[test]
+    fn no_preset_starts_where_something_else_decides_for_the_person() {
+        // Qwen Code's own start is `auto`, where its classifier answers: the preset asks it for `default`.
+        let qwen = options(json!({"preset": "qwen"})).expect("qwen");
+        assert!(qwen.args.windows(2).any(|w| w == ["--approval-mode", "default"]), "{:?}", qwen.args);
+        // Codex's questions stay the person's, not its reviewer model's.
+        let codex = options(json!({"preset": "codex"})).expect("codex");
+        assert!(codex.args.windows(2).any(|w| w == ["-c", "approvals_reviewer=user"]), "{:?}", codex.args);
+        // opencode and Kilo ask before every command; goose before every tool.
+        let opencode = options(json!({"preset": "opencode"})).expect("opencode");
+        assert_eq!(opencode.env.get("OPENCODE_PERMISSION").map(String::as_str), Some(r#"{"bash":"ask"}"#));
+        let goose = options(json!({"preset": "goose"})).expect("goose");
+        assert_eq!(goose.env.get("GOOSE_MODE").map(String::as_str), Some("approve"));
+        // claude-agent-acp takes no flag: a new session is put in `default` unless the person chose.
+        // Qwen Code's, Copilot's, opencode's and Kilo's "no" stops their prompt: ahpd tells them so
+        // the turn goes on; codex's plain "no" goes on by itself.
+        assert!(qwen.stops_after_a_no && options(json!({"preset": "copilot"})).expect("copilot").stops_after_a_no);
+        assert!(opencode.stops_after_a_no && options(json!({"preset": "kilo"})).expect("kilo").stops_after_a_no);
+        assert!(!codex.stops_after_a_no);
+        let claude = options(json!({"preset": "claude"})).expect("claude");
+        assert_eq!(claude.starting_mode.as_deref(), Some("default"));
+        let own = options(json!({"preset": "claude", "startingMode": "acceptEdits"})).expect("own");
+        assert_eq!(own.starting_mode.as_deref(), Some("acceptEdits"));
+        let agents_own = options(json!({"preset": "claude", "startingMode": ""})).expect("the agent's own");
+        assert_eq!(agents_own.starting_mode, None);
+        assert_eq!(options(json!({"command": "x"})).expect("x").starting_mode, None);
     }
 
     #[test]

@@ -1,188 +1,189 @@
-//! One conversation with an ACP agent: its own agent process (started again on the next message
-//! when it dies, the conversation reloaded with `session/load`), the handshake, the turns one
-//! after another, the questions it parks, and the client methods it is served. Every message is
-//! the `agent-client-protocol` schema's type, carried by agent-runner's JSON-RPC peer.
+//! One conversation with an ACP agent on the session engine: its launcher ([`crate::connect`]:
+//! its own agent process, started again on the next message when it dies, the conversation
+//! reloaded with `session/load`), the mapper of what it streams ([`TurnMap`]), a turn as one
+//! `session/prompt`, `session/cancel` as its interrupt, and the client methods it is served. The
+//! queue, the permission requests it parks, abort and close are the engine's.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1 as acp;
 use agent_client_protocol_schema::v1::{SessionUpdate, AGENT_METHOD_NAMES, CLIENT_METHOD_NAMES};
-use agent_runner::{
-    accepted, not_offered, not_writable, resumed_request, AgentError, Session, SessionHost, TurnWriter,
-};
-use ahp_types::actions::{SessionConfigChangedAction, StateAction};
+use agent_runner::engine::policy::{self, Asked, Context, Mode, Verdict};
+use agent_runner::engine::{Backend, Engine, Kind, Mapper, Settled, State};
+use agent_runner::rpc::{Incoming, PeerError, Request, Responder};
+use agent_runner::{accepted, attachments, error_info, lock, not_offered, not_writable, resumed_request};
+use agent_runner::{AgentError, Session, SessionHost, TurnEnd, TurnWriter};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{ModelSelection, SessionModelInfo};
+use ahp_types::state::{ErrorInfo, ModelSelection, SessionModelInfo};
 use async_trait::async_trait;
 use protocol::{
-    codes, Attachment, ConfirmParams, Cut, McpServer, ResumeTurnParams, RpcError, SendMessageParams, SetConfigResult,
-    Start, ToolsEndpoint,
+    codes, Attachment, ConfirmParams, McpServer, ResumeTurnParams, RpcError, SendMessageParams, SetConfigResult, Start,
+    ToolSpec, ToolsEndpoint,
 };
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::client::{self, Folders, Terminals};
-use crate::config::{request_of, withheld, Ask, AskRequest, NotOffered, Offers};
+use crate::config::Offers;
+use crate::connect::{folders_of, how_it_ended, refusal, Link, Opening, Wanted, AUTH_REQUIRED};
 use crate::fork::History;
-use crate::handshake::{initialize_request, Caps, ACP_VERSION, EXIT_GRACE};
-use crate::mapping::{chosen_option, permission_answer, prompt_end, TurnMap};
+use crate::handshake::{Caps, EXIT_GRACE};
+use crate::mapping::{chosen_option, permission_answer, prompt_end, tool_name, TurnMap};
 use crate::shared::Shared;
-use agent_runner::attachments;
-use agent_runner::child::{describe_exit, Child, ChildCommand};
-use agent_runner::lock;
-use agent_runner::rpc::{Incoming, Peer, PeerError, Request, Responder};
 
 /// How long a stopped turn waits for the agent to answer its prompt `cancelled`.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
-/// ACP's `auth_required` error code.
-const AUTH_REQUIRED: i32 = -32000;
-
-/// A live agent process and the conversation with it.
-#[derive(Clone)]
-struct Link {
-    peer: Peer,
-    process: Arc<Child>,
-    caps: Caps,
-    generation: u64,
-}
-
-struct Running {
-    abort: CancellationToken,
-}
-
-/// A permission request waiting for a person.
-struct Parked {
-    responder: Responder,
-    options: Vec<acp::PermissionOption>,
-}
-
-/// Changes asked while no agent ran, made when one next opens.
-#[derive(Default)]
-struct Wanted {
-    model: Option<String>,
-    config: BTreeMap<String, Value>,
-}
-
-struct State {
-    link: Option<Link>,
-    acp_id: Option<String>,
-    first_prompt: bool,
-    queue: VecDeque<SendMessageParams>,
-    running: Option<Running>,
-    turn: Option<TurnMap>,
-    parked: HashMap<String, Parked>,
-    offers: Offers,
-    values: JsonObject,
-    wanted: Wanted,
-    loading: bool,
-    /// The user text `session/load` replayed, to tell whether the conversation heard the
-    /// session's instructions (a client's rule may have joined them since it began).
-    replayed: String,
-    /// The turns a `session/load` replayed, while a fork reads its source.
-    history: Option<History>,
-    /// A fork's earlier turns, opening its first prompt; then the turn that carried them is
-    /// said recorded, so the host stops carrying the cut.
-    fork_context: Option<String>,
-    cost: Option<f64>,
-}
-
-struct Inner {
-    shared: Arc<Shared>,
-    host: SessionHost,
-    mcp_servers: Option<BTreeMap<String, McpServer>>,
-    tools_endpoint: Option<ToolsEndpoint>,
-    instructions: Vec<String>,
-    additional_directories: Vec<String>,
+/// The ACP backend of one conversation: what its launcher starts the agent with.
+pub(crate) struct Acp {
+    pub shared: Arc<Shared>,
+    pub mcp_servers: Option<BTreeMap<String, McpServer>>,
+    pub tools_endpoint: Option<ToolsEndpoint>,
+    pub instructions: Vec<String>,
+    pub additional_directories: Vec<String>,
     /// The operator's policy restricts elevated auto-approval: the modes that act without
     /// asking are not set, whoever asks.
-    restricted: bool,
-    cwd: PathBuf,
-    folders: Arc<Folders>,
-    terminals: Arc<Terminals>,
-    state: Mutex<State>,
-    wake: Notify,
-    cancel: CancellationToken,
-    tracker: TaskTracker,
-    generations: AtomicU64,
+    pub restricted: bool,
+    pub cwd: PathBuf,
+    pub folders: Arc<Folders>,
+    pub terminals: Arc<Terminals>,
+    /// The session's box: the agent and every command it has run start through its launcher,
+    /// and what the agent asks about runs without a person (the box holds it).
+    pub confined: Option<protocol::Confined>,
+    pub generations: AtomicU64,
+    /// What the agent's conversation cost so far, as it last said.
+    pub cost: Arc<Mutex<Option<f64>>>,
+}
+
+/// What an ACP session keeps besides the engine's state.
+pub(crate) struct AcpState {
+    pub link: Option<Link>,
+    pub acp_id: Option<String>,
+    pub first_prompt: bool,
+    pub offers: Offers,
+    pub values: JsonObject,
+    pub wanted: Wanted,
+    pub loading: bool,
+    /// The user text `session/load` replayed, to tell whether the conversation heard the
+    /// session's instructions (a client's rule may have joined them since it began).
+    pub replayed: String,
+    /// The turns a `session/load` replayed, while a fork reads its source.
+    pub history: Option<History>,
+    /// A fork's earlier turns, opening its first prompt; then the turn that carried them is
+    /// said recorded, so the host stops carrying the cut.
+    pub fork_context: Option<String>,
+    /// The host's and clients' tools, which the agent calls through the `ahp` server.
+    pub tools: Vec<ToolSpec>,
+    /// The calls the person refused since the running prompt was sent or the agent last went on
+    /// (called something), by their titles: an agent that ends its prompt on a refusal is
+    /// told and goes on.
+    pub refused: Vec<Refused>,
+}
+
+/// A call the person refused in the running prompt.
+pub(crate) struct Refused {
+    /// Its id.
+    call: String,
+    /// What the agent titled it.
+    title: String,
+}
+
+/// The running turn: its map, and what its usage is said with.
+pub(crate) struct AcpTurn {
+    pub map: TurnMap,
+    model: Option<String>,
+    cost: Arc<Mutex<Option<f64>>>,
+}
+
+impl Mapper for AcpTurn {
+    fn writer(&mut self) -> &mut TurnWriter {
+        self.map.writer()
+    }
+
+    /// The plan closed, what the turn used and cost, then its ending; a failure says no usage.
+    fn end(&mut self, end: TurnEnd) {
+        if self.map.writer().is_ended() {
+            return;
+        }
+        if let TurnEnd::Error(error) = end {
+            self.map.finish(TurnEnd::Error(error), None, None);
+            return;
+        }
+        let mut cost = lock(&self.cost);
+        *cost = self.map.finish(end, *cost, self.model.take());
+    }
+
+    fn answered(&mut self, call: &str, approved: bool) {
+        self.map.answered(call, approved);
+    }
+}
+
+/// A permission request waiting for a person, answered to the agent that asked it.
+pub(crate) struct Parked {
+    responder: Responder,
+    options: Vec<acp::PermissionOption>,
+    /// The call asked about.
+    call: String,
+    /// What the call is, as the agent titled it.
+    title: Option<String>,
+    pub generation: u64,
 }
 
 /// One conversation; see the module docs.
-#[derive(Clone)]
 pub struct AcpSession {
-    inner: Arc<Inner>,
-}
-
-/// Why the agent is being opened.
-#[derive(Clone, Copy, PartialEq)]
-enum Opening {
-    /// `session/create` with a new conversation.
-    New,
-    /// `session/create` resuming one (after a restart of the daemon or of this worker).
-    Resume,
-    /// The agent died; the next message starts it again.
-    Restart,
-    /// `session/create` of a fork of another conversation (`Start.cut`): a new session whose first
-    /// prompt carries the source's kept turns.
-    Fork,
+    engine: Arc<Engine<Acp>>,
 }
 
 impl AcpSession {
     /// Starts the agent for `start` and opens its conversation.
     pub async fn open(shared: Arc<Shared>, start: Start, host: SessionHost) -> Result<Self, AgentError> {
         let (cwd, roots) = folders_of(&shared, &start)?;
-        let tracker = TaskTracker::new();
-        let cancel = CancellationToken::new();
+        let (tasks, cancel) = (TaskTracker::new(), CancellationToken::new());
         let folders = Arc::new(Folders::new(roots));
-        let terminals = Arc::new(Terminals::new(folders.clone(), tracker.clone(), cancel.clone()));
+        let terminals =
+            Arc::new(Terminals::new(folders.clone(), tasks.clone(), cancel.clone()).confined(start.confined.clone()));
         let mut wanted = Wanted { model: start.model.as_ref().map(|m| m.id.clone()), config: BTreeMap::new() };
-        for (key, value) in &start.settings {
-            wanted.config.insert(key.clone(), value.clone());
+        wanted.config.extend(start.settings.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // An agent whose own start lets a model decide for the person begins a new conversation
+        // in the mode its preset names, unless the person chose one.
+        if let (false, Some(mode)) = (start.resume, &shared.options.starting_mode) {
+            wanted.config.entry(crate::config::MODE_KEY.to_owned()).or_insert_with(|| Value::from(mode.as_str()));
         }
-        let session = AcpSession {
-            inner: Arc::new(Inner {
-                shared,
-                host,
-                mcp_servers: start.mcp_servers.clone(),
-                tools_endpoint: start.tools_endpoint.clone(),
-                instructions: start.instructions.clone(),
-                additional_directories: start.additional_directories.clone(),
-                restricted: crate::config::restricts(&start.policy),
-                cwd,
-                folders,
-                terminals,
-                state: Mutex::new(State {
-                    link: None,
-                    acp_id: start.resume.then(|| start.conversation_id.clone()),
-                    first_prompt: !start.resume,
-                    queue: VecDeque::new(),
-                    running: None,
-                    turn: None,
-                    parked: HashMap::new(),
-                    offers: Offers::default(),
-                    values: JsonObject::new(),
-                    wanted,
-                    loading: false,
-                    replayed: String::new(),
-                    history: None,
-                    fork_context: None,
-                    cost: None,
-                }),
-                wake: Notify::new(),
-                cancel,
-                tracker,
-                generations: AtomicU64::new(0),
-            }),
+        let backend = Acp {
+            shared,
+            mcp_servers: start.mcp_servers.clone(),
+            tools_endpoint: start.tools_endpoint.clone(),
+            instructions: start.instructions.clone(),
+            additional_directories: start.additional_directories.clone(),
+            restricted: crate::config::restricts(&start.policy),
+            cwd,
+            folders,
+            terminals,
+            confined: start.confined.clone(),
+            generations: AtomicU64::new(0),
+            cost: Arc::default(),
         };
+        let own = AcpState {
+            link: None,
+            acp_id: start.resume.then(|| start.conversation_id.clone()),
+            first_prompt: !start.resume,
+            offers: Offers::default(),
+            values: JsonObject::new(),
+            wanted,
+            loading: false,
+            replayed: String::new(),
+            history: None,
+            fork_context: None,
+            tools: start.tools.clone(),
+            refused: Vec::new(),
+        };
+        let engine = Engine::start_on(host, backend, own, tasks, cancel);
         // A fork is opened anew until its cut is on record (a truncation is not offered).
         let fork = start.cut.clone().filter(|cut| cut.source != start.conversation_id);
         let opening = match (&fork, start.resume) {
@@ -190,684 +191,182 @@ impl AcpSession {
             (None, true) => Opening::Resume,
             (None, false) => Opening::New,
         };
-        if let Err(sentence) = session.connect(opening, fork.as_ref()).await {
-            session.shut().await;
+        if let Err(sentence) = engine.backend().connect(&engine, opening, fork.as_ref()).await {
+            engine.close().await;
             return Err(AgentError::Failed(sentence));
         }
-        let pump = session.clone();
-        session.inner.tracker.spawn(async move { pump.pump().await });
-        Ok(session)
+        Ok(Self { engine })
     }
 
     fn provider(&self) -> &str {
-        &self.inner.shared.provider
+        self.engine.backend().provider()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        lock(&self.inner.state)
+    fn live_link(&self) -> Option<Link> {
+        self.engine.lock().own.link.clone().filter(|l| !l.peer.is_ended())
     }
+}
 
-    /// How to set `key` to `value` (as [`Offers::ask`] answers), a mode this session's policy
-    /// withholds being one the agent does not offer.
-    fn offered_in(&self, state: &State, key: &str, value: &Value) -> Result<Option<Ask>, NotOffered> {
-        if withheld(self.inner.restricted, key, value) {
-            return Err(NotOffered);
-        }
-        state.offers.ask(key, value)
-    }
-
-    fn offered(&self, key: &str, value: &Value) -> Result<Option<Ask>, NotOffered> {
-        let state = self.state();
-        self.offered_in(&state, key, value)
-    }
-
-    /// The agent process and the conversation in it: spawn, `initialize`, `authenticate`, then
-    /// `session/new` or `session/load`, then the settings this session was started or since set
-    /// with. On failure the process is stopped and the sentence says why, with its stderr.
-    async fn connect(&self, opening: Opening, fork: Option<&Cut>) -> Result<(), String> {
-        let shared = &self.inner.shared;
-        let options = &shared.options;
-        let generation = self.inner.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        let process_cwd = options.cwd.clone().unwrap_or_else(|| self.inner.cwd.clone());
-        // Something the agent left behind when it ends (a helper holding its stdout) ends with it.
-        let (process, mut pipes) = ChildCommand::new(&options.command)
-            .args(&options.args)
-            .envs(&options.env)
-            .cwd(&process_cwd)
-            .end_group_with_leader()
-            .spawn()
-            .map_err(|e| format!("{}: {e}", self.provider()))?;
-        let process = Arc::new(process);
-        let stdin = pipes.take_stdin().map_err(|e| format!("{}: {e}", self.provider()))?;
-        let handler = self.clone();
-        let peer = Peer::start_foreign(pipes.stdout, stdin, move |message| handler.on_message(generation, message));
-        self.watch(peer.clone(), process.clone(), generation);
-        let link = Link { peer: peer.clone(), process: process.clone(), caps: Caps::default(), generation };
-        match self.handshake(link, opening, fork).await {
-            Ok(()) => Ok(()),
-            Err(sentence) => {
-                peer.close_output();
-                process.signal(nix::sys::signal::Signal::SIGTERM);
-                process.stop(Duration::from_millis(500)).await;
-                process.settle(Duration::from_secs(1)).await;
-                peer.end();
-                // A refusal needs no stderr beside it; anything else might.
-                let quiet = process.tail().is_blank();
-                Err(if quiet { sentence } else { with_tail(&process, sentence) })
-            }
-        }
-    }
-
-    /// One step of the handshake, bounded by the start timeout, its answer read as `R`.
-    async fn step<R: DeserializeOwned>(&self, link: &Link, method: &str, params: impl Serialize) -> Result<R, String> {
-        let answer = self.step_value(link, method, params).await?;
-        serde_json::from_value(answer).map_err(|why| {
-            format!("{}: {} answered {method} oddly: {why}", self.provider(), self.inner.shared.options.command_line())
-        })
-    }
-
-    /// One step of the handshake, its answer as it came.
-    async fn step_value(&self, link: &Link, method: &str, params: impl Serialize) -> Result<Value, String> {
-        let options = &self.inner.shared.options;
-        let command = options.command_line();
-        let provider = self.provider();
-        let asked = link.peer.request_value(method, params);
-        let answer = tokio::select! {
-            answer = tokio::time::timeout(options.start_timeout, asked) => answer,
-            _ = self.inner.cancel.cancelled() => return Err(format!("{provider}: the session closed while {command} was starting")),
-        };
-        match answer {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(PeerError::Rpc(error)))
-                if error.code == AUTH_REQUIRED && method != AGENT_METHOD_NAMES.authenticate =>
-            {
-                Err(self.sign_in_needed(&link.caps))
-            }
-            Ok(Err(PeerError::Rpc(error))) => Err(format!("{provider}: {command} refused {method}: {}", error.message)),
-            Ok(Err(PeerError::Decode(why))) => Err(format!("{provider}: {command} answered {method} oddly: {why}")),
-            Ok(Err(PeerError::Closed)) => {
-                link.process.settle(Duration::from_secs(1)).await;
-                Err(format!("{provider}: {command} {} before it answered {method}", how_it_ended(&link.process)))
-            }
-            Err(_) => Err(format!(
-                "{provider}: {command} did not answer {method} within {} s, so it was stopped",
-                options.start_timeout.as_secs_f64()
-            )),
-        }
-    }
-
-    fn sign_in_needed(&self, caps: &Caps) -> String {
-        let offered =
-            if caps.auth_methods.is_empty() { "no sign-in method".to_owned() } else { caps.auth_methods.join(", ") };
-        format!(
-            "{}: this ACP server wants to be signed in before it answers, and offers {offered}; set the authenticate option to the one to use",
-            self.provider()
-        )
-    }
-
-    async fn handshake(&self, mut link: Link, opening: Opening, fork: Option<&Cut>) -> Result<(), String> {
-        let provider = self.provider().to_owned();
-        let options = self.inner.shared.options.clone();
-        let init: acp::InitializeResponse =
-            self.step(&link, AGENT_METHOD_NAMES.initialize, initialize_request()).await?;
-        if init.protocol_version != ACP_VERSION {
-            return Err(format!(
-                "{provider}: {} speaks ACP version {}, and this host speaks {ACP_VERSION}",
-                options.command_line(),
-                init.protocol_version
-            ));
-        }
-        link.caps = Caps::from_answer(&init);
-        self.inner.shared.learn_attachments(link.caps.attachments());
-        if let Some(auth) = &options.authenticate {
-            if !link.caps.auth_methods.contains(&auth.method_id) {
-                let offered = if link.caps.auth_methods.is_empty() {
-                    "no sign-in method".to_owned()
-                } else {
-                    link.caps.auth_methods.join(", ")
-                };
-                return Err(format!("{provider} offers {offered}, not {}", auth.method_id));
-            }
-            let _: Value = self
-                .step_value(
-                    &link,
-                    AGENT_METHOD_NAMES.authenticate,
-                    acp::AuthenticateRequest::new(auth.method_id.clone()),
-                )
-                .await?;
-        }
-        let servers = mcp_servers(
-            &provider,
-            self.inner.mcp_servers.as_ref(),
-            self.inner.tools_endpoint.as_ref().filter(|_| options.host_tools),
-            link.caps.mcp_http,
-        );
-        let cwd = self.inner.cwd.clone();
-        if let Some(cut) = fork {
-            self.read_fork(&link, cut).await?;
-        }
-        let known = self.state().acp_id.clone();
-        let answer = match (opening, known) {
-            (Opening::Resume | Opening::Restart, Some(id)) if link.caps.load_session => {
-                {
-                    let mut state = self.state();
-                    state.loading = true;
-                    state.replayed.clear();
-                }
-                let load = acp::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(servers);
-                let loaded = self.step_value(&link, AGENT_METHOD_NAMES.session_load, load).await;
-                {
-                    let mut state = self.state();
-                    state.loading = false;
-                    let replayed = std::mem::take(&mut state.replayed);
-                    let words = self.inner.instructions.join("\n\n");
-                    if loaded.is_ok() && !words.trim().is_empty() && !replayed.contains(&words) {
-                        // The conversation never heard these words (or not all of them): they
-                        // open its next prompt, as they opened its first.
-                        state.first_prompt = true;
-                    }
-                }
-                (id, loaded?)
-            }
-            (Opening::Resume, Some(id)) => {
-                return Err(format!(
-                    "{provider}: this ACP server cannot load a session, so \"{id}\" cannot be resumed"
-                ));
-            }
-            (opening, _) => {
-                let mut new = acp::NewSessionRequest::new(cwd).mcp_servers(servers);
-                if link.caps.additional_directories {
-                    new = new.additional_directories(
-                        self.inner.additional_directories.iter().map(PathBuf::from).collect::<Vec<_>>(),
-                    );
-                }
-                let answer = self.step_value(&link, AGENT_METHOD_NAMES.session_new, new).await?;
-                let opened: acp::NewSessionResponse = acp::NewSessionResponse::deserialize(&answer).map_err(|why| {
-                    format!("{provider}: {} answered session/new oddly: {why}", options.command_line())
-                })?;
-                if opening == Opening::Restart {
-                    // Said in the turn that started it again, and the new conversation opens
-                    // with the session's instructions as the first one did.
-                    let notice = format!(
-                        "{provider}: the agent was started again and cannot load its conversation, so a new one began"
-                    );
-                    tracing::warn!("{notice}");
-                    let mut state = self.state();
-                    state.first_prompt = true;
-                    if let Some(turn) = state.turn.as_mut() {
-                        turn.notice(&notice);
-                    }
-                }
-                (opened.session_id.to_string(), answer)
-            }
-        };
-        let (acp_id, answer) = answer;
-        let offers = Offers::from_answer(&answer);
-        {
-            let mut state = self.state();
-            state.acp_id = Some(acp_id);
-            state.link = Some(link.clone());
-        }
-        // A new or resumed session says every value the agent starts at; a restarted one only what moved.
-        self.learn(offers, opening != Opening::Restart);
-        self.apply_wanted(&link).await;
-        Ok(())
-    }
-
-    /// Reads the turns a fork keeps from its source: the source loaded in this agent
-    /// (`session/load`), its replay kept turn by turn, less the turns the fork leaves out; then
-    /// the source is closed again where the agent can. They open the fork's first prompt.
-    async fn read_fork(&self, link: &Link, cut: &Cut) -> Result<(), String> {
-        let provider = self.provider();
-        if !link.caps.load_session {
-            return Err(format!(
-                "{provider}: this ACP server cannot load a session, so conversation \"{}\" cannot be forked",
-                cut.source
-            ));
-        }
-        {
-            let mut state = self.state();
-            state.loading = true;
-            state.history = Some(History::default());
-        }
-        let load = acp::LoadSessionRequest::new(cut.source.clone(), self.inner.cwd.clone());
-        let loaded = self.step_value(link, AGENT_METHOD_NAMES.session_load, load).await;
-        let history = {
-            let mut state = self.state();
-            state.loading = false;
-            state.replayed.clear();
-            state.history.take().unwrap_or_default()
-        };
-        loaded?;
-        if link.caps.close_session {
-            let close = acp::CloseSessionRequest::new(cut.source.clone());
-            if let Err(why) = self.step_value(link, AGENT_METHOD_NAMES.session_close, close).await {
-                tracing::info!(provider, "the fork's source stays open in its agent: {why}");
-            }
-        }
-        let mut state = self.state();
-        state.fork_context = crate::fork::context(&history.kept(cut.dropped.len()));
-        state.first_prompt = true;
-        Ok(())
-    }
-
-    /// Takes what the agent now offers: the values that moved are said to every client, the
-    /// models and controls reach the agent's probe and schema.
-    fn learn(&self, offers: Offers, all: bool) {
-        let moved = {
-            let mut state = self.state();
-            let values = offers.values();
-            let moved: JsonObject = values
-                .iter()
-                .filter(|(k, v)| all || state.values.get(*k) != Some(*v))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            state.values.extend(values);
-            state.offers = offers.clone();
-            moved
-        };
-        self.say_config(moved);
-        self.inner.shared.learn_offers(&offers);
-    }
-
-    fn say_config(&self, moved: JsonObject) {
-        if !moved.is_empty() {
-            self.inner.host.emit_session(StateAction::SessionConfigChanged(SessionConfigChangedAction {
-                config: moved,
-                replace: None,
-            }));
-        }
-    }
-
-    /// Makes the settings this session was started with or given while no agent ran.
-    async fn apply_wanted(&self, link: &Link) {
-        let wanted = std::mem::take(&mut self.state().wanted);
-        if let Some(model) = wanted.model {
-            let ask = self.state().offers.ask_model(self.provider(), &model);
-            match ask {
-                Ok(ask) => {
-                    if let Err(why) = self.ask(link, &ask).await {
-                        tracing::warn!(
-                            provider = self.provider(),
-                            model,
-                            why,
-                            "the model this session asked for was not set"
-                        );
-                    }
-                }
-                Err(why) => {
-                    tracing::warn!(provider = self.provider(), %why, "the model this session asked for was not set")
-                }
-            }
-        }
-        for (key, value) in wanted.config {
-            let ask = self.offered(&key, &value);
-            match ask {
-                Ok(Some(ask)) => {
-                    if let Err(why) = self.ask(link, &ask).await {
-                        tracing::warn!(provider = self.provider(), key, why, "a setting was not made");
-                    }
-                }
-                Ok(None) => {}
-                Err(_) => {
-                    tracing::warn!(provider = self.provider(), key, %value, "the agent does not offer this value")
-                }
-            }
-        }
-    }
-
-    /// Asks the agent for a change and learns what it answers.
-    async fn ask(&self, link: &Link, ask: &Ask) -> Result<(), String> {
-        let Some(acp_id) = self.state().acp_id.clone() else {
-            return Err("no conversation is open".into());
-        };
-        let Some(request) = request_of(ask, &acp_id) else {
-            return Ok(());
-        };
-        let (peer, method) = (&link.peer, request.method());
-        let answer = match request {
-            AskRequest::Mode(params) => peer.request_value(method, params).await,
-            AskRequest::Option(params) => peer.request_value(method, params).await,
-            AskRequest::Model(params) => peer.request_value(method, params).await,
-        }
-        .map_err(refusal)?;
-        match ask {
-            Ask::SetOption { .. } => {
-                // An answer without the options (or one the schema cannot read) moves nothing.
-                if let Ok(answer) = serde_json::from_value::<acp::SetSessionConfigOptionResponse>(answer) {
-                    let mut offers = self.state().offers.clone();
-                    offers.options = crate::config::parse_options(&answer.config_options);
-                    self.learn(offers, false);
-                }
-            }
-            Ask::SetMode(id) => {
-                let mut offers = self.state().offers.clone();
-                offers.mode_moved(id);
-                self.learn(offers, false);
-            }
-            Ask::SetModel(id) => {
-                let mut offers = self.state().offers.clone();
-                offers.legacy_model_moved(id);
-                self.learn(offers, false);
-            }
-            Ask::Nothing => {}
-        }
-        Ok(())
-    }
-
-    /// Notices the agent's end while no turn is waiting on it, so the next message starts it again.
-    fn watch(&self, peer: Peer, process: Arc<Child>, generation: u64) {
-        let session = self.clone();
-        let cancel = self.inner.cancel.clone();
-        self.inner.tracker.spawn(async move {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = peer.ended() => {}
-                _ = async {
-                    process.wait().await;
-                    // Something it left behind may hold its stdout open; its answers are over.
-                    tokio::time::sleep(EXIT_GRACE).await;
-                } => peer.end(),
-            }
-            let mut state = session.state();
-            if state.link.as_ref().is_some_and(|l| l.generation == generation) {
-                state.link = None;
-                let dropped: Vec<_> = state.parked.drain().collect();
-                drop(state);
-                drop(dropped);
-                tracing::warn!(provider = session.provider(), "the ACP agent ended; the next message starts it again");
-            }
-        });
+impl Acp {
+    pub(crate) fn provider(&self) -> &str {
+        &self.shared.provider
     }
 
     /// What the agent sends: updates to the running turn or the session, its questions, and the
     /// client methods (run as tasks of their own, so a terminal waited on holds nothing up).
-    fn on_message(&self, generation: u64, message: Incoming) {
+    pub(crate) fn on_message(engine: &Engine<Self>, generation: u64, message: Incoming) {
+        let acp = engine.backend();
         match message {
             Incoming::Notification { method, params } if method == CLIENT_METHOD_NAMES.session_update => {
                 // Read in place: the update's own JSON is still there to name a kind the schema does not know.
                 match acp::SessionNotification::deserialize(&params) {
-                    Ok(notification) => self.on_update(generation, &notification.update),
+                    Ok(notification) => acp.on_update(engine, generation, &notification.update),
                     Err(why) => {
                         let why = format!("this host's ACP schema does not read it: {why}");
-                        self.inner.shared.unmapped(&update_kind(&params), &why)
+                        acp.shared.unmapped(&update_kind(&params), &why)
                     }
                 }
             }
             Incoming::Notification { method, .. } => {
-                self.inner.shared.unmapped(&method, "a notification this host does not use")
+                acp.shared.unmapped(&method, "a notification this host does not use")
             }
             Incoming::Request(Request { method, params, responder }) => {
                 if method == CLIENT_METHOD_NAMES.session_request_permission {
                     match serde_json::from_value::<acp::RequestPermissionRequest>(params) {
-                        Ok(request) => self.on_permission(responder, request),
+                        Ok(request) => Self::on_permission(engine, generation, responder, request),
                         Err(why) => {
                             responder.respond(Err(RpcError::new(codes::INVALID_PARAMS, format!("{method}: {why}"))))
                         }
                     }
                 } else {
-                    let (folders, terminals, cancel) =
-                        (self.inner.folders.clone(), self.inner.terminals.clone(), self.inner.cancel.clone());
-                    self.inner.tracker.spawn(async move {
-                        tokio::select! {
-                            answer = client::serve(&folders, &terminals, &method, params) => {
-                                if let Err(e) = &answer {
-                                    tracing::info!(method, error = %e.message, "refused a client method");
-                                }
-                                responder.respond(answer);
-                            }
-                            _ = cancel.cancelled() => responder.respond(Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed"))),
+                    let (folders, terminals) = (acp.folders.clone(), acp.terminals.clone());
+                    let closing = engine.closing().clone();
+                    engine.spawn(async move {
+                        let answer = tokio::select! {
+                            answer = client::serve(&folders, &terminals, &method, params) => answer,
+                            _ = closing.cancelled() => Err(RpcError::new(codes::SHUTTING_DOWN, "the session closed")),
+                        };
+                        if let Err(e) = &answer {
+                            tracing::info!(method, error = %e.message, "refused a client method");
                         }
+                        responder.respond(answer);
                     });
                 }
             }
         }
     }
 
-    fn on_update(&self, generation: u64, update: &SessionUpdate) {
+    fn on_update(&self, engine: &Engine<Self>, generation: u64, update: &SessionUpdate) {
         match update {
             SessionUpdate::CurrentModeUpdate(mode) => {
-                let mut offers = self.state().offers.clone();
-                offers.mode_moved(&mode.current_mode_id.to_string());
-                self.learn(offers, false);
+                self.moved(engine, |o| o.mode_moved(&mode.current_mode_id.to_string()))
             }
             SessionUpdate::ConfigOptionUpdate(options) => {
-                let mut offers = self.state().offers.clone();
-                offers.options = crate::config::parse_options(&options.config_options);
-                self.learn(offers, false);
+                self.moved(engine, |o| o.options = crate::config::parse_options(&options.config_options))
             }
             SessionUpdate::AvailableCommandsUpdate(commands) => {
-                self.inner.shared.learn_commands(crate::probe::commands_of(commands));
+                self.shared.learn_commands(crate::probe::commands_of(commands));
             }
             _ => {
-                let mut state = self.state();
-                let current = state.link.as_ref().is_some_and(|l| l.generation == generation);
+                let mut guard = engine.lock();
+                let (own, turn) = guard.own_and_turn();
+                let current = own.link.as_ref().is_some_and(|l| l.generation == generation);
                 // A subagent's words are its own chat's, never the conversation's history.
-                if state.loading && crate::subagents::parent_call(update).is_none() {
-                    match update {
-                        SessionUpdate::UserMessageChunk(acp::ContentChunk {
-                            content: acp::ContentBlock::Text(text),
-                            ..
-                        }) => {
-                            state.replayed.push_str(&text.text);
-                            if let Some(history) = state.history.as_mut() {
-                                history.user(&text.text);
-                            }
-                        }
-                        SessionUpdate::AgentMessageChunk(acp::ContentChunk {
-                            content: acp::ContentBlock::Text(text),
-                            ..
-                        }) => {
-                            if let Some(history) = state.history.as_mut() {
-                                history.agent(&text.text);
-                            }
-                        }
-                        _ => {}
-                    }
+                if own.loading && crate::subagents::parent_call(update).is_none() {
+                    replayed(own, update);
                 }
-                if state.loading || !current {
+                if own.loading || !current {
                     // The history session/load replays is the host's already.
                     return;
                 }
-                let terminals = self.inner.terminals.clone();
-                let taken = match state.turn.as_mut() {
-                    Some(turn) => turn.update(update, &terminals),
-                    None => false,
-                };
-                drop(state);
+                if went_on(update, &own.refused) {
+                    // The agent went on after a refusal of this prompt: it needs no telling.
+                    own.refused.clear();
+                }
+                let taken = turn.is_some_and(|turn| turn.map.update(update, &self.terminals));
+                drop(guard);
                 if !taken {
                     let kind = update_kind(&serde_json::to_value(update).unwrap_or_default());
-                    self.inner.shared.unmapped(&kind, "an update outside a turn, or of a kind this host does not show");
+                    self.shared.unmapped(&kind, "an update outside a turn, or of a kind this host does not show");
                 }
             }
         }
     }
 
-    fn on_permission(&self, responder: Responder, request: acp::RequestPermissionRequest) {
-        let mut state = self.state();
-        let running = state.running.is_some();
-        let asked = match state.turn.as_mut() {
-            Some(turn) if running => turn.ask(&request.tool_call, &request.options),
-            _ => None,
+    /// The agent asks before a call runs: a person decides, or (a host tool the agent calls
+    /// through the `ahp` server that declares nothing destructive) it runs as asked.
+    fn on_permission(
+        engine: &Engine<Self>,
+        generation: u64,
+        responder: Responder,
+        request: acp::RequestPermissionRequest,
+    ) {
+        let mut state = engine.lock();
+        let named = tool_name(&request.tool_call).or_else(|| request.tool_call.fields.title.clone());
+        let asked = match policy::offered_through_ahp(&state.own.tools, named.as_deref().unwrap_or_default()) {
+            Some(spec) => Asked::Offered(spec.effects.as_ref()),
+            None => Asked::Own { reads_only: false },
         };
+        let context = Context::new(Mode::Runtime, state.unattended()).confined(engine.backend().confined.is_some());
+        if policy::decide(asked, context) == Verdict::Run {
+            responder.ok(permission_answer(chosen_option(&request.options, true, None)));
+            return;
+        }
+        let asked = state.sent().and_then(|turn| turn.map.ask(&request.tool_call, &request.options));
         let Some(call_id) = asked else {
             drop(state);
             // Nobody is there to ask: the agent hears it was cancelled.
             responder.ok(permission_answer(None));
             return;
         };
-        if let Some(older) = state.parked.insert(call_id, Parked { responder, options: request.options }) {
+        let title = request.tool_call.fields.title.clone().filter(|t| !t.trim().is_empty());
+        let parked = Parked { responder, options: request.options, call: call_id.clone(), title, generation };
+        if let Some(older) = state.park(call_id, Kind::Confirmation, parked) {
             older.responder.ok(permission_answer(None));
         }
     }
 
-    /// Runs handed turns one after another until the session closes.
-    async fn pump(&self) {
-        loop {
-            let next = {
-                let mut state = self.state();
-                match state.queue.pop_front() {
-                    Some(params) => {
-                        let abort = CancellationToken::new();
-                        state.running = Some(Running { abort: abort.clone() });
-                        Some((params, abort))
-                    }
-                    None => None,
-                }
-            };
-            match next {
-                Some((params, abort)) => {
-                    self.run_turn(params, abort).await;
-                    let mut state = self.state();
-                    state.running = None;
-                    state.turn = None;
-                }
-                None => tokio::select! {
-                    _ = self.inner.wake.notified() => {}
-                    _ = self.inner.cancel.cancelled() => return,
-                },
-            }
+    /// The words that tell the agent the person's "no" when it ended its prompt on a refusal,
+    /// nobody having stopped the turn and no call of its after it: `cancelled` (Codex's only "no"
+    /// to an escalated command is "abort"), or `end_turn` from an agent whose preset says its "no"
+    /// stops the prompt (Qwen Code, Copilot). The turn goes on, as a "no" lets it on the agents
+    /// whose "no" does.
+    fn going_on_after_a_refusal(
+        &self,
+        engine: &Engine<Self>,
+        answer: &Result<Value, PeerError>,
+        stopped: bool,
+    ) -> Option<String> {
+        let refused = std::mem::take(&mut engine.lock().own.refused);
+        let stops_after_a_no = self.shared.options.stops_after_a_no;
+        let ended = answer
+            .as_ref()
+            .ok()
+            .and_then(|a| serde_json::from_value::<acp::PromptResponse>(a.clone()).ok())
+            .is_some_and(|a| match a.stop_reason {
+                acp::StopReason::Cancelled => true,
+                acp::StopReason::EndTurn => stops_after_a_no,
+                _ => false,
+            });
+        if stopped || !ended || refused.is_empty() {
+            return None;
         }
-    }
-
-    fn end_turn(&self, end: agent_runner::TurnEnd) {
-        let mut state = self.state();
-        let (cost, model) = (state.cost, state.offers.current_model());
-        if let Some(mut turn) = state.turn.take() {
-            state.cost = turn.finish(end, cost, model);
-        }
-    }
-
-    fn fail_turn(&self, kind: &str, sentence: String) {
-        if let Some(mut turn) = self.state().turn.take() {
-            turn.fail(kind, sentence);
-        }
-    }
-
-    async fn run_turn(&self, params: SendMessageParams, abort: CancellationToken) {
-        let writer = TurnWriter::new(self.inner.host.clone(), params.turn_id.clone());
-        self.state().turn = Some(TurnMap::new(self.provider(), writer));
-        let stopped = || abort.is_cancelled() || self.inner.cancel.is_cancelled();
-
-        let live = self.state().link.clone().filter(|l| !l.peer.is_ended());
-        let link = match live {
-            Some(link) => link,
-            None => {
-                let opened = tokio::select! {
-                    opened = self.connect(Opening::Restart, None) => opened,
-                    _ = abort.cancelled() => Err(String::new()),
-                    _ = self.inner.cancel.cancelled() => Err(String::new()),
-                };
-                if stopped() {
-                    self.end_turn(agent_runner::TurnEnd::Cancelled);
-                    return;
-                }
-                if let Err(sentence) = opened {
-                    self.fail_turn("agentUnavailable", sentence);
-                    return;
-                }
-                match self.state().link.clone() {
-                    Some(link) => link,
-                    None => {
-                        self.fail_turn(
-                            "agentUnavailable",
-                            format!("{}: the agent ended as it started", self.provider()),
-                        );
-                        return;
-                    }
-                }
-            }
-        };
-        if stopped() {
-            self.end_turn(agent_runner::TurnEnd::Cancelled);
-            return;
-        }
-        let (acp_id, prompt, forked) = {
-            let mut state = self.state();
-            let first = std::mem::replace(&mut state.first_prompt, false);
-            let mut prompt = self.prompt_blocks(&params, first, &link.caps);
-            let forked = state.fork_context.take();
-            if let Some(context) = &forked {
-                prompt.insert(0, text_block(context.clone()));
-            }
-            (state.acp_id.clone().unwrap_or_default(), prompt, forked)
-        };
-        let asked = link.peer.request_value(AGENT_METHOD_NAMES.session_prompt, acp::PromptRequest::new(acp_id, prompt));
-        tokio::pin!(asked);
-        let answer = tokio::select! {
-            answer = &mut asked => Some(answer),
-            _ = abort.cancelled() => None,
-            _ = self.inner.cancel.cancelled() => None,
-        };
-        let answer = match answer {
-            Some(answer) => answer,
-            // Stopped: the agent was told (session/cancel) and answers `cancelled`; one that
-            // never does is not waited for for ever.
-            None => match tokio::time::timeout(CANCEL_GRACE, &mut asked).await {
-                Ok(answer) => answer,
-                Err(_) => serde_json::to_value(acp::PromptResponse::new(acp::StopReason::Cancelled))
-                    .map_err(|e| PeerError::Decode(e.to_string())),
-            },
-        };
-        if let (Err(_), Some(context)) = (&answer, &forked) {
-            // The prompt may not have reached the agent's record: the next one carries them again.
-            self.state().fork_context.get_or_insert_with(|| context.clone());
-        }
-        match answer {
-            Ok(answer) => {
-                let answer = serde_json::from_value::<acp::PromptResponse>(answer).map_err(|e| e.to_string());
-                let end =
-                    if stopped() { agent_runner::TurnEnd::Cancelled } else { prompt_end(self.provider(), &answer) };
-                if let (Some(turn), Ok(answer)) = (self.state().turn.as_mut(), answer) {
-                    turn.response_usage(answer.usage);
-                }
-                if forked.is_some() {
-                    // The fork's earlier turns are in its own conversation now: the agent loads
-                    // them with it, so the host stops carrying the cut. ACP names no turns, so
-                    // the turn is recorded under its own id.
-                    self.inner.host.turn_recorded(&params.turn_id, &params.turn_id);
-                }
-                self.end_turn(end);
-            }
-            Err(_) if stopped() => self.end_turn(agent_runner::TurnEnd::Cancelled),
-            Err(PeerError::Rpc(error)) if error.code == AUTH_REQUIRED => {
-                self.fail_turn("authRequired", self.sign_in_needed(&link.caps));
-            }
-            Err(error @ (PeerError::Rpc(_) | PeerError::Decode(_))) => {
-                self.fail_turn(
-                    "agentError",
-                    format!("{}: the agent failed the turn: {}", self.provider(), refusal(error)),
-                );
-            }
-            Err(PeerError::Closed) => {
-                link.process.settle(Duration::from_secs(1)).await;
-                let sentence = with_tail(
-                    &link.process,
-                    format!(
-                        "{}: {} {} in the middle of the turn; the next message starts it again",
-                        self.provider(),
-                        self.inner.shared.options.command_line(),
-                        how_it_ended(&link.process)
-                    ),
-                );
-                {
-                    let mut state = self.state();
-                    if state.link.as_ref().is_some_and(|l| l.generation == link.generation) {
-                        state.link = None;
-                    }
-                    state.parked.clear();
-                }
-                self.fail_turn("agentExited", sentence);
-            }
-        }
+        let what: Vec<String> = refused
+            .iter()
+            .map(|r| if r.title.is_empty() { "that".to_owned() } else { format!("\"{}\"", r.title) })
+            .collect();
+        Some(format!(
+            "I declined {}, so it was not run. Go on without it, or tell me what you would do instead.",
+            what.join(" and ")
+        ))
     }
 
     /// The prompt's blocks: the session's instructions opening its first prompt (an ACP server
     /// keeps its own system prompt), the turn's own instructions, the attachments, then the words.
     fn prompt_blocks(&self, params: &SendMessageParams, first: bool, caps: &Caps) -> Vec<acp::ContentBlock> {
         let mut blocks = Vec::new();
-        if first && !self.inner.instructions.is_empty() {
-            blocks.push(text_block(self.inner.instructions.join("\n\n")));
+        if first && !self.instructions.is_empty() {
+            blocks.push(text_block(self.instructions.join("\n\n")));
         }
         if let Some(instructions) = params.instructions.as_ref().filter(|i| !i.trim().is_empty()) {
             blocks.push(text_block(instructions.clone()));
@@ -877,131 +376,213 @@ impl AcpSession {
         blocks
     }
 
-    /// Stops everything: the turn, the questions, the agent, its terminals, every task.
-    async fn shut(&self) {
-        let (link, parked, acp_id, running) = {
-            let mut state = self.state();
-            state.queue.clear();
-            let parked: Vec<Parked> = state.parked.drain().map(|(_, p)| p).collect();
-            (state.link.take(), parked, state.acp_id.clone(), state.running.is_some())
-        };
-        for p in parked {
-            p.responder.ok(permission_answer(None));
+    /// The live agent, started again when it is gone; none when the turn was stopped meanwhile.
+    async fn link_for(&self, engine: &Engine<Self>, stop: &CancellationToken) -> Result<Option<Link>, ErrorInfo> {
+        if let Some(link) = engine.lock().own.link.clone().filter(|l| !l.peer.is_ended()) {
+            return Ok(Some(link));
         }
-        if let (Some(link), Some(acp_id), true) = (&link, &acp_id, running) {
+        let opened = tokio::select! {
+            opened = self.connect(engine, Opening::Restart, None) => opened,
+            _ = stop.cancelled() => return Ok(None),
+        };
+        opened.map_err(|sentence| error_info("agentUnavailable", sentence))?;
+        let link = engine.lock().own.link.clone();
+        let ended = || error_info("agentUnavailable", format!("{}: the agent ended as it started", self.provider()));
+        link.map(Some).ok_or_else(ended)
+    }
+
+    /// How the turn ends, from the prompt's answer.
+    fn end_of(&self, link: &Link, answer: Result<Value, PeerError>, stopped: bool) -> TurnEnd {
+        let error = match answer {
+            _ if stopped => return TurnEnd::Cancelled,
+            Ok(answer) => {
+                let answer = serde_json::from_value::<acp::PromptResponse>(answer).map_err(|e| e.to_string());
+                return prompt_end(self.provider(), &answer);
+            }
+            Err(PeerError::Rpc(error)) if error.code == AUTH_REQUIRED => {
+                error_info("authRequired", self.sign_in_needed(&link.caps))
+            }
+            Err(error @ (PeerError::Rpc(_) | PeerError::Decode(_))) => {
+                let why = refusal(error);
+                error_info("agentError", format!("{}: the agent failed the turn: {why}", self.provider()))
+            }
+            Err(PeerError::Closed) => {
+                let why = format!(
+                    "{}: {} {} in the middle of the turn; the next message starts it again",
+                    self.provider(),
+                    self.shared.options.command_line(),
+                    how_it_ended(&link.process)
+                );
+                error_info("agentExited", link.process.tail().last_words(why))
+            }
+        };
+        TurnEnd::Error(error)
+    }
+}
+
+/// Keeps what `session/load` replays of a conversation: its user text, and a fork's exchanges.
+fn replayed(own: &mut AcpState, update: &SessionUpdate) {
+    let text = |chunk: &acp::ContentChunk| match &chunk.content {
+        acp::ContentBlock::Text(text) => Some(text.text.clone()),
+        _ => None,
+    };
+    match update {
+        SessionUpdate::UserMessageChunk(chunk) => {
+            let Some(text) = text(chunk) else { return };
+            own.replayed.push_str(&text);
+            if let Some(history) = own.history.as_mut() {
+                history.user(&text);
+            }
+        }
+        SessionUpdate::AgentMessageChunk(chunk) => {
+            if let (Some(text), Some(history)) = (text(chunk), own.history.as_mut()) {
+                history.agent(&text);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[async_trait]
+impl Backend for Acp {
+    type State = AcpState;
+    type Turn = AcpTurn;
+    type Reply = Parked;
+
+    fn open(&self, own: &mut AcpState, writer: TurnWriter, _params: &SendMessageParams) -> AcpTurn {
+        let model = own.offers.current_model();
+        AcpTurn { map: TurnMap::new(self.provider(), writer), model, cost: self.cost.clone() }
+    }
+
+    /// The whole turn: the agent started again when it is gone, then one `session/prompt`.
+    async fn begin(&self, engine: &Engine<Self>, params: SendMessageParams) -> Result<(), ErrorInfo> {
+        let stop = engine.lock().stop_token().unwrap_or_default();
+        let link = self.link_for(engine, &stop).await?;
+        let (acp_id, prompt, forked) = {
+            let mut state = engine.lock();
+            // A turn stopped while the agent started is never sent.
+            let sent = state.mark_sent(&params.turn_id);
+            let Some(link) = link.as_ref().filter(|_| sent) else { return Ok(()) };
+            let first = std::mem::replace(&mut state.own.first_prompt, false);
+            let mut prompt = self.prompt_blocks(&params, first, &link.caps);
+            let forked = state.own.fork_context.take();
+            if let Some(context) = &forked {
+                prompt.insert(0, text_block(context.clone()));
+            }
+            (state.own.acp_id.clone().unwrap_or_default(), prompt, forked)
+        };
+        let Some(link) = link else { return Ok(()) };
+        let mut answer = prompt_once(engine, &link, &acp_id, prompt, &stop).await;
+        while let Some(words) = self.going_on_after_a_refusal(engine, &answer, stop.is_cancelled()) {
+            answer = prompt_once(engine, &link, &acp_id, vec![text_block(words)], &stop).await;
+        }
+        if answer.is_err() {
+            if let Some(context) = forked.clone() {
+                // The prompt may not have reached the agent's record: the next one carries them again.
+                engine.lock().own.fork_context.get_or_insert(context);
+            }
+        }
+        if matches!(answer, Err(PeerError::Closed)) {
+            link.process.settle(Duration::from_secs(1)).await;
+            let mut state = engine.lock();
+            if state.own.link.as_ref().is_some_and(|l| l.generation == link.generation) {
+                state.own.link = None;
+            }
+        }
+        if let (Ok(answer), Some(turn)) = (&answer, engine.lock().turn()) {
+            if let Ok(answer) = serde_json::from_value::<acp::PromptResponse>(answer.clone()) {
+                turn.map.response_usage(answer.usage);
+            }
+            if forked.is_some() {
+                // The fork's earlier turns are in its own conversation now: the agent loads
+                // them with it, so the host stops carrying the cut. ACP names no turns, so the
+                // turn is recorded under its own id.
+                engine.host().turn_recorded(&params.turn_id, &params.turn_id);
+            }
+        }
+        let end = self.end_of(&link, answer, stop.is_cancelled());
+        engine.end_turn(&mut engine.lock(), end);
+        Ok(())
+    }
+
+    /// `session/cancel`: the questions were answered `cancelled` first, as ACP asks.
+    fn interrupt(&self, _engine: &Engine<Self>, state: &mut State<Self>) {
+        if let (Some(link), Some(acp_id)) = (&state.own.link, &state.own.acp_id) {
             link.peer.notify(AGENT_METHOD_NAMES.session_cancel, acp::CancelNotification::new(acp_id.clone()));
         }
-        self.inner.cancel.cancel();
+    }
+
+    fn settle(&self, _engine: &Engine<Self>, state: &mut State<Self>, parked: Parked, settled: Settled) {
+        let option = match settled {
+            Settled::Confirmed { approved, option_id, .. } => {
+                let option = chosen_option(&parked.options, approved, option_id.as_deref());
+                if approved {
+                    let label = parked.options.iter().find(|o| Some(&o.option_id) == option.as_ref()).map(|o| &o.name);
+                    if let Some(turn) = state.turn() {
+                        turn.map.answered_yes(&parked.call, label.map_or("Allowed", |l| l.as_str()));
+                    }
+                } else {
+                    let title = parked.title.clone().unwrap_or_default();
+                    state.own.refused.push(Refused { call: parked.call.clone(), title });
+                }
+                option
+            }
+            Settled::Answered { .. } | Settled::Withdrawn => None,
+        };
+        parked.responder.ok(permission_answer(option));
+    }
+
+    /// Stops the agent and its terminals.
+    async fn stop(&self, engine: &Engine<Self>, running: bool) {
+        let (link, acp_id) = {
+            let mut state = engine.lock();
+            (state.own.link.take(), state.own.acp_id.clone())
+        };
+        if let (Some(link), Some(acp_id), true) = (&link, acp_id, running) {
+            link.peer.notify(AGENT_METHOD_NAMES.session_cancel, acp::CancelNotification::new(acp_id));
+        }
         if let Some(link) = link {
             link.peer.close_output();
             link.process.stop(EXIT_GRACE).await;
             link.peer.end();
         }
-        self.inner.terminals.kill_all();
-        self.inner.tracker.close();
-        if tokio::time::timeout(Duration::from_secs(5), self.inner.tracker.wait()).await.is_err() {
-            tracing::warn!(provider = self.provider(), "a task of this session did not stop in time");
-        }
+        self.terminals.kill_all();
     }
-}
-
-/// The session's folder and the folders it may reach: its working directory (which must exist),
-/// or a folder of its own under the worker's data dir when it has none.
-fn folders_of(shared: &Shared, start: &Start) -> Result<(PathBuf, Vec<PathBuf>), AgentError> {
-    let cwd = match &start.working_directory {
-        Some(dir) => {
-            let dir = PathBuf::from(dir);
-            if !dir.is_dir() {
-                return Err(AgentError::Refused(format!(
-                    "{}: the session's folder {} does not exist",
-                    shared.provider,
-                    dir.display()
-                )));
-            }
-            dir
-        }
-        None => {
-            let base = shared.data_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("ahpd-acp"));
-            let name: String = start
-                .conversation_id
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
-                .collect();
-            let dir = base.join("sessions").join(name);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| AgentError::Failed(format!("{}: {}: {e}", shared.provider, dir.display())))?;
-            dir
-        }
-    };
-    let mut roots = vec![cwd.clone()];
-    roots.extend(start.additional_directories.iter().map(PathBuf::from));
-    Ok((cwd, roots))
-}
-
-/// The MCP servers handed to `session/new`: the deployment's, in ACP's shapes, then the session's
-/// own endpoint as `ahp`, where the agent takes servers over HTTP.
-fn mcp_servers(
-    provider: &str,
-    configured: Option<&BTreeMap<String, McpServer>>,
-    endpoint: Option<&ToolsEndpoint>,
-    http: bool,
-) -> Vec<acp::McpServer> {
-    let headers = |map: &BTreeMap<String, String>| -> Vec<acp::HttpHeader> {
-        map.iter().map(|(name, value)| acp::HttpHeader::new(name.clone(), value.clone())).collect()
-    };
-    let mut servers = Vec::new();
-    for (name, server) in configured.into_iter().flatten() {
-        if name == "ahp" && endpoint.is_some() && http {
-            tracing::warn!(provider, "an MCP server named ahp was left out: the name is the host tools'");
-            continue;
-        }
-        match server {
-            McpServer::Stdio { command, args, cwd, env } => {
-                if cwd.is_some() {
-                    tracing::info!(
-                        provider,
-                        server = name,
-                        "ACP carries no cwd for a stdio MCP server; it starts where the agent does"
-                    );
-                }
-                let env = env.iter().map(|(name, value)| acp::EnvVariable::new(name.clone(), value.clone())).collect();
-                servers.push(acp::McpServer::Stdio(
-                    acp::McpServerStdio::new(name.clone(), command.clone()).args(args.clone()).env(env),
-                ));
-            }
-            McpServer::Http { url, headers: pairs } if http => {
-                servers.push(acp::McpServer::Http(
-                    acp::McpServerHttp::new(name.clone(), url.clone()).headers(headers(pairs)),
-                ));
-            }
-            McpServer::Http { .. } => {
-                tracing::info!(
-                    provider,
-                    server = name,
-                    "this ACP server takes no MCP server over HTTP, so it was left out"
-                );
-            }
-        }
-    }
-    match endpoint {
-        Some(endpoint) if http => {
-            let bearer = acp::HttpHeader::new("Authorization", format!("Bearer {}", endpoint.token));
-            servers
-                .push(acp::McpServer::Http(acp::McpServerHttp::new("ahp", endpoint.url.clone()).headers(vec![bearer])));
-        }
-        Some(_) => tracing::info!(
-            provider,
-            "ahp: this ACP server takes no MCP server over HTTP, so the host tools were left out"
-        ),
-        None => {}
-    }
-    servers
 }
 
 /// What a session/update names itself as (its `sessionUpdate`), for a line about one not shown.
 fn update_kind(params: &Value) -> String {
     let update = params.get("update").unwrap_or(params);
     update.get("sessionUpdate").and_then(Value::as_str).unwrap_or("(no sessionUpdate)").to_owned()
+}
+
+/// One `session/prompt` and its answer; a stopped turn's agent was told (`session/cancel`) and
+/// answers `cancelled`, and one that never does is not waited for for ever.
+async fn prompt_once(
+    engine: &Engine<Acp>,
+    link: &Link,
+    acp_id: &str,
+    prompt: Vec<acp::ContentBlock>,
+    stop: &CancellationToken,
+) -> Result<Value, PeerError> {
+    engine.lock().own.refused.clear();
+    let request = acp::PromptRequest::new(acp_id.to_owned(), prompt);
+    let asked = link.peer.request_value(AGENT_METHOD_NAMES.session_prompt, request);
+    tokio::pin!(asked);
+    tokio::select! {
+        answer = &mut asked => answer,
+        _ = stop.cancelled() => tokio::time::timeout(CANCEL_GRACE, &mut asked).await.unwrap_or(Ok(Value::Null)),
+    }
+}
+
+/// Whether an update of the running prompt shows the agent going on of its own after the refusals
+/// `refused`: a new call of its (a subagent's are its own chat's; the refused call said again, as
+/// Kilo does, is not new). Words are not: an agent may say its own "cancelled" as it stops
+/// (Copilot does).
+fn went_on(update: &SessionUpdate, refused: &[Refused]) -> bool {
+    let SessionUpdate::ToolCall(call) = update else { return false };
+    let again = refused.iter().any(|r| r.call == call.tool_call_id.to_string());
+    crate::subagents::parent_call(update).is_none() && !again
 }
 
 fn text_block(text: String) -> acp::ContentBlock {
@@ -1039,13 +620,13 @@ fn attachment_block(attachment: &Attachment, caps: &Caps) -> acp::ContentBlock {
 #[async_trait]
 impl Session for AcpSession {
     fn conversation_id(&self) -> Option<String> {
-        self.state().acp_id.clone()
+        self.engine.lock().own.acp_id.clone()
     }
 
     /// An agent that declared `loadSession` takes this conversation up again once it is closed,
     /// so the host may unload it when idle.
     fn resumable(&self) -> bool {
-        self.state().link.as_ref().is_some_and(|l| l.caps.load_session)
+        self.engine.lock().own.link.as_ref().is_some_and(|l| l.caps.load_session)
     }
 
     /// The lost turn goes on in the conversation `session/load` took up again (the parent
@@ -1063,186 +644,72 @@ impl Session for AcpSession {
     }
 
     fn models(&self) -> Option<Vec<SessionModelInfo>> {
-        let models = self.state().offers.models(self.provider());
+        let models = self.engine.lock().own.offers.models(self.provider());
         (!models.is_empty()).then_some(models)
     }
 
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
-        if self.inner.cancel.is_cancelled() {
-            return Err(AgentError::Failed(format!("{}: the session is closed", self.provider())));
-        }
-        let caps = self.state().link.as_ref().map(|l| l.caps.attachments());
+        let caps = self.engine.lock().own.link.as_ref().map(|l| l.caps.attachments());
         if let Some(support) = caps {
             attachments::refuse_untaken(self.provider(), &support, &params.attachments)?;
         }
-        self.state().queue.push_back(params);
-        self.inner.wake.notify_one();
-        Ok(())
+        self.engine.send_message(params)
     }
 
     async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
-        let (ask, link) = {
-            let state = self.state();
-            let ask =
-                state.offers.ask_model(self.provider(), &model.id).map_err(|e| AgentError::Refused(e.to_string()))?;
-            (ask, state.link.clone().filter(|l| !l.peer.is_ended()))
+        let ask = self.engine.lock().own.offers.ask_model(self.provider(), &model.id);
+        let ask = ask.map_err(|e| AgentError::Refused(e.to_string()))?;
+        let Some(link) = self.live_link() else {
+            self.engine.lock().own.wanted.model = Some(model.id);
+            return Ok(());
         };
-        match link {
-            Some(link) => self.ask(&link, &ask).await.map_err(|why| {
-                AgentError::Refused(format!("{}: the agent would not take model {}: {why}", self.provider(), model.id))
-            }),
-            None => {
-                self.state().wanted.model = Some(model.id);
-                Ok(())
-            }
-        }
+        self.engine.backend().ask(&self.engine, &link, &ask).await.map_err(|why| {
+            AgentError::Refused(format!("{}: the agent would not take model {}: {why}", self.provider(), model.id))
+        })
     }
 
     async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
-        let (parked, cancel) = {
-            let mut state = self.state();
-            state.queue.clear();
-            let parked: Vec<Parked> = state.parked.drain().map(|(_, p)| p).collect();
-            let cancel = state.running.as_ref().map(|r| {
-                let target = state.link.as_ref().zip(state.acp_id.as_ref()).map(|(l, id)| (l.peer.clone(), id.clone()));
-                (r.abort.clone(), target)
-            });
-            (parked, cancel)
-        };
-        // The questions are answered `cancelled` first, then the turn is cancelled, as ACP asks.
-        for p in parked {
-            p.responder.ok(permission_answer(None));
-        }
-        if let Some((abort, target)) = cancel {
-            if let Some((peer, acp_id)) = target {
-                peer.notify(AGENT_METHOD_NAMES.session_cancel, acp::CancelNotification::new(acp_id));
-            }
-            abort.cancel();
-        }
+        self.engine.abort();
         Ok(())
     }
 
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
-        let Some(parked) = self.state().parked.remove(&params.tool_call_id) else {
-            return Ok(false);
-        };
-        let option = chosen_option(&parked.options, params.approved, params.option_id.as_deref());
-        parked.responder.ok(permission_answer(option));
-        Ok(true)
+        Ok(self.engine.confirm(params))
     }
 
     async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
-        let (ask, link) = {
-            let state = self.state();
-            (self.offered_in(&state, &key, &value), state.link.clone().filter(|l| !l.peer.is_ended()))
-        };
-        let ask = match ask {
+        let acp = self.engine.backend();
+        let ask = match acp.offered_in(&self.engine.lock().own, &key, &value) {
             Ok(Some(ask)) => ask,
             Ok(None) => return Ok(not_writable(&key)),
             Err(_) => return Ok(not_offered(&key, &value)),
         };
         // Held before the request goes out, so the agent's own update echoing it is not news.
-        let before = self.state().values.insert(key.clone(), value.clone());
-        let Some(link) = link else {
-            self.state().wanted.config.insert(key, value);
+        let before = self.engine.lock().own.values.insert(key.clone(), value.clone());
+        let Some(link) = self.live_link() else {
+            self.engine.lock().own.wanted.config.insert(key, value);
             return Ok(accepted());
         };
-        match self.ask(&link, &ask).await {
-            Ok(()) => Ok(accepted()),
-            Err(why) => {
-                let mut state = self.state();
-                match before {
-                    Some(before) => state.values.insert(key.clone(), before),
-                    None => state.values.remove(&key),
-                };
-                Ok(SetConfigResult {
-                    accepted: false,
-                    refusal: Some(format!("{}: {key} was not set: {why}", self.provider())),
-                })
-            }
-        }
+        let Err(why) = acp.ask(&self.engine, &link, &ask).await else { return Ok(accepted()) };
+        let values = &mut self.engine.lock().own.values;
+        match before {
+            Some(before) => values.insert(key.clone(), before),
+            None => values.remove(&key),
+        };
+        let refusal = Some(format!("{}: {key} was not set: {why}", self.provider()));
+        Ok(SetConfigResult { accepted: false, refusal })
     }
 
     async fn settings(&self) -> JsonObject {
-        self.state().values.clone()
+        self.engine.lock().own.values.clone()
+    }
+
+    async fn set_tools(&self, tools: Vec<ToolSpec>) -> Result<(), AgentError> {
+        self.engine.lock().own.tools = tools;
+        Ok(())
     }
 
     async fn close(&self) {
-        self.shut().await;
-    }
-}
-
-/// How much of the agent's stderr tail goes into a message a person reads.
-const TAIL_SHOWN: usize = 2 * 1024;
-
-/// What went wrong with a request to the agent, in words.
-fn refusal(error: PeerError) -> String {
-    match error {
-        PeerError::Rpc(error) => error.message,
-        PeerError::Closed => "the agent's output ended before it answered".to_owned(),
-        PeerError::Decode(why) => why,
-    }
-}
-
-/// How the agent ended, in words, or that it closed its output while it lives on.
-fn how_it_ended(process: &Child) -> String {
-    if process.has_exited() {
-        describe_exit(process.status())
-    } else {
-        "closed its output".to_owned()
-    }
-}
-
-/// `sentence`, then the tail of the agent's stderr, for a message a person reads.
-fn with_tail(process: &Child, sentence: String) -> String {
-    let tail = process.tail().text_within(TAIL_SHOWN);
-    if tail.is_empty() {
-        format!("{sentence}. It said nothing on stderr.")
-    } else {
-        format!("{sentence}. Its stderr ended with:\n{tail}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn mcp_servers_take_acp_shapes_and_the_endpoint_needs_http() {
-        let mut configured = BTreeMap::new();
-        configured.insert(
-            "files".to_owned(),
-            McpServer::Stdio {
-                command: "srv".into(),
-                args: vec!["/x".into()],
-                cwd: Some("/srv".into()),
-                env: [("T".to_owned(), "1".to_owned())].into_iter().collect(),
-            },
-        );
-        configured.insert(
-            "issues".to_owned(),
-            McpServer::Http {
-                url: "http://i".into(),
-                headers: [("H".to_owned(), "v".to_owned())].into_iter().collect(),
-            },
-        );
-        let endpoint = ToolsEndpoint { url: "http://127.0.0.1:1/ahp-mcp/x".into(), token: "tok".into() };
-        let json = |servers: Vec<acp::McpServer>| -> Vec<Value> {
-            servers.into_iter().map(|s| serde_json::to_value(s).expect("json")).collect()
-        };
-        let with_http = json(mcp_servers("p", Some(&configured), Some(&endpoint), true));
-        assert_eq!(
-            with_http,
-            vec![
-                json!({"name": "files", "command": "srv", "args": ["/x"], "env": [{"name": "T", "value": "1"}]}),
-                json!({"type": "http", "name": "issues", "url": "http://i", "headers": [{"name": "H", "value": "v"}]}),
-                json!({"type": "http", "name": "ahp", "url": "http://127.0.0.1:1/ahp-mcp/x",
-                       "headers": [{"name": "Authorization", "value": "Bearer tok"}]}),
-            ]
-        );
-        let without_http = json(mcp_servers("p", Some(&configured), Some(&endpoint), false));
-        assert_eq!(without_http.len(), 1);
-        assert_eq!(without_http[0]["name"], "files");
+        self.engine.close().await;
     }
 }

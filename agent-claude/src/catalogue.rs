@@ -212,13 +212,14 @@ fn strip_nulls(value: Value) -> Value {
 }
 
 /// Session `id` read back as turns, oldest first; `None` when there is no record of it.
-pub fn transcript(projects: &Path, id: &str, at: &At) -> Option<Vec<Turn>> {
+pub fn transcript(projects: &Path, id: &str, at: &At, kept: &[protocol::KeptResource]) -> Option<Vec<Turn>> {
     let file = locate(projects, id, at)?;
-    Some(turns_of(&read_entries(&file)))
+    Some(turns_of(&read_entries(&file), kept))
 }
 
-/// The turns a transcript's entries hold.
-pub fn turns_of(entries: &[Value]) -> Vec<Turn> {
+/// The turns a transcript's entries hold; `kept` is what the host kept of its tool results'
+/// images (seed 004's `kept`), each named again by its reference.
+pub fn turns_of(entries: &[Value], kept: &[protocol::KeptResource]) -> Vec<Turn> {
     let mut turns = Vec::new();
     let mut current: Option<Reading> = None;
     for entry in entries {
@@ -250,7 +251,7 @@ pub fn turns_of(entries: &[Value]) -> Vec<Turn> {
         }
         match entry["type"].as_str() {
             Some("assistant") => read_assistant(turn, &entry["message"]),
-            Some("user") => read_user(turn, entry),
+            Some("user") => read_user(turn, entry, &agent_runner::KeptLookup(kept)),
             Some("system") if entry["subtype"] == "compact_boundary" => {
                 turn.parts.push(json!({"kind": "systemNotification", "content": "The conversation was compacted."}));
             }
@@ -308,7 +309,7 @@ fn read_assistant(turn: &mut Reading, message: &Value) {
     }
 }
 
-fn read_user(turn: &mut Reading, entry: &Value) {
+fn read_user(turn: &mut Reading, entry: &Value, kept: &agent_runner::KeptLookup<'_>) {
     let content = &entry["message"]["content"];
     if let Value::Array(blocks) = content {
         for block in blocks {
@@ -321,13 +322,18 @@ fn read_user(turn: &mut Reading, entry: &Value) {
                     let text = tools::result_text(&block["content"]);
                     let call = &mut turn.parts[index]["toolCall"];
                     let named = name_call(call["toolName"].as_str().unwrap_or(""), &[]);
+                    let id = block["tool_use_id"].as_str().unwrap_or_default();
+                    let images = tools::result_images(&block["content"], id, &named.tool_name, kept);
                     let input: Value =
                         call["toolInput"].as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or(Value::Null);
                     call["status"] = json!("completed");
                     call["success"] = json!(success);
                     call["pastTenseMessage"] = json!(tools::past_tense_message(&named, &input, success));
-                    if !text.is_empty() {
-                        call["content"] = json!([{"type": "text", "text": text}]);
+                    let mut shown =
+                        if text.is_empty() { Vec::new() } else { vec![json!({"type": "text", "text": text})] };
+                    shown.extend(images.iter().filter_map(|c| serde_json::to_value(c).ok()));
+                    if !shown.is_empty() {
+                        call["content"] = Value::Array(shown);
                     }
                     if !success {
                         call["error"] = json!(text);
@@ -381,8 +387,39 @@ mod tests {
     }
 
     #[test]
+    fn a_picture_read_back_is_named_by_what_the_host_kept_or_left_out() {
+        let image = |data: &str| json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
+        let entries = vec![
+            json!({"type": "user", "uuid": "u1", "message": {"role": "user", "content": [{"type": "text", "text": "look"}]}}),
+            json!({"type": "assistant", "uuid": "a1", "message": {"content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "mcp__probe__screenshot", "input": {}}]}}),
+            json!({"type": "user", "uuid": "r1", "message": {"role": "user", "content": [{"type": "tool_result",
+                "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "two"}, image("iVBO"), image("AAAA")]}]}}),
+        ];
+        let content_ref = ahp_types::state::ContentRef {
+            uri: "session-db-resource:/s/c/toolu_1/1".into(),
+            size_hint: Some(3),
+            content_type: Some("image/png".into()),
+            nonce: None,
+        };
+        let kept = [protocol::KeptResource { call_id: "toolu_1".into(), index: 1, content_ref }];
+        let turns = turns_of(&entries, &kept);
+        let ResponsePart::ToolCall(call) = &turns[0].response_parts[0] else { panic!("a tool call") };
+        let ToolCallState::Completed(done) = &call.tool_call else { panic!("completed: {:?}", call.tool_call) };
+        let shown = serde_json::to_value(&done.content).expect("content");
+        assert_eq!(
+            shown,
+            json!([
+                {"type": "text", "text": "two"},
+                {"type": "resource", "uri": "session-db-resource:/s/c/toolu_1/1", "sizeHint": 3, "contentType": "image/png"},
+                {"type": "text", "text": "An image was left out: ahpd kept no copy of it."},
+            ])
+        );
+    }
+
+    #[test]
     fn reads_turns_with_their_parts_and_endings() {
-        let turns = turns_of(&entries());
+        let turns = turns_of(&entries(), &[]);
         assert_eq!(turns.len(), 2);
         let first = &turns[0];
         assert_eq!(first.id, "u1");
@@ -427,8 +464,11 @@ mod tests {
             Some("11111111-2222-3333-4444-555555555555".into())
         );
         assert!(find(&root, "../etc", &At::default()).is_none());
-        assert_eq!(transcript(&root, "11111111-2222-3333-4444-555555555555", &At::default()).map(|t| t.len()), Some(2));
-        assert!(transcript(&root, "33333333-2222-3333-4444-555555555555", &At::default()).is_none());
+        assert_eq!(
+            transcript(&root, "11111111-2222-3333-4444-555555555555", &At::default(), &[]).map(|t| t.len()),
+            Some(2)
+        );
+        assert!(transcript(&root, "33333333-2222-3333-4444-555555555555", &At::default(), &[]).is_none());
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -17,6 +17,7 @@
 //! **Invariant:** this crate never depends on `ahpd`; it is a backend on `agent-runner`.
 
 pub mod catalogue;
+pub mod launch;
 pub mod mapper;
 pub mod mcp;
 pub mod options;
@@ -33,9 +34,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runner::child::ChildCommand;
+use agent_runner::sync::lock;
 use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, SessionModelInfo, Turn};
+use ahp_types::state::{SessionModelInfo, Turn};
 use async_trait::async_trait;
 use protocol::{
     AgentDescriptor, AgentFeatures, At, CompletionItem, CompletionsParams, CompletionsResult, InitializeParams, Listed,
@@ -43,9 +45,10 @@ use protocol::{
 };
 use serde_json::{json, Value};
 
+use crate::launch::{ForkFrom, SessionSpec};
 use crate::options::ClaudeOptions;
 use crate::process::Cli;
-use crate::session::{ClaudeSession, ForkFrom, Initial, SessionSpec};
+use crate::session::{ClaudeSession, Initial};
 
 /// The session config key for Claude's permission mode.
 pub const PERMISSION_MODE_KEY: &str = "permissionMode";
@@ -61,11 +64,27 @@ const PERMISSION_MODE_DESCRIPTIONS: [&str; 4] = [
     "Runs everything without asking",
 ];
 
-/// The permission modes offered under `policy`: a window whose policy restricts elevated
-/// auto-approval is not offered "bypass", before a session exists or in one.
-pub fn offered_modes(policy: &Policy) -> Vec<&'static str> {
+/// The mode that never asks.
+pub const NEVER_ASK: &str = "bypassPermissions";
+
+/// The permission modes offered under `policy`, in a session confined or not: whether "bypass" is
+/// offered is the engine's to decide (`policy::never_ask_offered`): a window whose policy
+/// restricts elevated auto-approval is not offered it on the machine itself, and a confined
+/// session always is.
+pub fn offered_modes(policy: &Policy, confined: bool) -> Vec<&'static str> {
     let restricted = policy.auto_approve_policy_restricted == Some(true);
-    PERMISSION_MODES.iter().copied().filter(|m| !(restricted && *m == "bypassPermissions")).collect()
+    let never_ask = agent_runner::engine::policy::never_ask_offered(restricted, confined);
+    PERMISSION_MODES.iter().copied().filter(|m| never_ask || *m != NEVER_ASK).collect()
+}
+
+/// The mode a session that chose none starts in: the never-ask mode where it is confined
+/// (`policy::never_ask_by_default`), else the CLI's own default.
+pub fn default_mode(confined: bool) -> &'static str {
+    if agent_runner::engine::policy::never_ask_by_default(confined) {
+        NEVER_ASK
+    } else {
+        "default"
+    }
 }
 
 /// The worker kind's factory: what `ahpd worker claude` runs.
@@ -152,56 +171,21 @@ impl Claude {
 
 fn schema(policy: &Policy) -> SchemaResult {
     let offered: Vec<usize> =
-        offered_modes(policy).iter().filter_map(|m| PERMISSION_MODES.iter().position(|p| p == m)).collect();
-    let mode = SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: "Permissions".into(),
-        description: Some("When Claude asks before it acts".into()),
-        default: Some(json!("default")),
-        r#enum: Some(offered.iter().map(|&i| json!(PERMISSION_MODES[i])).collect()),
-        enum_labels: Some(offered.iter().map(|&i| PERMISSION_MODE_LABELS[i].to_owned()).collect()),
-        enum_descriptions: Some(offered.iter().map(|&i| PERMISSION_MODE_DESCRIPTIONS[i].to_owned()).collect()),
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(true),
-    };
-    let style = SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: "Output style".into(),
-        description: Some("How Claude writes its answers (its /output-style); set when the session starts".into()),
-        default: Some(json!("default")),
-        r#enum: None,
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(false),
-    };
-    let mut defaults = JsonObject::new();
-    defaults.insert(PERMISSION_MODE_KEY.into(), json!("default"));
-    defaults.insert(OUTPUT_STYLE_KEY.into(), json!("default"));
-    SchemaResult {
-        schema: SessionConfigSchema {
-            r#type: "object".into(),
-            properties: [(PERMISSION_MODE_KEY.to_owned(), mode), (OUTPUT_STYLE_KEY.to_owned(), style)]
-                .into_iter()
-                .collect(),
-            required: None,
-        },
-        defaults,
-    }
+        offered_modes(policy, false).iter().filter_map(|m| PERMISSION_MODES.iter().position(|p| p == m)).collect();
+    let mut mode =
+        agent_runner::schema::property("string", "Permissions", Some("When Claude asks before it acts".into()));
+    mode.default = Some(json!("default"));
+    mode.r#enum = Some(offered.iter().map(|&i| json!(PERMISSION_MODES[i])).collect());
+    mode.enum_labels = Some(offered.iter().map(|&i| PERMISSION_MODE_LABELS[i].to_owned()).collect());
+    mode.enum_descriptions = Some(offered.iter().map(|&i| PERMISSION_MODE_DESCRIPTIONS[i].to_owned()).collect());
+    let mut style = agent_runner::schema::property(
+        "string",
+        "Output style",
+        Some("How Claude writes its answers (its /output-style); set when the session starts".into()),
+    );
+    style.default = Some(json!("default"));
+    style.session_mutable = Some(false);
+    agent_runner::schema::schema_of(vec![(PERMISSION_MODE_KEY, mode), (OUTPUT_STYLE_KEY, style)])
 }
 
 /// A path handed as a path or a `file://` URI.
@@ -237,7 +221,7 @@ impl Agent for Claude {
                 // `--resume` and a prompt that says the turn goes on.
                 resume_turn: true,
                 // Images and PDFs as content blocks of their own; the rest as text.
-                attachments: Some(session::attachment_support()),
+                attachments: Some(launch::attachment_support()),
                 // Its `system/init` says each MCP server's status.
                 mcp_status: true,
             },
@@ -270,16 +254,10 @@ impl Agent for Claude {
         let answer = cli.control(json!({"subtype": "initialize", "hooks": null}), Duration::from_secs(60)).await;
         cli.stop().await;
         let answer = answer.map_err(|e| {
-            let tail = cli.stderr_tail();
-            AgentError::Failed(if tail.is_empty() {
-                format!("Claude Code could not be asked what it offers: {e}")
-            } else {
-                format!("Claude Code could not be asked what it offers: {e}. Its last words: {tail}")
-            })
+            AgentError::Failed(cli.last_words(format!("Claude Code could not be asked what it offers: {e}")))
         })?;
         let styles = answer["available_output_styles"].as_array().cloned().unwrap_or_default();
-        *self.output_styles.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            styles.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();
+        *lock(&self.output_styles) = styles.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect();
         Ok(probe_result(&answer))
     }
 
@@ -287,16 +265,14 @@ impl Agent for Claude {
         if params.property != OUTPUT_STYLE_KEY {
             return Ok(CompletionsResult::default());
         }
-        let styles = self.output_styles.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let styles = lock(&self.output_styles).clone();
         Ok(output_style_items(&styles, params.query.as_deref().unwrap_or_default()))
     }
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
         let Some(projects) = self.projects() else { return Ok(Vec::new()) };
         let summaries = self.summaries.clone();
-        let listing = move || {
-            catalogue::list(&mut summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &projects)
-        };
+        let listing = move || catalogue::list(&mut lock(&summaries), &projects);
         Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
     }
 
@@ -306,14 +282,25 @@ impl Agent for Claude {
         Ok(tokio::task::spawn_blocking(move || catalogue::find(&projects, &id, &at)).await.unwrap_or_default())
     }
 
-    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+    async fn transcript(
+        &self,
+        id: &str,
+        at: &At,
+        kept: &[protocol::KeptResource],
+    ) -> Result<Option<Vec<Turn>>, AgentError> {
         let Some(projects) = self.projects() else { return Ok(None) };
-        let (id, at) = (id.to_owned(), at.clone());
-        Ok(tokio::task::spawn_blocking(move || catalogue::transcript(&projects, &id, &at)).await.unwrap_or_default())
+        let (id, at, kept) = (id.to_owned(), at.clone(), kept.to_vec());
+        let read = move || catalogue::transcript(&projects, &id, &at, &kept);
+        Ok(tokio::task::spawn_blocking(read).await.unwrap_or_default())
+    }
+
+    fn confines(&self) -> bool {
+        true
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {
         // A cut always begins a copy under a new id: the source keeps its record whole.
+        let confined = start.confined.clone();
         let cut_in_place = start.cut.as_ref().is_some_and(|c| c.source == start.conversation_id);
         let session_id = match uuid::Uuid::parse_str(&start.conversation_id) {
             Ok(_) if cut_in_place => uuid::Uuid::new_v4().to_string(),
@@ -351,9 +338,10 @@ impl Agent for Claude {
                 .collect(),
             mcp_config: mcp::config(start.mcp_servers.as_ref(), Some(&working)),
             append_system_prompt: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
-            permission_modes: offered_modes(&start.policy),
+            permission_modes: offered_modes(&start.policy, confined.is_some()),
             cli_settings: cli_settings(&start),
             terminal_outputs: start.terminal_outputs,
+            confined: confined.clone(),
         };
         let fork = match &start.cut {
             Some(cut) => Some(self.fork_point(cut, &working)?),
@@ -369,8 +357,8 @@ impl Agent for Claude {
             .settings
             .get(PERMISSION_MODE_KEY)
             .and_then(Value::as_str)
-            .filter(|m| offered_modes(&start.policy).contains(m))
-            .unwrap_or("default")
+            .filter(|m| offered_modes(&start.policy, confined.is_some()).contains(m))
+            .unwrap_or(default_mode(confined.is_some()))
             .to_owned();
         let model = start.model.as_ref().map(|m| m.id.clone()).filter(|id| id != "default");
         let unsaid_instructions = if resume { self.unsaid(&spec, &working) } else { None };

@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use agent_runner::engine::calls::Calls;
 use agent_runner::{error_info, tool_result, Question, TurnEnd, TurnWriter};
 use ahp_types::state::UsageInfo;
 use protocol::{ToolOutcome, ToolSpec};
@@ -19,17 +20,14 @@ use serde_json::{json, Value};
 
 use crate::tools::{self, name_call, Named, Owner};
 
-/// One tool call of the turn.
+/// What the mapper keeps of one tool call of the turn, beside the engine's bookkeeping of what
+/// was said of it ([`Calls`]).
 #[derive(Debug, Clone)]
 pub struct Call {
     /// Its names and owner.
     pub named: Named,
     /// Its input, once whole.
     pub input: Value,
-    /// `chat/toolCallReady` was said.
-    pub ready: bool,
-    /// It ended (completed, or denied by a person).
-    pub done: bool,
 }
 
 /// Maps the lines of one turn.
@@ -38,7 +36,7 @@ pub struct TurnMapper {
     tools: Vec<ToolSpec>,
     /// The host keeps what a command printed as an exited terminal (`Start.terminalOutputs`).
     terminal_outputs: bool,
-    calls: HashMap<String, Call>,
+    calls: Calls<Call>,
     /// Stream block index → tool-use id, for `input_json_delta`s.
     open_tool_blocks: HashMap<u64, String>,
     /// API message ids whose blocks were streamed (their `assistant` lines are not drawn again).
@@ -57,7 +55,7 @@ impl TurnMapper {
             writer,
             tools,
             terminal_outputs: false,
-            calls: HashMap::new(),
+            calls: Calls::default(),
             open_tool_blocks: HashMap::new(),
             streamed: HashSet::new(),
             model: None,
@@ -76,7 +74,7 @@ impl TurnMapper {
 
     /// A call of this turn.
     pub fn call(&self, id: &str) -> Option<&Call> {
-        self.calls.get(id)
+        self.calls.get(id).map(|c| &c.of)
     }
 
     /// The tools the calls are named from.
@@ -127,7 +125,7 @@ impl TurnMapper {
                     Some("input_json_delta") => {
                         let partial = delta["partial_json"].as_str().unwrap_or("");
                         if let Some(id) = self.open_tool_blocks.get(&index).cloned() {
-                            let shows = self.calls.get(&id).is_some_and(|c| c.named.owner != Owner::Question);
+                            let shows = self.call(&id).is_some_and(|c| c.named.owner != Owner::Question);
                             if shows && !partial.is_empty() {
                                 self.writer.tool_input_delta(&id, partial);
                             }
@@ -165,7 +163,7 @@ impl TurnMapper {
                     let (Some(id), Some(name)) = (block["id"].as_str(), block["name"].as_str()) else { continue };
                     self.start_call(id, name);
                     if let Some(call) = self.calls.get_mut(id) {
-                        call.input = block["input"].clone();
+                        call.of.input = block["input"].clone();
                     }
                 }
                 _ => {}
@@ -182,7 +180,12 @@ impl TurnMapper {
             let Some(id) = block["tool_use_id"].as_str() else { continue };
             let success = block["is_error"] != Value::Bool(true);
             let text = tools::result_text(&block["content"]);
-            self.complete(id, success, text, None);
+            // Its images are kept only for a call that still waits for its result.
+            let open = self.calls.get(id).filter(|c| !c.done).map(|c| c.of.named.tool_name.clone());
+            let host = self.writer.host().clone();
+            let images = open.map(|tool| tools::result_images(&block["content"], id, &tool, &host));
+            let images = images.unwrap_or_default();
+            self.complete_showing(id, success, text, None, images);
         }
     }
 
@@ -208,52 +211,49 @@ impl TurnMapper {
 
     /// Creates a call the first time its id is seen (`chat/toolCallStart`); a question is not a
     /// tool call and creates nothing.
-    pub fn start_call(&mut self, id: &str, name: &str) -> &Call {
-        if !self.calls.contains_key(id) {
-            let named = name_call(name, &self.tools);
-            if named.owner != Owner::Question {
-                self.writer.tool_start(id, &named.tool_name, &named.display_name, named.contributor());
-            }
-            self.calls.insert(id.to_owned(), Call { named, input: json!({}), ready: false, done: false });
+    pub fn start_call(&mut self, id: &str, name: &str) {
+        if self.calls.contains(id) {
+            return;
         }
-        &self.calls[id]
+        let named = name_call(name, &self.tools);
+        let (tool_name, display_name, contributor) =
+            (named.tool_name.clone(), named.display_name.clone(), named.contributor());
+        let call = Call { named, input: json!({}) };
+        if call.named.owner == Owner::Question {
+            self.calls.keep(id, call);
+        } else {
+            self.calls.start(&mut self.writer, id, &tool_name, &display_name, contributor, call);
+        }
     }
 
     /// Sets a call's whole input (a `can_use_tool` or `tools/call` carries it).
     pub fn set_input(&mut self, id: &str, input: &Value) {
-        if let Some(call) = self.calls.get_mut(id) {
-            if input.is_object() {
-                call.input = input.clone();
-            }
+        if let Some(call) = self.calls.get_mut(id).filter(|_| input.is_object()) {
+            call.of.input = input.clone();
         }
+    }
+
+    /// How a call reads while it runs, and its input as text.
+    fn invocation(&self, id: &str) -> Option<(String, Option<String>)> {
+        let call = self.call(id)?;
+        Some((tools::invocation_message(&call.named, &call.input), Some(call.input.to_string())))
     }
 
     /// The call waits for a person: `chat/toolCallReady` without `confirmed`.
     pub fn ask(&mut self, id: &str, question: Question) {
-        let Some(call) = self.calls.get_mut(id) else { return };
-        call.ready = true;
-        let invocation = tools::invocation_message(&call.named, &call.input);
-        let input = Some(call.input.to_string());
-        self.writer.tool_asks(id, &invocation, input, question);
+        let Some((invocation, input)) = self.invocation(id) else { return };
+        self.calls.asks(&mut self.writer, id, &invocation, input, question);
     }
 
     /// The call runs without asking: `chat/toolCallReady` with `confirmed: not-needed`, once.
     pub fn running(&mut self, id: &str) {
-        let Some(call) = self.calls.get_mut(id) else { return };
-        if call.ready || call.done {
-            return;
-        }
-        call.ready = true;
-        let invocation = tools::invocation_message(&call.named, &call.input);
-        let input = Some(call.input.to_string());
-        self.writer.tool_running(id, &invocation, input);
+        let Some((invocation, input)) = self.invocation(id) else { return };
+        self.calls.running(&mut self.writer, id, &invocation, input);
     }
 
     /// A person denied the call: the host moved it to cancelled already, so nothing more is said.
     pub fn denied(&mut self, id: &str) {
-        if let Some(call) = self.calls.get_mut(id) {
-            call.done = true;
-        }
+        self.calls.answered(id, false);
     }
 
     /// Names the command's output as a terminal kept by the host (`Start.terminalOutputs`).
@@ -265,13 +265,25 @@ impl TurnMapper {
     /// The call ended: readied first if nobody asked, then one result object. A command the CLI
     /// ran (Bash) shows what it printed as a terminal the host keeps, where the host keeps them.
     pub fn complete(&mut self, id: &str, success: bool, text: String, past_tense: Option<String>) {
+        self.complete_showing(id, success, text, past_tense, Vec::new());
+    }
+
+    /// The same, its result showing `images` after its text (each kept by the host, or the
+    /// sentence saying it was left out).
+    fn complete_showing(
+        &mut self,
+        id: &str,
+        success: bool,
+        text: String,
+        past_tense: Option<String>,
+        images: Vec<ahp_types::state::ToolResultContent>,
+    ) {
         let Some(call) = self.calls.get(id) else { return };
-        if call.done || call.named.owner == Owner::Question {
+        if call.done || call.of.named.owner == Owner::Question {
             return;
         }
         self.running(id);
-        let Some(call) = self.calls.get_mut(id) else { return };
-        call.done = true;
+        let Some(call) = self.call(id) else { return };
         let past = past_tense.unwrap_or_else(|| tools::past_tense_message(&call.named, &call.input, success));
         let ran = tools::command_run(&call.named, &call.input, success, &text).filter(|_| self.terminal_outputs);
         let (text, error) = if success { (Some(text), None) } else { (Some(text.clone()), Some(text)) };
@@ -280,7 +292,10 @@ impl TurnMapper {
             let uri = self.writer.host().keep_terminal_output(id, &ran.command, &ran.output, ran.exit_code);
             result.content = Some(vec![ran.terminal(uri)]);
         }
-        self.writer.tool_complete(id, result);
+        if !images.is_empty() {
+            result.content.get_or_insert_with(Vec::new).extend(images);
+        }
+        self.calls.complete(&mut self.writer, id, result);
     }
 
     /// The host (or a client) ran the call: complete it from the outcome.
@@ -373,6 +388,32 @@ mod tests {
         assert_eq!(t.title, "make test");
         assert_eq!(t.result.as_ref().and_then(|r| r.exit_code), Some(2));
         assert_eq!(t.result.as_ref().and_then(|r| r.preview.as_deref()), Some("failed"));
+    }
+
+    #[tokio::test]
+    async fn a_picture_a_tool_returned_is_handed_to_the_host_and_named_by_its_reference() {
+        let (host, captured) = capture_host();
+        let host = host.keeping_resources(Some(8));
+        let mut m = TurnMapper::new(TurnWriter::new(host, "t1"), Vec::new());
+        m.start_call("toolu_1", "mcp__probe__screenshot");
+        let image = |data: &str| json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}});
+        m.line(&json!({"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+            "content": [{"type": "text", "text": "shot"}, image("iVBORw=="), image("AAAAAAAAAAAAAAAA")]}]}}));
+        let actions = captured.actions().await;
+        let result = actions.iter().find_map(|a| match a {
+            StateAction::ChatToolCallComplete(c) => Some(c.result.clone()),
+            _ => None,
+        });
+        let shown = serde_json::to_value(result.expect("a result").content).expect("content");
+        assert_eq!(
+            shown,
+            json!([
+                {"type": "text", "text": "shot"},
+                {"type": "resource", "uri": "session-db-resource:/s/c/toolu_1/1", "sizeHint": 4, "contentType": "image/png"},
+                {"type": "text", "text": "An image of 12 bytes was left out: over toolResultResourceLimitBytes (8 bytes)."},
+            ])
+        );
+        assert_eq!(captured.kept().await, [("toolu_1".to_owned(), 1, "iVBORw==".to_owned())], "handed over once");
     }
 
     #[tokio::test]

@@ -15,8 +15,6 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-/// How much of the CLI's stderr tail goes into the errors a person sees.
-const STDERR_SHOWN: usize = 8 * 1024;
 /// The longest stdout line read (a tool result can be large).
 const MAX_LINE_BYTES: usize = 64 << 20;
 /// How long a stop waits after closing stdin, and again after SIGTERM.
@@ -110,9 +108,9 @@ impl Cli {
         self.send(&json!({"type": "control_response", "response": response}))
     }
 
-    /// The last few KiB of what the CLI wrote to stderr.
-    pub fn stderr_tail(&self) -> String {
-        self.child.tail().text_within(STDERR_SHOWN)
+    /// `why` it ended (or could not be asked), with its last words on stderr.
+    pub fn last_words(&self, why: impl Into<String>) -> String {
+        self.child.tail().last_words(why)
     }
 
     /// Waits at most `within` for the process to exit on its own, and says how it ended.
@@ -217,7 +215,7 @@ mod tests {
         assert_eq!(events.recv().await, Some(CliEvent::Garbage("not-json".into())));
         let status = cli.wait_exit(Duration::from_secs(10)).await;
         assert_eq!(describe_end("sh", status), "sh exited with code 0");
-        assert_eq!(cli.stderr_tail(), "oops");
+        assert_eq!(cli.last_words("it ended"), "it ended. Its last words on stderr: oops");
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ use serde_json::Value;
 pub struct Captured {
     sender: Peer,
     actions: Arc<Mutex<Vec<StateAction>>>,
+    kept: Arc<Mutex<Vec<(String, u32, String)>>>,
 }
 
 impl Captured {
@@ -21,6 +22,12 @@ impl Captured {
     pub async fn actions(&self) -> Vec<StateAction> {
         self.flush().await;
         self.actions.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// What was handed over to keep (`resource/keep`): call, place and bytes, in order.
+    pub async fn kept(&self) -> Vec<(String, u32, String)> {
+        self.flush().await;
+        self.kept.lock().map(|k| k.clone()).unwrap_or_default()
     }
 
     /// A request behind every notification sent before it: once it is answered, they all arrived.
@@ -38,6 +45,8 @@ pub fn capture_host() -> (SessionHost, Captured) {
     let receiver = Peer::start(their_read, their_write);
     let actions = Arc::new(Mutex::new(Vec::new()));
     let into_actions = actions.clone();
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let into_kept = kept.clone();
     let mut incoming = receiver.incoming;
     tokio::spawn(async move {
         let _keep = receiver.peer;
@@ -50,13 +59,20 @@ pub fn capture_host() -> (SessionHost, Captured) {
                         }
                     }
                 }
+                Incoming::Notification { method, params } if method == protocol::methods::worker::RESOURCE_KEEP => {
+                    if let Ok(keep) = serde_json::from_value::<protocol::KeepResourceParams>(params) {
+                        if let Ok(mut k) = into_kept.lock() {
+                            k.push((keep.call_id, keep.index, keep.data));
+                        }
+                    }
+                }
                 Incoming::Notification { .. } => {}
                 Incoming::Request(request) => request.responder.ok(Value::Null),
             }
         }
     });
     let host = SessionHost::new(sender.peer.clone(), "ahp-session:/s".into(), "ahp-chat:/c".into());
-    (host, Captured { sender: sender.peer, actions })
+    (host, Captured { sender: sender.peer, actions, kept })
 }
 
 /// The lines of a recorded CLI output under `tests/fixtures/`.

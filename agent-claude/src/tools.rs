@@ -217,7 +217,7 @@ fn one_line(s: &str) -> String {
     }
 }
 
-/// The text of a tool result's content (a string, or a list of blocks).
+/// The text of a tool result's content (a string, or a list of blocks): its text blocks alone.
 pub fn result_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
@@ -225,7 +225,6 @@ pub fn result_text(content: &Value) -> String {
             .iter()
             .filter_map(|b| match b["type"].as_str() {
                 Some("text") => b["text"].as_str().map(str::to_owned),
-                Some("image") => Some("[image]".to_owned()),
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -233,6 +232,31 @@ pub fn result_text(content: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+/// The images of a tool result's content, each kept by `keeper` under its place among the blocks
+/// (or the sentence saying it was left out): an MCP tool's screenshot or a picture the Read tool
+/// returned, as the CLI writes them (`{type: "image", source: {type: "base64", media_type, data}}`).
+/// An image named by a URL only is no content a part carries inline: it is left as it was.
+pub fn result_images(
+    content: &Value,
+    call_id: &str,
+    tool_name: &str,
+    keeper: &dyn agent_runner::Keeper,
+) -> Vec<ahp_types::state::ToolResultContent> {
+    let blocks = content.as_array().map(Vec::as_slice).unwrap_or_default();
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b["type"] == "image" && b["source"]["type"] == "base64")
+        .filter_map(|(index, block)| {
+            let source = &block["source"];
+            let (kind, data) = (source["media_type"].as_str()?, source["data"].as_str()?);
+            let index = u32::try_from(index).ok()?;
+            let name = agent_runner::kept::content_name(tool_name, index, kind);
+            Some(keeper.content(call_id, index, &name, kind, data))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -228,9 +228,69 @@ pub fn content_text(content: &Value) -> String {
     }
 }
 
+/// A tool result's content as a client is shown it: its text (as [`content_text`] joins it), then
+/// each image pi's tool returned (`{type: "image", data, mimeType}`, a read of a picture, an MCP
+/// tool's screenshot) kept by `keeper` under its place among the blocks, or the sentence saying it
+/// was left out.
+pub fn shown_content(
+    content: &Value,
+    call_id: &str,
+    tool_name: &str,
+    keeper: &dyn agent_runner::Keeper,
+) -> Vec<ahp_types::state::ToolResultContent> {
+    use ahp_types::state::{ToolResultContent, ToolResultTextContent};
+    let text = content_text(content);
+    let blocks = content.as_array().map(Vec::as_slice).unwrap_or_default();
+    let is_image = |b: &Value| b.get("type").and_then(Value::as_str) == Some("image");
+    let mut shown = Vec::new();
+    // The text as before, even when empty, unless the result is pictures alone.
+    if !text.is_empty() || !blocks.iter().any(is_image) {
+        shown.push(ToolResultContent::Text(ToolResultTextContent { text }));
+    }
+    for (index, block) in blocks.iter().enumerate() {
+        if !is_image(block) {
+            continue;
+        }
+        let (Some(data), Some(kind)) =
+            (block.get("data").and_then(Value::as_str), block.get("mimeType").and_then(Value::as_str))
+        else {
+            continue;
+        };
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let name = agent_runner::kept::content_name(tool_name, index, kind);
+        shown.push(keeper.content(call_id, index, &name, kind, data));
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pictures_result_shows_its_text_then_each_picture_by_what_kept_it() {
+        let content = serde_json::json!([
+            {"type": "text", "text": "Read image file [image/png]"},
+            {"type": "image", "data": "iVBORw==", "mimeType": "image/png"},
+            {"type": "image", "data": "R0lG", "mimeType": "image/gif"},
+        ]);
+        let content_ref = ahp_types::state::ContentRef {
+            uri: "session-db-resource:/s/c/call_1/1".into(),
+            size_hint: Some(4),
+            content_type: Some("image/png".into()),
+            nonce: None,
+        };
+        let kept = [protocol::KeptResource { call_id: "call_1".into(), index: 1, content_ref }];
+        let shown = shown_content(&content, "call_1", "read", &agent_runner::KeptLookup(&kept));
+        assert_eq!(
+            serde_json::to_value(shown).expect("content"),
+            serde_json::json!([
+                {"type": "text", "text": "Read image file [image/png]"},
+                {"type": "resource", "uri": "session-db-resource:/s/c/call_1/1", "sizeHint": 4, "contentType": "image/png"},
+                {"type": "text", "text": "An image was left out: ahpd kept no copy of it."},
+            ])
+        );
+    }
 
     #[test]
     fn reads_the_records_pi_writes() {

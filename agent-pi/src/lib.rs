@@ -11,6 +11,7 @@
 //! **Invariant:** this crate builds on `agent-runner` alone and never depends on `ahpd`.
 
 pub mod catalogue;
+pub mod commands;
 pub mod cut;
 pub mod event;
 pub mod mapper;
@@ -24,12 +25,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runner::child::ChildCommand;
+use agent_runner::sync::lock;
 use agent_runner::{Agent, AgentError, AgentFactory, Session, SessionHost};
-use ahp_types::common::JsonObject;
-use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, Turn};
+use ahp_types::state::Turn;
 use async_trait::async_trait;
 use protocol::{AgentDescriptor, AgentFeatures, At, Listed, Policy, ProbeResult, SchemaResult, SlashCommand, Start};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::options::PiOptions;
 use crate::process::PiProcess;
@@ -59,34 +60,14 @@ pub struct PiAgent {
 }
 
 fn schema() -> SchemaResult {
-    let ask = SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: "Ask before".into(),
-        description: Some("Which of pi's tool calls wait for a person to allow them".into()),
-        default: Some(Value::String("never".into())),
-        r#enum: Some(ASK.iter().map(|v| Value::String((*v).into())).collect()),
-        enum_labels: Some(vec!["Never".into(), "Commands and edits".into(), "Every call".into()]),
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(true),
-    };
-    let mut defaults = JsonObject::new();
-    defaults.insert("ask".into(), Value::String("never".into()));
-    SchemaResult {
-        schema: SessionConfigSchema {
-            r#type: "object".into(),
-            properties: [("ask".to_owned(), ask)].into_iter().collect(),
-            required: None,
-        },
-        defaults,
-    }
+    let ask = agent_runner::schema::choice(
+        "Ask before",
+        "Which of pi's tool calls wait for a person to allow them",
+        "never",
+        &ASK,
+        &["Never", "Commands and edits", "Every call"],
+    );
+    agent_runner::schema::schema_of(vec![("ask", ask)])
 }
 
 #[async_trait]
@@ -113,7 +94,7 @@ impl Agent for PiAgent {
                 // finished, and is told to carry on with it.
                 resume_turn: true,
                 // pi's prompt takes images beside its text; every other attachment is said as text.
-                attachments: Some(session::attachment_support()),
+                attachments: Some(commands::attachment_support()),
                 ..Default::default()
             },
         }
@@ -166,7 +147,7 @@ impl Agent for PiAgent {
 
     async fn list(&self) -> Result<Vec<Listed>, AgentError> {
         let (catalogue, summaries) = (self.options.catalogue(), self.summaries.clone());
-        let listing = move || catalogue.list(&mut summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let listing = move || catalogue.list(&mut lock(&summaries));
         Ok(tokio::task::spawn_blocking(listing).await.unwrap_or_default())
     }
 
@@ -175,9 +156,19 @@ impl Agent for PiAgent {
         Ok(tokio::task::spawn_blocking(move || catalogue.find(&id, &at)).await.unwrap_or_default())
     }
 
-    async fn transcript(&self, id: &str, at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+    async fn transcript(
+        &self,
+        id: &str,
+        at: &At,
+        kept: &[protocol::KeptResource],
+    ) -> Result<Option<Vec<Turn>>, AgentError> {
         let Some(file) = self.options.catalogue().locate(id, at) else { return Ok(None) };
-        transcript::read_transcript(&file).map_err(|e| AgentError::Failed(e.to_string()))
+        transcript::read_transcript(&file, kept).map_err(|e| AgentError::Failed(e.to_string()))
+    }
+
+    /// pi, and so everything its tools run, starts through the session's box.
+    fn confines(&self) -> bool {
+        true
     }
 
     async fn create(&self, start: Start, host: SessionHost) -> Result<Arc<dyn Session>, AgentError> {

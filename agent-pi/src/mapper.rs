@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use agent_runner::engine::calls::Calls;
 use agent_runner::{tool_result, Question, TurnEnd, TurnWriter};
 use ahp_types::actions::{ChatToolCallContentChangedAction, StateAction};
 use ahp_types::state::{
@@ -37,6 +38,9 @@ pub struct HostTool {
     pub display_name: String,
     /// The client that runs it; none for the host's own tools.
     pub owner: Option<String>,
+    /// It waits for a person before it runs (the engine's policy, from the effects its spec
+    /// declares), so it is not said running when pi starts it.
+    pub asks: bool,
 }
 
 /// The tools the host and its clients offer, by the name the model calls.
@@ -65,14 +69,16 @@ enum Outcome {
     Failed(String),
 }
 
+/// What the mapper keeps of one tool call, beside the engine's bookkeeping of what was said of it
+/// ([`Calls`]).
 #[derive(Debug, Default)]
 struct Call {
     tool_name: String,
     display_name: String,
     host_tool: bool,
+    /// A host tool that waits for a person: said ready when the bridge asks to run it.
+    asks: bool,
     input: Option<Value>,
-    ready: bool,
-    denied: bool,
 }
 
 /// Maps one AHP turn. Build it when the turn is handed, feed it pi's records.
@@ -86,7 +92,7 @@ pub struct TurnMapper {
     block: Option<(u32, u64)>,
     streamed: HashSet<(u32, u64)>,
     block_calls: HashMap<(u32, u64), String>,
-    calls: HashMap<String, Call>,
+    calls: Calls<Call>,
     usage: (i64, i64, i64, i64),
     model: Option<String>,
     entry_recorded: bool,
@@ -105,7 +111,7 @@ impl TurnMapper {
             block: None,
             streamed: HashSet::new(),
             block_calls: HashMap::new(),
-            calls: HashMap::new(),
+            calls: Calls::default(),
             usage: (0, 0, 0, 0),
             model: None,
             entry_recorded: false,
@@ -115,6 +121,17 @@ impl TurnMapper {
     /// The AHP turn's id.
     pub fn turn_id(&self) -> &str {
         self.writer.turn_id()
+    }
+
+    /// The writer the turn is said through.
+    pub fn writer(&mut self) -> &mut TurnWriter {
+        &mut self.writer
+    }
+
+    /// Says the turn's ending (the engine's: a stop, a failure) while pi's run goes on being
+    /// followed to its end, which [`Step::Ended`] says.
+    pub fn say_end(&mut self, end: TurnEnd) {
+        self.writer.end(end);
     }
 
     /// True once the ending was said.
@@ -191,24 +208,21 @@ impl TurnMapper {
     /// decides (the call waits), none when it runs without asking.
     pub fn gate(&mut self, tool_call_id: &str, tool_name: &str, input: &Value, question: Option<Question>) {
         self.start_call(tool_call_id, tool_name, &ToolCatalog::new());
-        let invocation = {
-            let call = self.calls.entry(tool_call_id.to_owned()).or_default();
-            call.input = Some(input.clone());
-            call.ready = true;
-            invocation_message(call)
-        };
+        let Some(call) = self.calls.get_mut(tool_call_id) else { return };
+        call.of.input = Some(input.clone());
+        let invocation = invocation_message(&call.of);
         let input = Some(input.to_string());
         match question {
-            Some(question) => self.writer.tool_asks(tool_call_id, &invocation, input, question),
-            None => self.writer.tool_running(tool_call_id, &invocation, input),
+            Some(question) => self.calls.asks(&mut self.writer, tool_call_id, &invocation, input, question),
+            None => {
+                self.calls.running(&mut self.writer, tool_call_id, &invocation, input);
+            }
         }
     }
 
     /// A person denied the call: the client's own action cancelled it, so its end is not said.
     pub fn denied(&mut self, tool_call_id: &str) {
-        if let Some(call) = self.calls.get_mut(tool_call_id) {
-            call.denied = true;
-        }
+        self.calls.answered(tool_call_id, false);
     }
 
     /// Feeds one record pi wrote.
@@ -226,12 +240,11 @@ impl TurnMapper {
             PiRecord::MessageEnd { message } => self.message_end(message),
             PiRecord::ToolExecutionStart { tool_call_id, tool_name, args } => {
                 self.start_call(tool_call_id, tool_name, tools);
-                let call = self.calls.entry(tool_call_id.clone()).or_default();
-                call.input = Some(args.clone());
-                if call.host_tool && !call.ready {
-                    call.ready = true;
-                    let invocation = invocation_message(call);
-                    self.writer.tool_running(tool_call_id, &invocation, Some(args.to_string()));
+                let Some(call) = self.calls.get_mut(tool_call_id) else { return Step::Continue };
+                call.of.input = Some(args.clone());
+                if call.of.host_tool && !call.of.asks {
+                    let invocation = invocation_message(&call.of);
+                    self.calls.running(&mut self.writer, tool_call_id, &invocation, Some(args.to_string()));
                 }
             }
             PiRecord::ToolExecutionUpdate { tool_call_id, partial_result } => {
@@ -348,7 +361,7 @@ impl TurnMapper {
                     self.start_call(&id, name.as_deref().unwrap_or("tool"), tools);
                     if let Some(arguments) = event.tool_call.as_ref().and_then(|c| c.get("arguments")) {
                         if let Some(call) = self.calls.get_mut(&id) {
-                            call.input = Some(arguments.clone());
+                            call.of.input = Some(arguments.clone());
                         }
                     }
                 }
@@ -357,7 +370,7 @@ impl TurnMapper {
                 let delta = event.delta.as_deref().unwrap_or_default();
                 let id = self.block_calls.get(&key).cloned().or_else(|| event.tool_call_ref().0);
                 if let (Some(id), false) = (id, delta.is_empty()) {
-                    if self.calls.contains_key(&id) {
+                    if self.calls.contains(&id) {
                         self.writer.tool_input_delta(&id, delta);
                     }
                 }
@@ -383,7 +396,7 @@ impl TurnMapper {
     }
 
     fn start_call(&mut self, tool_call_id: &str, tool_name: &str, tools: &ToolCatalog) {
-        if self.calls.contains_key(tool_call_id) {
+        if self.calls.contains(tool_call_id) {
             return;
         }
         let host = tools.get(tool_name);
@@ -394,16 +407,19 @@ impl TurnMapper {
         // A client's tool is drawn (and run by its client) under the client's own name.
         let shown_name = if contributor.is_some() { display_name.clone() } else { tool_name.to_owned() };
         self.block = None;
-        self.writer.tool_start(tool_call_id, &shown_name, &display_name, contributor);
-        self.calls.insert(
-            tool_call_id.to_owned(),
-            Call { tool_name: tool_name.to_owned(), display_name, host_tool: host.is_some(), ..Default::default() },
-        );
+        let call = Call {
+            tool_name: tool_name.to_owned(),
+            display_name: display_name.clone(),
+            host_tool: host.is_some(),
+            asks: host.is_some_and(|t| t.asks),
+            input: None,
+        };
+        self.calls.start(&mut self.writer, tool_call_id, &shown_name, &display_name, contributor, call);
     }
 
     fn tool_output(&mut self, tool_call_id: &str, partial: &Value) {
         let Some(call) = self.calls.get(tool_call_id) else { return };
-        if !call.ready || call.denied || self.writer.is_ended() {
+        if !call.ready || call.done || self.writer.is_ended() {
             return;
         }
         let text = content_text(partial.get("content").unwrap_or(&Value::Null));
@@ -420,20 +436,21 @@ impl TurnMapper {
 
     fn tool_end(&mut self, tool_call_id: &str, tool_name: &str, result: &Value, is_error: bool, tools: &ToolCatalog) {
         self.start_call(tool_call_id, tool_name, tools);
-        let Some(call) = self.calls.get_mut(tool_call_id) else { return };
-        if call.denied {
-            return;
+        let Some(call) = self.calls.get(tool_call_id) else { return };
+        let invocation = invocation_message(&call.of);
+        let past = past_tense_message(&call.of, !is_error);
+        let input = call.of.input.as_ref().map(Value::to_string);
+        // Readied first where nobody asked; a call a person denied is said no more.
+        self.calls.running(&mut self.writer, tool_call_id, &invocation, input);
+        let content = result.get("content").unwrap_or(&Value::Null);
+        let text = content_text(content);
+        let mut outcome = tool_result(!is_error, past, None, is_error.then_some(text));
+        if !is_error && self.calls.get(tool_call_id).is_some_and(|c| !c.done) {
+            // Its text, then each image it returned, kept by the host under its place.
+            let host = self.writer.host().clone();
+            outcome.content = Some(crate::event::shown_content(content, tool_call_id, tool_name, &host));
         }
-        if !call.ready {
-            call.ready = true;
-            let invocation = invocation_message(call);
-            let input = call.input.as_ref().map(Value::to_string);
-            self.writer.tool_running(tool_call_id, &invocation, input);
-        }
-        let text = content_text(result.get("content").unwrap_or(&Value::Null));
-        let past = past_tense_message(call, !is_error);
-        let (content, error) = if is_error { (None, Some(text)) } else { (Some(text), None) };
-        self.writer.tool_complete(tool_call_id, tool_result(!is_error, past, content, error));
+        self.calls.complete(&mut self.writer, tool_call_id, outcome);
     }
 }
 

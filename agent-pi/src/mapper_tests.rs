@@ -351,7 +351,7 @@ async fn a_retry_that_succeeds_and_an_unstreamed_block_still_read_right() {
 async fn a_clients_tool_is_drawn_under_its_own_name_and_owner() {
     let mut folding = folding();
     let mut tools = ToolCatalog::new();
-    tools.insert("c1__ping".into(), HostTool { display_name: "ping".into(), owner: Some("c1".into()) });
+    tools.insert("c1__ping".into(), HostTool { display_name: "ping".into(), owner: Some("c1".into()), asks: false });
     let mut mapper = folding.start_turn("t1", "ping it");
     let records = [
         r#"{"type":"agent_start"}"#,

@@ -73,6 +73,15 @@ impl PiOptions {
         self.data_dir.join("bridge").join("ahpd-bridge.ts")
     }
 
+    /// The bridge a confined session's pi loads: in pi's own agent folder, which its box lets it
+    /// read and write (its session files are there), where the worker's data folder is hidden
+    /// from it. Written afresh for each session, so what a box left there is not run.
+    pub fn boxed_bridge(&self) -> Result<PathBuf, agent_runner::AgentError> {
+        let bridge = self.pi_agent_dir().join("ahpd").join("ahpd-bridge.ts");
+        crate::cut::write_atomically(&bridge, BRIDGE_SOURCE)?;
+        Ok(bridge)
+    }
+
     /// pi's agent folder as pi finds it: the `agentDir` option, else `PI_CODING_AGENT_DIR` as the
     /// `env` option or the worker's environment says (`~` is the home folder, as pi reads it),
     /// else `~/.pi/agent`.

@@ -133,12 +133,7 @@ impl PiProcess {
     }
 
     fn gone_sentence(&self) -> String {
-        let tail = self.stderr_tail();
-        if tail.is_empty() {
-            "its output closed".to_owned()
-        } else {
-            format!("its output closed; it said: {tail}")
-        }
+        self.child.tail().last_words("its output closed")
     }
 
     /// Stops pi: closes stdin, waits, SIGTERM to its group, SIGKILL, reaps. Idempotent.
@@ -205,9 +200,7 @@ async fn read_records(
     };
     // Every waiter fails now rather than waiting for an answer nobody will give.
     waiters.fail_all();
-    let said = tail.text();
-    let sentence = if said.is_empty() { why } else { format!("{why}; it said: {said}") };
-    let _ = out.send(Output::Ended(sentence));
+    let _ = out.send(Output::Ended(tail.last_words(why)));
 }
 
 #[cfg(test)]

@@ -1,94 +1,36 @@
-//! One conversation: one `pi --mode rpc` child, the turns handed to it one after another, and the
-//! bridge's questions (tool gates, host tool calls, entry ids) answered.
-//!
-//! The driver keeps all state under one lock and never holds it across an await: records from pi
-//! are fed to the running turn's [`TurnMapper`] as they arrive (in pi's order), and what needs a
-//! round trip (a prompt, a host tool) runs in a task tracked for the session's lifetime.
+//! One conversation on the session engine: one `pi --mode rpc` child (its launcher), pi's records
+//! fed to the running turn's [`TurnMapper`] in pi's order, the bridge's questions (tool gates, host
+//! tool calls, entry ids) answered, and `abort` said to pi (its interrupt). The queue, the parked
+//! gates, abort and close are the engine's ([`agent_runner::engine`]).
 
-use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use agent_runner::{
-    accepted, error_info, not_offered, not_writable, resumed_request, AgentError, Question, Session, SessionHost,
-    TurnEnd, TurnWriter,
-};
+use agent_runner::child::ChildCommand;
+use agent_runner::engine::policy::{self, Asked, Context, Mode, Verdict};
+use agent_runner::engine::{Asking, Backend, Engine, Kind, Mapper, Phase, Settled, State};
+use agent_runner::{accepted, error_info, not_offered, not_writable, AgentError, Question, Session, SessionHost};
+use agent_runner::{attachments, TurnEnd, TurnWriter};
 use ahp_types::common::JsonObject;
-use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ModelSelection};
+use ahp_types::state::{ConfirmationOption, ConfirmationOptionKind, ErrorInfo, ModelSelection};
 use async_trait::async_trait;
-use protocol::{
-    Attachment, AttachmentSupport, ConfirmParams, Decision, ResumeTurnParams, SendMessageParams, SetConfigResult,
-    Start, SteerParams, ToolSpec,
-};
+use protocol::{ConfirmParams, ResumeTurnParams, SendMessageParams, SetConfigResult, Start, SteerParams, ToolSpec};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
+use crate::commands::{
+    attachment_support, bridge_command, bridge_tools, catalog_of, gate_answer, not_run, prompt_command, BRIDGE, DENIED,
+};
 use crate::event::PiRecord;
-use crate::mapper::{display_name_of, HostTool, Step, ToolCatalog, TurnMapper};
+use crate::mapper::{display_name_of, Step, ToolCatalog, TurnMapper};
 use crate::models::{split_model_id, thinking_level};
 use crate::options::{path_string, PiOptions};
 use crate::process::{Output, PiError, PiProcess, UiAnswer};
-use agent_runner::attachments;
-use agent_runner::child::ChildCommand;
-use agent_runner::lock;
-
-/// The bridge's dialog title and status key.
-const BRIDGE: &str = "ahpd";
-/// How long `session/close` waits for the session's tasks after stopping pi.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The `ask` setting: which of pi's own tool calls wait for a person.
 pub const ASK: [&str; 3] = ["never", "writes", "always"];
 /// pi's tools that only read.
 const READ_ONLY_TOOLS: [&str; 4] = ["read", "grep", "find", "ls"];
-
-/// The turn pi is working on.
-struct Live {
-    mapper: TurnMapper,
-    prompt_sent: bool,
-}
-
-struct State {
-    pi: Option<Arc<PiProcess>>,
-    /// Why pi went away, until it is started again.
-    gone: Option<String>,
-    /// Turns handed, oldest first; true for one the host resumed (`session/resumeTurn`).
-    queue: VecDeque<(SendMessageParams, bool)>,
-    /// What people answered a resumed turn's questions while its pi was gone: carried out when
-    /// pi asks the same again.
-    decisions: Vec<Decision>,
-    turn: Option<Live>,
-    barrier: Option<String>,
-    /// The `get_state` asked after a prompt was taken: a prompt an extension handled starts no run.
-    prompt_check: Option<String>,
-    /// Tool calls waiting for a person: call id → the bridge's dialog id.
-    gates: HashMap<String, String>,
-    settings: JsonObject,
-    tools: Vec<ToolSpec>,
-    catalog: ToolCatalog,
-}
-
-/// A pi conversation.
-pub struct PiSession {
-    inner: Arc<Inner>,
-    /// The id its session file is kept under (a new one when it began as a cut).
-    conversation_id: String,
-    /// It began as a cut, which its session file holds already.
-    cut: bool,
-}
-
-struct Inner {
-    host: SessionHost,
-    options: Arc<PiOptions>,
-    launch: ChildCommand,
-    instructions: Vec<String>,
-    state: Mutex<State>,
-    cancel: CancellationToken,
-    tasks: TaskTracker,
-}
 
 /// The schema's defaults for a session's settings, with the start's values over them.
 pub fn settings_for(start: &Start) -> JsonObject {
@@ -98,96 +40,61 @@ pub fn settings_for(start: &Start) -> JsonObject {
     settings
 }
 
-fn catalog_of(tools: &[ToolSpec]) -> ToolCatalog {
-    tools
-        .iter()
-        .map(|spec| {
-            let display_name = spec
-                .display_name
-                .clone()
-                .or_else(|| spec.definition.title.clone())
-                .unwrap_or_else(|| spec.definition.name.clone());
-            (spec.definition.name.clone(), HostTool { display_name, owner: spec.owner.clone() })
-        })
-        .collect()
+/// pi's launcher: how its child starts, and what its bridge is set up with.
+struct Pi {
+    options: Arc<PiOptions>,
+    launch: ChildCommand,
+    instructions: Vec<String>,
 }
 
-/// The tools as the bridge registers them with pi.
-fn bridge_tools(tools: &[ToolSpec]) -> Value {
-    Value::Array(
-        tools
-            .iter()
-            .map(|spec| {
-                let d = &spec.definition;
-                json!({
-                    "name": d.name,
-                    "label": spec.display_name.clone().or_else(|| d.title.clone()).unwrap_or_else(|| d.name.clone()),
-                    "description": d.description.clone().unwrap_or_else(|| d.name.clone()),
-                    "parameters": d.input_schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                })
-            })
-            .collect(),
-    )
+/// What a pi session keeps besides the engine's state.
+struct PiState {
+    pi: Option<Arc<PiProcess>>,
+    /// The `get_state` asked after `agent_end`; what arrives before its answer decides the end.
+    barrier: Option<String>,
+    /// The `get_state` asked after a prompt was taken: a prompt an extension handled starts no run.
+    prompt_check: Option<String>,
+    settings: JsonObject,
+    tools: Vec<ToolSpec>,
+    catalog: ToolCatalog,
+    /// The session runs in a box: pi's own tools run without a person (the box holds them).
+    confined: bool,
 }
 
-/// The images pi's prompt takes beside its text.
-pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+/// The running turn.
+struct PiTurn(TurnMapper);
 
-/// What pi takes as attachments: images; the rest is said as text.
-pub fn attachment_support() -> AttachmentSupport {
-    AttachmentSupport { types: IMAGE_TYPES.iter().map(|t| (*t).to_owned()).collect(), max_bytes: None }
-}
-
-/// A prompt (or a steer) as pi's RPC takes it: each text attachment said before the words, with
-/// its label and where it is from, and the images beside them.
-pub fn prompt_command(kind: &str, text: &str, attachments: &[Attachment]) -> Value {
-    let mut said: Vec<String> =
-        attachments.iter().filter(|a| !attachments::is_binary(a)).map(attachments::as_text).collect();
-    said.push(text.to_owned());
-    let mut command = json!({"type": kind, "message": said.join("\n\n")});
-    let images: Vec<Value> = attachments
-        .iter()
-        .filter(|a| attachments::is_binary(a))
-        .filter_map(|a| Some(json!({"type": "image", "data": a.data.as_ref()?, "mimeType": a.content_type})))
-        .collect();
-    if !images.is_empty() {
-        command["images"] = Value::Array(images);
+impl Mapper for PiTurn {
+    fn writer(&mut self) -> &mut TurnWriter {
+        self.0.writer()
     }
-    command
-}
 
-/// A message for the bridge's `/ahpd` command, as the prompt that carries it.
-fn bridge_command(message: Value) -> Value {
-    json!({ "type": "prompt", "message": format!("/{BRIDGE} {message}") })
-}
-
-/// The bridge's answer to a tool gate.
-fn gate_answer(approved: bool) -> Value {
-    if approved {
-        json!({"allow": true})
-    } else {
-        json!({"allow": false, "reason": "The user denied this tool call."})
+    fn end(&mut self, end: TurnEnd) {
+        self.0.say_end(end);
     }
-}
 
-/// Whether a person allowed a call of `tool` with `input` before this pi asked it (a decision
-/// on a resumed turn's parked question), taken out of `decisions`.
-fn take_decision(decisions: &mut Vec<Decision>, tool: &str, input: &Value) -> Option<bool> {
-    let at = decisions.iter().position(|d| match d {
-        Decision::Confirmation { tool_name, tool_input, .. } => {
-            tool_name == tool
-                && tool_input
-                    .as_deref()
-                    .and_then(|text| serde_json::from_str::<Value>(text).ok())
-                    .is_none_or(|asked| asked == *input)
+    fn answered(&mut self, call: &str, approved: bool) {
+        if !approved {
+            self.0.denied(call);
         }
-        // pi asks a person nothing but whether a tool may run.
-        Decision::Answer { .. } => false,
-    })?;
-    match decisions.remove(at) {
-        Decision::Confirmation { approved, .. } => Some(approved),
-        Decision::Answer { .. } => None,
     }
+}
+
+/// A bridge dialog waiting for a person, answered to the pi that asked it.
+enum Dialog {
+    /// May pi run one of its own tools.
+    Gate { pi: Arc<PiProcess>, dialog: String },
+    /// May the host run a tool of its own or a client's that waits for a person.
+    Tool { pi: Arc<PiProcess>, dialog: String, turn_id: String, request: Value },
+}
+
+/// A pi conversation.
+pub struct PiSession {
+    engine: Arc<Engine<Pi>>,
+    /// The id its session file is kept under (a new one when it began as a cut).
+    conversation_id: String,
+    /// It began as a cut, which its session file holds already.
+    cut: bool,
 }
 
 fn refused(e: PiError) -> AgentError {
@@ -195,6 +102,15 @@ fn refused(e: PiError) -> AgentError {
         PiError::Refused(sentence) => AgentError::Refused(sentence),
         other => AgentError::Failed(other.to_string()),
     }
+}
+
+fn allow_deny() -> Vec<ConfirmationOption> {
+    let option =
+        |id: &str, label: &str, kind| ConfirmationOption { id: id.into(), label: label.into(), kind, group: None };
+    vec![
+        option("allow", "Allow", ConfirmationOptionKind::Approve),
+        option("deny", "Deny", ConfirmationOptionKind::Deny),
+    ]
 }
 
 impl PiSession {
@@ -255,81 +171,78 @@ impl PiSession {
         if folder.is_some() {
             crate::cut::run_in(&session_file, &cwd)?;
         }
-        let mut args = vec![
-            "--mode".to_owned(),
-            "rpc".to_owned(),
-            "--session".to_owned(),
-            path_string(&session_file),
-            "-e".to_owned(),
-            path_string(&options.bridge_path()),
-        ];
+        let mut args = vec!["--mode".to_owned(), "rpc".to_owned(), "--session".to_owned(), path_string(&session_file)];
+        let bridge = if start.confined.is_some() { options.boxed_bridge()? } else { options.bridge_path() };
+        args.extend(["-e".to_owned(), path_string(&bridge)]);
         args.extend(options.args.iter().cloned());
-        let launch = ChildCommand::new(&options.command).args(args).cwd(cwd).envs(options.pi_env());
-        let tools = start.tools.clone();
-        let inner = Arc::new(Inner {
-            host,
-            options: options.clone(),
-            launch,
-            instructions: start.instructions.clone(),
-            state: Mutex::new(State {
-                pi: None,
-                gone: None,
-                queue: VecDeque::new(),
-                decisions: Vec::new(),
-                turn: None,
-                barrier: None,
-                prompt_check: None,
-                gates: HashMap::new(),
-                settings: settings_for(&start),
-                catalog: catalog_of(&tools),
-                tools,
-            }),
-            cancel: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-        });
-        if let Err(e) = inner.start_pi().await {
-            inner.shut().await;
+        let launch = ChildCommand::new(&options.command)
+            .args(args)
+            .cwd(cwd)
+            .envs(options.pi_env())
+            .confined(start.confined.as_ref());
+        let backend = Pi { options: options.clone(), launch, instructions: start.instructions.clone() };
+        let own = PiState {
+            pi: None,
+            barrier: None,
+            prompt_check: None,
+            settings: settings_for(&start),
+            catalog: catalog_of(&start.tools),
+            tools: start.tools.clone(),
+            confined: start.confined.is_some(),
+        };
+        let engine = Engine::start(host, backend, own);
+        let model = start.model.clone().or_else(|| options.model.clone().map(|id| ModelSelection { id, config: None }));
+        let started = match Pi::start_pi(&engine).await {
+            Ok(pi) => match model {
+                Some(model) => set_model(&pi, &model).await,
+                None => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            engine.close().await;
             return Err(e);
         }
-        let model = start.model.clone().or_else(|| options.model.clone().map(|id| ModelSelection { id, config: None }));
-        if let Some(model) = model {
-            if let Err(e) = inner.set_model(&model).await {
-                inner.shut().await;
-                return Err(e);
-            }
-        }
-        Ok(Self { inner, conversation_id, cut: start.cut.is_some() })
+        Ok(Self { engine, conversation_id, cut: start.cut.is_some() })
     }
 }
 
-impl Inner {
-    fn pi(&self) -> Option<Arc<PiProcess>> {
-        lock(&self.state).pi.clone()
+async fn set_model(pi: &PiProcess, model: &ModelSelection) -> Result<(), AgentError> {
+    let Some((provider, model_id)) = split_model_id(&model.id) else {
+        return Err(AgentError::Refused(format!("pi names models provider/model; {} is not one.", model.id)));
+    };
+    pi.request(json!({"type": "set_model", "provider": provider, "modelId": model_id})).await.map_err(refused)?;
+    if let Some(level) = thinking_level(model) {
+        pi.request(json!({"type": "set_thinking_level", "level": level})).await.map_err(refused)?;
     }
+    Ok(())
+}
 
+impl Pi {
     /// Spawns pi, reads its records, waits for `get_state`, and hands the bridge its setup.
-    async fn start_pi(self: &Arc<Self>) -> Result<Arc<PiProcess>, AgentError> {
-        let (pi, output) = PiProcess::spawn(&self.launch).map_err(|e| {
+    async fn start_pi(engine: &Engine<Self>) -> Result<Arc<PiProcess>, AgentError> {
+        let backend = engine.backend();
+        let (pi, output) = PiProcess::spawn(&backend.launch).map_err(|e| {
             AgentError::Failed(format!(
                 "{e}. Install pi (npm install -g @mariozechner/pi-coding-agent) or set the worker's `command` option."
             ))
         })?;
         {
-            let mut state = lock(&self.state);
-            state.pi = Some(pi.clone());
-            state.gone = None;
-            state.barrier = None;
+            let mut state = engine.lock();
+            state.own.pi = Some(pi.clone());
+            state.own.barrier = None;
         }
-        let reader = self.clone();
-        let process = pi.clone();
-        self.tasks.spawn(async move { reader.read(process, output).await });
-        let ready = pi.request_within(json!({"type": "get_state"}), self.options.ready_timeout).await;
+        if let Some(reader) = engine.arc() {
+            let process = pi.clone();
+            engine.spawn(async move { Pi::read(&reader, process, output).await });
+        }
+        let ready = pi.request_within(json!({"type": "get_state"}), backend.options.ready_timeout).await;
         if let Err(e) = ready {
             pi.stop().await;
             return Err(AgentError::Failed(format!("pi did not start: {e}")));
         }
-        let tools = bridge_tools(&lock(&self.state).tools);
-        let setup = json!({"op": "setup", "system": self.instructions, "tools": tools});
+        let tools = bridge_tools(&engine.lock().own.tools);
+        let setup = json!({"op": "setup", "system": backend.instructions, "tools": tools});
         if let Err(e) = pi.request(bridge_command(setup)).await {
             pi.stop().await;
             return Err(AgentError::Failed(format!("pi did not take ahpd's bridge: {e}")));
@@ -337,370 +250,297 @@ impl Inner {
         Ok(pi)
     }
 
-    /// Feeds pi's records to the session until pi goes away or the session closes.
-    async fn read(self: Arc<Self>, pi: Arc<PiProcess>, mut output: mpsc::UnboundedReceiver<Output>) {
+    /// Feeds pi's records to the session until pi goes away.
+    async fn read(engine: &Engine<Self>, pi: Arc<PiProcess>, mut output: mpsc::UnboundedReceiver<Output>) {
         loop {
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                next = output.recv() => match next {
-                    Some(Output::Record(record)) => self.on_record(&pi, *record),
-                    Some(Output::Ended(why)) => return self.on_gone(&pi, why),
-                    None => return self.on_gone(&pi, "its output closed".to_owned()),
-                }
+            match output.recv().await {
+                Some(Output::Record(record)) => Self::on_record(engine, &pi, *record),
+                Some(Output::Ended(why)) => return Self::on_gone(engine, &pi, why),
+                None => return Self::on_gone(engine, &pi, "its output closed".to_owned()),
             }
         }
     }
 
-    fn on_record(self: &Arc<Self>, pi: &Arc<PiProcess>, record: PiRecord) {
-        let ended = {
-            let mut state = lock(&self.state);
-            let state = &mut *state;
-            let step = match &record {
-                PiRecord::ExtensionUiRequest { id, method, title, placeholder, status_key, status_text, .. } => {
-                    self.on_ui(
-                        state,
-                        pi,
-                        id,
-                        method,
-                        title.as_deref(),
-                        placeholder.as_deref(),
-                        status_key.as_deref(),
-                        status_text.as_deref(),
-                    );
-                    Step::Continue
-                }
-                PiRecord::Response { id: Some(id), .. } if state.barrier.as_deref() == Some(id.as_str()) => {
-                    state.barrier = None;
-                    state.turn.as_mut().map_or(Step::Continue, |live| live.mapper.on_barrier())
-                }
-                PiRecord::Response { id: Some(id), data, .. } if state.prompt_check.as_deref() == Some(id.as_str()) => {
-                    state.prompt_check = None;
-                    let streaming = data.as_ref().and_then(|d| d["isStreaming"].as_bool()).unwrap_or(true);
-                    match state.turn.as_mut() {
-                        // pi took the prompt and nothing runs: an extension's command handled it.
-                        Some(live) if live.mapper.is_preparing() && !streaming => live.mapper.finish(TurnEnd::Complete),
-                        _ => Step::Continue,
+    fn on_record(engine: &Engine<Self>, pi: &Arc<PiProcess>, record: PiRecord) {
+        let mut guard = engine.lock();
+        let state = &mut *guard;
+        let step = match &record {
+            PiRecord::ExtensionUiRequest { id, method, title, placeholder, status_key, status_text, .. } => {
+                let bridge =
+                    |text: &Option<String>| text.as_deref().and_then(|t| serde_json::from_str::<Value>(t).ok());
+                match method.as_str() {
+                    "input" if title.as_deref() == Some(BRIDGE) => match bridge(placeholder) {
+                        Some(request) if request["op"] == "gate" => Self::gate(state, pi, id, &request),
+                        Some(request) if request["op"] == "tool" => Self::host_tool(engine, state, pi, id, request),
+                        _ => pi.answer_ui(id, UiAnswer::Cancelled),
+                    },
+                    "setStatus" if status_key.as_deref() == Some(BRIDGE) => {
+                        Self::entry(engine, state, bridge(status_text));
                     }
+                    // Another extension's dialog: nobody here can answer it, so pi must not wait.
+                    "select" | "confirm" | "input" | "editor" => pi.answer_ui(id, UiAnswer::Cancelled),
+                    "notify" => tracing::info!("pi: {}", title.as_deref().unwrap_or_default()),
+                    _ => {}
                 }
-                PiRecord::ExtensionError { extension_path, event, error } => {
-                    tracing::warn!(extension = %extension_path, event = %event, "a pi extension failed: {error}");
-                    Step::Continue
-                }
-                _ => match state.turn.as_mut() {
-                    Some(live) => live.mapper.on_record(&record, &state.catalog),
-                    None => Step::Continue,
-                },
-            };
-            match step {
-                Step::Barrier => {
-                    let id = pi.next_id();
-                    state.barrier = Some(id.clone());
-                    pi.send(json!({"type": "get_state", "id": id}));
-                    false
-                }
-                Step::Ended => {
-                    Self::turn_over(state);
-                    true
-                }
-                Step::Continue => false,
+                Step::Continue
             }
-        };
-        if ended {
-            self.pump();
-        }
-    }
-
-    /// The running turn ended: nothing of it stays parked.
-    fn turn_over(state: &mut State) {
-        state.turn = None;
-        state.barrier = None;
-        state.prompt_check = None;
-        state.gates.clear();
-        // A resumed turn's answers are for its own calls only.
-        state.decisions.clear();
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_ui(
-        self: &Arc<Self>,
-        state: &mut State,
-        pi: &Arc<PiProcess>,
-        id: &str,
-        method: &str,
-        title: Option<&str>,
-        placeholder: Option<&str>,
-        status_key: Option<&str>,
-        status_text: Option<&str>,
-    ) {
-        let bridge = |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok());
-        match method {
-            "input" if title == Some(BRIDGE) => match bridge(placeholder) {
-                Some(request) if request["op"] == "gate" => self.gate(state, pi, id, &request),
-                Some(request) if request["op"] == "tool" => self.host_tool(state, pi, id, request),
-                _ => pi.answer_ui(id, UiAnswer::Cancelled),
+            PiRecord::Response { id: Some(id), .. } if state.own.barrier.as_deref() == Some(id.as_str()) => {
+                state.own.barrier = None;
+                state.turn().map_or(Step::Continue, |turn| turn.0.on_barrier())
+            }
+            PiRecord::Response { id: Some(id), data, .. } if state.own.prompt_check.as_deref() == Some(id.as_str()) => {
+                state.own.prompt_check = None;
+                let streaming = data.as_ref().and_then(|d| d["isStreaming"].as_bool()).unwrap_or(true);
+                match state.turn() {
+                    // pi took the prompt and nothing runs: an extension's command handled it.
+                    Some(turn) if turn.0.is_preparing() && !streaming => turn.0.finish(TurnEnd::Complete),
+                    _ => Step::Continue,
+                }
+            }
+            PiRecord::ExtensionError { extension_path, event, error } => {
+                tracing::warn!(extension = %extension_path, event = %event, "a pi extension failed: {error}");
+                Step::Continue
+            }
+            _ => match state.own_and_turn() {
+                (own, Some(turn)) => turn.0.on_record(&record, &own.catalog),
+                (_, None) => Step::Continue,
             },
-            "setStatus" if status_key == Some(BRIDGE) => {
-                let Some(note) = bridge(status_text) else { return };
-                let (Some("entry"), Some(entry)) = (note["op"].as_str(), note["id"].as_str()) else { return };
-                if let Some(live) = state.turn.as_mut() {
-                    if let Some(entry) = live.mapper.user_entry(entry) {
-                        self.host.turn_recorded(live.mapper.turn_id(), &entry);
-                    }
-                }
+        };
+        match step {
+            Step::Barrier => {
+                let id = pi.next_id();
+                state.own.barrier = Some(id.clone());
+                pi.send(json!({"type": "get_state", "id": id}));
             }
-            // Another extension's dialog: nobody here can answer it, so pi must not wait for one.
-            "select" | "confirm" | "input" | "editor" => pi.answer_ui(id, UiAnswer::Cancelled),
-            "notify" => tracing::info!("pi: {}", title.unwrap_or_default()),
-            _ => {}
+            // The mapper said the ending (or the engine did, for a stopped turn).
+            Step::Ended => engine.end_turn(state, TurnEnd::Complete),
+            Step::Continue => {}
         }
     }
 
-    /// pi is about to run one of its own tools: allow it, or ask a person as the settings say.
-    fn gate(&self, state: &mut State, pi: &Arc<PiProcess>, dialog: &str, request: &Value) {
+    /// The session entry a user message became: the turn's prompt is recorded under it.
+    fn entry(engine: &Engine<Self>, state: &mut State<Self>, note: Option<Value>) {
+        let Some(note) = note else { return };
+        let (Some("entry"), Some(entry)) = (note["op"].as_str(), note["id"].as_str()) else { return };
+        if let Some(turn) = state.turn() {
+            if let Some(entry) = turn.0.user_entry(entry) {
+                engine.host().turn_recorded(turn.0.turn_id(), &entry);
+            }
+        }
+    }
+
+    /// pi is about to run one of its own tools: allowed, or a person asked, as the policy says.
+    fn gate(state: &mut State<Self>, pi: &Arc<PiProcess>, dialog: &str, request: &Value) {
         let call_id = request["toolCallId"].as_str().unwrap_or_default();
         let tool = request["toolName"].as_str().unwrap_or_default();
         let input = &request["input"];
-        let Some(live) = state.turn.as_mut() else {
-            pi.answer_ui(dialog, UiAnswer::Value(json!({"allow": true}).to_string()));
-            return;
-        };
-        let ask = match state.settings.get("ask").and_then(Value::as_str).unwrap_or("never") {
-            "always" => true,
-            "writes" => !READ_ONLY_TOOLS.contains(&tool),
-            _ => false,
-        };
-        if let Some(approved) = take_decision(&mut state.decisions, tool, input) {
+        let answer = |allowed| pi.answer_ui(dialog, UiAnswer::Value(gate_answer(allowed).to_string()));
+        let mode = Mode::from_ask(state.own.settings.get("ask").and_then(Value::as_str), Mode::Never);
+        let asked = Asked::Own { reads_only: READ_ONLY_TOOLS.contains(&tool) };
+        let verdict = policy::decide(asked, Context::new(mode, state.unattended()).confined(state.own.confined));
+        if state.phase() != Some(Phase::Sent) {
+            // No turn to ask in: what needs a person does not run.
+            return answer(if verdict == Verdict::Run { Ok(()) } else { Err(policy::STOPPED) });
+        }
+        let decided = state.take_decision(Asking::Tool { tool, input });
+        let Some(turn) = state.sent() else { return };
+        match decided {
             // Answered by a person after the pi that first asked was gone.
-            if approved {
-                live.mapper.gate(call_id, tool, input, None);
+            Some(Settled::Confirmed { approved, .. }) => {
+                if approved {
+                    turn.0.gate(call_id, tool, input, None);
+                }
+                answer(if approved { Ok(()) } else { Err(DENIED) });
             }
-            pi.answer_ui(dialog, UiAnswer::Value(gate_answer(approved).to_string()));
-            return;
+            _ if verdict == Verdict::Run => {
+                turn.0.gate(call_id, tool, input, None);
+                answer(Ok(()));
+            }
+            _ => {
+                let title = match (tool, input["command"].as_str()) {
+                    ("bash", Some(command)) => format!("Run {command}?"),
+                    _ => format!("Allow {}?", display_name_of(tool)),
+                };
+                turn.0.gate(call_id, tool, input, Some(Question { title, options: Some(allow_deny()), meta: None }));
+                let parked = Dialog::Gate { pi: pi.clone(), dialog: dialog.to_owned() };
+                state.park(call_id, Kind::Confirmation, parked);
+            }
         }
-        if !ask {
-            live.mapper.gate(call_id, tool, input, None);
-            pi.answer_ui(dialog, UiAnswer::Value(gate_answer(true).to_string()));
-            return;
-        }
-        let options = vec![
-            ConfirmationOption {
-                id: "allow".into(),
-                label: "Allow".into(),
-                kind: ConfirmationOptionKind::Approve,
-                group: None,
-            },
-            ConfirmationOption {
-                id: "deny".into(),
-                label: "Deny".into(),
-                kind: ConfirmationOptionKind::Deny,
-                group: None,
-            },
-        ];
-        let title = match (tool, input["command"].as_str()) {
-            ("bash", Some(command)) => format!("Run {command}?"),
-            _ => format!("Allow {}?", display_name_of(tool)),
-        };
-        live.mapper.gate(call_id, tool, input, Some(Question { title, options: Some(options), meta: None }));
-        state.gates.insert(call_id.to_owned(), dialog.to_owned());
     }
 
-    /// The model called a tool the host or a client offers: the parent runs it.
-    fn host_tool(self: &Arc<Self>, state: &State, pi: &Arc<PiProcess>, dialog: &str, request: Value) {
-        let Some(turn_id) = state.turn.as_ref().map(|live| live.mapper.turn_id().to_owned()) else {
-            let answer = json!({"success": false, "text": "No turn is running."});
-            pi.answer_ui(dialog, UiAnswer::Value(answer.to_string()));
-            return;
+    /// The model called a tool the host or a client offers: the parent runs it, once a person
+    /// allowed it where its spec says it waits for one.
+    fn host_tool(engine: &Engine<Self>, state: &mut State<Self>, pi: &Arc<PiProcess>, dialog: &str, request: Value) {
+        let Some(turn_id) = state.turn_id().filter(|_| state.phase() == Some(Phase::Sent)).map(str::to_owned) else {
+            return pi.answer_ui(dialog, UiAnswer::Value(not_run("No turn is running.").to_string()));
         };
-        let (host, pi, dialog, cancel) = (self.host.clone(), pi.clone(), dialog.to_owned(), self.cancel.clone());
-        self.tasks.spawn(async move {
+        let call_id = request["toolCallId"].as_str().unwrap_or_default().to_owned();
+        let name = request["name"].as_str().unwrap_or_default().to_owned();
+        let input = request.get("input").cloned().unwrap_or(Value::Null);
+        let parked = Dialog::Tool { pi: pi.clone(), dialog: dialog.to_owned(), turn_id, request };
+        let Some(tool) = state.own.catalog.get(&name).filter(|t| t.asks).cloned() else {
+            return Self::run_host_tool(engine, parked);
+        };
+        let decided = state.take_decision(Asking::Tool { tool: &name, input: &input });
+        let Some(turn) = state.sent() else { return };
+        match decided {
+            // Answered by a person after the pi that first asked was gone.
+            Some(Settled::Confirmed { approved: true, .. }) => {
+                turn.0.gate(&call_id, &name, &input, None);
+                Self::run_host_tool(engine, parked);
+            }
+            Some(_) => Self::answer(
+                engine,
+                parked,
+                Settled::Confirmed { approved: false, option_id: None, edited_input: None },
+            ),
+            None => {
+                let title = format!("Allow {}?", tool.display_name);
+                turn.0.gate(&call_id, &name, &input, Some(Question { title, options: Some(allow_deny()), meta: None }));
+                state.park(call_id, Kind::Confirmation, parked);
+            }
+        }
+    }
+
+    fn run_host_tool(engine: &Engine<Self>, parked: Dialog) {
+        let Dialog::Tool { pi, dialog, turn_id, request } = parked else { return };
+        let host = engine.host().clone();
+        engine.spawn(async move {
             let call_id = request["toolCallId"].as_str().unwrap_or_default();
             let name = request["name"].as_str().unwrap_or_default();
             let input = request.get("input").cloned().unwrap_or(Value::Null);
-            let outcome = tokio::select! {
-                _ = cancel.cancelled() => return,
-                outcome = host.run_tool(&turn_id, call_id, name, input) => outcome,
-            };
-            let answer = match outcome {
+            let answer = match host.run_tool(&turn_id, call_id, name, input).await {
                 Ok(o) => json!({"success": o.success, "text": o.text, "error": o.error}),
-                Err(e) => json!({"success": false, "text": e.to_string()}),
+                Err(e) => not_run(&e.to_string()),
             };
             pi.answer_ui(&dialog, UiAnswer::Value(answer.to_string()));
         });
     }
 
+    /// Answers a parked dialog as a person settled it.
+    fn answer(engine: &Engine<Self>, parked: Dialog, settled: Settled) {
+        let approved = matches!(settled, Settled::Confirmed { approved: true, .. });
+        let why = if settled == Settled::Withdrawn { policy::STOPPED } else { DENIED };
+        match parked {
+            Dialog::Gate { pi, dialog } => {
+                let allowed = if approved { Ok(()) } else { Err(why) };
+                pi.answer_ui(&dialog, UiAnswer::Value(gate_answer(allowed).to_string()));
+            }
+            tool if approved => Self::run_host_tool(engine, tool),
+            Dialog::Tool { pi, dialog, .. } => pi.answer_ui(&dialog, UiAnswer::Value(not_run(why).to_string())),
+        }
+    }
+
     /// pi went away: the running turn fails with what it said; the next message starts it again.
-    fn on_gone(self: &Arc<Self>, pi: &Arc<PiProcess>, why: String) {
+    fn on_gone(engine: &Engine<Self>, pi: &Arc<PiProcess>, why: String) {
         {
-            let mut state = lock(&self.state);
-            if !state.pi.as_ref().is_some_and(|current| Arc::ptr_eq(current, pi)) {
+            let mut state = engine.lock();
+            if !state.own.pi.as_ref().is_some_and(|current| Arc::ptr_eq(current, pi)) {
                 return;
             }
-            state.pi = None;
-            state.gone = Some(why.clone());
-            state.queue.clear();
-            if let Some(mut live) = state.turn.take() {
-                live.mapper.finish(TurnEnd::Error(error_info("agentRunFailed", format!("pi stopped: {why}"))));
+            state.own.pi = None;
+            if state.phase().is_some_and(|p| p != Phase::Preparing) {
+                let end = TurnEnd::Error(error_info("agentRunFailed", format!("pi stopped: {why}")));
+                engine.end_turn(&mut state, end);
             }
-            Self::turn_over(&mut state);
         }
         let pi = pi.clone();
-        self.tasks.spawn(async move { pi.stop().await });
-    }
-
-    /// Starts the next handed turn when none runs.
-    fn pump(self: &Arc<Self>) {
-        let params = {
-            let mut state = lock(&self.state);
-            if state.turn.is_some() {
-                return;
-            }
-            let Some((params, resumed)) = state.queue.pop_front() else { return };
-            let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
-            let writer = writer(self.host.clone(), params.turn_id.clone());
-            state.turn = Some(Live { mapper: TurnMapper::new(writer), prompt_sent: false });
-            params
-        };
-        let inner = self.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                _ = inner.cancel.cancelled() => {}
-                _ = inner.run_prompt(params) => {}
-            }
-        });
-    }
-
-    /// Ends the turn `turn_id` if it is still the running one.
-    fn end_turn(self: &Arc<Self>, turn_id: &str, end: TurnEnd) {
-        let ended = {
-            let mut state = lock(&self.state);
-            match state.turn.as_mut() {
-                Some(live) if live.mapper.turn_id() == turn_id => {
-                    live.mapper.finish(end);
-                    Self::turn_over(&mut state);
-                    true
-                }
-                _ => false,
-            }
-        };
-        if ended {
-            self.pump();
-        }
-    }
-
-    /// Hands pi one turn: the bridge learns the turn (and its hidden instructions), then the prompt.
-    async fn run_prompt(self: &Arc<Self>, params: SendMessageParams) {
-        let turn_id = params.turn_id.clone();
-        let pi = match self.pi() {
-            Some(pi) => pi,
-            None => match self.start_pi().await {
-                Ok(pi) => pi,
-                Err(e) => return self.end_turn(&turn_id, TurnEnd::Error(error_info("sendFailed", e.to_string()))),
-            },
-        };
-        let text = params.message.text.clone();
-        if let Some(instructions) = text.trim_start().strip_prefix("/compact") {
-            return self.compact(&pi, &turn_id, instructions.trim()).await;
-        }
-        let turn = json!({"op": "turn", "turnId": turn_id, "instructions": params.instructions});
-        if let Err(e) = pi.request(bridge_command(turn)).await {
-            return self.end_turn(&turn_id, TurnEnd::Error(error_info("sendFailed", e.to_string())));
-        }
-        // A turn stopped while it was being prepared is never sent.
-        let stopped = {
-            let mut state = lock(&self.state);
-            match state.turn.as_mut() {
-                Some(live) if live.mapper.turn_id() == turn_id => {
-                    live.prompt_sent = !live.mapper.abort_requested();
-                    !live.prompt_sent
-                }
-                _ => return,
-            }
-        };
-        if stopped {
-            return self.end_turn(&turn_id, TurnEnd::Cancelled);
-        }
-        match pi.request(prompt_command("prompt", &text, &params.attachments)).await {
-            Ok(_) => {
-                let mut state = lock(&self.state);
-                let Some(live) = state.turn.as_ref().filter(|live| live.mapper.turn_id() == turn_id) else { return };
-                // A stop that raced the prompt reached pi before its run began: say it again.
-                if live.mapper.abort_requested() {
-                    pi.send(json!({"type": "abort"}));
-                }
-                let check = pi.next_id();
-                state.prompt_check = Some(check.clone());
-                pi.send(json!({"type": "get_state", "id": check}));
-            }
-            Err(e) => self.end_turn(&turn_id, TurnEnd::Error(error_info("sendFailed", e.to_string()))),
-        }
+        engine.spawn(async move { pi.stop().await });
     }
 
     /// `/compact [instructions]`: pi summarises the conversation so far.
-    async fn compact(self: &Arc<Self>, pi: &Arc<PiProcess>, turn_id: &str, instructions: &str) {
+    async fn compact(engine: &Engine<Self>, pi: &PiProcess, turn_id: &str, instructions: &str) {
         let mut command = json!({"type": "compact"});
         if !instructions.is_empty() {
             command["customInstructions"] = Value::String(instructions.to_owned());
         }
         let answer = pi.request(command).await;
-        let ended = {
-            let mut state = lock(&self.state);
-            let Some(live) = state.turn.as_mut().filter(|live| live.mapper.turn_id() == turn_id) else { return };
-            match answer {
-                Ok(answer) => {
-                    let before = answer.data.as_ref().and_then(|d| d["tokensBefore"].as_i64());
-                    let note = match before {
-                        Some(tokens) => format!("Compacted the conversation ({tokens} tokens before)."),
-                        None => "Compacted the conversation.".to_owned(),
-                    };
-                    live.mapper.notification(&note);
-                    live.mapper.finish(TurnEnd::Complete);
-                }
-                Err(e) => {
-                    live.mapper.finish(TurnEnd::Error(error_info("agentRunFailed", format!("Compaction failed: {e}"))));
-                }
-            }
-            Self::turn_over(&mut state);
-            true
-        };
-        if ended {
-            self.pump();
+        let mut state = engine.lock();
+        if state.turn_id() != Some(turn_id) {
+            return;
         }
+        let end = match answer {
+            Ok(answer) => {
+                let note = match answer.data.as_ref().and_then(|d| d["tokensBefore"].as_i64()) {
+                    Some(tokens) => format!("Compacted the conversation ({tokens} tokens before)."),
+                    None => "Compacted the conversation.".to_owned(),
+                };
+                if let Some(turn) = state.sent() {
+                    turn.0.notification(&note);
+                }
+                TurnEnd::Complete
+            }
+            Err(e) => TurnEnd::Error(error_info("agentRunFailed", format!("Compaction failed: {e}"))),
+        };
+        engine.end_turn(&mut state, end);
+    }
+}
+
+#[async_trait]
+impl Backend for Pi {
+    type State = PiState;
+    type Turn = PiTurn;
+    type Reply = Dialog;
+
+    fn open(&self, own: &mut PiState, writer: TurnWriter, _params: &SendMessageParams) -> PiTurn {
+        own.barrier = None;
+        own.prompt_check = None;
+        PiTurn(TurnMapper::new(writer))
     }
 
-    async fn set_model(&self, model: &ModelSelection) -> Result<(), AgentError> {
-        let Some((provider, model_id)) = split_model_id(&model.id) else {
-            return Err(AgentError::Refused(format!("pi names models provider/model; {} is not one.", model.id)));
+    /// The bridge learns the turn (and its hidden instructions), then pi is handed the prompt.
+    async fn begin(&self, engine: &Engine<Self>, params: SendMessageParams) -> Result<(), ErrorInfo> {
+        let send_failed = |e: &dyn std::fmt::Display| error_info("sendFailed", e.to_string());
+        let turn_id = params.turn_id.clone();
+        let running = engine.lock().own.pi.clone();
+        let pi = match running {
+            Some(pi) => pi,
+            None => Self::start_pi(engine).await.map_err(|e| send_failed(&e))?,
         };
-        let pi = self.pi().ok_or_else(|| AgentError::Failed("pi is not running".into()))?;
-        pi.request(json!({"type": "set_model", "provider": provider, "modelId": model_id})).await.map_err(refused)?;
-        if let Some(level) = thinking_level(model) {
-            pi.request(json!({"type": "set_thinking_level", "level": level})).await.map_err(refused)?;
+        let text = params.message.text.clone();
+        if let Some(instructions) = text.trim_start().strip_prefix("/compact") {
+            if engine.lock().mark_sent(&turn_id) {
+                Self::compact(engine, &pi, &turn_id, instructions.trim()).await;
+            }
+            return Ok(());
         }
+        let turn = json!({"op": "turn", "turnId": turn_id, "instructions": params.instructions});
+        pi.request(bridge_command(turn)).await.map_err(|e| send_failed(&e))?;
+        if !engine.lock().mark_sent(&turn_id) {
+            return Ok(());
+        }
+        pi.request(prompt_command("prompt", &text, &params.attachments)).await.map_err(|e| send_failed(&e))?;
+        let mut state = engine.lock();
+        if state.turn_id() != Some(turn_id.as_str()) {
+            return Ok(());
+        }
+        // A stop that raced the prompt reached pi before its run began: say it again.
+        if state.phase() == Some(Phase::Stopped) {
+            pi.send(json!({"type": "abort"}));
+        }
+        let check = pi.next_id();
+        state.own.prompt_check = Some(check.clone());
+        pi.send(json!({"type": "get_state", "id": check}));
         Ok(())
     }
 
-    /// Answers every parked question no (a stop, a close): nothing waits for a person any more.
-    fn settle_gates(state: &mut State) {
-        let gates: Vec<(String, String)> = state.gates.drain().collect();
-        if let Some(pi) = &state.pi {
-            for (_, dialog) in gates {
-                pi.answer_ui(
-                    &dialog,
-                    UiAnswer::Value(json!({"allow": false, "reason": "The turn was stopped."}).to_string()),
-                );
-            }
+    fn interrupt(&self, engine: &Engine<Self>, state: &mut State<Self>) {
+        match &state.own.pi {
+            Some(pi) => pi.send(json!({"type": "abort"})),
+            // Nothing will finish the turn.
+            None => engine.end_turn(state, TurnEnd::Cancelled),
         }
     }
 
-    /// Stops pi and every task of the session.
-    async fn shut(&self) {
-        self.cancel.cancel();
-        let pi = lock(&self.state).pi.take();
+    fn settle(&self, engine: &Engine<Self>, _state: &mut State<Self>, reply: Dialog, settled: Settled) {
+        Self::answer(engine, reply, settled);
+    }
+
+    async fn stop(&self, engine: &Engine<Self>, _running: bool) {
+        let pi = engine.lock().own.pi.take();
         if let Some(pi) = pi {
             pi.stop().await;
         }
-        self.tasks.close();
-        let _ = tokio::time::timeout(CLOSE_GRACE, self.tasks.wait()).await;
     }
 }
 
@@ -716,56 +556,33 @@ impl Session for PiSession {
 
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
         attachments::refuse_untaken("pi", &attachment_support(), &params.attachments)?;
-        lock(&self.inner.state).queue.push_back((params, false));
-        self.inner.pump();
-        Ok(())
+        self.engine.send_message(params)
     }
 
     /// The lost turn goes on: pi continues the conversation's session file (which holds the
     /// turn's prompt and what it finished), told the turn was cut off and given its request
     /// again; what a person answered meanwhile is carried out when pi asks the same again.
     async fn resume_turn(&self, params: ResumeTurnParams) -> Result<(), AgentError> {
-        let (params, decisions) = resumed_request(params);
-        {
-            let mut state = lock(&self.inner.state);
-            state.decisions = decisions;
-            state.queue.push_back((params, true));
-        }
-        self.inner.pump();
-        Ok(())
+        self.engine.resume_turn(params)
     }
 
     async fn change_model(&self, model: ModelSelection) -> Result<(), AgentError> {
-        self.inner.set_model(&model).await
+        let pi = self.engine.lock().own.pi.clone();
+        let pi = pi.ok_or_else(|| AgentError::Failed("pi is not running".into()))?;
+        set_model(&pi, &model).await
     }
 
     async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
-        let mut state = lock(&self.inner.state);
-        state.queue.clear();
-        Inner::settle_gates(&mut state);
-        let sent = match state.turn.as_mut() {
-            Some(live) => {
-                live.mapper.request_abort();
-                live.prompt_sent
-            }
-            None => false,
-        };
-        if sent {
-            if let Some(pi) = &state.pi {
-                pi.send(json!({"type": "abort"}));
-            }
-        }
+        self.engine.abort();
         Ok(())
     }
 
     async fn steer(&self, params: SteerParams) -> Result<bool, AgentError> {
         let pi = {
-            let state = lock(&self.inner.state);
-            let running = state
-                .turn
-                .as_ref()
-                .is_some_and(|live| live.mapper.turn_id() == params.turn_id && live.mapper.is_running());
-            match (&state.pi, running) {
+            let mut state = self.engine.lock();
+            let running = state.turn_id() == Some(params.turn_id.as_str())
+                && state.sent().is_some_and(|turn| turn.0.is_running());
+            match (&state.own.pi, running) {
                 (Some(pi), true) => pi.clone(),
                 _ => return Ok(false),
             }
@@ -775,17 +592,7 @@ impl Session for PiSession {
     }
 
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
-        let mut state = lock(&self.inner.state);
-        let Some(dialog) = state.gates.remove(&params.tool_call_id) else { return Ok(false) };
-        if !params.approved {
-            if let Some(live) = state.turn.as_mut() {
-                live.mapper.denied(&params.tool_call_id);
-            }
-        }
-        if let Some(pi) = &state.pi {
-            pi.answer_ui(&dialog, UiAnswer::Value(gate_answer(params.approved).to_string()));
-        }
-        Ok(true)
+        Ok(self.engine.confirm(params))
     }
 
     async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
@@ -794,7 +601,7 @@ impl Session for PiSession {
         }
         match value.as_str() {
             Some(v) if ASK.contains(&v) => {
-                lock(&self.inner.state).settings.insert(key, value);
+                self.engine.lock().own.settings.insert(key, value);
                 Ok(accepted())
             }
             _ => Ok(not_offered(&key, &value)),
@@ -802,16 +609,16 @@ impl Session for PiSession {
     }
 
     async fn settings(&self) -> JsonObject {
-        lock(&self.inner.state).settings.clone()
+        self.engine.lock().own.settings.clone()
     }
 
     async fn set_tools(&self, tools: Vec<ToolSpec>) -> Result<(), AgentError> {
         let (pi, offered) = {
-            let mut state = lock(&self.inner.state);
-            state.catalog = catalog_of(&tools);
+            let mut state = self.engine.lock();
+            state.own.catalog = catalog_of(&tools);
             let offered = bridge_tools(&tools);
-            state.tools = tools;
-            (state.pi.clone(), offered)
+            state.own.tools = tools;
+            (state.own.pi.clone(), offered)
         };
         // A pi started later gets the tools in its setup.
         if let Some(pi) = pi {
@@ -821,15 +628,6 @@ impl Session for PiSession {
     }
 
     async fn close(&self) {
-        {
-            let mut state = lock(&self.inner.state);
-            state.queue.clear();
-            Inner::settle_gates(&mut state);
-            if let Some(mut live) = state.turn.take() {
-                live.mapper.finish(TurnEnd::Cancelled);
-            }
-            Inner::turn_over(&mut state);
-        }
-        self.inner.shut().await;
+        self.engine.close().await;
     }
 }

@@ -15,6 +15,9 @@ use std::path::Path;
 use ahp_types::state::Turn;
 use serde_json::{json, Value};
 
+use agent_runner::KeptLookup;
+use protocol::KeptResource;
+
 use crate::event::content_text;
 
 /// What went wrong reading a session file.
@@ -39,13 +42,15 @@ pub enum TranscriptError {
 }
 
 /// The turns of the session file at `path`; `None` when there is no such file.
-pub fn read_transcript(path: &Path) -> Result<Option<Vec<Turn>>, TranscriptError> {
+/// `kept` is what the parent kept of its tool results' images (seed 004's `kept`): each is named by
+/// its reference again, and one it kept nowhere is left out with a sentence.
+pub fn read_transcript(path: &Path, kept: &[KeptResource]) -> Result<Option<Vec<Turn>>, TranscriptError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(TranscriptError::Read { path: path.display().to_string(), reason: e.to_string() }),
     };
-    let turns = turns_of(&text)
+    let turns = turns_of(&text, kept)
         .into_iter()
         .map(serde_json::from_value)
         .collect::<Result<Vec<Turn>, _>>()
@@ -90,7 +95,7 @@ struct Reading {
     model: Option<String>,
 }
 
-fn turns_of(text: &str) -> Vec<Value> {
+fn turns_of(text: &str, kept: &[KeptResource]) -> Vec<Value> {
     let mut turns = Vec::new();
     let mut current: Option<Reading> = None;
     for entry in branch(text) {
@@ -113,7 +118,7 @@ fn turns_of(text: &str) -> Vec<Value> {
                     }
                     Some("toolResult") => {
                         if let Some(turn) = current.as_mut() {
-                            turn.tool_result(&message);
+                            turn.tool_result(&message, &KeptLookup(kept));
                         }
                     }
                     _ => {}
@@ -238,12 +243,13 @@ impl Reading {
         }));
     }
 
-    fn tool_result(&mut self, message: &Value) {
+    fn tool_result(&mut self, message: &Value, kept: &KeptLookup<'_>) {
         self.ended_ms = self.ended_ms.max(millis(message));
         let Some(id) = str_of(message, "toolCallId") else { return };
         let Some(&index) = self.calls.get(id) else { return };
         let success = !message.get("isError").and_then(Value::as_bool).unwrap_or(false);
-        let text = content_text(message.get("content").unwrap_or(&Value::Null));
+        let content = message.get("content").unwrap_or(&Value::Null);
+        let text = content_text(content);
         let call = &mut self.parts[index]["toolCall"];
         let display = call["displayName"].as_str().unwrap_or("Tool").to_owned();
         let name = call["toolName"].as_str().unwrap_or_default().to_owned();
@@ -254,7 +260,8 @@ impl Reading {
         call["confirmed"] = json!("not-needed");
         call["pastTenseMessage"] = json!(if success { past } else { format!("{display} failed") });
         if success {
-            call["content"] = json!([{"type": "text", "text": text}]);
+            let shown = crate::event::shown_content(content, id, &name, kept);
+            call["content"] = serde_json::to_value(shown).unwrap_or_else(|_| json!([{"type": "text", "text": text}]));
         } else {
             call["error"] = json!(text);
         }
@@ -311,7 +318,7 @@ mod tests {
     #[test]
     fn a_session_file_reads_back_as_turns() {
         let turns: Vec<Turn> =
-            turns_of(SESSION).into_iter().map(|t| serde_json::from_value(t).expect("a turn")).collect();
+            turns_of(SESSION, &[]).into_iter().map(|t| serde_json::from_value(t).expect("a turn")).collect();
         assert_eq!(turns.len(), 3);
 
         let first = &turns[0];
@@ -344,7 +351,7 @@ mod tests {
             "{SESSION}{}\n",
             r#"{"type":"message","id":"u9","parentId":"a2","timestamp":"2026-11-30T02:33:00.000Z","message":{"role":"user","content":"other way","timestamp":1796005980000}}"#
         );
-        let turns = turns_of(&forked);
+        let turns = turns_of(&forked, &[]);
         assert_eq!(turns.len(), 2);
         assert_eq!(turns[1]["id"], "u9");
     }
@@ -362,7 +369,7 @@ mod tests {
             "{resumed}{}\n",
             r#"{"type":"message","id":"a1","parentId":"u2","timestamp":"2026-11-30T02:33:02.000Z","message":{"role":"assistant","content":[{"type":"text","text":"told"}],"stopReason":"stop","timestamp":1796005982000}}"#
         );
-        let turns = turns_of(&resumed);
+        let turns = turns_of(&resumed, &[]);
         assert_eq!(turns.len(), 1, "{turns:?}");
         assert_eq!(turns[0]["id"], "u1");
         assert_eq!(turns[0]["message"]["text"], "tell me");
@@ -372,6 +379,6 @@ mod tests {
     #[test]
     fn no_file_is_no_record() {
         let missing = std::env::temp_dir().join("ahpd-pi-no-such-session.jsonl");
-        assert!(read_transcript(&missing).expect("reads").is_none());
+        assert!(read_transcript(&missing, &[]).expect("reads").is_none());
     }
 }

@@ -591,18 +591,18 @@ async fn a_conversation_moved_to_another_folder_runs_its_tools_there() {
 /// Runs the real `pi` as a person would in a terminal, in `folder`, with the world's agent
 /// folder: `pi -p <args…>` (waited for without blocking the mock). Answers what it printed.
 async fn pi_by_hand(world: &World, folder: &Path, args: &[&str]) -> String {
-    let output = tokio::process::Command::new(pi_bin())
-        .arg("-p")
+    let mut pi = std::process::Command::new(pi_bin());
+    pi.arg("-p")
         .args(args)
         .current_dir(folder)
         .env("PI_CODING_AGENT_DIR", world.data.path().join("agent"))
         .env("PI_OFFLINE", "1")
         .env("PI_TELEMETRY", "0")
         .env("PI_SKIP_VERSION_CHECK", "1")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output()
+        .stdin(std::process::Stdio::null());
+    let output = tokio::task::spawn_blocking(move || agent_runner::child::run_to_end(pi))
         .await
+        .expect("pi was waited for")
         .expect("pi runs");
     assert!(output.status.success(), "pi failed: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()

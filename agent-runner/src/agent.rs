@@ -84,14 +84,27 @@ pub trait Agent: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// One of those as turns, read without starting anything.
-    async fn transcript(&self, _id: &str, _at: &At) -> Result<Option<Vec<Turn>>, AgentError> {
+    /// One of those as turns, read without starting anything; `kept` is what the parent kept for
+    /// its parts (seed 004's `kept`: [`crate::KeptLookup`] names each by its reference).
+    async fn transcript(
+        &self,
+        _id: &str,
+        _at: &At,
+        _kept: &[protocol::KeptResource],
+    ) -> Result<Option<Vec<Turn>>, AgentError> {
         Ok(None)
     }
 
     /// The settings a chat made by a session tool takes from the chat that made it.
     fn inherited_chat_config(&self, _config: &JsonObject) -> JsonObject {
         JsonObject::new()
+    }
+
+    /// Whether this backend starts what it runs through [`protocol::Start::confined`]'s box. A
+    /// backend that does not is refused a confined session (by the runtime, for every backend),
+    /// rather than run it on the machine itself while the person is told it is boxed.
+    fn confines(&self) -> bool {
+        false
     }
 
     /// Starts (or resumes) one conversation.

@@ -1,12 +1,11 @@
 //! The `echo` test agent: seed 004's smallest agent. It says the text back, in several deltas, in
 //! the voice its session is configured with. No model, no subprocess.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ahp_types::common::JsonObject;
-use ahp_types::state::{SessionConfigPropertySchema, SessionConfigSchema, UsageInfo};
+use ahp_types::state::{ErrorInfo, UsageInfo};
 use async_trait::async_trait;
 use protocol::{
     AgentDescriptor, AgentFeatures, InitializeParams, Policy, ResumeTurnParams, SchemaResult, SendMessageParams,
@@ -16,9 +15,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
+use crate::engine::{Backend, Engine, Mapper, Settled, State};
 use crate::host::SessionHost;
-use crate::sync::lock;
-use crate::turn::TurnWriter;
+use crate::turn::{TurnEnd, TurnWriter};
 
 const VOICES: [&str; 4] = ["plain", "shouty", "backwards", "whisper"];
 
@@ -42,34 +41,14 @@ impl Echo {
 
 /// The schema echo and its sessions share: one key, `voice`.
 pub fn echo_schema() -> SchemaResult {
-    let voice = SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: "Voice".into(),
-        description: Some("How the echo says your words back".into()),
-        default: Some(Value::String("plain".into())),
-        r#enum: Some(VOICES.iter().map(|v| Value::String((*v).into())).collect()),
-        enum_labels: Some(vec!["Plain".into(), "Shouty".into(), "Backwards".into(), "Whisper".into()]),
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(true),
-    };
-    let mut defaults = JsonObject::new();
-    defaults.insert("voice".into(), Value::String("plain".into()));
-    SchemaResult {
-        schema: SessionConfigSchema {
-            r#type: "object".into(),
-            properties: [("voice".to_owned(), voice)].into_iter().collect(),
-            required: None,
-        },
-        defaults,
-    }
+    let voice = crate::schema::choice(
+        "Voice",
+        "How the echo says your words back",
+        "plain",
+        &VOICES,
+        &["Plain", "Shouty", "Backwards", "Whisper"],
+    );
+    crate::schema::schema_of(vec![("voice", voice)])
 }
 
 #[async_trait]
@@ -102,36 +81,9 @@ impl Agent for Echo {
                 settings.insert("voice".into(), Value::String(voice.clone()));
             }
         }
-        let session = Arc::new(EchoSession {
-            host,
-            pace: self.pace,
-            chunk_words: self.chunk_words,
-            stamp: self.stamp,
-            state: Mutex::new(EchoState { settings, queue: VecDeque::new(), running: None }),
-        });
-        Ok(Arc::new(session))
+        let backend = EchoBackend { pace: self.pace, chunk_words: self.chunk_words, stamp: self.stamp };
+        Ok(Arc::new(EchoSession(Engine::start(host, backend, settings))))
     }
-}
-
-struct Running {
-    turn_id: String,
-    cancel: CancellationToken,
-    steering: Arc<Mutex<Vec<String>>>,
-}
-
-struct EchoState {
-    settings: JsonObject,
-    /// Turns handed, each with whether it runs again after it was lost (`resumeTurn`).
-    queue: VecDeque<(SendMessageParams, bool)>,
-    running: Option<Running>,
-}
-
-struct EchoSession {
-    host: SessionHost,
-    pace: Duration,
-    chunk_words: usize,
-    stamp: bool,
-    state: Mutex<EchoState>,
 }
 
 /// Says `text` in `voice`.
@@ -163,42 +115,54 @@ fn chunks(text: &str, words: usize) -> Vec<String> {
     out
 }
 
-impl EchoSession {
-    /// Starts the next queued turn if none runs.
-    fn pump(self: &Arc<Self>) {
-        let (params, resumed, cancel, steering, voice) = {
-            let mut state = lock(&self.state);
-            if state.running.is_some() {
-                return;
-            }
-            let Some((params, resumed)) = state.queue.pop_front() else {
-                return;
-            };
-            let cancel = CancellationToken::new();
-            let steering = Arc::new(Mutex::new(Vec::new()));
-            state.running =
-                Some(Running { turn_id: params.turn_id.clone(), cancel: cancel.clone(), steering: steering.clone() });
-            let voice = state.settings.get("voice").and_then(Value::as_str).unwrap_or("plain").to_owned();
-            (params, resumed, cancel, steering, voice)
-        };
-        let session = self.clone();
-        tokio::spawn(async move {
-            session.run_turn(params, resumed, cancel, steering, voice).await;
-            lock(&session.state).running = None;
-            session.pump();
-        });
+/// Echo on the session engine: its runtime is the turn itself, said chunk by chunk.
+struct EchoBackend {
+    pace: Duration,
+    chunk_words: usize,
+    stamp: bool,
+}
+
+/// The running turn, and the steering messages it took and has not said yet.
+struct EchoTurn {
+    writer: TurnWriter,
+    steering: Vec<String>,
+}
+
+impl Mapper for EchoTurn {
+    fn writer(&mut self) -> &mut TurnWriter {
+        &mut self.writer
+    }
+}
+
+impl EchoTurn {
+    /// Says the steering messages taken since the last chunk, where they came in.
+    fn steered(&mut self, voice: &str) {
+        for s in std::mem::take(&mut self.steering) {
+            self.writer.text(&format!("\n\n(steered: {})", in_voice(voice, &s)));
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for EchoBackend {
+    /// The session's settings.
+    type State = JsonObject;
+    type Turn = EchoTurn;
+    type Reply = ();
+
+    fn open(&self, _settings: &mut JsonObject, writer: TurnWriter, _params: &SendMessageParams) -> EchoTurn {
+        EchoTurn { writer: writer.stamped(self.stamp), steering: Vec::new() }
     }
 
-    async fn run_turn(
-        &self,
-        params: SendMessageParams,
-        resumed: bool,
-        cancel: CancellationToken,
-        steering: Arc<Mutex<Vec<String>>>,
-        voice: String,
-    ) {
-        let writer = if resumed { TurnWriter::resuming } else { TurnWriter::new };
-        let mut turn = writer(self.host.clone(), params.turn_id.clone()).stamped(self.stamp);
+    async fn begin(&self, engine: &Engine<Self>, params: SendMessageParams) -> Result<(), ErrorInfo> {
+        let (voice, stop) = {
+            let mut state = engine.lock();
+            if !state.mark_sent(&params.turn_id) {
+                return Ok(());
+            }
+            let voice = state.own.get("voice").and_then(Value::as_str).unwrap_or("plain").to_owned();
+            (voice, state.stop_token().unwrap_or_default())
+        };
         let text = if params.message.text.trim().is_empty() {
             "(nothing to say)".to_owned()
         } else {
@@ -207,34 +171,44 @@ impl EchoSession {
         let answer = in_voice(&voice, &text);
         let mut said_words = 0i64;
         for chunk in chunks(&answer, self.chunk_words) {
-            if self.pause(&cancel).await.is_err() {
-                turn.cancelled();
-                return;
+            if self.pause(&stop).await.is_err() {
+                break;
             }
             said_words += 1;
-            turn.text(&chunk);
-            let steered: Vec<String> = std::mem::take(&mut *lock(&steering));
-            for s in steered {
-                turn.text(&format!("\n\n(steered: {})", in_voice(&voice, &s)));
-            }
+            let mut state = engine.lock();
+            let Some(turn) = state.sent() else { break };
+            turn.writer.text(&chunk);
+            turn.steered(&voice);
         }
-        // A steering message that arrived during the last pause is still this turn's.
-        let steered: Vec<String> = std::mem::take(&mut *lock(&steering));
-        for s in steered {
-            turn.text(&format!("\n\n(steered: {})", in_voice(&voice, &s)));
+        let mut state = engine.lock();
+        if let Some(turn) = state.sent() {
+            // A steering message that arrived during the last pause is still this turn's.
+            turn.steered(&voice);
+            turn.writer.usage(UsageInfo {
+                input_tokens: Some(i64::try_from(text.split_whitespace().count()).unwrap_or(0)),
+                output_tokens: Some(said_words),
+                model: None,
+                cache_read_tokens: None,
+                meta: None,
+            });
         }
-        turn.usage(UsageInfo {
-            input_tokens: Some(i64::try_from(text.split_whitespace().count()).unwrap_or(0)),
-            output_tokens: Some(said_words),
-            model: None,
-            cache_read_tokens: None,
-            meta: None,
-        });
-        turn.complete();
+        // Complete, or (stopped) cancelled already.
+        engine.end_turn(&mut state, TurnEnd::Complete);
+        Ok(())
     }
 
-    async fn pause(&self, cancel: &CancellationToken) -> Result<(), ()> {
-        if cancel.is_cancelled() {
+    fn interrupt(&self, _engine: &Engine<Self>, _state: &mut State<Self>) {
+        // The turn's own pause sees its stop.
+    }
+
+    fn settle(&self, _engine: &Engine<Self>, _state: &mut State<Self>, _reply: (), _settled: Settled) {}
+
+    async fn stop(&self, _engine: &Engine<Self>, _running: bool) {}
+}
+
+impl EchoBackend {
+    async fn pause(&self, stop: &CancellationToken) -> Result<(), ()> {
+        if stop.is_cancelled() {
             return Err(());
         }
         if self.pace.is_zero() {
@@ -242,18 +216,18 @@ impl EchoSession {
             return Ok(());
         }
         tokio::select! {
-            _ = cancel.cancelled() => Err(()),
+            _ = stop.cancelled() => Err(()),
             _ = tokio::time::sleep(self.pace) => Ok(()),
         }
     }
 }
 
+struct EchoSession(Arc<Engine<EchoBackend>>);
+
 #[async_trait]
-impl Session for Arc<EchoSession> {
+impl Session for EchoSession {
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
-        lock(&self.state).queue.push_back((params, false));
-        self.pump();
-        Ok(())
+        self.0.send_message(params)
     }
 
     /// A lost turn goes on: the words are said again, after what the turn said before.
@@ -267,28 +241,25 @@ impl Session for Arc<EchoSession> {
             unattended: false,
             attachments: Vec::new(),
         };
-        lock(&self.state).queue.push_back((params, true));
-        self.pump();
-        Ok(())
+        self.0.resume(params, Vec::new())
     }
 
     async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
-        let mut state = lock(&self.state);
-        state.queue.clear();
-        if let Some(running) = &state.running {
-            running.cancel.cancel();
-        }
+        self.0.abort();
         Ok(())
     }
 
     async fn steer(&self, params: SteerParams) -> Result<bool, AgentError> {
-        let state = lock(&self.state);
-        match &state.running {
-            Some(running) if running.turn_id == params.turn_id => {
-                lock(&running.steering).push(params.message.text);
+        let mut state = self.0.lock();
+        if state.turn_id() != Some(params.turn_id.as_str()) {
+            return Ok(false);
+        }
+        match state.sent() {
+            Some(turn) => {
+                turn.steering.push(params.message.text);
                 Ok(true)
             }
-            _ => Ok(false),
+            None => Ok(false),
         }
     }
 
@@ -298,7 +269,7 @@ impl Session for Arc<EchoSession> {
         }
         match value.as_str() {
             Some(voice) if VOICES.contains(&voice) => {
-                lock(&self.state).settings.insert(key, value);
+                self.0.lock().own.insert(key, value);
                 Ok(accepted())
             }
             _ => Ok(not_offered(&key, &value)),
@@ -306,11 +277,11 @@ impl Session for Arc<EchoSession> {
     }
 
     async fn settings(&self) -> JsonObject {
-        lock(&self.state).settings.clone()
+        self.0.lock().own.clone()
     }
 
     async fn close(&self) {
-        let _ = Session::abort(self, None).await;
+        self.0.close().await;
     }
 }
 

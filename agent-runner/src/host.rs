@@ -5,8 +5,8 @@ use ahp_types::state::ContentRef;
 use ahp_types::Uri;
 use protocol::methods::worker;
 use protocol::{
-    EmitChannel, EmitParams, KeepResourceParams, KeepResourceResult, KeepTerminalParams, SubagentStartedParams,
-    ToolOutcome, ToolRunParams, TurnRecordedParams,
+    EmitChannel, EmitParams, KeepResourceParams, KeepTerminalParams, SubagentStartedParams, ToolOutcome, ToolRunParams,
+    TurnRecordedParams,
 };
 use serde_json::Value;
 
@@ -19,12 +19,21 @@ pub struct SessionHost {
     peer: Peer,
     session: Uri,
     chat: Uri,
+    /// The largest content the parent keeps (`Start.resourceLimitBytes`); absent: it keeps none.
+    resource_limit: Option<u64>,
 }
 
 impl SessionHost {
     /// A handle for the conversation `chat` of `session`.
     pub fn new(peer: Peer, session: Uri, chat: Uri) -> Self {
-        Self { peer, session, chat }
+        Self { peer, session, chat, resource_limit: None }
+    }
+
+    /// The same handle, for a parent that keeps content of at most `limit` bytes (the start's
+    /// `resourceLimitBytes`; absent: it keeps none).
+    pub fn keeping_resources(mut self, limit: Option<u64>) -> Self {
+        self.resource_limit = limit;
+        self
     }
 
     /// The session channel.
@@ -40,7 +49,7 @@ impl SessionHost {
     /// The same parent, for another chat of the session: a subagent's, which the backend emits
     /// on once it said `subagent/started` for it.
     pub fn for_chat(&self, chat: &str) -> SessionHost {
-        Self { peer: self.peer.clone(), session: self.session.clone(), chat: chat.to_owned() }
+        Self { chat: chat.to_owned(), ..self.clone() }
     }
 
     /// Says that a tool call of this chat's running turn started a worker with a chat of its own
@@ -113,25 +122,36 @@ impl SessionHost {
         protocol::terminal_output_uri(&self.chat, key)
     }
 
-    /// Hands the host content a part would carry inline; answers where it was kept, if anywhere.
-    pub async fn keep_resource(
+    /// Hands the parent content a part would carry inline (seed 004's `storeToolResultResource`):
+    /// `Ok` with the reference the part names it by at once (the parent keeps it before it takes
+    /// the next thing this worker says), or `Err` with the sentence saying why it was left out
+    /// (over the parent's bound, or a session whose parent keeps no folder).
+    pub fn keep_resource(
         &self,
         call_id: &str,
         index: u32,
         name: &str,
         content_type: &str,
-        data_base64: String,
-    ) -> Result<Option<ContentRef>, AgentError> {
+        data_base64: &str,
+    ) -> Result<ContentRef, String> {
+        let bytes = protocol::kept::base64_decoded_len(data_base64);
+        if let Some(sentence) = protocol::kept::left_out(content_type, bytes, self.resource_limit) {
+            return Err(sentence);
+        }
         let params = KeepResourceParams {
             chat: self.chat.clone(),
             call_id: call_id.to_owned(),
             index,
             name: name.to_owned(),
             content_type: content_type.to_owned(),
-            data: data_base64,
+            data: data_base64.to_owned(),
         };
-        let result: KeepResourceResult =
-            self.peer.request(worker::RESOURCE_KEEP, params).await.map_err(|e| AgentError::Host(e.to_string()))?;
-        Ok(result.content_ref)
+        self.peer.notify(worker::RESOURCE_KEEP, params);
+        Ok(ContentRef {
+            uri: protocol::kept_resource_uri(&self.session, &self.chat, call_id, index),
+            size_hint: i64::try_from(bytes).ok(),
+            content_type: Some(content_type.to_owned()),
+            nonce: None,
+        })
     }
 }

@@ -15,13 +15,16 @@ pub mod agent;
 pub mod attachments;
 pub mod child;
 pub mod echo;
+pub mod engine;
 pub mod host;
+pub mod kept;
 pub mod lines;
 pub mod listing;
 pub mod notes;
 pub mod parent;
 pub mod rpc;
 pub mod runtime;
+pub mod schema;
 pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -29,6 +32,7 @@ pub mod turn;
 
 pub use agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
 pub use host::SessionHost;
+pub use kept::{Keeper, KeptLookup};
 pub use runtime::{init_stderr_logging, run_stdio_worker, serve, AgentFactory, WorkerContext};
 pub use sync::lock;
 pub use turn::{error_info, now_iso, resumed_request, tool_result, Question, TurnEnd, TurnWriter, RESUMED};

@@ -14,16 +14,16 @@
 //! `edit` writes a file in the folder the chat works in, as a coding agent does (asking first as
 //! `write` does), and `where` says that folder.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
     ChatInputAnswer, ChatInputAnswerValue, ChatInputQuestion, ChatInputRequest, ChatInputResponseKind,
-    ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind, Message, MessageKind, MessageOrigin,
-    SessionConfigPropertySchema, SessionConfigSchema, ToolCallClientContributor, ToolCallContributor,
+    ChatInputTextQuestion, ConfirmationOption, ConfirmationOptionKind, ErrorInfo, Message, MessageKind, MessageOrigin,
+    ToolCallClientContributor, ToolCallContributor,
 };
 use async_trait::async_trait;
 use futures_util::future::join_all;
@@ -33,12 +33,12 @@ use protocol::{
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::{accepted, not_offered, not_writable, Agent, AgentError, Session};
+use crate::engine::policy::{self, Asked, Context, Mode, Verdict};
+use crate::engine::{Backend, Engine, Kind, Mapper, Settled, State};
 use crate::host::SessionHost;
-use crate::sync::lock;
-use crate::turn::{tool_result, Question, TurnWriter};
+use crate::turn::{error_info, tool_result, Question, TurnEnd, TurnWriter};
 
 const ASK: [&str; 3] = ["writes", "always", "never"];
 
@@ -66,38 +66,26 @@ impl Notes {
 }
 
 fn notes_schema() -> SchemaResult {
-    let ask = SessionConfigPropertySchema {
-        r#type: "string".into(),
-        title: "Ask before".into(),
-        description: Some("Which tool calls wait for a person to allow them".into()),
-        default: Some(Value::String("writes".into())),
-        r#enum: Some(ASK.iter().map(|v| Value::String((*v).into())).collect()),
-        enum_labels: Some(vec!["Writes".into(), "Every call".into(), "Never".into()]),
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(true),
-    };
-    let mut defaults = JsonObject::new();
-    defaults.insert("ask".into(), Value::String("writes".into()));
-    SchemaResult {
-        schema: SessionConfigSchema {
-            r#type: "object".into(),
-            properties: [("ask".to_owned(), ask)].into_iter().collect(),
-            required: None,
-        },
-        defaults,
-    }
+    let ask = crate::schema::choice(
+        "Ask before",
+        "Which tool calls wait for a person to allow them",
+        "writes",
+        &ASK,
+        &["Writes", "Every call", "Never"],
+    );
+    crate::schema::schema_of(vec![("ask", ask)])
 }
 
 #[async_trait]
 impl Agent for Notes {
+    /// Notes runs no program, so nothing of it needs a box: its edits are writes into the
+    /// chat's own folder (a confined session's worktree). It takes confined sessions, so the
+    /// levels' own parts (the box's life, `!` commands and terminals inside) are tested without a
+    /// CLI.
+    fn confines(&self) -> bool {
+        true
+    }
+
     fn descriptor(&self) -> AgentDescriptor {
         AgentDescriptor {
             provider: "notes".into(),
@@ -129,61 +117,55 @@ impl Agent for Notes {
                 settings.insert("ask".into(), Value::String(ask.clone()));
             }
         }
-        let session = Arc::new(NotesSession {
-            host,
-            dir: self.dir.clone(),
-            folder: start.working_directory.as_ref().map(PathBuf::from),
-            state: Mutex::new(NotesState {
-                settings,
-                tools: start.tools,
-                endpoint: start.tools_endpoint.filter(|_| self.reveal_endpoint),
-                queue: VecDeque::new(),
-                running: None,
-                confirmations: HashMap::new(),
-                questions: HashMap::new(),
-                next_own_turn: 0,
-            }),
-        });
-        Ok(Arc::new(session))
+        let backend =
+            NotesBackend { dir: self.dir.clone(), folder: start.working_directory.as_ref().map(PathBuf::from) };
+        let own = NotesState {
+            settings,
+            tools: start.tools,
+            endpoint: start.tools_endpoint.filter(|_| self.reveal_endpoint),
+            next_own_turn: 0,
+        };
+        Ok(Arc::new(NotesSession(Engine::start(host, backend, own))))
     }
 }
 
-struct Decision {
-    approved: bool,
-}
-
-struct Answered {
-    response: ChatInputResponseKind,
-    answers: HashMap<String, ChatInputAnswer>,
-}
-
+/// What a notes session keeps besides the engine's state.
 struct NotesState {
     settings: JsonObject,
     tools: Vec<ToolSpec>,
     endpoint: Option<protocol::ToolsEndpoint>,
-    queue: VecDeque<SendMessageParams>,
-    running: Option<(String, CancellationToken, Writer)>,
-    // Parked questions live in maps keyed by id: two parallel tools ask twice before either is
-    // answered, and one slot would lose the first.
-    confirmations: HashMap<String, oneshot::Sender<Decision>>,
-    questions: HashMap<String, oneshot::Sender<Answered>>,
     next_own_turn: u32,
 }
 
-struct NotesSession {
-    host: SessionHost,
+/// Notes on the session engine: its runtime is the turn itself, its commands run side by side.
+struct NotesBackend {
     dir: PathBuf,
     /// The folder the chat works in (its session's, or its own).
     folder: Option<PathBuf>,
-    state: Mutex<NotesState>,
 }
 
-type Writer = Arc<Mutex<TurnWriter>>;
+struct NotesTurn {
+    writer: TurnWriter,
+}
 
-/// A call that writes, as the person is asked about it.
-struct WriteCall {
-    tool: &'static str,
-    display: &'static str,
+impl Mapper for NotesTurn {
+    fn writer(&mut self) -> &mut TurnWriter {
+        &mut self.writer
+    }
+}
+
+/// What became of a question a command asked.
+enum Heard {
+    /// A person answered.
+    Answer(ChatInputResponseKind, HashMap<String, ChatInputAnswer>),
+    /// Nobody will: the turn stopped.
+    Withdrawn,
+    /// Nobody watches the turn (seed 003): the agent decides itself.
+    Nobody,
+}
+
+/// A call that may wait for a person, as they are asked about it.
+struct AskedCall {
     invocation: String,
     input: Value,
     question: String,
@@ -251,74 +233,112 @@ fn valid_name(name: &str) -> bool {
         && !name.starts_with('.')
 }
 
-impl NotesSession {
-    fn pump(self: &Arc<Self>) {
-        let (params, cancel, writer) = {
-            let mut state = lock(&self.state);
-            if state.running.is_some() {
-                return;
-            }
-            let Some(params) = state.queue.pop_front() else {
-                return;
-            };
-            let cancel = CancellationToken::new();
-            let writer: Writer = Arc::new(Mutex::new(TurnWriter::new(self.host.clone(), params.turn_id.clone())));
-            state.running = Some((params.turn_id.clone(), cancel.clone(), writer.clone()));
-            (params, cancel, writer)
-        };
-        let session = self.clone();
-        tokio::spawn(async move {
-            let later = session.run_turn(params, cancel, writer).await;
-            for text in later {
-                session.own_turn(text).await;
-            }
-            lock(&session.state).running = None;
-            session.pump();
-        });
+#[async_trait]
+impl Backend for NotesBackend {
+    type State = NotesState;
+    type Turn = NotesTurn;
+    /// How a person's answer reaches the command that parked its question.
+    type Reply = oneshot::Sender<Settled>;
+
+    fn open(&self, _own: &mut NotesState, writer: TurnWriter, _params: &SendMessageParams) -> NotesTurn {
+        NotesTurn { writer }
     }
 
-    /// Runs one turn; answers the `later` texts to start as turns of its own afterwards.
-    async fn run_turn(
-        self: &Arc<Self>,
-        params: SendMessageParams,
-        cancel: CancellationToken,
-        writer: Writer,
-    ) -> Vec<String> {
-        let commands = parse(&params.message.text);
+    async fn begin(&self, engine: &Engine<Self>, params: SendMessageParams) -> Result<(), ErrorInfo> {
+        let stop = {
+            let mut state = engine.lock();
+            if !state.mark_sent(&params.turn_id) {
+                return Ok(());
+            }
+            state.stop_token().unwrap_or_default()
+        };
+        let turn = Commands { engine, turn_id: params.turn_id.clone(), unattended: params.unattended };
         let mut later = Vec::new();
         let mut fail_turn = false;
         let mut work = Vec::new();
-        for (n, command) in commands.into_iter().enumerate() {
+        for (n, command) in parse(&params.message.text).into_iter().enumerate() {
             match command {
                 Command::Later(text) => later.push(text),
                 Command::Error => fail_turn = true,
-                other => work.push(self.clone().run_command(writer.clone(), n, other)),
+                other => work.push(turn.run(n, other)),
             }
         }
         let finished = tokio::select! {
-            _ = cancel.cancelled() => false,
+            _ = stop.cancelled() => false,
             _ = join_all(work) => true,
         };
-        let mut turn = lock(&writer);
-        if !finished {
-            drop(turn);
-            self.settle_parked();
-            lock(&writer).cancelled();
-            return Vec::new();
+        let end = match (finished, fail_turn) {
+            (false, _) => TurnEnd::Cancelled,
+            (true, true) => TurnEnd::Error(error_info("notesError", "You asked this turn to fail.")),
+            (true, false) => TurnEnd::Complete,
+        };
+        engine.end_turn(&mut engine.lock(), end);
+        if finished {
+            for text in later {
+                turn.own_turn(text);
+            }
         }
-        if fail_turn {
-            turn.error("notesError", "You asked this turn to fail.");
-        } else {
-            turn.complete();
-        }
-        later
+        Ok(())
     }
 
-    async fn own_turn(self: &Arc<Self>, text: String) {
+    fn interrupt(&self, _engine: &Engine<Self>, _state: &mut State<Self>) {
+        // The turn's commands see its stop.
+    }
+
+    fn settle(&self, _engine: &Engine<Self>, _state: &mut State<Self>, reply: Self::Reply, settled: Settled) {
+        let _ = reply.send(settled);
+    }
+
+    async fn stop(&self, _engine: &Engine<Self>, _running: bool) {}
+}
+
+/// One turn's commands, saying what they do in the turn while it runs.
+struct Commands<'a> {
+    engine: &'a Engine<NotesBackend>,
+    turn_id: String,
+    unattended: bool,
+}
+
+impl Commands<'_> {
+    fn backend(&self) -> &NotesBackend {
+        self.engine.backend()
+    }
+
+    /// Says something in the turn, while it runs.
+    fn say<R>(&self, said: impl FnOnce(&mut TurnWriter) -> R) -> Option<R> {
+        let mut state = self.engine.lock();
+        if state.turn_id() != Some(self.turn_id.as_str()) {
+            return None;
+        }
+        state.sent().map(|turn| said(&mut turn.writer))
+    }
+
+    /// Says `text` in a part of its own.
+    fn text(&self, text: &str) {
+        self.say(|w| {
+            w.end_part();
+            w.text(text);
+        });
+    }
+
+    fn tool_call_id(&self, n: usize) -> String {
+        format!("{}:tool{n}", self.turn_id)
+    }
+
+    /// Whether a call waits for a person, by the session's `ask` setting and what the call is.
+    fn verdict(&self, asked: Asked<'_>) -> Verdict {
+        let mode = {
+            let state = self.engine.lock();
+            Mode::from_ask(state.own.settings.get("ask").and_then(Value::as_str), Mode::Writes)
+        };
+        policy::decide(asked, Context::new(mode, self.unattended))
+    }
+
+    fn own_turn(&self, text: String) {
         let id = {
-            let mut state = lock(&self.state);
-            state.next_own_turn += 1;
-            format!("notes-own-{}-{}", uuid_like(), state.next_own_turn)
+            let mut state = self.engine.lock();
+            state.own.next_own_turn += 1;
+            format!("notes-own-{}-{}", uuid_like(), state.own.next_own_turn)
         };
         let message = Message {
             text: text.clone(),
@@ -328,96 +348,69 @@ impl NotesSession {
             agent: None,
             meta: None,
         };
-        let mut turn = TurnWriter::start_own(self.host.clone(), id, message);
+        let mut turn = TurnWriter::start_own(self.engine.host().clone(), id, message);
         turn.text(&format!("Later, as you asked: {text}"));
         turn.complete();
     }
 
-    fn tool_call_id(writer: &Writer, n: usize) -> String {
-        format!("{}:tool{n}", lock(writer).turn_id())
-    }
-
-    fn ask_setting(&self) -> String {
-        lock(&self.state).settings.get("ask").and_then(Value::as_str).unwrap_or("writes").to_owned()
-    }
-
-    async fn run_command(self: Arc<Self>, writer: Writer, n: usize, command: Command) {
+    async fn run(&self, n: usize, command: Command) {
         match command {
-            Command::Read(Some(name)) => self.read(&writer, n, &name).await,
+            Command::Read(Some(name)) => self.read(n, &name).await,
             Command::Read(None) => {
-                let Some(name) = self.ask_for_note_name(&writer, n).await else {
-                    let mut w = lock(&writer);
-                    w.end_part();
-                    w.text("Nothing read.");
+                let Some(name) = self.ask_for_note_name(n).await else {
+                    self.text("Nothing read.");
                     return;
                 };
-                self.read(&writer, n, &name).await;
+                self.read(n, &name).await;
             }
-            Command::Write(name, text) => self.write(&writer, n, &name, &text).await,
-            Command::Edit(path, text) => self.edit(&writer, n, &path, &text).await,
+            Command::Write(name, text) => self.write(n, &name, &text).await,
+            Command::Edit(path, text) => self.edit(n, &path, &text).await,
             Command::Where => {
-                let said = match &self.folder {
+                let said = match &self.backend().folder {
                     Some(folder) => format!("folder {}", folder.display()),
                     None => "no folder".to_owned(),
                 };
-                let mut w = lock(&writer);
-                w.end_part();
-                w.text(&said);
+                self.text(&said);
             }
-            Command::List => self.list(&writer, n).await,
-            Command::Ask(question) => self.ask(&writer, n, &question).await,
-            Command::Call(name, input) => self.call(&writer, n, &name, input).await,
+            Command::List => self.list(n).await,
+            Command::Ask(question) => self.ask(n, &question).await,
+            Command::Call(name, input) => self.call(n, &name, input).await,
             Command::Fail => {
-                let id = Self::tool_call_id(&writer, n);
-                let mut w = lock(&writer);
-                w.tool_start(&id, "fail", "Fail", None);
-                w.tool_running(&id, "Failing on purpose", None);
-                w.tool_complete(&id, tool_result(false, "Failed", None, Some("This tool always fails.".into())));
+                let id = self.tool_call_id(n);
+                self.say(|w| {
+                    w.tool_start(&id, "fail", "Fail", None);
+                    w.tool_running(&id, "Failing on purpose", None);
+                    w.tool_complete(&id, tool_result(false, "Failed", None, Some("This tool always fails.".into())));
+                });
             }
             Command::Endpoint => {
-                let said = match &lock(&self.state).endpoint {
+                let said = match &self.engine.lock().own.endpoint {
                     Some(e) => format!("endpoint {} {}", e.url, e.token),
                     None => "no endpoint".to_owned(),
                 };
-                let mut w = lock(&writer);
-                w.end_part();
-                w.text(&said);
+                self.text(&said);
             }
             Command::Tools => {
                 // The tools this session was handed, as the host last set them.
-                let names: Vec<String> = lock(&self.state).tools.iter().map(|t| t.definition.name.clone()).collect();
-                let mut w = lock(&writer);
-                w.end_part();
-                w.text(&format!("tools: {}", names.join(", ")));
+                let names: Vec<String> =
+                    self.engine.lock().own.tools.iter().map(|t| t.definition.name.clone()).collect();
+                self.text(&format!("tools: {}", names.join(", ")));
             }
             Command::Wait(ms) => {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                let mut w = lock(&writer);
-                w.end_part();
-                w.text(&format!("Waited {ms} ms."));
+                self.text(&format!("Waited {ms} ms."));
             }
-            Command::Unknown(what) => {
-                let mut w = lock(&writer);
-                w.end_part();
-                w.text(&format!(
-                    "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools, edit PATH TEXT, where."
-                ));
-            }
+            Command::Unknown(what) => self.text(&format!(
+                "Notes does not know \"{what}\". It understands: read NAME, read, write NAME TEXT, list, ask QUESTION, call TOOL {{json}}, fail, error, later TEXT, wait MS, endpoint, tools, edit PATH TEXT, where."
+            )),
             Command::Later(_) | Command::Error => {}
         }
     }
 
-    /// Parks a confirmation question for a tool call and waits for the person.
-    async fn confirmation(
-        &self,
-        writer: &Writer,
-        id: &str,
-        invocation: &str,
-        input: Option<String>,
-        title: String,
-    ) -> bool {
+    /// Parks a confirmation question for a tool call and waits for the person: true when they
+    /// allowed it (a stop withdraws it: the call does not run).
+    async fn confirmation(&self, id: &str, invocation: &str, input: Option<String>, title: String) -> bool {
         let (tx, rx) = oneshot::channel();
-        lock(&self.state).confirmations.insert(id.to_owned(), tx);
         let options = Some(vec![
             ConfirmationOption {
                 id: "allow".into(),
@@ -432,33 +425,52 @@ impl NotesSession {
                 group: None,
             },
         ]);
-        lock(writer).tool_asks(id, invocation, input, Question { title, options, meta: None });
-        // A dropped sender is a question abort or close settled: the call does not run.
-        rx.await.map(|d| d.approved).unwrap_or(false)
+        {
+            let mut state = self.engine.lock();
+            if state.turn_id() != Some(self.turn_id.as_str()) {
+                return false;
+            }
+            let Some(turn) = state.sent() else { return false };
+            turn.writer.tool_asks(id, invocation, input, Question { title, options, meta: None });
+            state.park(id, Kind::Confirmation, tx);
+        }
+        matches!(rx.await, Ok(Settled::Confirmed { approved: true, .. }))
     }
 
-    async fn read(&self, writer: &Writer, n: usize, name: &str) {
-        let id = Self::tool_call_id(writer, n);
-        lock(writer).tool_start(&id, "read", "Read note", None);
-        let invocation = format!("Reading note {name}");
-        let input = Some(serde_json::json!({ "name": name }).to_string());
-        if self.ask_setting() == "always" {
-            if !self.confirmation(writer, &id, &invocation, input, format!("Read note {name}?")).await {
-                let mut w = lock(writer);
-                w.end_part();
-                w.text(&format!("Not read: {name}."));
-                return;
-            }
-        } else {
-            lock(writer).tool_running(&id, &invocation, input);
+    /// Starts a call that may wait for a person; answers whether it goes ahead (a denial is
+    /// said in the turn).
+    async fn may_run(&self, id: &str, asked: Asked<'_>, call: &AskedCall) -> bool {
+        let input = Some(call.input.to_string());
+        if self.verdict(asked) == Verdict::Run {
+            self.say(|w| w.tool_running(id, &call.invocation, input));
+            return true;
+        }
+        if self.confirmation(id, &call.invocation, input, call.question.clone()).await {
+            return true;
+        }
+        self.text(&call.denied);
+        false
+    }
+
+    async fn read(&self, n: usize, name: &str) {
+        let id = self.tool_call_id(n);
+        self.say(|w| w.tool_start(&id, "read", "Read note", None));
+        let call = AskedCall {
+            invocation: format!("Reading note {name}"),
+            input: serde_json::json!({ "name": name }),
+            question: format!("Read note {name}?"),
+            denied: format!("Not read: {name}."),
+        };
+        if !self.may_run(&id, Asked::Own { reads_only: true }, &call).await {
+            return;
         }
         let read = if valid_name(name) {
-            tokio::fs::read_to_string(self.dir.join(name)).await.map_err(|_| format!("There is no note called {name}."))
+            let path = self.backend().dir.join(name);
+            tokio::fs::read_to_string(path).await.map_err(|_| format!("There is no note called {name}."))
         } else {
             Err(format!("{name} is not a note name."))
         };
-        let mut w = lock(writer);
-        match read {
+        self.say(|w| match read {
             Ok(text) => {
                 w.tool_complete(&id, tool_result(true, format!("Read note {name}"), Some(text.clone()), None));
                 w.end_part();
@@ -467,54 +479,40 @@ impl NotesSession {
             Err(why) => {
                 w.tool_complete(&id, tool_result(false, format!("Could not read note {name}"), None, Some(why)))
             }
-        }
+        });
     }
 
     /// Starts a call that writes: it asks first unless the ask setting is `never`. Answers the
     /// call's id when it may go ahead; a denial is said in the turn.
-    async fn may_write(&self, writer: &Writer, n: usize, call: WriteCall) -> Option<String> {
-        let id = Self::tool_call_id(writer, n);
-        lock(writer).tool_start(&id, call.tool, call.display, None);
-        let input = Some(call.input.to_string());
-        if self.ask_setting() == "never" {
-            lock(writer).tool_running(&id, &call.invocation, input);
-            return Some(id);
-        }
-        if self.confirmation(writer, &id, &call.invocation, input, call.question).await {
-            return Some(id);
-        }
-        let mut w = lock(writer);
-        w.end_part();
-        w.text(&call.denied);
-        None
+    async fn may_write(&self, n: usize, tool: &str, display: &str, call: AskedCall) -> Option<String> {
+        let id = self.tool_call_id(n);
+        self.say(|w| w.tool_start(&id, tool, display, None));
+        self.may_run(&id, Asked::Own { reads_only: false }, &call).await.then_some(id)
     }
 
     /// Ends a call that wrote: its result (`done`, `failed`: its past tense), and `said` in the
     /// turn when it worked.
-    fn wrote(writer: &Writer, id: &str, result: Result<(), String>, [done, said, failed]: [String; 3]) {
-        let mut w = lock(writer);
-        match result {
+    fn wrote(&self, id: &str, result: Result<(), String>, [done, said, failed]: [String; 3]) {
+        self.say(|w| match result {
             Ok(()) => {
                 w.tool_complete(id, tool_result(true, done, None, None));
                 w.end_part();
                 w.text(&said);
             }
             Err(why) => w.tool_complete(id, tool_result(false, failed, None, Some(why))),
-        }
+        });
     }
 
-    async fn write(&self, writer: &Writer, n: usize, name: &str, text: &str) {
-        let call = WriteCall {
-            tool: "write",
-            display: "Write note",
+    async fn write(&self, n: usize, name: &str, text: &str) {
+        let call = AskedCall {
             invocation: format!("Writing note {name}"),
             input: serde_json::json!({ "name": name, "text": text }),
             question: format!("Write note {name}?"),
             denied: format!("Not written: {name}."),
         };
-        let Some(id) = self.may_write(writer, n, call).await else { return };
+        let Some(id) = self.may_write(n, "write", "Write note", call).await else { return };
         let written = if valid_name(name) {
-            let dir = self.dir.clone();
+            let dir = self.backend().dir.clone();
             let path = dir.join(name);
             async move {
                 tokio::fs::create_dir_all(&dir).await?;
@@ -526,23 +524,21 @@ impl NotesSession {
             Err(format!("{name} is not a note name."))
         };
         let words = [format!("Wrote note {name}"), format!("Wrote {name}."), format!("Could not write note {name}")];
-        Self::wrote(writer, &id, written, words);
+        self.wrote(&id, written, words);
     }
 
     /// Writes a file in the chat's folder (a path inside it), asking first as `write` does.
-    async fn edit(&self, writer: &Writer, n: usize, path: &str, text: &str) {
-        let call = WriteCall {
-            tool: "edit",
-            display: "Edit file",
+    async fn edit(&self, n: usize, path: &str, text: &str) {
+        let call = AskedCall {
             invocation: format!("Editing {path}"),
             input: serde_json::json!({ "path": path, "text": text }),
             question: format!("Edit {path}?"),
             denied: format!("Not edited: {path}."),
         };
-        let Some(id) = self.may_write(writer, n, call).await else { return };
+        let Some(id) = self.may_write(n, "edit", "Edit file", call).await else { return };
         let inside = !path.is_empty()
             && std::path::Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
-        let written = match (&self.folder, inside) {
+        let written = match (&self.backend().folder, inside) {
             (Some(folder), true) => {
                 let target = folder.join(path);
                 let contents = format!("{text}\n");
@@ -559,76 +555,88 @@ impl NotesSession {
             (_, false) => Err(format!("{path} is not a path inside the chat's folder.")),
         };
         let words = [format!("Edited {path}"), format!("Edited {path}."), format!("Could not edit {path}")];
-        Self::wrote(writer, &id, written, words);
+        self.wrote(&id, written, words);
     }
 
-    async fn list(&self, writer: &Writer, n: usize) {
-        let id = Self::tool_call_id(writer, n);
-        {
-            let mut w = lock(writer);
+    async fn list(&self, n: usize) {
+        let id = self.tool_call_id(n);
+        self.say(|w| {
             w.tool_start(&id, "list", "List notes", None);
             w.tool_running(&id, "Listing notes", None);
-        }
+        });
         let mut names = Vec::new();
-        if let Ok(mut entries) = tokio::fs::read_dir(&self.dir).await {
+        if let Ok(mut entries) = tokio::fs::read_dir(&self.backend().dir).await {
             while let Ok(Some(entry)) = entries.next_entry().await {
                 names.push(entry.file_name().to_string_lossy().into_owned());
             }
         }
         names.sort();
         let text = if names.is_empty() { "No notes yet.".to_owned() } else { names.join("\n") };
-        lock(writer).tool_complete(&id, tool_result(true, "Listed notes", Some(text), None));
+        self.say(|w| w.tool_complete(&id, tool_result(true, "Listed notes", Some(text), None)));
     }
 
-    async fn question(&self, writer: &Writer, id: String, message: &str, question: &str) -> Option<Answered> {
-        let (tx, rx) = oneshot::channel();
-        lock(&self.state).questions.insert(id.clone(), tx);
-        lock(writer).input_requested(ChatInputRequest {
-            id,
-            message: Some(message.to_owned()),
-            url: None,
-            questions: Some(vec![ChatInputQuestion::Text(ChatInputTextQuestion {
-                id: "answer".into(),
-                title: None,
-                message: question.to_owned(),
-                required: Some(true),
-                format: None,
-                min: None,
-                max: None,
-                default_value: None,
-            })]),
-            answers: None,
-        });
-        rx.await.ok()
-    }
-
-    async fn ask_for_note_name(&self, writer: &Writer, n: usize) -> Option<String> {
-        let id = format!("{}:question{n}", lock(writer).turn_id());
-        let answered = self.question(writer, id, "Which note should I read?", "Note name").await?;
-        if answered.response != ChatInputResponseKind::Accept {
-            return None;
+    /// Asks a person a question that is not about a tool, unless nobody watches the turn.
+    async fn question(&self, id: String, message: &str, question: &str) -> Heard {
+        if self.verdict(Asked::Question) == Verdict::DecideYourself {
+            return Heard::Nobody;
         }
-        text_answer(&answered.answers)
-    }
-
-    async fn ask(&self, writer: &Writer, n: usize, question: &str) {
-        let id = format!("{}:question{n}", lock(writer).turn_id());
-        let answered = self.question(writer, id, question, question).await;
-        let reply = match answered {
-            Some(a) if a.response == ChatInputResponseKind::Accept => {
-                format!("You answered: {}", text_answer(&a.answers).unwrap_or_default())
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.engine.lock();
+            if state.turn_id() != Some(self.turn_id.as_str()) {
+                return Heard::Withdrawn;
             }
-            Some(_) => "You declined.".to_owned(),
-            None => "The question was withdrawn.".to_owned(),
-        };
-        let mut w = lock(writer);
-        w.end_part();
-        w.text(&reply);
+            let Some(turn) = state.sent() else { return Heard::Withdrawn };
+            turn.writer.input_requested(ChatInputRequest {
+                id: id.clone(),
+                message: Some(message.to_owned()),
+                url: None,
+                questions: Some(vec![ChatInputQuestion::Text(ChatInputTextQuestion {
+                    id: "answer".into(),
+                    title: None,
+                    message: question.to_owned(),
+                    required: Some(true),
+                    format: None,
+                    min: None,
+                    max: None,
+                    default_value: None,
+                })]),
+                answers: None,
+            });
+            state.park(id, Kind::Question, tx);
+        }
+        match rx.await {
+            Ok(Settled::Answered { response, answers }) => Heard::Answer(response, answers),
+            _ => Heard::Withdrawn,
+        }
     }
 
-    async fn call(&self, writer: &Writer, n: usize, name: &str, input: Value) {
-        let id = Self::tool_call_id(writer, n);
-        let spec = lock(&self.state).tools.iter().find(|t| t.definition.name == name).cloned();
+    async fn ask_for_note_name(&self, n: usize) -> Option<String> {
+        let id = format!("{}:question{n}", self.turn_id);
+        match self.question(id, "Which note should I read?", "Note name").await {
+            Heard::Answer(ChatInputResponseKind::Accept, answers) => text_answer(&answers),
+            _ => None,
+        }
+    }
+
+    async fn ask(&self, n: usize, question: &str) {
+        let id = format!("{}:question{n}", self.turn_id);
+        let reply = match self.question(id, question, question).await {
+            Heard::Answer(ChatInputResponseKind::Accept, answers) => {
+                format!("You answered: {}", text_answer(&answers).unwrap_or_default())
+            }
+            Heard::Answer(..) => "You declined.".to_owned(),
+            Heard::Withdrawn => "The question was withdrawn.".to_owned(),
+            Heard::Nobody => policy::NOBODY_TO_ASK.to_owned(),
+        };
+        self.text(&reply);
+    }
+
+    /// Calls a tool the session was offered; one that declares itself destructive waits for a
+    /// person first.
+    async fn call(&self, n: usize, name: &str, input: Value) {
+        let id = self.tool_call_id(n);
+        let spec = policy::offered(&self.engine.lock().own.tools, name).cloned();
         let (tool_name, contributor) = match &spec {
             Some(ToolSpec { owner: Some(client), display_name, .. }) => (
                 display_name.clone().unwrap_or_else(|| name.to_owned()),
@@ -636,15 +644,19 @@ impl NotesSession {
             ),
             _ => (name.to_owned(), None),
         };
-        {
-            let mut w = lock(writer);
-            w.tool_start(&id, &tool_name, &tool_name, contributor);
-            w.tool_running(&id, &format!("Calling {tool_name}"), Some(input.to_string()));
+        self.say(|w| w.tool_start(&id, &tool_name, &tool_name, contributor));
+        let call = AskedCall {
+            invocation: format!("Calling {tool_name}"),
+            input: input.clone(),
+            question: format!("Allow {tool_name}?"),
+            denied: format!("Not run: {tool_name}."),
+        };
+        let asked = Asked::Offered(spec.as_ref().and_then(|s| s.effects.as_ref()));
+        if !self.may_run(&id, asked, &call).await {
+            return;
         }
-        let turn_id = lock(writer).turn_id().to_owned();
-        let outcome = self.host.run_tool(&turn_id, &id, name, input).await;
-        let mut w = lock(writer);
-        match outcome {
+        let outcome = self.engine.host().run_tool(&self.turn_id, &id, name, input).await;
+        self.say(|w| match outcome {
             Ok(outcome) => {
                 let past = outcome.past_tense_message.clone().unwrap_or_else(|| {
                     if outcome.success {
@@ -663,15 +675,7 @@ impl NotesSession {
             Err(e) => {
                 w.tool_complete(&id, tool_result(false, format!("{tool_name} failed"), None, Some(e.to_string())))
             }
-        }
-    }
-
-    /// Abort and close settle everything parked: a question left standing would keep the session
-    /// reporting input needed for the rest of its life.
-    fn settle_parked(&self) {
-        let mut state = lock(&self.state);
-        state.confirmations.clear();
-        state.questions.clear();
+        });
     }
 }
 
@@ -691,50 +695,36 @@ fn uuid_like() -> String {
     format!("{nanos:x}")
 }
 
+struct NotesSession(Arc<Engine<NotesBackend>>);
+
 #[async_trait]
-impl Session for Arc<NotesSession> {
+impl Session for NotesSession {
     async fn send_message(&self, params: SendMessageParams) -> Result<(), AgentError> {
-        lock(&self.state).queue.push_back(params);
-        self.pump();
-        Ok(())
+        self.0.send_message(params)
     }
 
     async fn abort(&self, _turn_id: Option<String>) -> Result<(), AgentError> {
-        let mut state = lock(&self.state);
-        state.queue.clear();
-        if let Some((_, cancel, _)) = &state.running {
-            cancel.cancel();
-        }
-        state.confirmations.clear();
-        state.questions.clear();
+        self.0.abort();
         Ok(())
     }
 
     async fn steer(&self, params: protocol::SteerParams) -> Result<bool, AgentError> {
-        let writer = match &lock(&self.state).running {
-            Some((turn_id, _, writer)) if *turn_id == params.turn_id => writer.clone(),
-            _ => return Ok(false),
-        };
-        let mut w = lock(&writer);
-        w.end_part();
-        w.text(&format!("Steered: {}", params.message.text));
+        let mut state = self.0.lock();
+        if state.turn_id() != Some(params.turn_id.as_str()) {
+            return Ok(false);
+        }
+        let Some(turn) = state.sent() else { return Ok(false) };
+        turn.writer.end_part();
+        turn.writer.text(&format!("Steered: {}", params.message.text));
         Ok(true)
     }
 
     async fn confirm(&self, params: ConfirmParams) -> Result<bool, AgentError> {
-        let parked = lock(&self.state).confirmations.remove(&params.tool_call_id);
-        Ok(match parked {
-            Some(tx) => tx.send(Decision { approved: params.approved }).is_ok(),
-            None => false,
-        })
+        Ok(self.0.confirm(params))
     }
 
     async fn answer(&self, params: AnswerParams) -> Result<bool, AgentError> {
-        let parked = lock(&self.state).questions.remove(&params.request_id);
-        Ok(match parked {
-            Some(tx) => tx.send(Answered { response: params.response, answers: params.answers }).is_ok(),
-            None => false,
-        })
+        Ok(self.0.answer(params))
     }
 
     async fn set_config(&self, key: String, value: Value) -> Result<SetConfigResult, AgentError> {
@@ -743,7 +733,7 @@ impl Session for Arc<NotesSession> {
         }
         match value.as_str() {
             Some(v) if ASK.contains(&v) => {
-                lock(&self.state).settings.insert(key, value);
+                self.0.lock().own.settings.insert(key, value);
                 Ok(accepted())
             }
             _ => Ok(not_offered(&key, &value)),
@@ -751,16 +741,16 @@ impl Session for Arc<NotesSession> {
     }
 
     async fn settings(&self) -> JsonObject {
-        lock(&self.state).settings.clone()
+        self.0.lock().own.settings.clone()
     }
 
     async fn set_tools(&self, tools: Vec<ToolSpec>) -> Result<(), AgentError> {
-        lock(&self.state).tools = tools;
+        self.0.lock().own.tools = tools;
         Ok(())
     }
 
     async fn close(&self) {
-        let _ = Session::abort(self, None).await;
+        self.0.close().await;
     }
 }
 

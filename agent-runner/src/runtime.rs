@@ -91,12 +91,18 @@ pub fn run_stdio_worker(factory: AgentFactory) -> std::process::ExitCode {
     }
 }
 
-/// Logs to stderr only: stdout carries frames and nothing else.
+/// Logs to stderr only: stdout carries frames and nothing else. Plain text unless stderr is a
+/// terminal: a worker's stderr is the daemon's pipe, whose tail reaches clients in a turn's error.
 pub fn init_stderr_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AHPD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ =
-        tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .try_init();
 }
 
 /// Serves the worker protocol on a pair of streams until the reading side ends, then closes every
@@ -265,7 +271,7 @@ async fn route(
         }
         parent::TRANSCRIPT => {
             let p: TranscriptParams = params(raw)?;
-            to_value(TranscriptResult { turns: agent.transcript(&p.id, &p.at).await.map_err(fail)? })
+            to_value(TranscriptResult { turns: agent.transcript(&p.id, &p.at, &p.kept).await.map_err(fail)? })
         }
         parent::INHERITED_CHAT_CONFIG => {
             let p: ConfigValues = params(raw)?;
@@ -274,7 +280,14 @@ async fn route(
         parent::CREATE => {
             let p: CreateParams = params(raw)?;
             let chat = p.start.chat.clone();
-            let host = SessionHost::new(peer.clone(), p.start.session.clone(), chat.clone());
+            let host = SessionHost::new(peer.clone(), p.start.session.clone(), chat.clone())
+                .keeping_resources(p.start.resource_limit_bytes);
+            if let Some(confined) = p.start.confined.as_ref().filter(|_| !agent.confines()) {
+                return Err(fail(AgentError::Refused(format!(
+                    "This agent cannot run in a {} (its worker does not start what it runs through the box); pick another isolation for it.",
+                    confined.level
+                ))));
+            }
             let session = agent.create(p.start, host).await.map_err(fail)?;
             let conversation_id = session.conversation_id();
             let models = session.models();

@@ -43,7 +43,7 @@ pub struct TestParent {
     peer: Peer,
     said: mpsc::UnboundedReceiver<Said>,
     chats: Arc<Mutex<HashMap<String, ChatState>>>,
-    child: Option<tokio::process::Child>,
+    child: Option<crate::child::Child>,
 }
 
 /// An empty chat state, as the host creates one.
@@ -103,6 +103,8 @@ pub fn start(session: &str, chat: &str) -> Start {
         policy: Default::default(),
         cut: None,
         terminal_outputs: false,
+        resource_limit_bytes: None,
+        confined: None,
     }
 }
 
@@ -136,16 +138,16 @@ impl TestParent {
         Self::over(read, write, tools, None)
     }
 
-    /// Spawns a worker process and speaks to it over its stdio.
-    pub fn spawn(mut command: tokio::process::Command, tools: ToolHandler) -> std::io::Result<Self> {
-        command.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).kill_on_drop(true);
-        let mut child = command.spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
-        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
-        Ok(Self::over(stdout, stdin, tools, Some(child)))
+    /// Spawns a worker process (the program, arguments, environment and folder `command` names)
+    /// through the child guard, and speaks to it over its stdio.
+    pub fn spawn(command: tokio::process::Command, tools: ToolHandler) -> std::io::Result<Self> {
+        let command = crate::child::ChildCommand::from(command.as_std()).log_stderr("worker", tracing::Level::DEBUG);
+        let (child, mut pipes) = command.spawn().map_err(std::io::Error::other)?;
+        let stdin = pipes.take_stdin().map_err(std::io::Error::other)?;
+        Ok(Self::over(pipes.stdout, stdin, tools, Some(child)))
     }
 
-    fn over<R, W>(read: R, write: W, tools: ToolHandler, child: Option<tokio::process::Child>) -> Self
+    fn over<R, W>(read: R, write: W, tools: ToolHandler, child: Option<crate::child::Child>) -> Self
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -206,7 +208,7 @@ impl TestParent {
 
     /// The worker's pid, when it is a child process.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
+        self.child.as_ref().and_then(|c| u32::try_from(c.pid()).ok())
     }
 
     /// The handshake.

@@ -109,11 +109,14 @@ impl Builder<'_> {
             program: None,
         }];
         let mut passed = Vec::new();
+        let node = std::cell::OnceCell::new();
         for (kind, known) in known_agents() {
-            let Some(path) = find_on_path(known.program) else {
-                let why = format!("{} is not on the PATH", known.program);
-                passed.push(Passed { name: known.name.to_owned(), kind, program: known.program, why });
-                continue;
+            let path = match runnable(&known, &node) {
+                Ok(path) => path,
+                Err(why) => {
+                    passed.push(Passed { name: known.name.to_owned(), kind, program: known.program, why });
+                    continue;
+                }
             };
             let mut options = known.options.clone();
             if known.takes_command {
@@ -212,6 +215,21 @@ fn program_of(spec: &WorkerSpec) -> Option<String> {
     let known = backends::backend(&spec.kind).map(|b| (b.known)()).unwrap_or_default();
     let preset = spec.options.get("preset");
     known.iter().find(|k| preset.is_none_or(|p| k.options.get("preset") == Some(p))).map(|k| k.program.to_owned())
+}
+
+/// Where `known`'s program is, when it and every program it runs are on the PATH and each runs
+/// on the Node.js there (asked of `node` once, when a program's package names the Node it needs);
+/// else why not, as a sentence.
+fn runnable(known: &KnownAgent, node: &std::cell::OnceCell<Option<semver::Version>>) -> Result<PathBuf, String> {
+    let programs = crate::programs::programs_of(known.program, known.also_runs)?;
+    for (name, path) in &programs {
+        let Some(needed) = crate::programs::node_needed(path) else { continue };
+        let node = node.get_or_init(crate::programs::node_on_path).as_ref();
+        if let Some(why) = crate::programs::node_falls_short(name, &needed, node) {
+            return Err(why);
+        }
+    }
+    programs.into_iter().next().map(|(_, path)| path).ok_or_else(|| format!("{} is not on the PATH", known.program))
 }
 
 /// The first executable called `program` on the PATH (or `program` itself when it is a path).

@@ -39,6 +39,8 @@ pub struct KnownAgent {
     pub options: JsonObject,
     /// The backend is told the path of the program found (`options.command`).
     pub takes_command: bool,
+    /// Other programs it runs, which must be on the PATH too (pi-acp runs pi).
+    pub also_runs: &'static [&'static str],
 }
 
 /// The kind of an entry that runs a worker program of its own (`docs/workers.md`).
@@ -89,7 +91,7 @@ pub const BACKENDS: &[Backend] = &[
 ];
 
 fn program_agent(name: &'static str, program: &'static str, display_name: &'static str) -> KnownAgent {
-    KnownAgent { name, program, display_name, options: JsonObject::new(), takes_command: true }
+    KnownAgent { name, program, display_name, options: JsonObject::new(), takes_command: true, also_runs: &[] }
 }
 
 /// Each ACP preset is an agent of kind `acp` (its preset carries its arguments, so the command is
@@ -106,6 +108,7 @@ fn acp_presets() -> Vec<KnownAgent> {
                 display_name: preset.display_name,
                 options,
                 takes_command: false,
+                also_runs: preset.also_runs,
             }
         })
         .collect()

@@ -1,8 +1,9 @@
 //! A host with no worker process and no listener, for the fuzz targets (`fuzz/`), the property
-//! tests and the in-process host tests (`ahpd/tests/frames.rs`, `ahpd/tests/host.rs`) that drive
+//! tests and the in-process host tests (`ahpd/tests/frames.rs`, `ahpd/tests/host.rs`, and the
+//! rule scenarios of `ahpd/tests/rules/` on the `World` of `ahpd/tests/world/`) that drive
 //! [`Host::handle_frame`] directly: its store is in a folder the caller gives, it offers this
-//! host's own tools, and its only backend, when asked for, is the echo agent served inside this
-//! process.
+//! host's own tools, and its backends are the built-in agents (echo, notes) served inside this
+//! process over the worker protocol.
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::supervisor::{Launch, Supervisor, WorkerSpec};
 pub struct BareHost {
     /// The host.
     pub host: Host,
+    worktrees: std::sync::Arc<crate::worktrees::Worktrees>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -30,6 +32,9 @@ pub struct BareConn {
     pub state: ConnState,
     /// Frames the host queued for it.
     pub outbox: mpsc::Receiver<Frame>,
+    /// Cancelled when the host closes the connection (a person cut off, another connection taking
+    /// its client id, a queue it did not read), as the listener's socket task would see it.
+    pub kicked: CancellationToken,
 }
 
 impl BareHost {
@@ -44,9 +49,16 @@ impl BareHost {
     /// (`echo` at pace 0, `notes`) running in this process, named after its kind; waits until each
     /// is ready. Call inside a tokio runtime.
     pub async fn start_with(dir: &Path, kinds: &[&str], config: HostConfig) -> anyhow::Result<Self> {
+        let agents: Vec<BareAgent> = kinds.iter().map(|kind| BareAgent::new(kind)).collect();
+        Self::start_agents(dir, &agents, config).await
+    }
+
+    /// Starts a host whose store lives in `dir`, with the given built-in agents running in this
+    /// process; waits until each is ready. Call inside a tokio runtime.
+    pub async fn start_agents(dir: &Path, agents: &[BareAgent], config: HostConfig) -> anyhow::Result<Self> {
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let specs = kinds.iter().map(|kind| in_process_spec(dir, kind)).collect();
+        let specs = agents.iter().map(|agent| in_process_spec(dir, agent)).collect();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor::new(specs, events_tx, cancel.child_token(), tracker.clone());
         let store = crate::store::Store::open(&dir.join("sessions.db"))?;
@@ -54,7 +66,9 @@ impl BareHost {
             root: dir.join("worktrees"),
             worktree_by_default: false,
             worktree_providers: Vec::new(),
-        });
+            boxes: Vec::new(),
+            box_by_default: None,
+        })?;
         let features =
             crate::host::facade::Features { tools: crate::tools::HostTools::new(), workspaces: worktrees.clone() };
         let host = Host::new(config, store, supervisor.clone(), features, cancel.clone(), tracker.clone());
@@ -62,27 +76,50 @@ impl BareHost {
         host.run_events(events_rx);
         supervisor.start_all();
         supervisor.first_starts(Duration::from_secs(10)).await;
-        for kind in kinds {
+        for agent in agents {
             // The root state lists the agent once its handshake and schema were handled.
+            let provider = agent.provider.as_str();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while host.lock().agent(kind).and_then(|a| a.schema.as_ref()).is_none() {
+            while host.lock().agent(provider).and_then(|a| a.schema.as_ref()).is_none() {
                 anyhow::ensure!(
                     tokio::time::Instant::now() < deadline,
-                    "the in-process {kind} agent never became ready"
+                    "the in-process {provider} agent never became ready"
                 );
                 tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
-        Ok(Self { host, cancel, tracker })
+        // Wakeups that fell due while no host ran begin now, as the daemon's do once it is up.
+        host.run_wakeups();
+        Ok(Self { host, worktrees, cancel, tracker })
     }
 
-    /// Opens a connection with the given limits and queue size.
+    /// True while a feature of the host has work out of the runtime's sight: the worktrees'
+    /// git runs as a child process, which a paused clock does not wait for.
+    pub fn busy(&self) -> bool {
+        self.worktrees.busy()
+    }
+
+    /// Waits until no feature has such work.
+    pub async fn until_features_idle(&self) {
+        self.worktrees.idle().await;
+    }
+
+    /// Opens a connection with the given queue size, as root (the deployment's own token).
     pub fn connect(&self, capacity: usize) -> BareConn {
+        self.connect_as(capacity, crate::users::Principal::Root)
+    }
+
+    /// Opens a connection with the given queue size for `principal`, as the listener does once
+    /// the token a client presented named a person in the users directory (or nobody).
+    pub fn connect_as(&self, capacity: usize, principal: crate::users::Principal) -> BareConn {
         let (tx, outbox) = mpsc::channel(capacity.max(1));
-        let kick = self.cancel.child_token();
-        let id: ConnId = self.host.connect(tx, kick, crate::users::Principal::Root);
-        BareConn { state: ConnState::new(id, self.host.config().limits.clone()), outbox }
+        let kicked = self.cancel.child_token();
+        let id: ConnId = self.host.connect(tx, kicked.clone(), principal.clone());
+        // The connection's own state carries its principal too, as the listener's socket task sets it.
+        let mut state = ConnState::new(id, self.host.config().limits.clone());
+        state.principal = principal;
+        BareConn { state, outbox, kicked }
     }
 
     /// Closes a connection.
@@ -144,17 +181,44 @@ impl BareHost {
     }
 }
 
-fn in_process_spec(dir: &Path, kind: &str) -> WorkerSpec {
-    let mut options = serde_json::Map::new();
-    if kind == "echo" {
-        options.insert("paceMs".into(), serde_json::Value::from(0));
+/// One built-in agent of a bare host: the provider clients name, its kind, and its options.
+#[derive(Debug, Clone)]
+pub struct BareAgent {
+    /// The provider id clients name in `createSession`.
+    pub provider: String,
+    /// The built-in kind that serves it (`echo`, `notes`).
+    pub kind: String,
+    /// Its config entry's options.
+    pub options: serde_json::Map<String, serde_json::Value>,
+}
+
+impl BareAgent {
+    /// The provider `kind`, named after its kind (echo unpaced).
+    pub fn new(kind: &str) -> Self {
+        let mut options = serde_json::Map::new();
+        if kind == "echo" {
+            options.insert("paceMs".into(), serde_json::Value::from(0));
+        }
+        Self { provider: kind.into(), kind: kind.into(), options }
     }
+
+    /// The provider `provider`, served by the built-in `kind` with `options`.
+    pub fn named(provider: &str, kind: &str, options: serde_json::Value) -> Self {
+        let options = match options {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        Self { provider: provider.into(), kind: kind.into(), options }
+    }
+}
+
+fn in_process_spec(dir: &Path, agent: &BareAgent) -> WorkerSpec {
     WorkerSpec {
-        provider: kind.into(),
-        kind: kind.into(),
-        launch: Launch::InProcess { kind: kind.into() },
-        options,
-        data_dir: dir.join("workers").join(kind),
+        provider: agent.provider.clone(),
+        kind: agent.kind.clone(),
+        launch: Launch::InProcess { kind: agent.kind.clone() },
+        options: agent.options.clone(),
+        data_dir: dir.join("workers").join(&agent.provider),
         handshake_timeout: Duration::from_secs(10),
         policy: protocol::Policy::default(),
     }

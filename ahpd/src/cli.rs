@@ -85,6 +85,15 @@ pub enum Verb {
     /// version when it says one; and why each known agent is not offered. Needs no running daemon.
     #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
     Agents(AgentsArgs),
+    /// The plugins ahpd ships, and what would load: `ahpd plugin list` prints one line per plugin
+    /// (`ready`, `disabled`, `unconfigured`, or `missing: …` with why). Starts nothing; needs no
+    /// running daemon.
+    #[command(after_help = "Exit codes: 0 shown, 2 a config that cannot start (it says why).")]
+    Plugin {
+        /// What to do: `list`.
+        #[command(subcommand)]
+        action: PluginAction,
+    },
     /// Check the session store, back it up, or put a backup back (docs/security.md, "The store
     /// under faults").
     ///
@@ -116,6 +125,12 @@ pub enum Verb {
     /// List the running daemon's sessions (what listSessions lists): state, agent, title, URI.
     #[command(after_help = "Exit codes: 0 listed, 1 none running or it refused the connection.")]
     Sessions(SessionsArgs),
+    /// List, add, run and remove automations: agents that run on a schedule or an event,
+    /// unattended (docs/automations.md), through the running daemon's `ahp-automations://`.
+    #[command(
+        after_help = "Exit codes: 0 done, 1 none running, no such automation, or the daemon refused it (its sentence says why), 2 bad usage."
+    )]
+    Automations(AutomationsArgs),
     /// Show what a session changed, or get its work back: merge it into the branch it was cut
     /// from, commit it, or discard it (docs/worktrees.md).
     ///
@@ -158,6 +173,22 @@ pub enum Verb {
         /// The backend kind: echo, notes, claude, acp, pi.
         kind: String,
     },
+    /// The first process inside a sandbox: relays the loopback ports the daemon allows, then runs
+    /// the program after `--` (docs/security.md).
+    #[command(hide = true, name = "box-run")]
+    BoxRun {
+        /// `--port N=SOCKET`, `--proxy N=SOCKET`, `--refuse SENTENCE`, then `-- PROGRAM ARGS…`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The launcher of a container session's processes: runs the program after `--` in the
+    /// session's container, its stdio attached (docs/security.md).
+    #[command(hide = true, name = "box-exec")]
+    BoxExec {
+        /// `--engine URL`, `--gate SOCKET`, then `-- PROGRAM ARGS…`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// How the client verbs reach a daemon.
@@ -167,7 +198,7 @@ pub struct ClientArgs {
     #[arg(long, value_name = "URL", global = true)]
     pub url: Option<String>,
     /// The connection token (default: --token-file, $AHPD_TOKEN, then what the running daemon was
-    /// started with or its config names).
+    /// started with or its config names; also when --url names that daemon).
     #[arg(long, value_name = "SECRET", global = true, conflicts_with = "token_file")]
     pub token: Option<String>,
     /// A file holding the connection token.
@@ -184,6 +215,76 @@ pub struct SessionsArgs {
     /// Where the daemon is.
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// `ahpd automations`' options.
+#[derive(Debug, Clone, Args)]
+pub struct AutomationsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: AutomationsAction,
+    /// Where the daemon is.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `ahpd automations` verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AutomationsAction {
+    /// Every automation: on or off, its title, its next run, its last run, its URI.
+    List {
+        /// Print the catalogue's entries as JSON, as `automation/set` carries them.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create an automation (its message sent to a fresh session of --agent at each run).
+    Add {
+        /// Its title.
+        #[arg(long)]
+        title: String,
+        /// What each run's session is told.
+        #[arg(long)]
+        message: String,
+        /// Its id (the URI is ahp-automation:/<id>; default: from the title).
+        #[arg(long)]
+        id: Option<String>,
+        /// The agent its runs use (default: the daemon's first).
+        #[arg(long)]
+        agent: Option<String>,
+        /// The folder its runs work in (a worktree of their own is cut from it).
+        #[arg(long, value_name = "DIR")]
+        folder: Option<PathBuf>,
+        /// A five-field cron schedule ("0 9 * * 1-5"); none: it runs when asked.
+        #[arg(long, value_name = "EXPR")]
+        cron: Option<String>,
+        /// The IANA time zone of --cron (default: this machine's, else UTC).
+        #[arg(long, value_name = "ZONE", requires = "cron")]
+        time_zone: Option<String>,
+        /// Occurrences missed while the daemon was down: runOnce (one catch-up run) or skip.
+        #[arg(long, value_name = "POLICY", requires = "cron", value_parser = ["runOnce", "skip"])]
+        misfire: Option<String>,
+        /// Created turned off (its schedule makes no run until it is turned on).
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// Start a run now; prints the run's URI.
+    Run {
+        /// The automation (its URI or id).
+        automation: String,
+    },
+    /// An automation's runs, newest first.
+    Runs {
+        /// The automation (its URI or id).
+        automation: String,
+        /// Print its run summaries as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an automation and its run history.
+    Rm {
+        /// The automation (its URI or id).
+        automation: String,
+    },
 }
 
 /// `ahpd changes`' options.
@@ -390,6 +491,13 @@ pub enum ServiceAction {
     Uninstall,
     /// Say whether a unit is installed, what it runs, and what the manager says of it.
     Status,
+}
+
+/// What `ahpd plugin` does.
+#[derive(Debug, Clone, Subcommand)]
+pub enum PluginAction {
+    /// One line per plugin: what would load.
+    List(AgentsArgs),
 }
 
 /// `ahpd agents`'s options.

@@ -94,8 +94,12 @@ impl Clock {
 
     /// Waits for `duration` on this clock.
     pub async fn sleep(&self, duration: Duration) {
-        let step = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-        self.sleep_until(self.now().saturating_add(step)).await;
+        self.sleep_until(self.after(duration)).await;
+    }
+
+    /// The time `duration` from now.
+    pub fn after(&self, duration: Duration) -> Millis {
+        self.now().saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
     }
 }
 

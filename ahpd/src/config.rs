@@ -45,6 +45,13 @@ fn port(v: &Value) -> Result<(), &'static str> {
 fn millis(v: &Value) -> Result<(), &'static str> {
     v.as_u64().map(|_| ()).ok_or("an integer number of milliseconds, 0 or more")
 }
+fn cpus(v: &Value) -> Result<(), &'static str> {
+    v.as_f64().filter(|c| *c > 0.0 && *c <= 1024.0).map(|_| ()).ok_or("a number of CPUs above 0 (1.5: one and a half)")
+}
+fn memory(v: &Value) -> Result<(), &'static str> {
+    let amount = v.as_str().and_then(crate::confine::computer::parse_memory).or_else(|| v.as_i64());
+    amount.filter(|m| *m > 0).map(|_| ()).ok_or("an amount of memory: \"512m\", \"2g\", or bytes")
+}
 fn strings(v: &Value) -> Result<(), &'static str> {
     v.as_array().filter(|a| a.iter().all(Value::is_string)).map(|_| ()).ok_or("a list of strings")
 }
@@ -58,7 +65,9 @@ fn on_off(v: &Value) -> Result<(), &'static str> {
     matches!(v.as_str(), Some("on" | "off")).then_some(()).ok_or("\"on\" or \"off\"")
 }
 fn isolation(v: &Value) -> Result<(), &'static str> {
-    matches!(v.as_str(), Some("folder" | "worktree")).then_some(()).ok_or("\"folder\" or \"worktree\"")
+    matches!(v.as_str(), Some("folder" | "worktree" | "sandbox" | "container"))
+        .then_some(())
+        .ok_or("\"folder\", \"worktree\", \"sandbox\" or \"container\"")
 }
 fn scope(v: &Value) -> Result<(), &'static str> {
     matches!(v.as_str(), Some("tree" | "session")).then_some(()).ok_or("\"tree\" or \"session\"")
@@ -74,6 +83,9 @@ fn frame(v: &Value) -> Result<(), &'static str> {
 }
 fn attachment_bytes(v: &Value) -> Result<(), &'static str> {
     within(v, 1024, 1024 * 1024 * 1024).then_some(()).ok_or("an integer between 1024 and 1073741824")
+}
+fn kept_bytes(v: &Value) -> Result<(), &'static str> {
+    within(v, 0, 1024 * 1024 * 1024).then_some(()).ok_or("an integer between 0 and 1073741824")
 }
 fn within(v: &Value, low: u64, high: u64) -> bool {
     v.as_u64().is_some_and(|n| (low..=high).contains(&n))
@@ -166,18 +178,28 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec { name: "clientToolCallDisconnectTimeoutMs", default: || Value::from(30_000), applies: Applies::Restart, about: "How long a client whose connections all closed keeps its place and the calls it owes; 0 releases it at once.", check: millis, secret: false },
     KeySpec { name: "agentOrchestrationLimits", default: || Value::from("on"), applies: Applies::Live, about: "\"off\" turns the session tools' spawn depth and per-tree counts off.", check: on_off, secret: false },
     KeySpec { name: "agentOrchestrationLimitsScope", default: || Value::from("tree"), applies: Applies::Live, about: "Count the limits per session tree (\"tree\") or per session (\"session\").", check: scope, secret: false },
-    KeySpec { name: "isolation", default: || Value::from("folder"), applies: Applies::Restart, about: "Where a session works when it names no isolation: \"folder\" (the folder itself) or \"worktree\" (a Git worktree of its own, cut from the folder).", check: isolation, secret: false },
+    KeySpec { name: "isolation", default: || Value::from("folder"), applies: Applies::Restart, about: "Where a session works when it names no isolation: \"folder\" (the folder itself), \"worktree\" (a Git worktree of its own, cut from the folder), \"sandbox\" (a worktree, and everything the agent runs confined to it by bubblewrap), or \"container\" (a worktree, and everything the agent runs inside a disposable container on the container engine; docs/security.md). A box's level this machine cannot make is not offered, and a session left asking for one runs nothing.", check: isolation, secret: false },
+    KeySpec { name: "computersMax", default: || Value::from(4), applies: Applies::Restart, about: "The most disposable computers (the computer plugin's request_disposable_computer) this host has at once.", check: millis, secret: false },
+    KeySpec { name: "sandboxAllowHosts", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Hosts a sandboxed session may reach besides its model API (every agent entry's *_BASE_URL) and this daemon: \"host\", \"host:port\" or a URL. Anything else is refused by the daemon's proxy.", check: strings, secret: false },
+    KeySpec { name: "sandboxWritable", default: || Value::from(vec![Value::from("~/.claude"), Value::from("~/.pi/agent")]), applies: Applies::Restart, about: "Folders outside its worktree a sandboxed or container session may write: the agents' own state (Claude Code keeps its conversations in ~/.claude, pi in ~/.pi/agent; an ACP agent's own folder, such as ~/.gemini, is added here).", check: strings, secret: false },
+    KeySpec { name: "containerImage", default: || Value::Null, applies: Applies::Restart, about: "The image a container session runs when its repository has no .devcontainer/devcontainer.json; default the computer plugin's plugins.computer.options.image. Pulled when the engine does not hold it.", check: string, secret: false },
+    KeySpec { name: "containerCpus", default: || Value::Null, applies: Applies::Restart, about: "The CPUs a container session's container may use (1.5: one and a half); default the computer plugin's plugins.computer.options.cpus, else no limit.", check: cpus, secret: false },
+    KeySpec { name: "containerMemory", default: || Value::Null, applies: Applies::Restart, about: "The memory a container session's container may use (\"512m\", \"2g\", or bytes); default the computer plugin's plugins.computer.options.memory, else no limit.", check: memory, secret: false },
+    KeySpec { name: "containerMounts", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Folders of this machine mounted read-only, at their own paths, into every container session's container: where the agents' CLIs are installed, when the image has none.", check: strings, secret: false },
     KeySpec { name: "isolationProviders", default: || Value::Array(vec![]), applies: Applies::Restart, about: "Providers whose sessions work in a worktree of their own when they name no isolation.", check: strings, secret: false },
     KeySpec { name: "worktreesRoot", default: || Value::Null, applies: Applies::Restart, about: "The folder ahpd makes worktrees in (<root>/<repository>/<branch>); default a worktrees folder in the data folder.", check: string, secret: false },
     KeySpec { name: "agentMergeToken", default: || Value::Null, applies: Applies::Restart, about: "Where Agent Merge reads the GitHub token it acts with: {\"env\": NAME} (an environment variable of the daemon) or {\"file\": PATH} (a file holding it), read when it is needed. Absent: the gh CLI's stored token (gh auth token).", check: token_source, secret: true },
     KeySpec { name: "agentMergeApiUrl", default: || Value::Null, applies: Applies::Restart, about: "The GitHub REST API Agent Merge asks (its GraphQL is <url>/graphql). Absent: https://api.github.com for a github.com remote, https://<host>/api/v3 for a GitHub Enterprise one.", check: string, secret: false },
     KeySpec { name: "agentMergePollMs", default: || Value::from(60_000), applies: Applies::Restart, about: "How long an Agent Merge watch waits between looks at its pull request (each look is conditional: an unchanged answer costs no rate limit).", check: poll_ms, secret: false },
     KeySpec { name: "agentMergeMethod", default: || Value::from("squash"), applies: Applies::Restart, about: "How Agent Merge merges a pull request that is ready: \"merge\", \"squash\" or \"rebase\".", check: merge_method, secret: false },
+    KeySpec { name: "agentMergeAllowedAuthors", default: || Value::Array(vec![]), applies: Applies::Restart, about: "GitHub logins whose review comments Agent Merge acts on besides the repository's owners, members and collaborators (a bot with or without [bot]); everybody else's are left alone.", check: strings, secret: false },
+    KeySpec { name: "automationGitHubPollMs", default: || Value::from(60_000), applies: Applies::Restart, about: "How long the automations' GitHub triggers wait between looks at their repositories (each look is conditional: an unchanged listing costs no rate limit). They ask GitHub with the token and API Agent Merge uses (agentMergeToken, agentMergeApiUrl).", check: poll_ms, secret: false },
     KeySpec { name: "remotes", default: || Value::Null, applies: Applies::Restart, about: "Other ahpd hosts whose agents and sessions this one serves as its own (docs/remotes.md): remotes.<name> is {\"command\": [\"ssh\", \"devbox\", \"ahpd\", \"--stdio\"]} or {\"url\": \"ws://…\", \"tokenFile\": path}; their agents are named <agent>@<name>.", check: remotes, secret: false },
-    KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools.", check: object, secret: false },
+    KeySpec { name: "plugins", default: || Value::Null, applies: Applies::Restart, about: "Per-plugin settings: plugins.<name>.hostTools (default true) says whether that plugin's sessions take the host's own tools; plugins.computer ({\"enabled\", \"options\": {\"engine\", \"image\", \"cpus\", \"memory\"}}) configures the computer plugin (ahpd plugin list says what would load).", check: object, secret: false },
     KeySpec { name: "replayBufferSize", default: || Value::from(4096), applies: Applies::Restart, about: "Actions kept for reconnecting clients; older gaps get snapshots.", check: ring, secret: false },
     KeySpec { name: "maxFrameBytes", default: || Value::from(4 * 1024 * 1024), applies: Applies::Restart, about: "The largest message a client may send; a larger one is answered with an error and not read.", check: frame, secret: false },
     KeySpec { name: "attachmentLimitBytes", default: || Value::from(5 * 1024 * 1024), applies: Applies::Restart, about: "The largest attachment a message may carry once read (a file, a pasted image, a resource a client serves); a larger one is refused naming this limit. A backend may take less.", check: attachment_bytes, secret: false },
+    KeySpec { name: "toolResultResourceLimitBytes", default: || Value::from(protocol::kept::DEFAULT_KEPT_LIMIT_BYTES), applies: Applies::Restart, about: "The largest content a tool result carries inline (an image, audio, an embedded resource) that ahpd keeps in the session's folder for clients to read back (resourceRead); a larger one is left out of the chat with a sentence saying so. 0 keeps none.", check: kept_bytes, secret: false },
     KeySpec { name: "maxJsonDepth", default: || Value::from(64), applies: Applies::Restart, about: "The deepest nesting of objects and arrays a client's message may have; a deeper one is answered with an error and not read.", check: depth, secret: false },
     KeySpec { name: "maxConnections", default: || Value::from(256), applies: Applies::Restart, about: "WebSocket connections open at once; the one past it is refused (HTTP 503) and the others go on.", check: count, secret: false },
     KeySpec { name: "maxSubscriptionsPerConnection", default: || Value::from(1024), applies: Applies::Restart, about: "Channels one connection may watch at once; a subscribe past it is refused.", check: count, secret: false },
@@ -497,6 +519,24 @@ mod tests {
         let file = write(&dir, "c.json", r#"{"port": "high"}"#);
         let err = Config::load(&dir, Some(&file)).expect_err("refused");
         assert_eq!(err.to_string(), format!("{}: port must be an integer between 0 and 65535", file.display()));
+    }
+
+    #[test]
+    fn a_containers_limits_are_read_as_a_person_writes_them() {
+        let dir = temp();
+        let file = write(&dir, "ok.json", r#"{"containerCpus": 1.5, "containerMemory": "2g"}"#);
+        assert!(Config::load(&dir, Some(&file)).is_ok());
+        for (text, said) in [
+            (
+                r#"{"containerMemory": "lots"}"#,
+                "containerMemory must be an amount of memory: \"512m\", \"2g\", or bytes",
+            ),
+            (r#"{"containerCpus": 0}"#, "containerCpus must be a number of CPUs above 0 (1.5: one and a half)"),
+        ] {
+            let file = write(&dir, "bad.json", text);
+            let err = Config::load(&dir, Some(&file)).expect_err("refused");
+            assert_eq!(err.to_string(), format!("{}: {said}", file.display()));
+        }
     }
 
     #[test]

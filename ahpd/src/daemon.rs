@@ -246,16 +246,42 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
         policy: config.policy(),
         ..HostConfig::default()
     };
-    // Made 0600 first: SQLite gives its WAL and shared-memory files the database's own mode.
+    // Made 0600 first: SQLite gives its WAL file the database's own mode.
     crate::fsutil::create_private_file(&plan.paths.store()).context("could not create the session store")?;
     let (store, recovered) = open_store(&plan)?;
-    let worktrees = crate::worktrees::Worktrees::new(worktree_settings(config, &plan.paths.data_dir));
+    // The boxes a session may be confined in (`isolation` "sandbox", "container"), offered where
+    // they work. What a past run of this daemon left on the container engine (a kill -9: session
+    // containers, computers) is swept first.
+    let sandbox_settings = crate::confine::SandboxSettings::of(config, &plan.paths.data_dir);
+    let sandbox = crate::confine::Sandbox::new(sandbox_settings.clone(), tracker.clone(), cancel.child_token());
+    let computer_settings = crate::confine::computer::ComputerSettings::of(config);
+    let owner = plan.paths.data_dir.display().to_string();
+    let (engine, answered) = crate::confine::engine::at_start(&computer_settings.engine, &owner).await;
+    let container = crate::confine::container::Container::new(
+        engine,
+        answered,
+        crate::confine::container::ContainerSettings::of(config, &sandbox_settings),
+        tracker.clone(),
+        cancel.child_token(),
+    );
+    let confine = crate::confine::Confine::new(vec![sandbox.clone(), container], tracker.clone());
+    // The computer plugin: its tools reach it once it is registered.
+    let computers = Arc::new(crate::confine::computer::Computers::new(computer_settings, &owner));
+    crate::tools::computer::serve(computers);
+    let mut isolation = worktree_settings(config, &plan.paths.data_dir);
+    isolation.boxes = confine.offered();
+    let worktrees = crate::worktrees::Worktrees::new(isolation)
+        .context("could not make a private scratch folder for the worktrees' snapshots")?;
     let features =
         crate::host::facade::Features { tools: crate::tools::HostTools::new(), workspaces: worktrees.clone() };
     let host = Host::new(host_config, store, supervisor.clone(), features, cancel.clone(), tracker.clone());
+    // Content a tool result carries inline, kept in each session's folder (before any worker talks).
+    host.serve_resources(crate::kept::Kept::new(&plan.paths.data_dir, config.u64("toolResultResourceLimitBytes")));
     worktrees.start(&host);
     host.run_events(events_rx);
     host.serve_terminals(crate::terminals::Terminals::new(&host));
+    confine.asking(host.downgrade());
+    host.serve_boxes(confine);
     let agent_merge = crate::agentmerge::AgentMerge::new(crate::agentmerge::Settings::of(config));
     host.serve_agent_merge(agent_merge.clone());
     let facts = Arc::new(
@@ -283,6 +309,9 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
     // The folders Agent Merge is on for are watched again, once the agents are up (a repair turn
     // needs its chat's agent).
     agent_merge.resume(&host);
+    // Automations: their catalogue and runs served, a run a crash cut ended, the schedules looked
+    // at (what fell due while the daemon was down under each trigger's misfire policy).
+    crate::automations::Automations::start(&host, crate::automations::github_watch::Settings::of(config));
     // Other ahpd hosts whose agents and sessions this one serves (`remotes/`, docs/remotes.md).
     let remotes = crate::remotes::spec::parse(&config.get("remotes")).unwrap_or_default();
     if !remotes.is_empty() {
@@ -319,6 +348,8 @@ pub async fn serve(plan: Plan) -> anyhow::Result<()> {
             max_connections: usize::try_from(config.u64("maxConnections")).unwrap_or(usize::MAX),
         };
         host.lock().endpoints_mut().set_base(format!("http://{}", display_addr(&bind_host, local)));
+        // A sandboxed session reaches the daemon's /ahp-mcp through its box's relay.
+        sandbox.listening(local.port());
         // Wakeups that fell due while the daemon was down begin before anyone is told it is up.
         host.run_wakeups();
         let url = format!("ws://{}", display_addr(&bind_host, local));
@@ -391,6 +422,8 @@ pub fn worktree_settings(config: &Config, data_dir: &std::path::Path) -> crate::
         root,
         worktree_by_default: config.string("isolation").as_deref() == Some("worktree"),
         worktree_providers: config.strings("isolationProviders"),
+        boxes: Vec::new(),
+        box_by_default: config.string("isolation").filter(|i| crate::confine::LEVELS.contains(&i.as_str())),
     }
 }
 
@@ -407,9 +440,9 @@ pub fn limits(config: &Config) -> crate::host::limits::Limits {
 }
 
 /// What terminals may hold and where they run, from their keys.
-pub fn terminal_settings(config: &Config) -> crate::host::terminal_channels::TerminalSettings {
+pub fn terminal_settings(config: &Config) -> crate::host::config::TerminalSettings {
     let size = |key: &str| usize::try_from(config.u64(key)).unwrap_or(usize::MAX);
-    crate::host::terminal_channels::TerminalSettings {
+    crate::host::config::TerminalSettings {
         per_session: size("maxTerminalsPerSession"),
         per_client: size("maxTerminalsPerConnection"),
         scrollback_bytes: size("terminalScrollbackBytes"),

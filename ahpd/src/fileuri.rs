@@ -1,7 +1,39 @@
-//! `file:` URIs and the paths they name, and whether a path lies inside a set of folders (through
-//! symlinks, so what is read is what a folder holds, not where a link points).
+//! `file:` URIs and the paths they name, the type a file's name says, and whether a path lies
+//! inside a set of folders (through symlinks, so what is read is what a folder holds, not where a
+//! link points).
 
 use std::path::{Component, Path, PathBuf};
+
+/// A `file://` URI for a path.
+pub fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// The MIME type a file's name says, `application/octet-stream` when it says none this host
+/// knows (its bytes decide then).
+pub fn type_of_path(path: &Path) -> &'static str {
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    match extension.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "gz" | "tgz" => "application/gzip",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/wav",
+        "mp4" => "video/mp4",
+        "json" => "application/json",
+        "md" | "markdown" => "text/markdown",
+        "html" | "htm" => "text/html",
+        "csv" => "text/csv",
+        "svg" => "image/svg+xml",
+        "txt" | "log" | "rs" | "py" | "js" | "ts" | "toml" | "yaml" | "yml" | "c" | "h" | "go" | "java" | "sh"
+        | "css" | "xml" => "text/plain",
+        _ => "application/octet-stream",
+    }
+}
 
 /// A path from a `file:` URI, percent-decoded; `None` for another scheme or a relative path.
 pub fn path_of_file_uri(uri: &str) -> Option<PathBuf> {

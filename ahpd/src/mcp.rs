@@ -4,7 +4,8 @@
 //! answering in JSON, mounted on the daemon's router; [`ToolsServer`] is its handler.
 //!
 //! What rmcp does not carry is the smallest layer of ours, on top of it: the doors (this file's
-//! [`session_door`], and `server::sessionless_door` for `/mcp`) check the bearer and put the
+//! [`session_door`], behind `server::tools_door`'s Host and Origin checks, and
+//! `server::sessionless_door` for `/mcp`) check the bearer and put the
 //! caller in the request's extensions, where the handler reads it; [`one_message`] refuses a body
 //! that is not one JSON-RPC message with a JSON-RPC error (rmcp answers it with a bare 415); and
 //! the GET event stream that says `notifications/tools/list_changed`, which rmcp's stateless mode
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::host::endpoints::PREFIX;
 use crate::host::facade::{Caller, ToolCall};
+use crate::host::held::{Leave, Unasked};
 use crate::host::Host;
 use crate::users::constant_time_eq;
 
@@ -57,7 +59,8 @@ pub type Server = StreamableHttpService<ToolsServer, NeverSessionManager>;
 /// The MCP server both endpoints run: rmcp's streamable HTTP server with no sessions of its own
 /// (each POST stands alone, as the host's endpoints always did), answering in JSON, stopping with
 /// the daemon. The `Host` check is the door's: a backend may reach its endpoint at any address the
-/// daemon listens on, and `/mcp`'s door checks `Host` as the WebSocket's does.
+/// daemon listens on, and both endpoints' doors check `Host` and `Origin` as the WebSocket's does
+/// (`server::check_web`).
 pub fn service(host: Host, cancel: CancellationToken) -> Server {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -77,6 +80,17 @@ fn rpc_error(status: StatusCode, code: i32, message: impl Into<String>) -> Respo
     (status, [("content-type", "application/json")], body.to_string()).into_response()
 }
 
+/// A refusal given before the request's body was read, which says the connection closes. The
+/// server cannot keep a connection alive past a body it did not read (hyper drains what has
+/// arrived and closes otherwise), and a client that was not told would send its next request down
+/// the closed connection: the 2.x Python SDK, refused its `server/discover`, falls back to
+/// `initialize` on the same connection and meets "Server disconnected without sending a response".
+fn refusal_unread(status: StatusCode, code: i32, message: impl Into<String>) -> Response {
+    let mut response = rpc_error(status, code, message);
+    response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    response
+}
+
 fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let Some(value) = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
         return false;
@@ -87,16 +101,15 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 /// The session an endpoint path serves, once its token checked out; else the response to send.
 #[allow(clippy::result_large_err)]
 fn authorize(host: &Host, id: &str, headers: &HeaderMap) -> Result<String, Response> {
+    // An id nobody has and a known id with a wrong token get one answer, so ids cannot be probed.
+    let refused =
+        || refusal_unread(StatusCode::UNAUTHORIZED, -32001, "This tools server answers only its own session's token");
     let core = host.lock();
     let Some(endpoint) = core.endpoints().get(id) else {
-        return Err(rpc_error(StatusCode::NOT_FOUND, -32001, format!("No tools server at {PREFIX}/{id}")));
+        return Err(refused());
     };
     if !bearer_matches(headers, &endpoint.token) {
-        return Err(rpc_error(
-            StatusCode::UNAUTHORIZED,
-            -32001,
-            "This tools server answers only its own session's token",
-        ));
+        return Err(refused());
     }
     Ok(endpoint.session.clone())
 }
@@ -118,9 +131,9 @@ pub async fn session_door(
     }
 }
 
-/// A refusal at `/mcp`'s door, in the endpoint's shape.
+/// A refusal at `/mcp`'s door, in the endpoint's shape (the body unread: the connection closes).
 pub fn door_refusal(status: StatusCode, message: impl Into<String>) -> Response {
-    rpc_error(status, -32001, message)
+    refusal_unread(status, -32001, message)
 }
 
 /// In front of rmcp on a POST: a body that is not JSON, a batch, or not one JSON-RPC message gets
@@ -185,12 +198,16 @@ fn changes(rx: broadcast::Receiver<()>) -> impl Stream<Item = Result<Event, Infa
 
 /// Any other method under the prefix.
 pub async fn other_method() -> Response {
-    rpc_error(StatusCode::METHOD_NOT_ALLOWED, -32000, "This tools server takes POST (and GET for its event stream)")
+    refusal_unread(
+        StatusCode::METHOD_NOT_ALLOWED,
+        -32000,
+        "This tools server takes POST (and GET for its event stream)",
+    )
 }
 
 /// An unknown path under the prefix.
 pub async fn unknown_path(uri: axum::http::Uri) -> Response {
-    rpc_error(StatusCode::NOT_FOUND, -32001, format!("No tools server at {}", uri.path()))
+    refusal_unread(StatusCode::NOT_FOUND, -32001, format!("No tools server at {}", uri.path()))
 }
 
 /// rmcp's handler for both endpoints: `tools/list` and `tools/call` for whoever the door let in.
@@ -323,9 +340,26 @@ async fn call(
     if !offered {
         return Err(ErrorData::invalid_params(format!("No tool named {name}"), None));
     }
+    // The host's backstop: a destructive tool the agent called without asking waits for a person.
+    let unasked = Unasked {
+        session: &session,
+        chat: chat.as_deref(),
+        tool_call_id: tool_use.as_deref(),
+        name: &name,
+        input: &input,
+    };
+    let drawn = match host.leave_for(unasked).await {
+        Leave::Run { drawn } => drawn,
+        Leave::Refused(why) => return Ok(CallToolResult::error(vec![ContentBlock::text(why)])),
+    };
+    let calling = chat.clone();
     let call =
         ToolCall { session: Some(session), chat, turn_id, tool_call_id: tool_use, caller: Caller::Turn(sender), input };
-    Ok(result_of(host.run_tool(&name, call).await))
+    let outcome = host.run_tool(&name, call).await;
+    if let (Some(chat), Some(drawn)) = (calling, drawn) {
+        host.complete_drawn(&chat, drawn, &outcome);
+    }
+    Ok(result_of(outcome))
 }
 
 /// A call on `/mcp`: a tool this caller is listed, run with no session, chat or turn.

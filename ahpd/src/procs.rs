@@ -68,13 +68,13 @@ mod tests {
         assert_eq!(parse_stat("42 (node (x) y) S 7 42 42 0"), Some((7, "node (x) y".to_owned())));
     }
 
-    #[test]
-    fn a_child_of_this_process_is_found_with_its_memory() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep runs");
+    #[tokio::test]
+    async fn a_child_of_this_process_is_found_with_its_memory() {
+        let (child, _pipes) = agent_runner::child::ChildCommand::new("sleep").args(["30"]).spawn().expect("sleep runs");
         let found = descendants_of(std::process::id());
-        let _ = child.kill();
-        let _ = child.wait();
-        let me = found.iter().find(|p| p.pid == child.id()).expect("the child is listed");
+        let pid = u32::try_from(child.pid()).expect("a pid");
+        drop(child);
+        let me = found.iter().find(|p| p.pid == pid).expect("the child is listed");
         assert_eq!(me.command, "sleep");
         assert!(me.rss_bytes.is_some_and(|b| b > 0));
     }

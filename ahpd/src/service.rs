@@ -156,11 +156,9 @@ pub fn run(command: &[String]) -> Result<String, String> {
     let Some((program, args)) = command.split_first() else {
         return Err("no command".into());
     };
-    let output = std::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("could not run {program}: {e}"))?;
+    let mut manager = std::process::Command::new(program);
+    manager.args(args).stdin(std::process::Stdio::null());
+    let output = agent_runner::child::run_to_end(manager).map_err(|e| format!("could not run {program}: {e}"))?;
     let said = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_owned();
     if output.status.success() {
         Ok(said(&output.stdout))

@@ -103,3 +103,46 @@ fn a_version_four_store_gains_agent_merges_table_and_keeps_a_folders_settings() 
     again.delete_session("ahp-session:/old-1").expect("deleted");
     assert!(again.agent_merges().expect("agent merges").is_empty(), "a session's settings go with it");
 }
+
+#[test]
+fn a_version_four_store_gains_the_automation_tables_keeps_a_run_once_per_request_and_what_github_triggers_saw() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = dir.path().join("sessions.db");
+    let conn = rusqlite::Connection::open(&path).expect("create");
+    conn.execute_batch(include_str!("fixtures/store-v4.sql")).expect("the fixture loads");
+    drop(conn);
+    let store = Store::open(&path).expect("an older store opens");
+    assert_eq!(store.version().expect("version"), SCHEMA_VERSION);
+    assert!(store.automations().expect("automations").is_empty(), "an older file kept no automation");
+    let run: ahpd::store::AutomationRunRecord = serde_json::from_value(serde_json::json!({
+        "state": {
+            "resource": "ahp-automation-run:/r1",
+            "automation": "ahp-automation:/a",
+            "origin": { "kind": "manual" },
+            "lifecycle": { "status": "running", "createdAt": "2026-12-01T09:00:00.000Z", "startedAt": "2026-12-01T09:00:01.000Z" },
+            "sessions": []
+        },
+        "requestId": "req-1",
+        "createdMs": 1
+    }))
+    .expect("a run record");
+    store.save_automation_run(&run).expect("kept");
+    drop(store);
+    let again = Store::open(&path).expect("opens again");
+    let found = again.automation_run_for("ahp-automation:/a", Some("req-1"), None).expect("read");
+    assert_eq!(found, Some(run.clone()), "found again by its request id");
+    assert_eq!(again.unfinished_automation_runs().expect("unfinished"), vec![run]);
+
+    // Version 7: what a GitHub trigger saw is kept per automation and trigger, and goes with it.
+    let seen = ahpd::store::GitHubSeen { watching: "w".into(), newest: 7, noted: true, ..Default::default() };
+    again.save_github_seen("ahp-automation:/a", "prs", &seen).expect("kept");
+    drop(again);
+    let third = Store::open(&path).expect("opens a third time");
+    assert_eq!(third.github_seen("ahp-automation:/a", "prs").expect("read"), Some(seen.clone()));
+    assert_eq!(third.github_seen("ahp-automation:/a", "issues").expect("read"), None);
+    third.forget_github_seen("ahp-automation:/a").expect("forgotten");
+    assert_eq!(third.github_seen("ahp-automation:/a", "prs").expect("read"), None);
+    third.save_github_seen("ahp-automation:/a", "prs", &seen).expect("kept");
+    third.delete_automation("ahp-automation:/a").expect("deleted");
+    assert_eq!(third.github_seen("ahp-automation:/a", "prs").expect("read"), None, "it went with its automation");
+}

@@ -1,5 +1,6 @@
 // app.js: the window onto the daemon. Every session of every agent with its state at a glance
-// (filter and search), chats open side by side, a dialog to start a session on any agent, and the
+// (filter and search), chats open side by side, a dialog to start a session on any agent, the
+// automations (automations.js), and the
 // connection that resumes by itself after `ahpd restart`. The token arrives in the address
 // (`?tkn=`), moves to sessionStorage, and leaves the address bar at once.
 
@@ -12,6 +13,7 @@ import { openChanges } from './changes.js';
 import { applyTerminal } from './terminal.js';
 import { Attention } from './attention.js';
 import { installShortcuts } from './shortcuts.js';
+import { Automations } from './automations.js';
 
 const TOKEN_KEY = 'ahpd.token';
 /** Which chats were open, in which order, the filter, and each chat's terminal: kept across reloads. */
@@ -29,6 +31,9 @@ function takeToken() {
   }
   return sessionStorage.getItem(TOKEN_KEY);
 }
+
+/** The host's title for a session no message has named yet. */
+const UNNAMED = 'New session';
 
 const FILTERS = [['all', 'All'], ['working', 'Working'], ['waiting', 'Needs you'], ['idle', 'Idle'], ['failed', 'Failed'], ['archived', 'Archived']];
 
@@ -55,16 +60,21 @@ class App {
     this.terminalViews = new Set();
     this.layoutRestored = false;
     this.attention = new Attention(this);
+    this.attempts = new Attempts(this);
+    this.automations = new Automations(this);
+    this.build();
+    // Which chats are in sight in the panes area, or about to be (200 px from it). The others are not
+    // rendered at all while they stream (`.out-of-sight`): with the panes in rows, the browser's
+    // own `content-visibility: auto` would still render most of twenty.
     this.sight = new IntersectionObserver((entries) => {
       for (const e of entries) {
         const pane = this.panes.find((p) => p.el === e.target);
         if (!pane) continue;
         pane.visible = e.isIntersecting;
+        pane.el.classList.toggle('out-of-sight', !pane.visible);
         if (pane.visible) pane.settle();
       }
-    });
-    this.attempts = new Attempts(this);
-    this.build();
+    }, { root: this.panesEl, rootMargin: '200px 0px' });
     this.conn = new Connection({
       token: takeToken(),
       onResync: (kind, data) => this.resync(kind, data),
@@ -102,6 +112,7 @@ class App {
     const top = h('header', { class: 'top' },
       h('span', { class: 'brand', text: 'ahpd' }), this.status,
       h('span', { class: 'spacer' }), this.attention.askButton,
+      h('button', { class: 'ghost', type: 'button', data: { action: 'automations' }, on: { click: () => this.automations.show() } }, 'Automations'),
       h('button', { class: 'ghost', type: 'button', title: 'Keyboard shortcuts (?)', 'aria-label': 'Keyboard shortcuts', data: { action: 'keys' }, on: { click: () => this.shortcuts.show() } }, '?'),
       h('button', { class: 'primary', type: 'button', data: { action: 'new' }, on: { click: () => this.newSession() } }, 'New session'));
     const side = h('aside', { class: 'side' }, this.searchInput, h('div', { class: 'filters' }, this.filterEls), this.list);
@@ -208,6 +219,8 @@ class App {
       if (s) Object.assign(s, p.changes);
       this.touchSession(p.session);
     } else return;
+    // A session come or gone changes what the chats of its task say ("Attempt 2 of 3").
+    if (method !== 'root/sessionSummaryChanged') for (const pane of this.panes) this.dirty.add(pane);
     this.listDirty = true;
     this.refreshWatches();
     this.schedule();
@@ -325,14 +338,14 @@ class App {
 
   async open(session, { quiet = false } = {}) {
     const existing = this.panes.find((p) => p.session === session);
-    if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', inline: 'nearest' }); existing.input.focus({ preventScroll: true }); return; }
+    if (existing) { existing.el.scrollIntoView({ behavior: 'smooth', block: 'nearest', inline: 'nearest' }); existing.input.focus({ preventScroll: true }); return; }
     const summary = this.sessions.get(session);
     const pane = new ChatPane(this, session, summary?.defaultChat ?? null);
     // The newest comes first, where the eye is; the others move right.
     this.panes.unshift(pane);
     this.welcome.remove();
     this.panesEl.prepend(pane.el);
-    this.panesEl.scrollLeft = 0;
+    this.panesEl.scrollTop = 0;
     this.sight.observe(pane.el);
     this.listDirty = true;
     this.saveLayout();
@@ -355,6 +368,7 @@ class App {
   close(pane) {
     this.panes = this.panes.filter((p) => p !== pane);
     pane.drawer.drop();
+    pane.sizes.disconnect();
     this.saveLayout();
     this.sight.unobserve(pane.el);
     pane.el.remove();
@@ -380,7 +394,7 @@ class App {
   }
 
   async remove(session) {
-    const title = this.sessions.get(session)?.title ?? session;
+    const title = this.titleOf(session);
     if (!(await this.ask(`Delete “${title}”? Its chats go with it; this cannot be undone.`, 'Delete'))) return;
     try { await this.conn.request('disposeSession', { channel: session }); } catch (e) { this.toast(e.message); }
   }
@@ -410,14 +424,16 @@ class App {
   async newSession() {
     const agents = this.root?.agents ?? [];
     if (!agents.length) { this.toast('No agent is running yet.'); return; }
-    const agentSelect = h('select', { name: 'agent', 'aria-label': 'Agent' }, agents.map((a) => h('option', { value: a.provider, text: a.displayName || a.provider })));
-    const folder = h('input', { name: 'folder', type: 'text', value: uriPath(this.defaultDirectory ?? ''), placeholder: '/path/to/project', 'aria-label': 'Folder' });
+    // The last choices made here, in this browser (keepChoices says what is kept).
+    const last = lastChoices();
+    const agentSelect = h('select', { name: 'agent', 'aria-label': 'Agent' }, agents.map((a) => h('option', { value: a.provider, text: a.displayName || a.provider, selected: a.provider === last.agent })));
+    const folder = h('input', { name: 'folder', type: 'text', value: last.folder ?? uriPath(this.defaultDirectory ?? ''), placeholder: '/path/to/project', 'aria-label': 'Folder' });
     const fields = h('div', { class: 'schema' });
     const about = h('p', { class: 'agent-about' });
     const error = h('p', { class: 'form-error' });
-    let values = {};
+    let values = { ...(last.config?.[agentSelect.value] ?? {}) };
     let schema = { properties: {} };
-    const resolve = async () => {
+    const resolve = async (remembered = false) => {
       const provider = agentSelect.value;
       const agent = agents.find((a) => a.provider === provider);
       about.textContent = agent?.description ?? '';
@@ -427,9 +443,13 @@ class App {
         values = r.values ?? {};
         fields.replaceChildren(...schemaFields(schema, values, agent, (key, value) => { values = { ...values, [key]: value }; resolve(); }), ...offered(agent, r._meta?.commands));
         error.textContent = '';
-      } catch (e) { error.textContent = e.message; }
+      } catch (e) {
+        // A choice remembered from before that the agent no longer takes: start from its defaults.
+        if (remembered && Object.keys(values).length) { values = {}; await resolve(); return; }
+        error.textContent = e.message;
+      }
     };
-    agentSelect.addEventListener('change', () => { values = {}; resolve(); });
+    agentSelect.addEventListener('change', () => { values = { ...(last.config?.[agentSelect.value] ?? {}) }; resolve(true); });
     const create = h('button', { class: 'primary', type: 'button', data: { action: 'create' } }, 'Start');
     const several = this.attempts.section(agents, agentSelect);
     const dialog = h('dialog', { class: 'new-session' },
@@ -443,10 +463,12 @@ class App {
       const config = {};
       for (const [key, prop] of Object.entries(schema.properties ?? {})) if (!prop.readOnly && values[key] !== undefined) config[key] = values[key];
       const plan = several.plan();
+      const keep = () => keepChoices(agentSelect.value, folder.value.trim(), schema, config);
       if (plan) {
         // Several attempts at one task (attempts.js): the settings chosen go to the attempts on this agent.
         try {
           await this.attempts.start(plan, folder.value.trim() ? pathUri(folder.value) : null, (p) => (p === agentSelect.value ? config : {}));
+          keep();
           dialog.close();
         } catch (e) { error.textContent = e.message; }
         return;
@@ -457,6 +479,7 @@ class App {
           ...(folder.value.trim() ? { workingDirectories: [pathUri(folder.value)] } : {}),
           ...(Object.keys(config).length ? { config } : {}),
         });
+        keep();
         dialog.close();
         this.open(session);
       } catch (e) { error.textContent = e.message; }
@@ -464,7 +487,7 @@ class App {
     dialog.addEventListener('close', () => dialog.remove());
     document.body.append(dialog);
     dialog.showModal();
-    await resolve();
+    await resolve(true);
   }
 
   // ---- drawing ----
@@ -475,14 +498,12 @@ class App {
       this.frame = 0;
       const panes = [...this.dirty];
       this.dirty.clear();
-      // Panes scrolled out of sight are neither measured nor laid out (content-visibility).
-      const seen = panes.filter((pane) => pane.visible);
-      for (const pane of seen) pane.measure();
+      // Nothing here reads the layout: a following chat is kept at the bottom by its
+      // ResizeObserver, after the browser's own layout of the frame (chat.js).
       for (const pane of panes) {
         const state = this.chats.get(pane.chat);
         if (state && pane.state !== state) pane.reset(state); else pane.draw();
       }
-      for (const pane of seen) pane.settle();
       if (this.listDirty) { this.listDirty = false; this.drawList(); }
       this.drawNotice();
     });
@@ -521,6 +542,21 @@ class App {
     for (const pane of this.panes) pane.drawer.refresh();
   }
 
+  /**
+   * The title a person reads for a session: its own; until its first message names it (the host
+   * calls every new one "New session"), what it is: its agent and its folder.
+   */
+  titleOf(uri) {
+    const s = this.sessionStates.get(uri);
+    const summary = this.sessions.get(uri);
+    const title = s?.title ?? summary?.title ?? '';
+    if (title && title !== UNNAMED) return title;
+    const provider = summary?.provider ?? s?.provider ?? '';
+    const agent = this.root?.agents?.find((a) => a.provider === provider)?.displayName || provider || 'agent';
+    const folder = uriPath((s?.workingDirectories ?? summary?.workingDirectories ?? [])[0]).replace(/\/+$/, '').split('/').pop();
+    return folder ? `New ${agent} session in ${folder}` : `New ${agent} session`;
+  }
+
   kindOf(s) {
     const [cls] = glance(s.status, this.waitingFor(s.resource));
     if (s.status & Status.IsArchived) return 'archived';
@@ -529,7 +565,7 @@ class App {
 
   matchesSearch(s) {
     if (!this.search) return true;
-    const hay = `${s.title} ${s.provider} ${(s.workingDirectories ?? []).map(uriPath).join(' ')} ${s.activity ?? ''}`.toLowerCase();
+    const hay = `${this.titleOf(s.resource)} ${s.provider} ${(s.workingDirectories ?? []).map(uriPath).join(' ')} ${s.activity ?? ''}`.toLowerCase();
     return hay.includes(this.search);
   }
 
@@ -553,7 +589,7 @@ class App {
       click: (e) => { if (!e.target.closest('button')) this.open(s.resource); },
       keydown: (e) => { if (e.key === 'Enter' && e.target === e.currentTarget) this.open(s.resource); },
     } },
-      h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: s.title || 'New session' }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
+      h('div', { class: 'row' }, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'title', text: this.titleOf(s.resource) }), h('span', { class: 'when', text: ago(s.modifiedAt) })),
       h('div', { class: 'row sub' }, ...this.providerChips(s.provider), h('span', { class: `state ${cls}`, text: words }),
         s.activity ? h('span', { class: 'activity', text: s.activity }) : null,
         s.changes?.files ? h('button', { class: 'ghost changes-link', type: 'button', data: { action: 'changes' }, title: 'Show what it changed',
@@ -567,6 +603,34 @@ class App {
     }
     return li;
   }
+}
+
+/** What New session remembers, per browser: the last agent and folder, and per agent the choices
+ *  made from its schema. */
+const CHOICES_KEY = 'ahpd.newSession';
+
+function lastChoices() {
+  try {
+    const kept = JSON.parse(localStorage.getItem(CHOICES_KEY) ?? '{}');
+    return kept && typeof kept === 'object' ? kept : {};
+  } catch { return {}; }
+}
+
+/**
+ * Keeps the choices a session was started with. Only what was picked from a list or ticked (an
+ * enum, a boolean: the model, the mode, the isolation, when to ask) is kept, never what was typed
+ * into a setting (a branch name, a key, a token): nothing secret reaches the browser's storage.
+ */
+function keepChoices(agent, folder, schema, config) {
+  const kept = lastChoices();
+  const choices = {};
+  for (const [key, value] of Object.entries(config)) {
+    const prop = schema.properties?.[key];
+    const picked = Array.isArray(prop?.enum) || prop?.type === 'boolean';
+    if (picked && !prop.writeOnly && prop.format !== 'password') choices[key] = value;
+  }
+  const next = { agent, folder, config: { ...(kept.config ?? {}), [agent]: choices } };
+  try { localStorage.setItem(CHOICES_KEY, JSON.stringify(next)); } catch { /* full or refused: not kept */ }
 }
 
 /** Fields for a session config schema: enums as choices, booleans as boxes, the rest as text. */

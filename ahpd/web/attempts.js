@@ -8,9 +8,12 @@
 // to. Every client, a reload and a restart see it with nothing stored anywhere else, and so does
 // `git branch` (docs/worktrees.md, "Several attempts at one task").
 
-import { h, uriPath } from './dom.js';
+import { h, uriPath, count, changedLines } from './dom.js';
 import { Status, activityOf } from './reducer.js';
-import { glance } from './chat.js';
+import { glance, modelOf } from './chat.js';
+
+/** Attempts this tab merged, and what the host said of it (a merged branch shows no change). */
+const MERGED_KEY = 'ahpd.merged';
 
 /** The folder of attempt N: `…/attempts-<slug>-<group>-<N>` (the branch's `/` spelled `-`). */
 const FOLDER = /\/attempts-(.+?)-([0-9a-f]{8})-(\d+)(?:\/|$)/;
@@ -57,6 +60,9 @@ export class Attempts {
     this.app = app;
     // The open compare view: {group, el, body, files: Map(session → {key, files}), busy, said}.
     this.view = null;
+    // session → {into, said}: the attempts merged from this tab (kept across its reloads).
+    this.merged = new Map();
+    try { this.merged = new Map(Object.entries(JSON.parse(sessionStorage.getItem(MERGED_KEY) ?? '{}'))); } catch { /* none kept */ }
   }
 
   /** The sessions of task `group`, attempt 1 first. */
@@ -66,6 +72,20 @@ export class Attempts {
       .filter(([, a]) => a?.group === group)
       .sort((x, y) => x[1].index - y[1].index)
       .map(([s]) => s);
+  }
+
+  /**
+   * "Attempt 2 of 3" for a session that is an attempt at a task, else null. Of how many: the
+   * attempts still there (or the highest number among them); once the others are gone (merged,
+   * discarded), only its number.
+   */
+  label(summary) {
+    const a = attemptOf(summary);
+    if (!a) return null;
+    const members = this.members(a.group);
+    if (members.length < 2) return `Attempt ${a.index}`;
+    const of = Math.max(members.length, ...members.map((s) => attemptOf(s).index));
+    return `Attempt ${a.index} of ${of}`;
   }
 
   /** Sessions the open compare view watches (their usage and changesets). */
@@ -195,7 +215,7 @@ export class Attempts {
   taskItem(group, members, itemFor) {
     const title = members.find((s) => s.title)?.title || 'Task';
     const working = members.filter((s) => activityOf(s.status) === Status.InProgress).length;
-    const words = `${members.length} ${members.length === 1 ? 'attempt' : 'attempts'}${working ? `, ${working} working` : ''}`;
+    const words = `${count(members.length, 'attempt')}${working ? `, ${working} working` : ''}`;
     return h('li', { class: 'task', data: { task: group } },
       h('div', { class: 'task-head' },
         h('span', { class: 'task-title', text: title }),
@@ -275,7 +295,7 @@ export class Attempts {
     const seen = JSON.stringify(members.map((s) => {
       const state = this.app.sessionStates.get(s.resource);
       const chat = this.app.chats.get(state?.defaultChat ?? s.defaultChat);
-      return [s.resource, s.status, s.changes, s.modifiedAt, this.app.waitingFor(s.resource), state?._meta?.usage, state?.changesets, chat?.turns?.at(-1)?.usage?.model, view.files.get(s.resource)];
+      return [s.resource, s.status, s.changes, s.modifiedAt, this.app.waitingFor(s.resource), state?._meta?.usage, state?.changesets, chat?.turns?.at(-1)?.usage?.model, view.files.get(s.resource), this.merged.get(s.resource)];
     }));
     if (seen === view.seen && !working) return;
     view.seen = seen;
@@ -286,17 +306,21 @@ export class Attempts {
     const a = attemptOf(s);
     const [cls, words] = glance(s.status, this.app.waitingFor(s.resource));
     const usage = this.app.sessionStates.get(s.resource)?._meta?.usage;
-    const spent = usage ? `${tokens((usage.inputTokens ?? 0) + (usage.outputTokens ?? 0))} tokens (${tokens(usage.inputTokens ?? 0)} in, ${tokens(usage.outputTokens ?? 0)} out)` : 'no usage reported';
+    const total = (usage?.inputTokens ?? 0) + (usage?.outputTokens ?? 0);
+    const spent = usage ? `${tokens(total)} ${total === 1 ? 'token' : 'tokens'} (${tokens(usage.inputTokens ?? 0)} in, ${tokens(usage.outputTokens ?? 0)} out)` : 'no usage reported';
     const end = activityOf(s.status) === Status.InProgress ? Date.now() : Date.parse(s.modifiedAt);
     const took = duration(end - Date.parse(s.createdAt));
     const c = s.changes ?? {};
-    const lines = `+${c.additions ?? 0} −${c.deletions ?? 0} in ${c.files ?? 0} ${c.files === 1 ? 'file' : 'files'}`;
+    // Merged: its branch holds nothing its base does not, which is no "+0 −0": where it landed.
+    const merged = !c.files ? this.merged.get(s.resource) : null;
+    const lines = merged ? `merged into ${merged.into}` : changedLines(c);
     // The model its last turn ran on, when its chat is open here (a session's summary does not say).
-    const chat = this.app.chats.get(this.app.sessionStates.get(s.resource)?.defaultChat ?? s.defaultChat);
-    const model = chat?.turns?.at(-1)?.usage?.model;
-    const branch = (this.app.sessionStates.get(s.resource)?.changesets ?? []).find((x) => x.changeKind === 'branch')?.label ?? '';
+    const state = this.app.sessionStates.get(s.resource);
+    const model = modelOf(this.app.chats.get(state?.defaultChat ?? s.defaultChat), state);
+    const branch = (state?.changesets ?? []).find((x) => x.changeKind === 'branch')?.label ?? '';
     const read = this.view.files.get(s.resource);
-    const files = read?.files == null
+    const files = merged ? h('p', { class: 'merged', text: merged.said })
+      : read?.files == null
       ? h('p', { class: 'muted', text: read?.error ?? 'Reading its files…' })
       : read.files.length
         ? h('ul', { class: 'compare-files' }, read.files.map((f) => h('li', { data: { path: f.path } },
@@ -306,12 +330,13 @@ export class Attempts {
     const others = members.length - 1;
     const nothing = !c.files;
     const why = working ? 'Wait until every attempt has finished (or stop them) first'
+      : merged ? `Merged into ${merged.into}`
       : nothing ? 'Nothing on its branch is left to merge'
-        : `Merge attempt ${a.index} and discard the ${others} other${others === 1 ? '' : 's'}`;
+        : `Merge attempt ${a.index} and discard the ${count(others, 'other')}`;
     const merge = h('button', { class: 'primary', type: 'button', data: { action: 'merge-this' }, disabled: working || nothing, title: why,
       on: { click: () => this.pick(s, members) } }, others ? 'Merge this one' : 'Merge');
     return h('section', { class: 'compare-column', data: { session: s.resource, attempt: a.index } },
-      h('h3', {}, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), ` Attempt ${a.index}`),
+      h('h3', {}, h('span', { class: `dot ${cls}`, 'aria-hidden': 'true' }), ` Attempt ${a.index}`, merged ? h('span', { class: 'merged-tag', text: 'merged' }) : null),
       h('p', { class: 'who', text: model ? `${s.provider} · ${model}` : s.provider }),
       h('dl', {},
         h('dt', { text: 'Branch' }), h('dd', { class: 'branch', data: { field: 'branch' }, text: branch || '…' }),
@@ -323,6 +348,15 @@ export class Attempts {
       h('div', { class: 'compare-actions' },
         h('button', { type: 'button', data: { action: 'open-chat' }, on: { click: () => { this.close(); this.app.open(s.resource); } } }, 'Open chat'),
         merge));
+  }
+
+  /** Keeps that `s` was merged, where to (its branch's base, as the host labels the branch), and
+   *  the host's words. */
+  remember(s, said) {
+    const label = (this.app.sessionStates.get(s.resource)?.changesets ?? []).find((x) => x.changeKind === 'branch')?.label ?? '';
+    const into = /\(against (.*)\)$/.exec(label)?.[1] ?? /into (\S+)/.exec(said)?.[1] ?? 'its base';
+    this.merged.set(s.resource, { into, said });
+    try { sessionStorage.setItem(MERGED_KEY, JSON.stringify(Object.fromEntries(this.merged))); } catch { /* not kept */ }
   }
 
   /**
@@ -348,6 +382,7 @@ export class Attempts {
     try {
       const r = await this.app.conn.request('invokeChangesetOperation', { channel: this.branchOf(chosen.resource), operationId: 'merge' });
       merged = typeof r?.message === 'string' ? r.message : r?.message?.markdown ?? 'Merged.';
+      this.remember(chosen, merged);
     } catch (e) {
       view.busy = false;
       view.el.classList.remove('busy');
@@ -369,6 +404,6 @@ export class Attempts {
     view.el.classList.remove('busy');
     this.draw();
     const gone = others.length - failed.length;
-    say(`${merged} ${gone ? `Discarded ${gone} other attempt${gone === 1 ? '' : 's'}, with ${gone === 1 ? 'its worktree and branch' : 'their worktrees and branches'}.` : ''}${failed.length ? ` Not discarded: ${failed.join('; ')}` : ''}`, failed.length ? 'error' : 'done');
+    say(`${merged} ${gone ? `Discarded ${count(gone, 'other attempt')}, with ${gone === 1 ? 'its worktree and branch' : 'their worktrees and branches'}.` : ''}${failed.length ? ` Not discarded: ${failed.join('; ')}` : ''}`, failed.length ? 'error' : 'done');
   }
 }

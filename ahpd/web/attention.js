@@ -71,10 +71,9 @@ export class Attention {
   /** A system notification for one session that started needing the person. */
   tell(uri) {
     if (!('Notification' in window) || Notification.permission !== 'granted') return;
-    const s = this.app.sessions.get(uri);
     const what = this.app.waitingFor(uri);
     try {
-      const note = new Notification(`${s?.title || 'A session'} needs you`, {
+      const note = new Notification(`${this.app.titleOf(uri)} needs you`, {
         body: what ? `It waits for a ${what}.` : 'It waits for you.', tag: uri,
       });
       note.onclick = () => { window.focus(); this.app.open(uri); note.close(); };

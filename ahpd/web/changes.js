@@ -11,9 +11,9 @@
 // `start({ uri?, turn? })` watches the session and shows that changeset, by default its branch,
 // else its uncommitted changes; `show(uri)` moves it to another; `close()` lets it go), and
 // `openChanges(app, session, { chat?, uri?, turn? })`, which opens (or reuses) the session's view
-// beside its chat.
+// beside its chat, in place of another session's.
 
-import { h, uriPath } from './dom.js';
+import { h, uriPath, count, changedLines } from './dom.js';
 import { parsePatch, isCut, rowsOffThread, gapRows, linesOf } from './diff.js';
 
 const FEEDBACK = 'vscode.agentFeedback';
@@ -191,10 +191,14 @@ function stateWords(a) {
   return { created: 'proposed', accepted: 'not sent yet', submitted: 'sent to the agent' }[slotOf(a)?.state] ?? slotOf(a)?.state ?? '';
 }
 
-/** Opens the Changes view of `session` beside its chat (or shows it there again). */
+/**
+ * Opens the Changes view of `session` beside its chat (or shows it there again). The window has
+ * one: another session's is closed first, so views never pile up beside each other.
+ */
 export async function openChanges(app, session, opts = {}) {
   style();
   app.changesViews ??= new Map();
+  for (const [other, shown] of app.changesViews) if (other !== session) shown.close();
   let view = app.changesViews.get(session);
   if (!view) {
     view = new ChangesView(app, { session, chat: opts.chat });
@@ -332,9 +336,9 @@ export class ChangesView {
     if (choice >= 0) this.scope.value = String(choice);
     const c = this.scopeChoices?.[choice];
     this.about.textContent = c ? c.about ?? '' : '';
-    const title = this.app.sessionStates.get(this.session)?.title ?? this.app.sessions.get(this.session)?.title;
-    this.heading.textContent = title ? `Changes: ${title}` : 'Changes';
-    this.heading.title = title ?? '';
+    const title = this.app.titleOf(this.session);
+    this.heading.textContent = `Changes: ${title}`;
+    this.heading.title = title;
     this.watch = new Watched(this.app, uri, applyChangeset, (a) => this.changesetChanged(a));
     try {
       await this.watch.start();
@@ -376,7 +380,7 @@ export class ChangesView {
     let added = 0;
     let removed = 0;
     for (const { file } of files) { added += file.edit.diff?.added ?? 0; removed += file.edit.diff?.removed ?? 0; }
-    this.totals.textContent = files.length ? `+${added} −${removed} in ${files.length} ${files.length === 1 ? 'file' : 'files'}` : '';
+    this.totals.textContent = files.length ? changedLines({ additions: added, deletions: removed, files: files.length }) : '';
     if (!files.length) {
       const why = this.changeset.status === 'error' ? this.changeset.error?.message : 'No changes.';
       this.filesEl.replaceChildren(h('li', { class: 'none', text: why ?? 'No changes.' }));
@@ -613,7 +617,7 @@ export class ChangesView {
 
   commentsChanged() {
     const waiting = this.comments().filter((a) => !a.resolved && slotOf(a).kind === 'user' && slotOf(a).state === 'accepted');
-    this.sendButton.textContent = waiting.length ? `Send ${waiting.length} ${waiting.length === 1 ? 'comment' : 'comments'} to the agent` : 'Send comments to the agent';
+    this.sendButton.textContent = waiting.length ? `Send ${count(waiting.length, 'comment')} to the agent` : 'Send comments to the agent';
     this.sendButton.disabled = !waiting.length;
     this.placeThreads();
   }
@@ -693,7 +697,7 @@ export class ChangesView {
     const running = !!this.app.chats.get(chat)?.activeTurn;
     if (running) this.app.act(chat, { type: 'chat/pendingMessageSet', kind: 'queued', id: crypto.randomUUID(), message });
     else this.app.act(chat, { type: 'chat/turnStarted', turnId: crypto.randomUUID(), startedAt: new Date().toISOString(), message });
-    this.say(`Sent ${waiting.length} ${waiting.length === 1 ? 'comment' : 'comments'} to the agent.`);
+    this.say(`Sent ${count(waiting.length, 'comment')} to the agent.`);
   }
 
   /** Opens an unchanged run: its lines come from the file after. */
@@ -711,7 +715,7 @@ export class ChangesView {
 
 function gapEl(r) {
   return h('div', { class: 'gap', role: 'button', tabindex: 0, title: 'Show these lines', data: { old: r.oldNo, new: r.newNo, count: r.count } },
-    `⋯ ${r.count} unchanged ${r.count === 1 ? 'line' : 'lines'}`);
+    `⋯ ${count(r.count, 'unchanged line')}`);
 }
 
 function codeEl(r, cls) {

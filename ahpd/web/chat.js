@@ -3,10 +3,11 @@
 // queue, and a composer that sends, queues, steers and cancels. Drawing happens once per animation
 // frame and touches only the parts whose version moved since the last frame.
 
-import { h, uriPath } from './dom.js';
+import { h, uriPath, changedLines } from './dom.js';
 import { MarkdownView, render as renderMarkdown } from './markdown.js';
 import { Status, activityOf } from './reducer.js';
 import { TerminalDrawer } from './terminal.js';
+import { keptContent } from './kept.js';
 
 /** A session's or chat's state at a glance: [css class, words]. */
 export function glance(status, waitingFor) {
@@ -20,6 +21,20 @@ export function glance(status, waitingFor) {
 }
 
 const text = (s) => (typeof s === 'string' ? s : s?.markdown ?? '');
+
+/** A confined session's box in its header (the host's `_meta['ahpd.box']`): its level and
+ *  engine, what it reaches and its limits in the tooltip. */
+function boxed(box) {
+  const limits = [box.cpuLimit != null ? `${box.cpuLimit} CPUs` : null,
+    box.memoryLimitBytes != null ? `${Math.round(box.memoryLimitBytes / 1048576)} MiB` : null].filter(Boolean);
+  const reaches = (box.reaches ?? []).join(', ');
+  const words = box.level === 'container' ? `in a container on ${box.engine}` : `in a sandbox (${box.engine})`;
+  const title = [`Everything this session runs is ${words}`, reaches ? `it reaches only ${reaches}` : null,
+    limits.length ? `limits ${limits.join(', ')}` : null].filter(Boolean).join('; ');
+  return h('span', { class: 'pane-box', title },
+    h('span', { class: 'box-level', text: box.level === 'container' ? 'Container' : 'Sandbox' }),
+    limits.length ? ` ${limits.join(', ')}` : null);
+}
 
 /** Agent Merge in a session's header: what it follows and when it merges. */
 function agentMerge(merge) {
@@ -45,6 +60,13 @@ export function branchOf(changesets) {
   return m ? { name: m[1], base: m[2] === 'the commit it was cut from' ? null : m[2] } : { name: set.label, base: null };
 }
 
+/** The model a chat's latest turn ran on (or was asked for), else the session's setting. */
+export function modelOf(chat, session) {
+  const last = chat?.activeTurn ?? chat?.turns?.at(-1);
+  const model = last?.usage?.model ?? last?.message?.model?.id ?? session?.config?.values?.model;
+  return typeof model === 'string' && model ? model : null;
+}
+
 /** One open chat. */
 export class ChatPane {
   constructor(app, session, chat) {
@@ -54,17 +76,21 @@ export class ChatPane {
     this.turns = new Map();
     this.state = null;
     this.visible = true;
-    this.stick = true;
+    this.following = true;
+    /** The scrollTop the page itself last scrolled the log to. */
+    this.pinned = null;
     this.drawnHead = '';
     this.el = h('section', { class: 'pane', data: { session, chat } });
     this.title = h('h2', { class: 'pane-title', title: 'Rename', on: { dblclick: () => this.rename() } });
     this.chip = h('span', { class: 'chip' });
+    // Which attempt at a task this chat is ("Attempt 2 of 3"): its attempts share one title.
+    this.attemptEl = h('span', { class: 'pane-attempt', hidden: true });
     this.meta = h('div', { class: 'pane-meta' });
     this.where = h('div', { class: 'pane-where' });
     this.drawer = new TerminalDrawer(app, this);
     this.archiveButton = h('button', { class: 'ghost', type: 'button', data: { action: 'archive' }, on: { click: () => this.app.archive(session) } }, 'Archive');
     const head = h('header', { class: 'pane-head' },
-      h('div', { class: 'pane-heading' }, this.chip, this.title,
+      h('div', { class: 'pane-heading' }, this.chip, this.attemptEl, this.title,
         h('div', { class: 'pane-actions' },
           h('button', { class: 'ghost', type: 'button', title: 'Rename', data: { action: 'rename' }, on: { click: () => this.rename() } }, 'Rename'),
           h('button', { class: 'ghost', type: 'button', title: 'A terminal in the session’s folder (t)', data: { action: 'terminal' }, on: { click: () => this.drawer.toggle() } }, 'Terminal'),
@@ -72,9 +98,20 @@ export class ChatPane {
           h('button', { class: 'ghost danger', type: 'button', data: { action: 'delete' }, on: { click: () => this.app.remove(session) } }, 'Delete'),
           h('button', { class: 'ghost close', type: 'button', title: 'Close', 'aria-label': 'Close', data: { action: 'close' }, on: { click: () => this.app.close(this) } }, '×'))),
       this.meta, this.where);
-    this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' });
+    // The turns sit in `turnsEl` inside the scrolling log, so its growth can be watched.
+    this.turnsEl = h('div', { class: 'log-turns' });
+    this.log = h('div', { class: 'log', role: 'log', 'aria-live': 'polite' }, this.turnsEl);
     this.empty = h('p', { class: 'empty', text: 'Loading…' });
-    this.log.append(this.empty);
+    this.turnsEl.append(this.empty);
+    this.newer = h('button', { class: 'newer', type: 'button', hidden: true, title: 'Go down to the newest and follow it again',
+      data: { action: 'newer' }, on: { click: () => this.follow() } }, 'New messages');
+    this.log.addEventListener('scroll', () => this.scrolled(), { passive: true });
+    // Whatever makes the log's content or its box change size (a reply growing, turns drawn for
+    // the first time when they come into sight, the terminal opening) keeps a following chat at
+    // the bottom. Called after layout, before paint: nothing jumps on screen.
+    this.sizes = new ResizeObserver(() => { if (this.following && this.visible) this.pin(); });
+    this.sizes.observe(this.turnsEl);
+    this.sizes.observe(this.log);
     this.pendingEl = h('div', { class: 'pending' });
     this.input = h('textarea', { rows: 2, placeholder: 'Message…', title: 'Enter sends; Shift+Enter starts a new line', 'aria-label': 'Message' });
     this.input.addEventListener('keydown', (e) => {
@@ -87,7 +124,7 @@ export class ChatPane {
     // Nothing can be sent before the chat's state is in.
     this.input.disabled = true;
     this.sendButton.disabled = true;
-    this.el.append(head, this.log, this.pendingEl, this.drawer.el, this.composer);
+    this.el.append(head, h('div', { class: 'log-wrap' }, this.log, this.newer), this.pendingEl, this.drawer.el, this.composer);
   }
 
   /** A fresh state (a snapshot): everything is drawn again. */
@@ -96,24 +133,53 @@ export class ChatPane {
     this.input.disabled = false;
     this.sendButton.disabled = false;
     this.turns.clear();
-    this.log.replaceChildren();
+    this.turnsEl.replaceChildren();
     this.drawnPending = null;
-    this.stick = true;
     this.draw();
-    this.settle();
+    this.follow();
   }
 
   /**
-   * Reads the layout before any pane writes (a frame reads every pane, then draws every pane,
-   * then scrolls every pane, so the browser lays the page out once, not once per pane).
+   * The chat follows new output unless the person scrolled up. Only the person's own scrolling
+   * decides: a scroll event at the place the page itself scrolled to is the page's (so content
+   * that grows between the page's scroll and its event does not count as the person leaving).
    */
-  measure() {
-    this.stick = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 60;
+  scrolled() {
+    const top = this.log.scrollTop;
+    if (top === this.pinned) return;
+    this.pinned = null;
+    this.following = this.log.scrollHeight - top - this.log.clientHeight <= 40;
+    if (this.following) this.caughtUp();
   }
 
-  /** Keeps a pane that was at the bottom at the bottom. */
+  /** Goes down to the newest and follows again (the marker's click, a message sent). */
+  follow() {
+    this.following = true;
+    this.caughtUp();
+    this.pin();
+  }
+
+  /** Keeps a following chat at the bottom (when it comes into sight). */
   settle() {
-    if (this.stick && this.visible) this.log.scrollTop = this.log.scrollHeight;
+    if (this.following && this.visible) this.pin();
+  }
+
+  pin() {
+    this.log.scrollTop = this.log.scrollHeight - this.log.clientHeight;
+    this.pinned = this.log.scrollTop;
+  }
+
+  caughtUp() {
+    this.seenNews = this.news;
+    this.newer.hidden = true;
+  }
+
+  /** Something new arrived: a following chat shows it; one the person scrolled up in says so. */
+  noticeNews(all) {
+    const active = this.state?.activeTurn;
+    this.news = `${all.length}|${all.at(-1)?.state ?? ''}|${active ? active.responseParts.reduce((n, p) => n + (p._v ?? 0) + 1, 0) : ''}`;
+    if (this.following || this.seenNews === undefined) this.caughtUp();
+    else if (this.news !== this.seenNews) this.newer.hidden = false;
   }
 
   draw() {
@@ -122,15 +188,15 @@ export class ChatPane {
     if (!c) return;
     const all = c.activeTurn ? [...c.turns, c.activeTurn] : c.turns;
     if (!all.length) {
-      if (!this.log.contains(this.empty)) this.log.replaceChildren(this.empty);
+      if (!this.turnsEl.contains(this.empty)) this.turnsEl.replaceChildren(this.empty);
       this.empty.textContent = 'No messages yet. Say something below.';
-    } else if (this.log.contains(this.empty)) this.empty.remove();
+    } else if (this.turnsEl.contains(this.empty)) this.empty.remove();
     for (const turn of all) {
       let view = this.turns.get(turn.id);
       if (!view) {
         view = new TurnView(this, turn);
         this.turns.set(turn.id, view);
-        this.log.append(view.el);
+        this.turnsEl.append(view.el);
       }
       view.sync(turn, turn === c.activeTurn);
     }
@@ -138,6 +204,7 @@ export class ChatPane {
       const ids = new Set(all.map((t) => t.id));
       for (const [id, view] of this.turns) if (!ids.has(id)) { view.el.remove(); this.turns.delete(id); }
     }
+    this.noticeNews(all);
     this.drawPending();
     const running = !!c.activeTurn;
     this.sendButton.textContent = running ? 'Queue' : 'Send';
@@ -148,7 +215,9 @@ export class ChatPane {
   drawHead() {
     const summary = this.app.sessions.get(this.session);
     const s = this.app.sessionStates.get(this.session);
-    const title = s?.title ?? summary?.title ?? 'Session';
+    const title = this.app.titleOf(this.session);
+    const attempt = this.app.attempts.label(summary ?? s);
+    const model = modelOf(this.state, s);
     const status = this.state?.status ?? summary?.status ?? s?.status ?? 1;
     const [cls, words] = glance(status, this.app.waitingFor(this.session));
     const provider = summary?.provider ?? s?.provider ?? '';
@@ -157,29 +226,37 @@ export class ChatPane {
     const archived = ((s?.status ?? summary?.status ?? 0) & Status.IsArchived) !== 0;
     const branch = branchOf(this.state?.changesets) ?? branchOf(s?.changesets);
     const merge = s?._meta?.['ahpd.agentMerge'];
-    const key = [title, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle, JSON.stringify(branch), JSON.stringify(merge)].join('|');
+    const box = s?._meta?.['ahpd.box'];
+    const key = [title, attempt, model, cls, words, provider, folder, JSON.stringify(changes), archived, s?.lifecycle, JSON.stringify(branch), JSON.stringify(merge), JSON.stringify(box)].join('|');
     if (key === this.drawnHead) return;
     this.drawnHead = key;
     if (!this.title.querySelector('input')) this.title.textContent = title;
+    this.attemptEl.textContent = attempt ?? '';
+    this.attemptEl.hidden = !attempt;
     this.chip.className = `chip ${cls}`;
     this.chip.textContent = words;
     this.archiveButton.textContent = archived ? 'Unarchive' : 'Archive';
-    this.drawWhere(folder, branch, merge);
-    const bits = [provider];
+    this.drawWhere(folder, branch, merge, box);
+    const bits = [provider, model];
     // What the session changed opens its Changes view.
     if (changes && (changes.additions || changes.deletions || changes.files)) bits.push(h('button', { class: 'changes-link', type: 'button', data: { action: 'changes' }, title: 'Show the changes',
-      on: { click: () => this.app.openChanges(this.session, { chat: this.chat }) } }, `+${changes.additions ?? 0} −${changes.deletions ?? 0}${changes.files ? ` in ${changes.files} files` : ''}`));
+      on: { click: () => this.app.openChanges(this.session, { chat: this.chat }) } }, changes.files ? changedLines(changes) : `+${changes.additions ?? 0} −${changes.deletions ?? 0}`));
     if (s?.lifecycle === 'failed') bits.push(`could not start: ${s.creationError?.message ?? 'unknown'}`);
     this.meta.replaceChildren(...bits.filter(Boolean).flatMap((b, i) => (i ? [' · ', b] : [b])));
   }
 
   /** The folder the session works in and, for a worktree, its branch and the base it came from;
-   *  and Agent Merge, while it is on (the host's `_meta['ahpd.agentMerge']`). */
-  drawWhere(folder, branch, merge) {
+   *  its box, when it is confined; and Agent Merge, while it is on (the host's
+   *  `_meta['ahpd.agentMerge']`). */
+  drawWhere(folder, branch, merge, box) {
     this.where.replaceChildren(...[
       folder ? h('span', { class: 'pane-folder', title: folder, text: folder }) : null,
       branch ? h('span', { class: 'pane-branch', title: `branch ${branch.name}${branch.base ? `, cut from ${branch.base}` : ''}` },
-        h('span', { class: 'branch-name', text: branch.name }), branch.base ? h('span', { class: 'branch-base', text: ` ← ${branch.base}` }) : null) : null,
+        // A long name gives way from its middle: its last part (an attempt's `/2`) stays in sight.
+        h('span', { class: 'branch-name' }, h('span', { class: 'branch-head', text: branch.name.slice(0, branch.name.lastIndexOf('/') + 1) }),
+          h('span', { class: 'branch-tail', text: branch.name.slice(branch.name.lastIndexOf('/') + 1) })),
+        branch.base ? h('span', { class: 'branch-base', text: ` ← ${branch.base}` }) : null) : null,
+      box?.level ? boxed(box) : null,
       merge?.enabled ? agentMerge(merge) : null,
     ].filter(Boolean));
   }
@@ -218,6 +295,8 @@ export class ChatPane {
       this.app.act(this.chat, { type: 'chat/turnStarted', turnId: crypto.randomUUID(), startedAt: new Date().toISOString(), message });
     }
     this.input.value = '';
+    // The person wants to see what they said and what comes of it.
+    this.follow();
   }
 
   cancel() {
@@ -418,12 +497,12 @@ function results(t, pane) {
       case 'terminal': out.push(h('p', { class: 'tool-note' }, `terminal: ${c.title} `,
         h('button', { class: 'ghost', type: 'button', data: { action: 'show-terminal', terminal: c.resource }, on: { click: () => pane.drawer.show(c.resource) } }, 'Show'))); break;
       case 'subagent': out.push(h('p', { class: 'tool-note', text: `subagent ${c.agentName ?? ''}: ${c.title}` })); break;
-      case 'resource': out.push(h('p', { class: 'tool-note', text: `resource: ${c.uri}` })); break;
+      case 'resource': out.push(keptContent(pane.app, pane.session, c)); break;
       default: out.push(h('p', { class: 'tool-note', text: `[${c.type}]` }));
     }
   }
   if (t.error) out.push(h('pre', { class: 'tool-out error', text: typeof t.error === 'string' ? t.error : JSON.stringify(t.error, null, 2) }));
-  return out.length ? [h('details', { class: 'tool-body', open: t.status !== 'completed' || (t.content ?? []).some((c) => c.type === 'fileEdit' || c.type === 'terminal') }, h('summary', { text: 'Output' }), ...out)] : [];
+  return out.length ? [h('details', { class: 'tool-body', open: t.status !== 'completed' || (t.content ?? []).some((c) => ['fileEdit', 'terminal', 'resource'].includes(c.type)) }, h('summary', { text: 'Output' }), ...out)] : [];
 }
 
 /** A file edit: its unified diff, lines marked added or removed. */

@@ -47,6 +47,16 @@ export function safeLink(url, children) {
   return a;
 }
 
+/** A count with its noun, singular for one: "1 file", "2 files", "0 files". */
+export function count(n, one, many = `${one}s`) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
+/** What a change added and removed, as every count of it is said: "+3 −1 in 1 file". */
+export function changedLines({ additions = 0, deletions = 0, files = 0 } = {}) {
+  return `+${additions ?? 0} −${deletions ?? 0} in ${count(files ?? 0, 'file')}`;
+}
+
 /** "now", "5 min", "3 h", "2 d" since an ISO time. */
 export function ago(iso) {
   const t = Date.parse(iso);

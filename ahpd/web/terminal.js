@@ -1,8 +1,9 @@
 // terminal.js: a terminal the host lists, in the page — its output drawn with colours by xterm.js
 // (vendored, pinned: vendor/xterm.mjs, loaded the first time a terminal opens), what the person
-// types sent as `terminal/input`, the view's size as `terminal/resized`. A pane's drawer picks one
-// of the root's terminals (the session's first), shows a tool call's or a `!` command's when asked,
-// or starts a new one in the session's folder with `createTerminal`.
+// types sent as `terminal/input`, the view's size as `terminal/resized`. A pane's drawer opens on
+// a shell that runs (the one it showed last, the session's newest, else a new one in the session's
+// folder with `createTerminal`), shows any of the root's terminals picked from its list, and a tool
+// call's or a `!` command's when asked.
 //
 // The page's policy lets no inline style in: xterm.js's own <style> elements are given to it as
 // constructed stylesheets, and its `style` attributes go through the CSSOM instead.
@@ -189,6 +190,8 @@ export class TerminalDrawer {
     this.app = app;
     this.pane = pane;
     this.view = null;
+    /** The terminal this chat showed last (opened again by the next click on Terminal while it runs). */
+    this.last = null;
     this.picker = h('select', { class: 'term-pick', 'aria-label': 'Terminal' });
     this.picker.addEventListener('change', () => { if (this.picker.value) this.show(this.picker.value); });
     this.status = h('span', { class: 'term-status' });
@@ -204,14 +207,22 @@ export class TerminalDrawer {
 
   get open() { return !this.el.hidden; }
 
-  /** Opens the drawer: the terminal shown last, else the session's newest, else a note. */
+  /**
+   * Opens the drawer on a terminal that runs: the one this chat showed last, else the session's
+   * newest shell (not a `!` command's or a tool call's), else a new one in the session's folder,
+   * so one click gives a prompt to type at.
+   */
   toggle() {
     if (this.open) { this.hide(); return; }
-    this.el.hidden = false;
-    this.refresh();
-    const mine = this.listed().filter((t) => t.claim?.session === this.pane.session);
-    const pick = this.view?.uri ?? mine[mine.length - 1]?.resource;
-    if (pick) this.show(pick); else this.drawStatus();
+    const shell = this.shellToReopen();
+    if (shell) this.show(shell); else this.create();
+  }
+
+  shellToReopen() {
+    const running = this.listed().filter((t) => t.lifecycle?.status !== 'exited');
+    if (this.last && running.some((t) => t.resource === this.last)) return this.last;
+    const shells = running.filter((t) => t.claim?.session === this.pane.session && !t.claim.turnId && !t.claim.toolCallId);
+    return shells.at(-1)?.resource ?? null;
   }
 
   hide() {
@@ -256,6 +267,7 @@ export class TerminalDrawer {
     this.drop();
     const view = new TerminalView(this.app, uri);
     this.view = view;
+    this.last = uri;
     this.host.replaceChildren(view.el);
     view.changed = () => this.drawStatus();
     this.app.terminalViews.add(view);
@@ -276,6 +288,7 @@ export class TerminalDrawer {
     this.drop();
     const view = new TerminalView(this.app, uri);
     this.view = view;
+    this.last = uri;
     this.host.replaceChildren(view.el);
     view.changed = () => this.drawStatus();
     this.app.terminalViews.add(view);

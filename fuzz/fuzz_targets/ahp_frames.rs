@@ -31,7 +31,7 @@ fn fresh_host(runtime: &tokio::runtime::Runtime) -> (BareHost, tempfile::TempDir
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut guard = HARNESS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = agent_runner::sync::lock(&HARNESS);
     let harness = guard.get_or_insert_with(|| Harness {
         runtime: tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime"),
         host: None,

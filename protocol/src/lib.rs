@@ -9,11 +9,13 @@
 //! **Invariant:** nothing here performs IO or depends on an async runtime.
 
 pub mod frame;
+pub mod kept;
 pub mod methods;
 pub mod types;
 
 pub use ahp_types;
 pub use frame::{Frame, FrameError, RpcError, MAX_FRAME_BYTES};
+pub use kept::{kept_resource_uri, KeptResource, KEPT_SCHEME};
 pub use types::*;
 
 /// The worker protocol's version. A parent refuses a worker whose handshake names another one.

@@ -66,7 +66,8 @@ pub mod worker {
     pub const PROBE_CHANGED: &str = "agent/probeChanged";
     /// Request: run a host tool or a client's tool; answered when it completes.
     pub const TOOL_RUN: &str = "tool/run";
-    /// Request: keep content a part would carry inline; answered with its ContentRef.
+    /// Notification: keep content a part would carry inline, under the reference
+    /// [`crate::kept_resource_uri`] names (seed 004's `storeToolResultResource`).
     pub const RESOURCE_KEEP: &str = "resource/keep";
     /// Notification: every process group the worker's processes run in now (they end with it).
     pub const PROCESS_GROUPS: &str = "process/groups";

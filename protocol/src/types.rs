@@ -3,7 +3,7 @@
 use ahp_types::actions::StateAction;
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
-    AgentCapabilities, AgentSelection, ChatInputAnswer, ChatInputResponseKind, ContentRef, Message, ModelSelection,
+    AgentCapabilities, AgentSelection, ChatInputAnswer, ChatInputResponseKind, Message, ModelSelection,
     SessionConfigSchema, SessionModelInfo, ToolDefinition, ToolResultContent, Turn,
 };
 use ahp_types::Uri;
@@ -289,6 +289,10 @@ pub struct TranscriptParams {
     /// Where it ran.
     #[serde(default)]
     pub at: At,
+    /// What the parent kept for the conversation's parts (`resource/keep`): a transcript read
+    /// back names each by the reference it had live, and leaves out what is not here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<crate::KeptResource>,
 }
 
 /// `agent/transcript` result.
@@ -427,6 +431,11 @@ pub struct Start {
     /// the host keeps nothing.
     #[serde(default)]
     pub terminal_outputs: bool,
+    /// The parent keeps content a part would carry inline (`resource/keep`), each of at most
+    /// this many bytes (`toolResultResourceLimitBytes`), so a part may name it by
+    /// [`crate::kept_resource_uri`]; absent where it keeps none (no folder for the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_limit_bytes: Option<u64>,
     /// The conversation begins as a cut of one the backend holds: a fork (a copy of `source`
     /// through the kept turn, as the new conversation `conversationId`) or a truncation
     /// (`source` is `conversationId`: it goes on from the kept turn, the rest dropped). Handed on
@@ -434,6 +443,29 @@ pub struct Start {
     /// `turn/recorded` after it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<Cut>,
+    /// The session runs confined (a sandbox, a container): every process the backend runs for
+    /// this chat is started through [`Confined::wrap`]. Absent for a session on the machine itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confined: Option<Confined>,
+}
+
+/// How a confined session's processes are started (`Start.confined`): the backend puts `wrap`
+/// before the program it would have run, and sets `env` over what it would have set. What runs
+/// that way cannot reach past the box, so a mode that never asks is safe there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Confined {
+    /// The level: `sandbox` or `container`.
+    pub level: String,
+    /// The argv put before every program run for the chat (ends with `--` where the wrapper needs it).
+    pub wrap: Vec<String>,
+    /// Variables set for everything run inside.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The shell `!` commands and terminals run in inside, when it is not the machine's own (a
+    /// container's image has its own programs: `sh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
 }
 
 /// Where a conversation is cut (`Start.cut`).
@@ -882,7 +914,8 @@ impl ToolOutcome {
     }
 }
 
-/// `resource/keep` params: content a part would carry inline.
+/// `resource/keep` params: content a part would carry inline, kept under
+/// [`crate::kept_resource_uri`]`(session of chat, chat, callId, index)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KeepResourceParams {
@@ -930,15 +963,6 @@ pub fn terminal_output_uri(chat: &str, key: &str) -> String {
         }
     }
     uri
-}
-
-/// `resource/keep` result.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KeepResourceResult {
-    /// Where the host kept it; absent when it kept it nowhere (over the limit, no folder).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_ref: Option<ContentRef>,
 }
 
 // Attachments: what a backend takes, and a message's attachments as the host hands them over.

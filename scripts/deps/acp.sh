@@ -25,17 +25,6 @@ if installed "$AGENT_ACP" "$AGENT_ACP_VERSION" && installed "$CODE_ACP" "$CODE_A
   echo "acp: $AGENT_ACP@$AGENT_ACP_VERSION and $CODE_ACP@$CODE_ACP_VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "acp: npm is not installed; install Node.js >= 20 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-acp","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error \
-  "$AGENT_ACP@$AGENT_ACP_VERSION" "$CODE_ACP@$CODE_ACP_VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "acp: npm install of $AGENT_ACP@$AGENT_ACP_VERSION and $CODE_ACP@$CODE_ACP_VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into acp "$DIR" "$AGENT_ACP@$AGENT_ACP_VERSION" "$CODE_ACP@$CODE_ACP_VERSION"
 echo "acp: installed $AGENT_ACP@$AGENT_ACP_VERSION and $CODE_ACP@$CODE_ACP_VERSION in $DIR"

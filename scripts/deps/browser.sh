@@ -33,19 +33,8 @@ if installed "$CHROMIUM" "$CHROMIUM_VERSION" && installed "$PUPPETEER" "$PUPPETE
   echo "browser: $CHROMIUM@$CHROMIUM_VERSION and $PUPPETEER@$PUPPETEER_VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "browser: npm is not installed; install Node.js >= 20.11 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-browser","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error \
-  "$CHROMIUM@$CHROMIUM_VERSION" "$PUPPETEER@$PUPPETEER_VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "browser: npm install of $CHROMIUM@$CHROMIUM_VERSION and $PUPPETEER@$PUPPETEER_VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into browser "$DIR" "$CHROMIUM@$CHROMIUM_VERSION" "$PUPPETEER@$PUPPETEER_VERSION"
 rm -rf "$DIR/unpacked"
 if ! unpack; then
   echo "browser: could not unpack $CHROMIUM@$CHROMIUM_VERSION into $DIR/unpacked" >&2

@@ -12,22 +12,24 @@ cache="${AHPD_TEST_CACHE:-$PWD/.cache}"
 prefix="$cache/claude"
 bin="$prefix/node_modules/.bin/claude"
 stamp="$prefix/.installed"
+KNOWN_GOOD="2.1.332"
 
 if [ -x "$bin" ] && [ -f "$stamp" ] && [ -z "$(find "$stamp" -mmin +1440 2>/dev/null)" ]; then
   echo "claude: $("$bin" --version 2>/dev/null || echo '?') at $bin (cached)"
   exit 0
 fi
 
-mkdir -p "$prefix"
-if ! npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@latest >"$prefix/npm.log" 2>&1; then
+source "$(dirname "$0")/npm.bash"
+if ! npm_into claude "$prefix" @anthropic-ai/claude-code@latest; then
   if [ -x "$bin" ]; then
     # Offline or the registry said no: keep what we have rather than fail the suite.
-    echo "claude: npm install failed (see $prefix/npm.log); keeping $("$bin" --version 2>/dev/null) at $bin"
+    echo "claude: keeping $("$bin" --version 2>/dev/null) at $bin"
     exit 0
   fi
-  cat "$prefix/npm.log" >&2
-  echo "claude: npm install @anthropic-ai/claude-code@latest failed" >&2
-  exit 1
+  # The version the suite last passed with, in case `latest` is what the registry cannot serve
+  # (a release whose platform package is not there yet).
+  echo "claude: trying the known-good $KNOWN_GOOD instead" >&2
+  npm_into claude "$prefix" "@anthropic-ai/claude-code@$KNOWN_GOOD"
 fi
 touch "$stamp"
 echo "claude: installed $("$bin" --version 2>/dev/null || echo '?') at $bin"

@@ -16,16 +16,6 @@ if [ -x "$BIN" ] && [ -f "$INSTALLED" ] && grep -q "\"version\": \"$VERSION\"" "
   echo "codex: $PACKAGE@$VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "codex: npm is not installed; install Node.js >= 20 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-codex","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error "$PACKAGE@$VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "codex: npm install of $PACKAGE@$VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into codex "$DIR" "$PACKAGE@$VERSION"
 echo "codex: installed $PACKAGE@$VERSION in $DIR"

@@ -15,16 +15,6 @@ if [ -x "$BIN" ] && [ -f "$INSTALLED" ] && grep -q "\"version\": \"$VERSION\"" "
   echo "gemini: $PACKAGE@$VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "gemini: npm is not installed; install Node.js >= 20 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-gemini","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error "$PACKAGE@$VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "gemini: npm install of $PACKAGE@$VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into gemini "$DIR" "$PACKAGE@$VERSION"
 echo "gemini: installed $PACKAGE@$VERSION in $DIR"

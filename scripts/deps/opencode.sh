@@ -21,20 +21,11 @@ install() { # folder package version bin
     echo "$2@$3 already installed in $dir"
     return 0
   fi
-  mkdir -p "$dir"
-  [ -f "$dir/package.json" ] || echo "{\"name\":\"ahpd-test-$1\",\"private\":true}" > "$dir/package.json"
-  if ! (cd "$dir" && npm install --no-audit --no-fund --loglevel=error "$2@$3" >"$dir/npm.log" 2>&1); then
-    cat "$dir/npm.log" >&2
-    echo "opencode: npm install of $2@$3 failed" >&2
-    return 1
-  fi
+  npm_into "$1" "$dir" "$2@$3" || return 1
   echo "installed $2@$3 in $dir"
 }
 
-if ! command -v npm >/dev/null 2>&1; then
-  echo "opencode: npm is not installed; install Node.js >= 20 and npm, then run scripts/test again" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
 opencode=$(install opencode opencode-ai 1.18.33 opencode)
 # Not 7.8.1, the newest: its platform package (@kilocode/cli-linux-x64@7.8.1) is not in the npm
 # registry the test machines reach, so its postinstall fails there.

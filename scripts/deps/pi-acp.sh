@@ -34,17 +34,6 @@ if installed "$ADAPTER" "$ADAPTER_VERSION" && installed "$PI" "$PI_VERSION" && i
   echo "pi-acp: $ADAPTER@$ADAPTER_VERSION, $PI@$PI_VERSION and $NODE@$NODE_VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "pi-acp: npm is not installed; install Node.js >= 20 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-pi-acp","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error \
-  "$ADAPTER@$ADAPTER_VERSION" "$PI@$PI_VERSION" "$NODE@$NODE_VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "pi-acp: npm install of $ADAPTER@$ADAPTER_VERSION, $PI@$PI_VERSION and $NODE@$NODE_VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into pi-acp "$DIR" "$ADAPTER@$ADAPTER_VERSION" "$PI@$PI_VERSION" "$NODE@$NODE_VERSION"
 echo "pi-acp: installed $ADAPTER@$ADAPTER_VERSION, $PI@$PI_VERSION and $NODE@$NODE_VERSION in $DIR"

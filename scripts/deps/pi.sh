@@ -14,12 +14,6 @@ if [ -x "$BIN" ] && [ -f "$INSTALLED" ] && grep -q "\"version\": \"$VERSION\"" "
   echo "pi: $PACKAGE@$VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "pi: npm is not installed; install Node.js >= 20.6 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-pi","private":true}' > package.json
-npm install --no-audit --no-fund --loglevel=error "$PACKAGE@$VERSION" >/dev/null
+source "$(dirname "$0")/npm.bash"
+npm_into pi "$DIR" "$PACKAGE@$VERSION"
 echo "pi: installed $PACKAGE@$VERSION in $DIR"

@@ -15,16 +15,6 @@ if [ -x "$BIN" ] && [ -f "$INSTALLED" ] && grep -q "\"version\": \"$VERSION\"" "
   echo "qwen: $PACKAGE@$VERSION already installed in $DIR"
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "qwen: npm is not installed; install Node.js >= 22 and npm, then run scripts/test again" >&2
-  exit 1
-fi
-mkdir -p "$DIR"
-cd "$DIR"
-[ -f package.json ] || echo '{"name":"ahpd-test-qwen","private":true}' > package.json
-if ! npm install --no-audit --no-fund --loglevel=error "$PACKAGE@$VERSION" >"$DIR/npm.log" 2>&1; then
-  cat "$DIR/npm.log" >&2
-  echo "qwen: npm install of $PACKAGE@$VERSION failed" >&2
-  exit 1
-fi
+source "$(dirname "$0")/npm.bash"
+npm_into qwen "$DIR" "$PACKAGE@$VERSION"
 echo "qwen: installed $PACKAGE@$VERSION in $DIR"

@@ -11,6 +11,13 @@
 // expression is truthy; answers its value), 'screenshot' {path}, 'observations' (what was
 // recorded), 'profileStart' and 'profileStop' (the functions that took the most time in between),
 // 'close'.
+//
+// And as a person finds things, by the words they see: 'clickText' {text, within?} (the one shown
+// control — button, link, summary, label — saying `text`, or named it by its aria-label or title,
+// inside `within`; clicked with the mouse where it is drawn, refused when something else lies on
+// top of it or when several say it), 'chooseText' {label, option, within?} (the option saying
+// `option` in the list labelled `label`), 'fillText' {label, text, within?} (the field labelled or
+// with the placeholder `label`), 'wheel' {selector, dy} (the mouse wheel over an element).
 
 import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
@@ -70,8 +77,82 @@ async function open({ url, width = 1280, height = 800 }) {
   return { status: response?.status() ?? 0 };
 }
 
+/**
+ * Runs in the page: the shown elements inside `within` matching `kinds` whose words are `text`
+ * (their visible text, else their aria-label, placeholder or title; a form field's words are its
+ * label's too). Answers them, or throws naming what was found.
+ */
+function byWords(within, kinds, text) {
+  const norm = (s) => (s ?? '').replace(/\s+/g, ' ').trim();
+  const shown = (el) => { const r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0 && getComputedStyle(el).visibility !== 'hidden'; };
+  const wordsOf = (el) => {
+    const out = [norm(el.innerText), el.getAttribute('aria-label'), el.getAttribute('placeholder'), el.getAttribute('title')];
+    const label = el.closest('label') ?? (el.id ? document.querySelector(`label[for="${el.id}"]`) : null);
+    if (label && label !== el) out.push(norm(label.querySelector('span')?.innerText), norm(label.innerText));
+    return out.filter(Boolean).map(norm);
+  };
+  const found = [];
+  for (const root of document.querySelectorAll(within)) {
+    for (const el of root.querySelectorAll(kinds)) if (shown(el) && wordsOf(el).includes(text) && !found.includes(el)) found.push(el);
+  }
+  // A checkbox inside the label that says it is the label's: one control, not two.
+  return found.filter((el) => !found.some((other) => other !== el && other.contains(el)));
+}
+
+/** The one element `byWords` finds, or an error that says what was there instead. */
+async function oneByWords(within, kinds, text, timeoutMs = 30_000) {
+  // As an expression (the page's policy lets no eval run inside it; an evaluated string is the
+  // debugger's).
+  const js = `((found) => found.length ? found : null)((${byWords})(${JSON.stringify(within)}, ${JSON.stringify(kinds)}, ${JSON.stringify(text)}))`;
+  const handle = await page.waitForFunction(js, { timeout: timeoutMs, polling: 'raf' }).catch(() => {
+    throw new Error(`nothing shown inside ${within} says "${text}"`);
+  });
+  const count = await handle.evaluate((found) => found.length);
+  if (count > 1) {
+    const words = await handle.evaluate((found) => found.map((el) => el.outerHTML.slice(0, 120)));
+    throw new Error(`${count} controls inside ${within} say "${text}": ${words.join(' | ')}`);
+  }
+  return handle.evaluateHandle((found) => found[0]);
+}
+
+const CONTROLS = 'button, a, summary, label, [role=button], input[type=checkbox], input[type=radio]';
+
 const ops = {
   open,
+  clickText: async ({ text, within = 'body' }) => {
+    const el = await oneByWords(within, CONTROLS, text);
+    const at = await el.evaluate((el) => {
+      el.scrollIntoView({ block: 'nearest', inline: 'nearest' });
+      const r = el.getBoundingClientRect();
+      const x = r.left + r.width / 2;
+      const y = r.top + r.height / 2;
+      const top = document.elementFromPoint(x, y);
+      const covered = top && top !== el && !el.contains(top) && !(el.tagName === 'LABEL' && el.control === top);
+      return { x, y, covered: covered ? top.outerHTML.slice(0, 120) : null, inside: x >= 0 && y >= 0 && x <= innerWidth && y <= innerHeight };
+    });
+    if (!at.inside) throw new Error(`"${text}" is outside the window`);
+    if (at.covered) throw new Error(`"${text}" is covered by ${at.covered}`);
+    await page.mouse.click(at.x, at.y);
+    return null;
+  },
+  chooseText: async ({ label, option, within = 'body' }) => {
+    const el = await oneByWords(within, 'select', label);
+    const value = await el.evaluate((s, option) => [...s.options].find((o) => o.textContent.trim() === option)?.value ?? null, option);
+    if (value === null) throw new Error(`"${label}" offers no "${option}"`);
+    await el.evaluate((s, value) => { s.focus(); s.value = value; s.dispatchEvent(new Event('input', { bubbles: true })); s.dispatchEvent(new Event('change', { bubbles: true })); }, value);
+    return value;
+  },
+  fillText: async ({ label, text, within = 'body' }) => {
+    const el = await oneByWords(within, 'input, textarea', label);
+    await el.evaluate((f, text) => { f.focus(); f.value = text; f.dispatchEvent(new Event('input', { bubbles: true })); f.dispatchEvent(new Event('change', { bubbles: true })); }, text);
+    return null;
+  },
+  wheel: async ({ selector, dy }) => {
+    const box = await (await page.waitForSelector(selector, { visible: true, timeout: 30_000 })).boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.wheel({ deltaY: dy });
+    return null;
+  },
   goto: async ({ url }) => ({ status: (await page.goto(url, { waitUntil: 'domcontentloaded' }))?.status() ?? 0 }),
   click: async ({ selector }) => { await page.waitForSelector(selector, { visible: true, timeout: 30_000 }); await page.click(selector); return null; },
   type: async ({ selector, text }) => { await page.waitForSelector(selector, { timeout: 30_000 }); await page.type(selector, text); return null; },

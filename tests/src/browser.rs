@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use agent_runner::sync::lock;
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -137,6 +138,28 @@ impl Browser {
         self.call("type", json!({ "selector": selector, "text": text })).await.map(|_| ())
     }
 
+    /// Clicks, with the mouse where it is drawn, the one control inside `within` (a CSS selector)
+    /// whose words are `text`, as a person finds it: its visible text, else its aria-label or
+    /// title. Refused when none or several say it, or when something covers it.
+    pub async fn click_text(&mut self, within: &str, text: &str) -> anyhow::Result<()> {
+        self.call("clickText", json!({ "within": within, "text": text })).await.map(|_| ())
+    }
+
+    /// Picks the option saying `option` in the list labelled `label` inside `within`.
+    pub async fn choose_text(&mut self, within: &str, label: &str, option: &str) -> anyhow::Result<()> {
+        self.call("chooseText", json!({ "within": within, "label": label, "option": option })).await.map(|_| ())
+    }
+
+    /// Fills the field labelled `label` (or with that placeholder) inside `within` with `text`.
+    pub async fn fill_text(&mut self, within: &str, label: &str, text: &str) -> anyhow::Result<()> {
+        self.call("fillText", json!({ "within": within, "label": label, "text": text })).await.map(|_| ())
+    }
+
+    /// Turns the mouse wheel over the element `selector` names (`dy` < 0 scrolls up).
+    pub async fn wheel(&mut self, selector: &str, dy: f64) -> anyhow::Result<()> {
+        self.call("wheel", json!({ "selector": selector, "dy": dy })).await.map(|_| ())
+    }
+
     /// Presses a key.
     pub async fn press(&mut self, key: &str) -> anyhow::Result<()> {
         self.call("press", json!({ "key": key })).await.map(|_| ())
@@ -187,7 +210,7 @@ pub fn js_str(s: &str) -> String {
 pub async fn announced_page(daemon: &crate::Daemon) -> anyhow::Result<String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let lines = daemon.stdout.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let lines = lock(&daemon.stdout).clone();
         if let Some(line) = lines.iter().find_map(|l| l.strip_prefix("web: ")) {
             return Ok(line.to_owned());
         }

@@ -6,8 +6,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_automation, apply_action_to_automation_run, apply_action_to_changeset,
+    apply_action_to_chat, apply_action_to_root, apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
 };
 use ahp::{Client, ClientConfig, ClientEventStream, SubscriptionEvent};
 use ahp_types::actions::{ActionEnvelope, ChatTurnStartedAction, StateAction};
@@ -20,8 +20,9 @@ use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
 
-/// How long any one wait in a test may take before it fails (a safety net, not a measurement).
-pub const PATIENCE: Duration = Duration::from_secs(30);
+/// How long any one wait in a test may take before it fails (a safety net, not a measurement:
+/// generous, since on two loaded cores an agent CLI's start has taken over 30 s).
+pub const PATIENCE: Duration = Duration::from_secs(90);
 
 /// Removes `null` values (absent and `null` mean the same to a client).
 pub fn strip_nulls(value: Value) -> Value {
@@ -83,6 +84,8 @@ impl Mirror {
             SnapshotState::Annotations(a) => apply_action_to_annotations(a, &env.action),
             SnapshotState::Changeset(c) => apply_action_to_changeset(c, &env.action),
             SnapshotState::Terminal(t) => apply_action_to_terminal(t, &env.action),
+            SnapshotState::Automations(a) => apply_action_to_automation(a, &env.action),
+            SnapshotState::AutomationRun(r) => apply_action_to_automation_run(r, &env.action),
             _ => ReduceOutcome::OutOfScope,
         })
     }
@@ -115,6 +118,27 @@ impl Mirror {
     pub fn terminal(&self, uri: &str) -> Option<&TerminalState> {
         match self.states.get(uri)? {
             SnapshotState::Terminal(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The automation catalogue's folded state (`ahp-automations://`).
+    pub fn automations(&self) -> Option<&ahp_types::state::AutomationState> {
+        match self.states.get("ahp-automations://")? {
+            SnapshotState::Automations(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// An automation's entry in the folded catalogue.
+    pub fn automation(&self, uri: &str) -> Option<&ahp_types::state::AutomationEntry> {
+        self.automations()?.entries.iter().find(|e| e.resource == uri)
+    }
+
+    /// An automation run's folded state.
+    pub fn automation_run(&self, uri: &str) -> Option<&ahp_types::state::AutomationRunState> {
+        match self.states.get(uri)? {
+            SnapshotState::AutomationRun(r) => Some(r),
             _ => None,
         }
     }
@@ -385,6 +409,33 @@ impl TestClient {
             .chat(chat)
             .and_then(|c| c.turns.iter().find(|t| t.id == turn_id).cloned())
             .ok_or_else(|| anyhow!("turn {turn_id} vanished"))
+    }
+
+    /// Waits until turn `turn_id` ends, saying no to every question it asks meanwhile (a
+    /// sandbox's proxy asking whether the box may reach a host: an agent's own update check or
+    /// telemetry); answers the turn and the questions it declined, by their words.
+    pub async fn finished_saying_no(&mut self, chat: &str, turn_id: &str) -> anyhow::Result<(Turn, Vec<String>)> {
+        let mut declined = Vec::new();
+        loop {
+            let state = self.mirror.chat(chat);
+            if let Some(turn) = state.and_then(|c| c.turns.iter().find(|t| t.id == turn_id)) {
+                return Ok((turn.clone(), declined));
+            }
+            let mut open = state.map(open_questions).unwrap_or_default();
+            open.retain(|r| !declined.contains(r));
+            for request in open {
+                self.answer(chat, &request, None).await?;
+                declined.push(request);
+            }
+            self.next_event(crate::PATIENCE).await.map_err(|e| anyhow!("waiting for turn {turn_id} to end: {e}"))?;
+        }
+    }
+
+    /// The folder `session` works in (its first working directory), as this client folded it.
+    pub fn folder_of(&self, session: &str) -> anyhow::Result<std::path::PathBuf> {
+        let dirs = self.mirror.session(session).and_then(|s| s.working_directories.clone()).unwrap_or_default();
+        let first = dirs.first().ok_or_else(|| anyhow!("{session} has no folder"))?;
+        Ok(std::path::PathBuf::from(first.strip_prefix("file://").unwrap_or(first)))
     }
 
     /// Sends `text` and waits for the turn to end.

@@ -45,7 +45,7 @@ fn authority(url: &str) -> &str {
 }
 
 fn remember_token(url: &str, token: &str) {
-    TOKENS.lock().unwrap_or_else(|p| p.into_inner()).insert(authority(url).to_owned(), token.to_owned());
+    lock(&TOKENS).insert(authority(url).to_owned(), token.to_owned());
 }
 
 /// `url` with the connection token of the daemon there, when the harness started it with a token of
@@ -54,7 +54,7 @@ pub fn with_token(url: &str) -> String {
     if url.contains("tkn=") || url.contains("token=") {
         return url.to_owned();
     }
-    let Some(token) = TOKENS.lock().unwrap_or_else(|p| p.into_inner()).get(authority(url)).cloned() else {
+    let Some(token) = lock(&TOKENS).get(authority(url)).cloned() else {
         return url.to_owned();
     };
     let host = authority(url);
@@ -198,7 +198,7 @@ impl Daemon {
         let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
         let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
         let err_lines = Arc::new(Mutex::new(Vec::new()));
-        {
+        let stderr_read = {
             let err_lines = err_lines.clone();
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
@@ -208,14 +208,18 @@ impl Daemon {
                     }
                     lock(&err_lines).push(line);
                 }
-            });
-        }
+            })
+        };
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
         let first = match first {
             Ok(Ok(Some(line))) => line,
             other => {
-                let status = child.try_wait().ok().flatten();
+                // A daemon that exited said why on stderr: wait for it and for its stderr's end
+                // (bounded: a daemon still running says nothing more), so the why is read.
+                let status =
+                    tokio::time::timeout(Duration::from_secs(10), child.wait()).await.ok().and_then(Result::ok);
+                let _ = tokio::time::timeout(Duration::from_secs(10), stderr_read).await;
                 let log = lock(&err_lines).join("\n");
                 bail!("ahpd did not announce itself ({other:?}, exit {status:?}); its stderr:\n{log}");
             }
@@ -285,8 +289,7 @@ impl Daemon {
                 return Ok(());
             }
             seen.push(loaded);
-            let params = serde_json::json!({ "channel": "ahp-root://", "ms": step_ms });
-            clock.request("ahpd/test/advanceClock", params).await.map_err(|e| anyhow!("advanceClock: {e}"))?;
+            crate::clock::advance(clock, step_ms).await?;
         }
         bail!("never down to {want} loaded sessions: {seen:?}")
     }
@@ -315,13 +318,11 @@ impl Daemon {
     pub async fn wait_for_said(&self, needle: &str, within: Duration) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(line) =
-                self.stdout.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|l| l.contains(needle))
-            {
+            if let Some(line) = lock(&self.stdout).iter().find(|l| l.contains(needle)) {
                 return Ok(line.clone());
             }
             if tokio::time::Instant::now() > deadline {
-                let said = self.stdout.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+                let said = lock(&self.stdout).join("\n");
                 bail!("the daemon never said {needle:?}; it said:\n{said}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -17,3 +17,11 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     assert!(out.status.success(), "git {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Makes `dir` a repository on `main` with one commit (of `a.txt`).
+pub fn repository_with_a_commit(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("a.txt"), "one\n").expect("write a.txt");
+    git(dir, &["add", "a.txt"]);
+    git(dir, &["commit", "-q", "-m", "first"]);
+}

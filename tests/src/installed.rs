@@ -34,6 +34,17 @@ fn found(env: &str, relative: &str, script: &str) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// `program` on the PATH.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
+/// bubblewrap (`scripts/deps/sandbox.sh` installs Debian's), or why this machine has none.
+pub fn bwrap() -> Result<PathBuf, String> {
+    on_path("bwrap").ok_or_else(|| "bubblewrap (bwrap) is not installed: run scripts/deps/sandbox.sh".to_owned())
+}
+
 /// The real Claude Code CLI.
 pub fn claude_bin() -> PathBuf {
     installed("AHPD_CLAUDE_BIN", "claude/node_modules/.bin/claude", "claude.sh")
@@ -101,7 +112,7 @@ pub fn pi_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> st
 }
 
 /// pi's own folder with its models and settings pointing at `mock`.
-fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<()> {
+pub fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path) -> std::io::Result<()> {
     std::fs::write(agent_dir.join("models.json"), mock.pi_models_json("mock").to_string())?;
     let settings = json!({
         "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true,
@@ -110,8 +121,7 @@ fn write_pi_agent_dir(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path)
     std::fs::write(agent_dir.join("settings.json"), settings.to_string())
 }
 
-/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or why it is not installed (its tests skip,
-/// saying so).
+/// Zed's Codex ACP adapter (`scripts/deps/codex.sh`), or why it is not installed (its tests skip, saying so).
 pub fn codex_acp() -> Result<PathBuf, String> {
     found("AHPD_CODEX_ACP_BIN", "codex/node_modules/.bin/codex-acp", "codex.sh")
 }
@@ -122,54 +132,15 @@ pub fn pi_acp() -> Result<PathBuf, String> {
     found("AHPD_PI_ACP_BIN", "pi-acp/node_modules/.bin/pi-acp", "pi-acp.sh")
 }
 
-/// An `agents` entry that is the `codex` preset (its program found on the PATH) with Codex talking
-/// to `mock`: `codex_home` becomes its `CODEX_HOME`, with a `config.toml` naming the mock as its
-/// model provider.
-pub fn codex_entry(mock: &crate::mocks::responses::MockResponses, codex_home: &Path) -> std::io::Result<Value> {
-    std::fs::write(codex_home.join("config.toml"), mock.codex_config_toml("gpt-5.4-mini"))?;
-    let env = json!({ "CODEX_HOME": codex_home.display().to_string(), "MOCK_API_KEY": "mock-dummy-key" });
-    Ok(json!({ "kind": "acp", "options": { "preset": "codex", "env": env } }))
-}
-
-/// An `agents` entry that is the `pi` ACP preset (pi-acp and pi found on the PATH) with pi talking
-/// to `mock`: `agent_dir` is pi's own folder (`PI_CODING_AGENT_DIR`), `home` its `HOME`.
-pub fn pi_acp_entry(mock: &crate::mocks::openai::MockOpenAi, agent_dir: &Path, home: &Path) -> std::io::Result<Value> {
-    write_pi_agent_dir(mock, agent_dir)?;
-    let env = json!({ "PI_CODING_AGENT_DIR": agent_dir.display().to_string(), "HOME": home.display().to_string() });
-    Ok(json!({ "kind": "acp", "options": { "preset": "pi", "env": env } }))
-}
-
 /// GitHub Copilot CLI (`scripts/deps/copilot.sh`), or why it is not installed.
 pub fn copilot_bin() -> Result<PathBuf, String> {
     found("AHPD_COPILOT_BIN", "copilot/node_modules/.bin/copilot", "copilot.sh")
-}
-
-/// An `agents` entry that is the `copilot` preset (found on the PATH) in its bring-your-own-key
-/// mode, talking to `mock` as an OpenAI chat completions provider, with `home` as its `HOME`.
-pub fn copilot_entry(mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
-    let env = json!({
-        "HOME": home.display().to_string(),
-        "COPILOT_PROVIDER_BASE_URL": mock.base_url(),
-        "COPILOT_PROVIDER_API_KEY": "mock-dummy-key",
-        "COPILOT_MODEL": crate::mocks::openai::MODEL_ID,
-    });
-    json!({ "kind": "acp", "options": { "preset": "copilot", "env": env } })
 }
 
 /// The real Gemini CLI, run as `gemini --acp` by the `gemini` preset, or why it is not installed
 /// (its tests skip, saying so).
 pub fn gemini_bin() -> Result<PathBuf, String> {
     found("AHPD_GEMINI_BIN", "gemini/node_modules/.bin/gemini", "gemini.sh")
-}
-
-/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "gemini" }`, with
-/// the folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock`, and `home` as
-/// its own `HOME` (where it keeps its settings and conversations).
-pub fn gemini_entry(command: &Path, mock: &crate::mocks::gemini::MockGemini, home: &Path) -> Value {
-    let mut env: serde_json::Map<String, Value> = mock.cli_env().into_iter().map(|(k, v)| (k, json!(v))).collect();
-    env.insert("HOME".into(), json!(home.display().to_string()));
-    env.insert("PATH".into(), json!(path_with(command)));
-    json!({ "kind": "acp", "preset": "gemini", "env": env })
 }
 
 /// The `PATH` with the folder of `command` first, so a preset naming the program finds this one.
@@ -186,20 +157,6 @@ pub fn qwen_bin() -> Result<PathBuf, String> {
     found("AHPD_QWEN_BIN", "qwen/node_modules/.bin/qwen", "qwen.sh")
 }
 
-/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "qwen" }`, with the
-/// folder of the CLI at `command` first on its `PATH`, the CLI talking to `mock` in its OpenAI
-/// dialect (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`), and `home` as its own `HOME`.
-pub fn qwen_entry(command: &Path, mock: &crate::mocks::openai::MockOpenAi, home: &Path) -> Value {
-    let env = json!({
-        "OPENAI_BASE_URL": mock.base_url(),
-        "OPENAI_API_KEY": "mock-dummy-key",
-        "OPENAI_MODEL": crate::mocks::openai::MODEL_ID,
-        "HOME": home.display().to_string(),
-        "PATH": path_with(command),
-    });
-    json!({ "kind": "acp", "preset": "qwen", "env": env })
-}
-
 /// opencode (`opencode-ai`), run as `opencode acp` by the `opencode` preset, or why it is not
 /// installed (its tests skip, saying so).
 pub fn opencode_bin() -> Result<PathBuf, String> {
@@ -210,39 +167,4 @@ pub fn opencode_bin() -> Result<PathBuf, String> {
 /// not installed (its tests skip, saying so).
 pub fn kilo_bin() -> Result<PathBuf, String> {
     found("AHPD_KILO_BIN", "kilo/node_modules/.bin/kilo", "opencode.sh")
-}
-
-/// An `agents` entry written as a person writes it, `{ "kind": "acp", "preset": "opencode" }` (or
-/// `"kilo"`), with the folder of the program at `command` first on its `PATH`, the model
-/// `mock/mock-model` of an OpenAI-compatible provider pointed at `mock`, and `home` as its HOME and
-/// XDG folders (where it keeps its sessions). `config` is laid over that config (permissions,
-/// say); it reaches the program as `<PRESET>_CONFIG_CONTENT`, as a person's `opencode.json` would.
-pub fn opencode_entry(
-    preset: &str,
-    command: &Path,
-    mock: &crate::mocks::openai::MockOpenAi,
-    home: &Path,
-    config: Value,
-) -> Value {
-    let model = crate::mocks::openai::MODEL_ID;
-    let mut content = json!({
-        "provider": { "mock": {
-            "npm": "@ai-sdk/openai-compatible", "name": "Mock",
-            "options": { "baseURL": mock.base_url(), "apiKey": "mock-dummy-key" },
-            "models": { model: { "name": "Mock Model" } }
-        } },
-        "model": format!("mock/{model}"),
-    });
-    if let (Some(all), Value::Object(over)) = (content.as_object_mut(), config) {
-        all.extend(over);
-    }
-    let folder = |sub: &str| json!(home.join(sub).display().to_string());
-    let env = json!({
-        "HOME": home.display().to_string(),
-        "XDG_CONFIG_HOME": folder(".config"), "XDG_DATA_HOME": folder(".local/share"),
-        "XDG_CACHE_HOME": folder(".cache"), "XDG_STATE_HOME": folder(".local/state"),
-        "PATH": path_with(command),
-        format!("{}_CONFIG_CONTENT", preset.to_uppercase()): content.to_string(),
-    });
-    json!({ "kind": "acp", "preset": preset, "env": env })
 }

@@ -3,17 +3,23 @@
 //!
 //! **Invariant:** nothing here is needed at run time; only the test suite links this crate.
 
+pub mod agents;
 pub mod browser;
 pub mod client;
+pub mod clock;
+pub mod containers;
 pub mod daemon;
 pub mod git;
 pub mod installed;
 pub mod load;
 pub mod mcp;
 pub mod mocks;
-pub mod opencode_family;
+pub mod pictures;
 pub mod plugins;
+pub mod presets;
 pub mod remotes;
+pub mod skip;
+pub mod store;
 pub mod turns;
 
 pub use client::{strip_nulls, turn_text, user_message, Mirror, TestClient, PATIENCE};

@@ -164,7 +164,7 @@ struct Counters {
 /// from its snapshot, or a client that cannot do its part, is an error.
 pub async fn run(plan: &LoadPlan) -> anyhow::Result<LoadReport> {
     let config = json!({
-        "agents": { "echo": { "kind": "echo", "options": { "paceMs": plan.pace_ms } } },
+        "agents": { "echo": crate::agents::echo_paced(plan.pace_ms) },
         "maxSessionsPerMinute": plan.sessions.max(60),
         "clientToolCallDisconnectTimeoutMs": 0,
         "sessionIdleUnloadMs": plan.idle_unload_ms,

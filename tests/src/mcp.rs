@@ -122,3 +122,52 @@ pub fn json_of(result: &Value) -> anyhow::Result<Value> {
     use anyhow::Context;
     serde_json::from_str(ok_text(result)?).with_context(|| format!("not JSON: {result}"))
 }
+
+/// Sends a POST's head to `url` with `headers` and a `Content-Length` of `length`, and none of its
+/// body; answers the status line's code, the response's headers (names lower-cased), and whether
+/// the server then closed the connection. What a client's keep-alive connection meets when its
+/// body is still on the way as the server answers.
+pub async fn post_head_only(
+    url: &str,
+    headers: &[(&str, &str)],
+    length: usize,
+) -> anyhow::Result<(u16, Vec<(String, String)>, bool)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut stream = tokio::io::BufReader::new(stream);
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {length}\r\n"
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.get_mut().write_all(head.as_bytes()).await?;
+    let mut status_line = String::new();
+    stream.read_line(&mut status_line).await?;
+    let status = status_line.split_whitespace().nth(1).ok_or_else(|| anyhow!("no status line"))?.parse()?;
+    let mut response_headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            response_headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let body_length: usize = response_headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; body_length];
+    stream.read_exact(&mut body).await?;
+    let mut more = [0u8; 1];
+    let closed = matches!(tokio::time::timeout(crate::PATIENCE, stream.read(&mut more)).await, Ok(Ok(0)) | Ok(Err(_)));
+    Ok((status, response_headers, closed))
+}

@@ -158,11 +158,13 @@ pub async fn http_post(url: &str, headers: &[(&str, &str)], body: &str) -> anyho
     let rest = url.trim_start_matches("http://").trim_start_matches("ws://");
     let (addr, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    // A `Host` among `headers` is sent instead of the address's (a rebound name, in a door test).
+    let host = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("host")).map_or(addr, |(_, v)| *v);
     let mut request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
         body.len()
     );
-    for (k, v) in headers {
+    for (k, v) in headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str("\r\n");

@@ -85,8 +85,8 @@ pub struct Pair {
 /// The remote daemon's agents: echo at `pace_ms` and notes keeping notes in `notes_dir`.
 fn remote_config(setup: &Setup, notes_dir: &Path) -> Value {
     json!({ "agents": {
-        "echo": { "kind": "echo", "options": { "paceMs": setup.echo_pace_ms } },
-        "notes": { "kind": "notes", "options": { "dir": notes_dir } } } })
+        "echo": crate::agents::echo_paced(setup.echo_pace_ms),
+        "notes": crate::agents::notes_in(notes_dir) } })
 }
 
 /// The local daemon's own agents (notes revealing its tools endpoint, and a quick echo), and the
@@ -94,8 +94,8 @@ fn remote_config(setup: &Setup, notes_dir: &Path) -> Value {
 fn local_config(remote_entry: Value) -> Value {
     json!({
         "agents": {
-            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+            "notes": crate::agents::notes_revealing_endpoint(),
+            "echo": crate::agents::echo_paced(0) },
         "remotes": { NAME: remote_entry },
     })
 }

@@ -26,14 +26,19 @@ impl Sshd {
     /// under `home` (the layout [`crate::Daemon::start_in`] uses). `Ok(Err(why))` when this machine
     /// cannot run one for a test, the reason already printed (`skipped: …`): the test returns.
     pub async fn start(home: &Path) -> anyhow::Result<Result<Self, String>> {
-        let started = Self::try_start(home).await?;
+        Self::start_forcing(ahpd_stdio(home)).await
+    }
+
+    /// Starts an sshd whose one key runs `command` (a shell line), whatever the client asks.
+    pub async fn start_forcing(command: String) -> anyhow::Result<Result<Self, String>> {
+        let started = Self::try_start(command).await?;
         if let Err(why) = &started {
-            eprintln!("skipped: {why}");
+            crate::skip::skipping(why);
         }
         Ok(started)
     }
 
-    async fn try_start(home: &Path) -> anyhow::Result<Result<Self, String>> {
+    async fn try_start(command: String) -> anyhow::Result<Result<Self, String>> {
         if !nix::unistd::geteuid().is_root() {
             return Ok(Err("not root: a private sshd cannot log in as this user without its own setup".into()));
         }
@@ -49,7 +54,8 @@ impl Sshd {
         keygen(&dir.path().join("host_key")).await?;
         keygen(&dir.path().join("client_key")).await?;
         let public = std::fs::read_to_string(dir.path().join("client_key.pub"))?;
-        std::fs::write(dir.path().join("authorized_keys"), authorized_line(home, public.trim()))?;
+        let line = format!("command=\"{}\",restrict {}\n", command.replace('"', "\\\""), public.trim());
+        std::fs::write(dir.path().join("authorized_keys"), line)?;
         let port = crate::daemon::free_port()?;
         std::fs::write(dir.path().join("sshd_config"), config(dir.path(), port))?;
         let mut child = Command::new(&sshd)
@@ -116,14 +122,37 @@ impl Sshd {
         .collect()
     }
 
+    /// `ssh://root@127.0.0.1`: where a client that reads no options (a container engine's SSH
+    /// address) logs in, through [`Sshd::ssh_on_path`], which names the port and the key.
+    pub fn url(&self) -> String {
+        "ssh://root@127.0.0.1".to_owned()
+    }
+
+    /// A folder holding an `ssh` that logs in with the test's key and asks nothing, for the front
+    /// of a `PATH`: a program that runs `ssh` itself (ahpd's engine transport) takes no options.
+    pub fn ssh_on_path(&self) -> anyhow::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let folder = self.dir.path().join("bin");
+        std::fs::create_dir_all(&folder)?;
+        let ssh = program("ssh", &[]).ok_or_else(|| anyhow!("no ssh"))?;
+        // Its options, but `-T` and the host (the client names it).
+        let argv = self.ssh_argv();
+        let options: Vec<String> = argv[1..17].iter().map(|o| format!("'{o}'")).collect();
+        let script = format!("#!/bin/sh\nexec '{}' {} \"$@\"\n", ssh.display(), options.join(" "));
+        let file = folder.join("ssh");
+        std::fs::write(&file, script)?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))?;
+        Ok(folder)
+    }
+
     /// What it logged so far.
     pub fn said(&self) -> String {
         lock(&self.log).join("\n")
     }
 }
 
-/// The `authorized_keys` line: this key may run `ahpd --stdio` in `home` and nothing else.
-fn authorized_line(home: &Path, public_key: &str) -> String {
+/// The forced command of a remote ahpd: `ahpd --stdio` in `home`, and nothing else.
+fn ahpd_stdio(home: &Path) -> String {
     let bin = crate::daemon::ahpd_bin();
     let env = format!(
         "XDG_CONFIG_HOME='{}' XDG_DATA_HOME='{}' HOME='{}'",
@@ -131,7 +160,7 @@ fn authorized_line(home: &Path, public_key: &str) -> String {
         home.join("data").display(),
         home.display()
     );
-    format!("command=\"{env} exec '{}' --stdio\",restrict {public_key}\n", bin.display())
+    format!("{env} exec '{}' --stdio", bin.display())
 }
 
 fn config(dir: &Path, port: u16) -> String {

@@ -53,6 +53,37 @@ pub fn active_text(m: &Mirror, chat: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A host tool that declares itself destructive waits for a person whatever the backend: `text`
+/// has the chat's model call `delete_session` (as its runtime names the tool) on another session,
+/// `victim`. The call waits for a confirmation (the only call waiting, and it names
+/// `delete_session`), the person denies it, and the turn goes on and completes with the call
+/// cancelled; `victim` is still there to subscribe to. Answers the turn.
+pub async fn deny_a_destructive_call(
+    client: &mut TestClient,
+    chat: &str,
+    text: &str,
+    victim: &str,
+) -> anyhow::Result<Turn> {
+    let turn_id = client.send(chat, text).await?;
+    let waiting = client.until_waiting_calls(chat, 1).await?;
+    let asked = client.mirror.chat(chat).and_then(|c| c.active_turn.clone()).map(|t| t.response_parts);
+    let names: Vec<String> = tool_calls(&asked.unwrap_or_default())
+        .into_iter()
+        .filter_map(|call| match call {
+            ToolCallState::PendingConfirmation(p) => Some(p.tool_name.clone()),
+            _ => None,
+        })
+        .collect();
+    anyhow::ensure!(names.iter().any(|n| n.contains("delete_session")), "the destructive call waits: {names:?}");
+    client.confirm(chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = client.finished(chat, &turn_id).await?;
+    anyhow::ensure!(turn.state == TurnState::Complete, "a denial lets the turn go on: {turn:?}");
+    let calls = tool_calls(&turn.response_parts);
+    anyhow::ensure!(matches!(calls[..], [ToolCallState::Cancelled(_)]), "the denied call is cancelled: {calls:?}");
+    client.subscribe(victim).await?;
+    Ok(turn)
+}
+
 /// Sends `text` and allows every call the turn asks about, until it ends.
 pub async fn turn_allowing(client: &mut TestClient, chat: &str, text: &str) -> anyhow::Result<Turn> {
     let turn_id = client.send(chat, text).await?;
@@ -90,9 +121,13 @@ pub fn asked_options(m: &Mirror, chat: &str) -> Vec<(String, ahp_types::state::C
     waiting.unwrap_or_default().into_iter().map(|o| (o.label, o.kind)).collect()
 }
 
-/// A command the agent asks the client about, allowed once and denied once: the call waits with
-/// the agent's own options, approvals first; the allowed command runs in `folder`, the denied one
-/// does not. `ask(file)` is the words that make the model ask to create `file`.
+/// A command the agent asks the client about, allowed once and denied once: exactly one call
+/// waits, with the agent's own options, approvals first, and nothing of the turn ran before the
+/// person answered (the command's own call may show as running, or still streaming its input,
+/// beside the one that asks, as pi's does while an extension asks: which of the two it shows
+/// depends on whether pi-acp's `in_progress` update came before the extension's question); the allowed command runs in `folder` and every call of its turn
+/// succeeds, the denied one does not run, a call of its turn shows as denied and none succeeded.
+/// `ask(file)` is the words that make the model ask to create `file`.
 pub async fn one_allowed_one_denied(
     client: &mut TestClient,
     session: &str,
@@ -103,20 +138,33 @@ pub async fn one_allowed_one_denied(
     let allowed = client.send(chat, &ask("allowed.txt")).await?;
     let waiting = client.until_waiting_calls(chat, 1).await?;
     let asked = client.mirror.chat(chat).and_then(|c| c.active_turn.clone()).expect("a running turn");
-    match tool_calls(&asked.response_parts)[..] {
-        [ToolCallState::PendingConfirmation(p)] => {
-            let options = p.options.clone().unwrap_or_default();
-            assert!(options.len() >= 2, "the agent's own options: {p:?}");
-            assert_eq!(options[0].kind, ConfirmationOptionKind::Approve, "approvals first: {p:?}");
-        }
-        ref other => panic!("one call waits for the person: {other:?}"),
-    }
+    let calls = tool_calls(&asked.response_parts);
+    let pending: Vec<_> = calls
+        .iter()
+        .filter_map(|c| match c {
+            ToolCallState::PendingConfirmation(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let [p] = pending[..] else { panic!("one call waits for the person: {calls:?}") };
+    let options = p.options.clone().unwrap_or_default();
+    assert!(options.len() >= 2, "the agent's own options: {p:?}");
+    assert_eq!(options[0].kind, ConfirmationOptionKind::Approve, "approvals first: {p:?}");
+    assert!(
+        calls.iter().all(|c| matches!(
+            c,
+            ToolCallState::PendingConfirmation(_) | ToolCallState::Running(_) | ToolCallState::Streaming(_)
+        )),
+        "nothing ran before the person answered: {calls:?}"
+    );
+    assert!(!folder.join("allowed.txt").exists(), "not before it was allowed");
     client.check_against_snapshot(session).await?;
     client.confirm(chat, &waiting[0].0, &waiting[0].1, true).await?;
     let turn = client.finished(chat, &allowed).await?;
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     let calls = tool_calls(&turn.response_parts);
-    assert!(matches!(calls[..], [ToolCallState::Completed(c)] if c.success), "{calls:?}");
+    let succeeded = |c: &ToolCallState| matches!(c, ToolCallState::Completed(c) if c.success);
+    assert!(!calls.is_empty() && calls.iter().copied().all(succeeded), "{calls:?}");
     assert!(folder.join("allowed.txt").exists(), "the allowed command ran");
 
     let denied = client.send(chat, &ask("denied.txt")).await?;
@@ -124,7 +172,8 @@ pub async fn one_allowed_one_denied(
     client.confirm(chat, &waiting[0].0, &waiting[0].1, false).await?;
     let turn = client.finished(chat, &denied).await?;
     let calls = tool_calls(&turn.response_parts);
-    assert!(matches!(calls[..], [ToolCallState::Cancelled(_)]), "{calls:?}");
+    assert!(calls.iter().any(|c| matches!(c, ToolCallState::Cancelled(_))), "a call shows as refused: {calls:?}");
+    assert!(!calls.iter().copied().any(succeeded), "nothing of the refused turn succeeded: {calls:?}");
     assert!(!folder.join("denied.txt").exists(), "the denied command did not run");
     Ok(())
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use tests::installed::{acp_adapter_entry, claude_agent_acp, claude_code_acp};
 use tests::mocks::anthropic::{MockAnthropic, THINKING};
 use tests::plugins::{publish_plugins, team_plugin};
-use tests::turns::{active_text, reasoning, stop, tool_calls, turn_allowing};
+use tests::turns::{active_text, deny_a_destructive_call, reasoning, stop, tool_calls, turn_allowing};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn repo() -> PathBuf {
@@ -174,6 +174,43 @@ async fn claude_agent_acp_streams_asks_the_client_and_is_cancelled() -> anyhow::
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claude_preset_starts_a_session_where_the_person_is_asked_unless_they_chose_auto() -> anyhow::Result<()> {
+    // claude-agent-acp's own start is `auto`, where a model classifier allows a command in the
+    // person's place (the mock's side calls all say "allow"); the preset starts it in `default`.
+    let mock = MockAnthropic::start().await?;
+    let home = tempfile::Builder::new().prefix("ahpd-acp-home-").tempdir()?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let mut entry = acp_adapter_entry(&claude_agent_acp(), &mock, home.path());
+    let env = entry["options"]["env"].take();
+    let entry = json!({ "kind": "acp", "preset": "claude", "env": env });
+    let mut options = DaemonOptions::with_config(json!({ "agents": { "claude": entry } }));
+    options.env.push(("PATH".into(), tests::installed::path_with(&claude_agent_acp())));
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = create_in(&mut a, "claude", folder.path()).await?;
+    let mode = |m: &tests::Mirror, s: &str| {
+        m.session(s).and_then(|st| st.config.as_ref()).and_then(|c| c.values.get("permissionMode").cloned())
+    };
+    let s = session.clone();
+    a.until("the session's mode", move |m| mode(m, &s).is_some()).await?;
+    assert_eq!(mode(&a.mirror, &session), Some(json!("default")), "the preset's start, not the adapter's `auto`");
+    let bash = |file: &str| format!(r#"TOOL:Bash ARGS:{{"command":"touch {file}","description":"Make a file"}}"#);
+    tests::turns::one_allowed_one_denied(&mut a, &session, &chat, folder.path(), bash).await?;
+    a.check_against_snapshot(&chat).await?;
+
+    // The person may choose `auto` for a session of their own.
+    let chosen = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    let params = json!({ "channel": chosen, "provider": "claude", "config": { "permissionMode": "auto" },
+                         "workingDirectories": [format!("file://{}", folder.path().display())] });
+    a.request("createSession", params).await.map_err(|e| anyhow::anyhow!("createSession: {e}"))?;
+    a.subscribe(&chosen).await?;
+    let c = chosen.clone();
+    a.until("the chosen mode", move |m| mode(m, &c) == Some(json!("auto"))).await?;
+    a.check_against_snapshot(&chosen).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let home = home_starting_in("default")?;
@@ -225,6 +262,26 @@ async fn claude_agent_acp_calls_a_host_tool_and_resumes_after_an_ahpd_restart() 
     assert!(seen.contains(&session_id), "and the tool's answer: {seen}");
     b.check_against_snapshot(&chat).await?;
     b.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_tool_declared_destructive_waits_for_a_person_and_a_denial_lets_the_turn_go_on() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let home = home_starting_in("default")?;
+    let folder = tempfile::Builder::new().prefix("ahpd-acp-folder-").tempdir()?;
+    let entry = acp_adapter_entry(&claude_agent_acp(), &mock, home.path());
+    let config = json!({ "agents": { "claude-acp": entry, "echo": { "kind": "echo" } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (victim, _) = a.create_session("echo", None).await?;
+    let (_session, chat) = create_in(&mut a, "claude-acp", folder.path()).await?;
+
+    // The agent asks before it calls the host's delete_session through /ahp-mcp; the person denies.
+    let call = format!("TOOL:mcp__ahp__delete_session ARGS:{}", json!({ "session": victim }));
+    let turn = deny_a_destructive_call(&mut a, &chat, &call, &victim).await?;
+    assert!(turn_text(&turn).contains("Tool result received:"), "the model heard the denial: {turn:?}");
+    a.check_against_snapshot(&chat).await?;
     Ok(())
 }
 
@@ -363,5 +420,72 @@ async fn an_update_the_host_does_not_map_leaves_the_turn_going_and_is_logged_onc
     };
     assert_eq!(said("made_up_update").len(), 1, "once for three of them:\n{}", daemon.log());
     assert_eq!(said("session_info_update").len(), 1, "the known kind not shown is said too:\n{}", daemon.log());
+    Ok(())
+}
+
+/// An ACP agent in a mode of its own that never asks calls the host's tools over the session's
+/// `/ahp-mcp` endpoint without asking first (the scripted agent's `mcpcall`), so no worker can hold
+/// the call: the host holds a destructive one for a person itself, a denial lets the turn go on
+/// with the denial as the call's answer, and an allowed one runs; one that declares nothing
+/// destructive runs as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destructive_host_tool_an_acp_agent_calls_without_asking_is_held_for_a_person() -> anyhow::Result<()> {
+    let fake = repo().join("agent-acp/tests/fixtures/fake_acp_agent.py").display().to_string();
+    let config = json!({ "agents": {
+        "scripted": { "kind": "acp", "options": { "command": "python3", "args": [fake] } },
+        "echo": { "kind": "echo" } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (victim, _) = a.create_session("echo", None).await?;
+    let (_, chat) = a.create_session("scripted", None).await?;
+
+    let listed = a.turn(&chat, "mcpcall ahp list_sessions {}").await?;
+    assert_eq!(listed.state, TurnState::Complete, "{listed:?}");
+    assert!(turn_text(&listed).contains(&victim), "list_sessions ran without a person: {listed:?}");
+
+    // The agent names no call in its request, so the host draws the call it holds beside the
+    // agent's own: that one waits for the person, who denies it.
+    let call = format!("mcpcall ahp delete_session {}", json!({ "session": victim }));
+    let turn_id = a.send(&chat, &call).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    let held = a.mirror.chat(&chat).and_then(|c| c.active_turn.clone()).map(|t| t.response_parts);
+    let held: Vec<String> = tool_calls(&held.unwrap_or_default())
+        .into_iter()
+        .filter_map(|call| match call {
+            ToolCallState::PendingConfirmation(p) => Some(p.tool_name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, ["delete_session"], "the host holds the destructive call");
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let denied = a.finished(&chat, &turn_id).await?;
+    assert_eq!(denied.state, TurnState::Complete, "a denial lets the turn go on: {denied:?}");
+    let calls = tool_calls(&denied.response_parts);
+    let cancelled = calls.iter().filter(|c| matches!(c, ToolCallState::Cancelled(_))).count();
+    let failed = calls.iter().filter(|c| matches!(c, ToolCallState::Completed(c) if !c.success)).count();
+    assert_eq!(
+        (calls.len(), cancelled, failed),
+        (2, 1, 1),
+        "the held call is denied, the agent's fails with it: {calls:?}"
+    );
+    assert!(
+        turn_text(&denied).contains(agent_runner::engine::policy::DENIED),
+        "the agent was answered the denial: {denied:?}"
+    );
+    let listed = a.listed_sessions(None).await?;
+    assert!(listed.iter().any(|row| row["resource"] == victim.as_str()), "a denied delete deletes nothing: {listed:?}");
+    a.check_against_snapshot(&chat).await?;
+
+    let allowed = turn_allowing(&mut a, &chat, &call).await?;
+    assert_eq!(allowed.state, TurnState::Complete, "{allowed:?}");
+    assert!(turn_text(&allowed).starts_with("result:"), "the allowed call ran: {allowed:?}");
+    assert!(
+        tool_calls(&allowed.response_parts).iter().all(|c| matches!(c, ToolCallState::Completed(c) if c.success)),
+        "the held call and the agent's completed: {:?}",
+        tool_calls(&allowed.response_parts)
+    );
+    let listed = a.listed_sessions(None).await?;
+    assert!(!listed.iter().any(|row| row["resource"] == victim.as_str()), "the session was deleted: {listed:?}");
+    a.check_against_snapshot(&chat).await?;
     Ok(())
 }

@@ -32,8 +32,8 @@ const CAP: usize = 64 * 1024;
 fn options(extra: Value) -> DaemonOptions {
     let mut config = json!({
         "agents": {
-            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+            "notes": tests::agents::notes_revealing_endpoint(),
+            "echo": tests::agents::echo_paced(0) },
         "defaultShell": "/bin/sh",
     });
     if let (Some(keys), Value::Object(extra)) = (config.as_object_mut(), extra) {
@@ -42,14 +42,6 @@ fn options(extra: Value) -> DaemonOptions {
     let mut options = DaemonOptions::with_config(config);
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
     options
-}
-
-async fn advance(client: &TestClient, ms: u64) -> anyhow::Result<()> {
-    client
-        .request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": ms }))
-        .await
-        .map_err(|e| anyhow::anyhow!("advanceClock: {e}"))?;
-    Ok(())
 }
 
 /// The completed tool call of a finished turn.
@@ -100,11 +92,11 @@ async fn a_host_tool_past_its_deadline_is_stopped_and_the_turn_goes_on() -> anyh
     let turn_id = a.send(&chat, r#"call ahp_resource {"uri": "virtual://editor/hangs.ts"}"#).await?;
     let uri = was_asked.recv().await.ok_or_else(|| anyhow::anyhow!("the host never asked the client"))?;
     assert_eq!(uri, "virtual://editor/hangs.ts");
-    advance(&a, 59_000).await?;
+    tests::clock::advance(&a, 59_000).await?;
     a.request("ping", json!({ "channel": "ahp-root://" })).await?;
     a.pump()?;
     assert!(a.mirror.chat(&chat).and_then(|c| c.active_turn.as_ref()).is_some(), "59 s in, the call still runs");
-    advance(&a, 1_000).await?;
+    tests::clock::advance(&a, 1_000).await?;
     let turn = a.finished(&chat, &turn_id).await?;
     assert_eq!(turn.state, TurnState::Complete, "the turn goes on past the failed call");
     let call = completed_call(&turn)?;
@@ -309,11 +301,11 @@ async fn a_bang_command_past_its_deadline_is_stopped_and_its_turn_says_so() -> a
     let command = "echo command-pid=$$; sleep 1000";
     let (turn_id, uri) = run_command(&mut a, &chat, command).await?;
     let pid = until_number(&mut a, &uri, "command-pid=").await?;
-    advance(&a, 4_999).await?;
+    tests::clock::advance(&a, 4_999).await?;
     a.request("ping", json!({ "channel": "ahp-root://" })).await?;
     a.pump()?;
     assert!(alive(pid), "before its deadline the command runs");
-    advance(&a, 1).await?;
+    tests::clock::advance(&a, 1).await?;
     let turn = a.finished(&chat, &turn_id).await?;
     assert_eq!(turn.state, TurnState::Complete);
     let call = completed_call(&turn)?;
@@ -355,6 +347,32 @@ async fn a_bang_command_that_prints_more_than_its_terminal_keeps_says_what_was_l
     assert!(kept <= 4096, "{sentence}");
     assert!(
         sentence.ends_with(&format!("(terminalScrollbackBytes) and the first {} were let go.]", 100_000 - kept)),
+        "{sentence}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bang_commands_cut_output_counts_the_bytes_it_printed_not_the_terminals_line_ends() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(options(json!({ "terminalScrollbackBytes": 4096 }))).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_, chat) = a.create_session("echo", None).await?;
+    // 100 000 lines of `y\n`: 200 000 bytes, which the terminal shows as 300 000 (`y\r\n`).
+    let command = "yes | head -c 200000";
+    let turn = a.turn(&chat, &format!("!{command}")).await?;
+    let call = completed_call(&turn)?;
+    let (code, texts) = command_result(&call);
+    assert_eq!(code, Some(0));
+    let [sentence] = &texts[..] else { anyhow::bail!("one sentence beside the terminal: {texts:?}") };
+    let prefix = format!("[Output cut: `{command}` printed 200000 bytes; its terminal keeps the last ");
+    let kept: u64 = sentence
+        .strip_prefix(&prefix)
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{sentence}"))?;
+    assert!(kept <= 4096, "{sentence}");
+    assert!(
+        sentence.ends_with(&format!("(terminalScrollbackBytes) and the first {} were let go.]", 200_000 - kept)),
         "{sentence}"
     );
     Ok(())

@@ -41,6 +41,18 @@ async fn three_echo_chats_under_a_cap_of_two_keep_two_backend_sessions_open() ->
     Ok(())
 }
 
+/// The worker's Claude processes of chats, alive: those that begin or resume a conversation
+/// (`--session-id=`, `--resume=`). The worker's probe of what the CLI offers is not a chat's, and
+/// may still run beside them on a loaded machine; a process that ended and is not reaped yet (a
+/// zombie) holds nothing.
+fn chats_processes(worker: i32) -> Vec<i32> {
+    let of_a_chat = |p: &i32| {
+        let line = tests::daemon::cmdline(*p);
+        line.contains("--session-id=") || line.contains("--resume=")
+    };
+    children_of(worker).into_iter().filter(|p| tests::daemon::alive(*p)).filter(of_a_chat).collect()
+}
+
 #[tokio::test]
 async fn three_claude_chats_under_a_cap_of_two_run_two_processes_and_resume_with_their_history() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
@@ -55,20 +67,26 @@ async fn three_claude_chats_under_a_cap_of_two_run_two_processes_and_resume_with
     // Each chat's first turn starts its Claude process; from the third on the worker is known,
     // and a watcher counts its processes for the rest of the test.
     let mut most = None::<(Arc<AtomicUsize>, Arc<AtomicBool>)>;
+    let over = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     for (i, chat) in chats.iter().enumerate() {
         let turn = a.turn(chat, &format!("remember the word {}", words[i])).await?;
         assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
         let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no claude worker"))?;
-        let running = children_of(worker).len();
+        let running = chats_processes(worker).len();
         assert!(running <= 2, "at most 2 claude processes after chat {i}'s first turn: {running}");
         if most.is_none() {
             let (seen, stop) = (Arc::new(AtomicUsize::new(running)), Arc::new(AtomicBool::new(false)));
-            let (seen2, stop2) = (seen.clone(), stop.clone());
+            let (seen2, stop2, over2) = (seen.clone(), stop.clone(), over.clone());
             tokio::spawn(async move {
                 let mut every = tokio::time::interval(std::time::Duration::from_millis(2));
                 while !stop2.load(Ordering::Relaxed) {
                     every.tick().await;
-                    seen2.fetch_max(children_of(worker).len(), Ordering::Relaxed);
+                    let alive = chats_processes(worker);
+                    if seen2.fetch_max(alive.len(), Ordering::Relaxed) < alive.len() && alive.len() > 2 {
+                        // What they were, for the failure's message.
+                        let named = alive.iter().map(|p| format!("{p}: {}", tests::daemon::cmdline(*p)));
+                        *over2.lock().expect("not poisoned") = named.collect();
+                    }
                 }
             });
             most = Some((seen, stop));
@@ -88,7 +106,11 @@ async fn three_claude_chats_under_a_cap_of_two_run_two_processes_and_resume_with
     let (seen, stop) = most.ok_or_else(|| anyhow::anyhow!("never watched"))?;
     stop.store(true, Ordering::Relaxed);
     let most = seen.load(Ordering::Relaxed);
-    assert!(most <= 2, "at most 2 claude processes alive at any time: {most}");
+    assert!(
+        most <= 2,
+        "at most 2 claude processes alive at any time: {most}: {:#?}",
+        over.lock().expect("not poisoned")
+    );
 
     // `ahpd status` lists them under their worker, each with its resident memory.
     let worker = daemon.worker().ok_or_else(|| anyhow::anyhow!("no claude worker"))?;

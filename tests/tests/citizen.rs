@@ -63,7 +63,7 @@ async fn without_a_token_the_daemon_says_the_risk() -> anyhow::Result<()> {
 async fn a_token_on_the_command_line_is_in_no_record_status_config_or_log() -> anyhow::Result<()> {
     const SECRET: &str = "s3cret-on-the-line";
     let home = tests::Home::new()?;
-    home.write_config(&serde_json::json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     let started = home.expect(0, &["start", "--port", "0", "--connection-token", SECRET]).await?;
     assert!(started.stderr.contains("--connection-token-file"), "a warning suggests a file: {}", started.stderr);
     let url = started.stdout.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or_default().to_owned();
@@ -94,7 +94,7 @@ async fn a_token_on_the_command_line_is_in_no_record_status_config_or_log() -> a
 #[tokio::test]
 async fn a_fresh_start_keeps_every_file_private() -> anyhow::Result<()> {
     let home = tests::Home::new()?;
-    home.write_config(&serde_json::json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     let started = home.expect(0, &["start", "--port", "0"]).await?;
     let url = started.stdout.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or_default().to_owned();
     let mut client = TestClient::connect(&url, "a").await?;
@@ -103,18 +103,12 @@ async fn a_fresh_start_keeps_every_file_private() -> anyhow::Result<()> {
 
     let data = home.data_dir();
     assert_eq!(mode(&data), 0o700, "the data folder");
-    for name in [
-        "sessions.db",
-        "sessions.db-wal",
-        "sessions.db-shm",
-        "daemon.json",
-        "ahpd.sock",
-        "daemon.log",
-        "connection-token",
-    ] {
+    for name in ["sessions.db", "sessions.db-wal", "daemon.json", "ahpd.sock", "daemon.log", "connection-token"] {
         assert!(data.join(name).exists(), "{name} exists");
         assert_eq!(mode(&data.join(name)), 0o600, "{name}");
     }
+    // The log's index lives in the daemon's memory, never in a mapped `-shm` file (store/mod.rs).
+    assert!(!data.join("sessions.db-shm").exists(), "no -shm file");
     drop(client);
     home.expect(0, &["stop"]).await?;
     Ok(())
@@ -161,7 +155,7 @@ fn root_values(client: &TestClient) -> serde_json::Map<String, Value> {
 
 #[tokio::test]
 async fn sighup_reads_the_config_again_and_applies_a_changed_live_key() -> anyhow::Result<()> {
-    let agents = json!({ "notes": { "kind": "notes" } });
+    let agents = json!({ "notes": tests::agents::notes() });
     let daemon = Daemon::start_with(DaemonOptions::with_config(json!({ "agents": agents }))).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     assert_eq!(root_values(&a)["advancedTools"], false);
@@ -199,7 +193,7 @@ fn announced(stdout: &str) -> (String, i32) {
 async fn the_log_rotates_while_the_daemon_runs_keeps_so_many_files_and_ahpd_logs_follows_it() -> anyhow::Result<()> {
     let home = Home::new()?;
     let config = |n: usize| {
-        json!({ "agents": { "echo": { "kind": "echo" } }, "logMaxBytes": 1024, "logFiles": 2,
+        json!({ "agents": { "echo": tests::agents::echo() }, "logMaxBytes": 1024, "logFiles": 2,
                                     "sessionToolsProviders": [format!("p{n}")] })
     };
     home.write_config(&config(0))?;
@@ -284,7 +278,7 @@ async fn the_log_filter_comes_from_ahpd_log_or_rust_log_and_a_bad_one_stops_the_
 
 #[tokio::test]
 async fn the_connection_past_the_limit_is_refused_and_the_others_go_on() -> anyhow::Result<()> {
-    let config = json!({ "agents": { "echo": { "kind": "echo" } }, "maxConnections": 2 });
+    let config = json!({ "agents": { "echo": tests::agents::echo() }, "maxConnections": 2 });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let b = TestClient::connect(&daemon.url, "b").await?;
@@ -366,6 +360,63 @@ async fn an_acp_agent_on_the_path_is_offered_with_no_config_and_ahpd_agents_list
     Ok(())
 }
 
+/// An npm-like `node_modules` in `root`: `package` with `manifest` as its `package.json`, its
+/// program `bin` linked from `node_modules/.bin` to a script in it saying `script`.
+fn npm_installed(root: &Path, package: &str, bin: &str, manifest: Value, script: &str) -> anyhow::Result<()> {
+    let folder = root.join("node_modules").join(package);
+    std::fs::create_dir_all(folder.join("dist"))?;
+    std::fs::write(folder.join("package.json"), manifest.to_string())?;
+    let program = folder.join("dist/cli.js");
+    std::fs::write(&program, format!("#!/bin/sh\n{script}\n"))?;
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755))?;
+    let bins = root.join("node_modules/.bin");
+    std::fs::create_dir_all(&bins)?;
+    std::os::unix::fs::symlink(&program, bins.join(bin))?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn ahpd_agents_says_a_version_from_the_package_and_does_not_offer_pi_on_a_node_too_old() -> anyhow::Result<()> {
+    let root = tempfile::Builder::new().prefix("ahpd-fake-npm-").tempdir()?;
+    // codex-acp refuses `--version`; pi-acp runs the pi beside it, which needs a newer Node than
+    // the one on the PATH.
+    let refuses = "echo \"error: unexpected argument '--version' found\" >&2; exit 2";
+    let codex = json!({"name": "@zed-industries/codex-acp", "version": "0.16.0"});
+    npm_installed(root.path(), "@zed-industries/codex-acp", "codex-acp", codex, refuses)?;
+    let pi_acp = json!({"name": "pi-acp", "version": "0.0.34", "engines": {"node": ">=20"}});
+    npm_installed(root.path(), "pi-acp", "pi-acp", pi_acp, refuses)?;
+    let pi = json!({"name": "@earendil-works/pi-coding-agent", "version": "1.6.0", "engines": {"node": ">=22.19.0"}});
+    npm_installed(root.path(), "@earendil-works/pi-coding-agent", "pi", pi, "echo 1.6.0")?;
+    npm_installed(root.path(), "node", "node", json!({"name": "node", "version": "20.11.1"}), "echo v20.11.1")?;
+    let bins = root.path().join("node_modules/.bin");
+    let path = format!("{}:{}", bins.display(), std::env::var("PATH").unwrap_or_default());
+    let home = Home::new()?;
+
+    let listed = tests::daemon::run_ahpd_with(home.path(), &["agents", "--json"], &[("PATH", &path)]).await?;
+    let listed: Value = serde_json::from_str(&listed.stdout)?;
+    let offered = listed["offered"].as_array().cloned().unwrap_or_default();
+    let codex = offered.iter().find(|a| a["provider"] == "codex").expect("codex is offered");
+    assert_eq!(codex["version"], "@zed-industries/codex-acp 0.16.0", "{codex}");
+    assert!(!offered.iter().any(|a| a["provider"] == "pi"), "pi is not offered: {listed}");
+    let passed = listed["notOffered"].as_array().cloned().unwrap_or_default();
+    let pi_acp = passed.iter().find(|a| a["name"] == "pi" && a["kind"] == "acp").expect("the pi preset");
+    assert_eq!(pi_acp["why"], "pi needs Node ≥ 22.19; this is 20.11.1");
+    let pi_rpc = passed.iter().find(|a| a["name"] == "pi" && a["kind"] == "pi").expect("the pi backend");
+    assert_eq!(pi_rpc["why"], "pi needs Node ≥ 22.19; this is 20.11.1");
+
+    let text = tests::daemon::run_ahpd_with(home.path(), &["agents"], &[("PATH", &path)]).await?.stdout;
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("codex") && l.ends_with("@zed-industries/codex-acp 0.16.0")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("pi ") && l.ends_with("pi needs Node ≥ 22.19; this is 20.11.1")),
+        "{text}"
+    );
+    Ok(())
+}
+
 /// A stand-in for `systemctl` that does what the user manager would for `ahpd.service`: it notes
 /// each call, starts the daemon (told it is systemd's) on `enable --now`, restarts it on `restart`
 /// (or refuses, as a session without a user manager does, when `FAKE_REFUSE` is set), stops it on
@@ -391,7 +442,7 @@ esac
 async fn service_install_writes_a_unit_running_this_binary_with_the_path_and_restart_goes_through_the_manager(
 ) -> anyhow::Result<()> {
     let home = Home::new()?;
-    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     let bin = tempfile::Builder::new().prefix("ahpd-fake-manager-").tempdir()?;
     let systemctl = fake_systemctl(bin.path())?;
     let calls = bin.path().join("calls");
@@ -449,7 +500,7 @@ async fn a_verb_that_waits_more_than_a_second_says_what_it_waits_for() -> anyhow
     let home = Home::new()?;
     // A worker that never answers its handshake holds the announcement back for 1.5 s.
     home.write_config(&json!({
-        "agents": { "echo": { "kind": "echo" }, "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
+        "agents": { "echo": tests::agents::echo(), "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
         "workerHandshakeTimeoutMs": 1500,
     }))?;
     let started = home.expect(0, &["start", "--port", "0"]).await?;

@@ -126,6 +126,22 @@ async fn a_tool_use_allowed_and_one_denied_from_the_client() -> anyhow::Result<(
 }
 
 #[tokio::test]
+async fn a_host_tool_declared_destructive_waits_for_a_person_and_a_denial_lets_the_turn_go_on() -> anyhow::Result<()> {
+    let mock = MockAnthropic::start().await?;
+    let config = json!({ "agents": { "claude": claude_entry(&mock), "echo": { "kind": "echo" } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (victim, _) = a.create_session("echo", None).await?;
+    let (_session, chat) = a.create_session("claude", None).await?;
+
+    let call = format!("TOOL:mcp__host__delete_session ARGS:{}", json!({ "session": victim }));
+    let turn = tests::turns::deny_a_destructive_call(&mut a, &chat, &call, &victim).await?;
+    assert!(turn_text(&turn).contains("The person denied this tool call."), "{}", turn_text(&turn));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_interrupt_mid_stream() -> anyhow::Result<()> {
     let mock = MockAnthropic::start().await?;
     let daemon = claude_daemon(&mock).await?;

@@ -18,7 +18,7 @@ fn daemon_options(timeout_ms: u64) -> DaemonOptions {
         config: Some(json!({
             "clientToolTimeoutMs": timeout_ms,
             "clientToolCallDisconnectTimeoutMs": 30000,
-            "agents": { "notes": { "kind": "notes", "options": { "revealEndpoint": true } } } })),
+            "agents": { "notes": tests::agents::notes_revealing_endpoint() } })),
         env: vec![("AHPD_TEST_CLOCK".into(), "manual".into())],
         ..Default::default()
     }
@@ -103,11 +103,6 @@ fn the_call(turn: &ahp_types::state::Turn) -> Option<&ToolCallState> {
     })
 }
 
-async fn advance(client: &TestClient, ms: u64) -> anyhow::Result<()> {
-    client.request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": ms })).await?;
-    Ok(())
-}
-
 #[tokio::test]
 async fn the_owner_completes_its_tool_and_the_turn_finishes_with_the_result() -> anyhow::Result<()> {
     let (daemon, mut editor, session, chat) = c1_provides(600_000).await?;
@@ -164,7 +159,7 @@ async fn an_unanswered_call_fails_after_the_timeout_and_the_turn_goes_on() -> an
     let (_daemon, mut editor, session, chat) = c1_provides(60_000).await?;
     let turn_id = editor.send(&chat, r#"call c1__openFile {"path": "b.txt"}"#).await?;
     waiting_for(&mut editor, &session, "c1").await?;
-    advance(&editor, 61_000).await?;
+    tests::clock::advance(&editor, 61_000).await?;
     let turn = editor.finished(&chat, &turn_id).await?;
     assert_eq!(turn.state, TurnState::Complete, "the turn goes on");
     let Some(ToolCallState::Completed(call)) = the_call(&turn) else {
@@ -182,7 +177,7 @@ async fn with_no_timeout_a_call_waits_for_ever() -> anyhow::Result<()> {
     let (_daemon, mut editor, session, chat) = c1_provides(0).await?;
     let turn_id = editor.send(&chat, r#"call c1__openFile {}"#).await?;
     let (_, call_id) = waiting_for(&mut editor, &session, "c1").await?;
-    advance(&editor, 10 * 3_600_000).await?;
+    tests::clock::advance(&editor, 10 * 3_600_000).await?;
     editor.request("ping", json!({ "channel": "ahp-root://" })).await?;
     editor.pump()?;
     assert!(editor.mirror.chat(&chat).and_then(|c| c.active_turn.as_ref()).is_some(), "ten hours later it still waits");
@@ -209,12 +204,12 @@ async fn a_client_that_reconnects_inside_the_grace_completes_its_call() -> anyho
     let turn_id = driver.send(&chat, r#"call c1__openFile {}"#).await?;
     let (_, call_id) = waiting_for(&mut driver, &session, "c1").await?;
     editor.client.shutdown().await;
-    advance(&driver, 20_000).await?;
+    tests::clock::advance(&driver, 20_000).await?;
 
     let mut back = TestClient::connect(&daemon.url, "c1").await?;
     back.subscribe(&session).await?;
     back.subscribe(&chat).await?;
-    advance(&driver, 20_000).await?; // past the first 30 s: the client came back in time
+    tests::clock::advance(&driver, 20_000).await?; // past the first 30 s: the client came back in time
     back.dispatch(&chat, complete(&turn_id, &call_id, "still here")).await?;
     let turn = driver.finished(&chat, &turn_id).await?;
     assert!(matches!(the_call(&turn), Some(ToolCallState::Completed(c)) if c.success));
@@ -244,7 +239,7 @@ async fn a_client_that_stays_away_has_its_calls_failed_in_vscodes_words() -> any
     editor.client.shutdown().await;
     // The grace period starts when the host has seen the connection close: move the clock after.
     daemon.until_clients_away(1).await?;
-    advance(&driver, 31_000).await?;
+    tests::clock::advance(&driver, 31_000).await?;
     let turn = driver.finished(&chat, &turn_id).await?;
     let Some(ToolCallState::Completed(call)) = the_call(&turn) else { anyhow::bail!("{:?}", the_call(&turn)) };
     assert!(!call.success);

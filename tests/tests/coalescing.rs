@@ -39,8 +39,7 @@ async fn run(daemon: &Daemon, a: &mut TestClient, b: &mut TestClient) -> anyhow:
         let turn_id = a.send(&chat, message).await?;
         if i == 1 {
             for _ in 0..20 {
-                let params = json!({ "channel": ROOT_RESOURCE_URI, "ms": 10 });
-                a.request("ahpd/test/advanceClock", params).await.map_err(|e| anyhow::anyhow!("advanceClock: {e}"))?;
+                tests::clock::advance(a, 10).await?;
             }
         }
         if i == 2 {
@@ -65,7 +64,7 @@ async fn run(daemon: &Daemon, a: &mut TestClient, b: &mut TestClient) -> anyhow:
 async fn coalesced_deltas_fold_to_the_snapshot_and_the_same_text_as_uncoalesced() -> anyhow::Result<()> {
     let config = json!({
         "deltaWindowMs": 0,
-        "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0, "chunkWords": 1 } } },
+        "agents": { "echo": tests::agents::echo_chunked(0, 1) },
     });
     let mut options = DaemonOptions::with_config(config);
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));

@@ -11,7 +11,7 @@ use serde_json::json;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn echo_config(pace_ms: u64, chunk_words: u64) -> serde_json::Value {
-    json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": pace_ms, "chunkWords": chunk_words } } } })
+    json!({ "agents": { "echo": tests::agents::echo_chunked(pace_ms, chunk_words) } })
 }
 
 #[tokio::test]

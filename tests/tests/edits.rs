@@ -376,9 +376,7 @@ async fn a_pi_turn_whose_worker_was_killed_is_resumed_and_completes() -> anyhow:
 
 #[tokio::test]
 async fn bad_edits_are_refused_and_leave_the_chat_as_it_was() -> anyhow::Result<()> {
-    let options = DaemonOptions::with_config(
-        json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 20, "chunkWords": 1 } } } }),
-    );
+    let options = DaemonOptions::with_config(json!({ "agents": { "echo": tests::agents::echo_chunked(20, 1) } }));
     let daemon = Daemon::start_with(options).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = a.create_session("echo", None).await?;
@@ -859,10 +857,7 @@ async fn a_wakeup_nobody_watches_is_not_offered_the_question_tool_and_is_told_it
     a.client.shutdown().await;
 
     let watched = mock.turn_requests().len();
-    clock
-        .request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 60_000 }))
-        .await
-        .map_err(|e| anyhow::anyhow!("advanceClock: {e}"))?;
+    tests::clock::advance(&clock, 60_000).await?;
     let woke = mock
         .wait_for(tests::PATIENCE, |r| {
             r.is_turn() && r.last_user_text().contains("wake up and report") && !r.last_user_text().contains("TOOL:")

@@ -216,11 +216,10 @@ async fn sessions_created_per_minute_are_limited_and_free_a_minute_later() -> an
     let theirs = other.call(1, "createSession", create(100)).await?;
     assert!(theirs.get("error").is_none(), "{theirs}");
 
-    let moved = ws.call(22, "ahpd/test/advanceClock", json!({ "channel": ROOT, "ms": 45_000 })).await?;
-    assert!(moved.get("error").is_none(), "{moved}");
+    tests::clock::advance_raw(&mut ws, 22, 45_000).await?;
     let still = ws.call(23, "createSession", create(2)).await?;
     assert!(refused_by(&still, "maxSessionsPerMinute").ends_with("the next one may be created in 15 s"), "{still}");
-    ws.call(24, "ahpd/test/advanceClock", json!({ "channel": ROOT, "ms": 15_000 })).await?;
+    tests::clock::advance_raw(&mut ws, 24, 15_000).await?;
     let freed = ws.call(25, "createSession", create(2)).await?;
     assert!(freed.get("error").is_none(), "a minute after the first, one more may be made: {freed}");
     // The refused attempts were not counted: the session it names was made once, now.

@@ -52,7 +52,7 @@ async fn killing_the_daemon_mid_reply_leaves_no_process_of_its_tree() -> anyhow:
     let config = json!({ "agents": {
         "claude": claude_entry(&mock),
         "claude-acp": acp_adapter_entry(&claude_agent_acp(), &mock, adapter_home.path()),
-        "echo": { "kind": "echo", "options": { "paceMs": 200 } } } });
+        "echo": tests::agents::echo_paced(200) } });
     let mut daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let mut chats = Vec::new();
@@ -147,7 +147,7 @@ async fn killed_with_a_leftover(home: &std::path::Path) -> anyhow::Result<i32> {
 async fn a_daemon_started_after_one_was_killed_ends_what_that_one_left_running() -> anyhow::Result<()> {
     let home = tempfile::Builder::new().prefix("ahpd-orphans-").tempdir()?;
     let worker = killed_with_a_leftover(home.path()).await?;
-    let echo = json!({ "agents": { "echo": { "kind": "echo" } } });
+    let echo = tests::agents::echo_only();
     let second = Daemon::start_in(home.path(), DaemonOptions::with_config(echo)).await?;
     let left = until_all_gone(&[worker], "the new daemon announced itself").await;
     assert!(left.is_empty(), "the predecessor's leftover still runs:\n{}", described(&left));

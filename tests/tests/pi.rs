@@ -141,6 +141,20 @@ async fn pi_asks_before_a_command_and_the_client_denies_it() -> anyhow::Result<(
 }
 
 #[tokio::test]
+async fn a_host_tool_declared_destructive_waits_for_a_person_and_a_denial_lets_the_turn_go_on() -> anyhow::Result<()> {
+    let world = World::start().await?;
+    let mut a = TestClient::connect(&world.daemon.url, "a").await?;
+    let (victim, _) = a.create_session("pi", None).await?;
+    // pi's own tools run without asking in this session; the host's destructive one still waits.
+    let (_session, chat) = a.create_session("pi", Some(json!({"ask": "never"}))).await?;
+    let call = format!("[[call delete_session {}]]", json!({ "session": victim }));
+    let turn = tests::turns::deny_a_destructive_call(&mut a, &chat, &call, &victim).await?;
+    assert!(turn_text(&turn).contains("tool said: The user denied this tool call."), "{}", turn_text(&turn));
+    a.check_against_snapshot(&chat).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn pi_stops_a_turn_and_takes_a_steering_message() -> anyhow::Result<()> {
     let world = World::start().await?;
     let mut a = TestClient::connect(&world.daemon.url, "a").await?;

@@ -20,8 +20,8 @@ use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 /// The remote: echo (at once) and notes, on the real clock.
 fn remote_options() -> DaemonOptions {
     DaemonOptions::with_config(json!({ "agents": {
-        "echo": { "kind": "echo", "options": { "paceMs": 0 } },
-        "notes": { "kind": "notes" } } }))
+        "echo": tests::agents::echo_paced(0),
+        "notes": tests::agents::notes() } }))
 }
 
 /// The local daemon: notes (which reveals its tools endpoint) and echo, on a clock the test moves,
@@ -30,8 +30,8 @@ fn local_options(remote_url: &str, token_file: &Path) -> DaemonOptions {
     let url = if remote_url.ends_with('/') { remote_url.to_owned() } else { format!("{remote_url}/") };
     let mut options = DaemonOptions::with_config(json!({
         "agents": {
-            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+            "notes": tests::agents::notes_revealing_endpoint(),
+            "echo": tests::agents::echo_paced(0) },
         "remotes": { "remote": { "url": url, "tokenFile": token_file } } }));
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
     options

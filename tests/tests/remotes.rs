@@ -13,7 +13,7 @@ use ahp_types::state::{ResponsePart, SessionLifecycle, ToolCallState, ToolResult
 use ahp_types::ROOT_RESOURCE_URI;
 use anyhow::anyhow;
 use serde_json::{json, Value};
-use tests::client::terminal_output;
+use tests::client::{terminal_output, PATIENCE};
 use tests::daemon::{alive, descendants, until_all_gone, until_exited};
 use tests::remotes::{
     snapshot_state, turn_actions, until_connected, until_listed, until_mirrors, until_state, Form, Pair, Setup, NAME,
@@ -276,6 +276,11 @@ async fn a_link_cut_mid_turn_is_caught_up_with_nothing_lost_or_doubled(form: For
     pair.cut().await?;
     let state = until_state(&mut here, "reconnecting: ").await?;
     eprintln!("while cut, the remote is {state:?}");
+    assert!(state.contains("; next try at "), "when the next try is: {state}");
+    if form == Form::Command {
+        // The cut is said as the link process ended, not as the last thing it printed.
+        pair.local.wait_for_log("the link process was killed by signal 9 (SIGKILL)", PATIENCE).await?;
+    }
 
     // The turn goes on there while the link is down.
     let finished_there = there.finished(&chat, &turn_id).await?;

@@ -1,6 +1,6 @@
 //! The review loop in the web window (issue 28), in a real browser against a real daemon on a real
 //! Git repository, checked with git, the official client and a real MCP client: two attempts at
-//! one file each show their diff in the Changes view; merging the first lands it in the base,
+//! one file each show their diff in the Changes view (the second's in the first's place); merging the first lands it in the base,
 //! merging the second is refused naming the conflicting file and the base stays clean; a comment
 //! written on a diff line is what the agent's own `listComments` answers through `/ahp-mcp`, and
 //! its reply shows under the comment in the page (and the view follows live, per turn and two
@@ -44,7 +44,7 @@ fn read(path: &Path) -> String {
 /// The notes agent (it says its tools endpoint when asked), worktrees under `root`.
 fn options(root: &Path) -> DaemonOptions {
     DaemonOptions::with_config(json!({
-        "agents": { "notes": { "kind": "notes", "options": { "revealEndpoint": true } } },
+        "agents": { "notes": tests::agents::notes_revealing_endpoint() },
         "worktreesRoot": root,
     }))
 }
@@ -122,6 +122,23 @@ async fn open_from_list(browser: &mut Browser, session: &str, path: &str) -> any
     Ok(())
 }
 
+/// Checks a session's Changes view: `a.txt`'s line `one` replaced by `text`, the file modified, and
+/// what each operation does said beside it.
+async fn show_the_diff(browser: &mut Browser, session: &str, text: &str) -> anyhow::Result<()> {
+    assert_eq!(rows(browser, session, "del").await?, ["one"], "the line taken out");
+    assert_eq!(rows(browser, session, "add").await?, [text], "the line put in");
+    let status = browser
+        .eval(&format!("document.querySelector({})?.dataset.status", js_str(&format!("{} li.file", view(session)))))
+        .await?;
+    assert_eq!(status, json!("modified"));
+    let about = browser
+        .eval(&format!("document.querySelector({}).textContent", js_str(&format!("{} .ops-about", view(session)))))
+        .await?;
+    let about = about.as_str().unwrap_or_default();
+    ensure!(about.contains("Merge into main") && about.contains("Discard these changes"), "what each does: {about}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn two_attempts_show_their_diffs_the_first_merges_and_the_second_is_refused_naming_the_file() -> anyhow::Result<()>
 {
@@ -144,24 +161,9 @@ async fn two_attempts_show_their_diffs_the_first_merges_and_the_second_is_refuse
             js_str(&format!("li.session[data-session=\"{second}\"] button[data-action=changes]"))
         ))
         .await?;
+    // The first attempt's view: its diff, what each operation does, its branch; then its merge.
     open_from_list(&mut browser, &first, "a.txt").await?;
-    open_from_list(&mut browser, &second, "a.txt").await?;
-    for (session, text) in [(&first, "from the first"), (&second, "from the second")] {
-        assert_eq!(rows(&mut browser, session, "del").await?, ["one"], "the line taken out");
-        assert_eq!(rows(&mut browser, session, "add").await?, [text], "the line put in");
-        let status = browser
-            .eval(&format!("document.querySelector({})?.dataset.status", js_str(&format!("{} li.file", view(session)))))
-            .await?;
-        assert_eq!(status, json!("modified"));
-        let about = browser
-            .eval(&format!("document.querySelector({}).textContent", js_str(&format!("{} .ops-about", view(session)))))
-            .await?;
-        let about = about.as_str().unwrap_or_default();
-        ensure!(
-            about.contains("Merge into main") && about.contains("Discard these changes"),
-            "what each does: {about}"
-        );
-    }
+    show_the_diff(&mut browser, &first, "from the first").await?;
     // The branch and its base, as the host names them.
     let scope = browser
         .eval(&format!(
@@ -171,7 +173,7 @@ async fn two_attempts_show_their_diffs_the_first_merges_and_the_second_is_refuse
         .await?;
     ensure!(scope.as_str().is_some_and(|s| s.starts_with("ahpd/") && s.ends_with("(against main)")), "{scope}");
     let shots = shots()?;
-    browser.screenshot(&shots.join("review-two-diffs.png")).await?;
+    browser.screenshot(&shots.join("review-first-diff.png")).await?;
 
     browser.click(&format!("{} button[data-operation=merge]", view(&first))).await?;
     let landed = browser
@@ -182,6 +184,12 @@ async fn two_attempts_show_their_diffs_the_first_merges_and_the_second_is_refuse
     assert_eq!(read(&base.join("a.txt")), "from the first\n", "the first merge lands in the base checkout");
     assert_eq!(git(&base, &["status", "--porcelain"]), "", "the base is clean");
     let head = git(&base, &["rev-parse", "HEAD"]);
+
+    // The second's view takes the first's place (the window has one Changes view).
+    open_from_list(&mut browser, &second, "a.txt").await?;
+    let views = browser.eval("[...document.querySelectorAll('.changes-pane')].map((v) => v.dataset.session)").await?;
+    assert_eq!(views, json!([second]), "one Changes view, the second's");
+    show_the_diff(&mut browser, &second, "from the second").await?;
 
     browser.click(&format!("{} button[data-operation=merge]", view(&second))).await?;
     let refused = browser
@@ -605,7 +613,7 @@ async fn after_ahpd_restart_the_changes_view_comes_back_live_with_its_comments()
     let (_dir, base) = repo(&[("a.txt", "one\n".into())]);
     let root = tempfile::tempdir()?;
     let home = Home::new()?;
-    home.write_config(&json!({ "agents": { "notes": { "kind": "notes" } }, "worktreesRoot": root.path() }))?;
+    home.write_config(&json!({ "agents": { "notes": tests::agents::notes() }, "worktreesRoot": root.path() }))?;
     let port = free_port()?;
     home.expect(0, &["start", "--port", &port.to_string(), "--without-connection-token"]).await?;
     let url = format!("ws://127.0.0.1:{port}");

@@ -25,7 +25,8 @@ fn root_values(client: &TestClient) -> serde_json::Map<String, serde_json::Value
 #[tokio::test]
 async fn a_live_key_applies_at_once_and_a_restart_key_is_kept_for_the_restart() -> anyhow::Result<()> {
     let daemon =
-        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }))).await?;
+        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "notes": tests::agents::notes() } })))
+            .await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     assert_eq!(root_values(&a)["sessionTools"], true, "the daemon's keys are on the root state");
     let (session, _chat) = a.create_session("notes", None).await?;

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tests::mcp::{call_tools, list_tools};
 use tests::mcp::{endpoint, json_of, ok_text, refused, text};
 use tests::turns::{link_in, refusals, session_of, successes, tool_results};
-use tests::turns::{until_turns, watch_session};
+use tests::turns::{turn_allowing, until_turns, watch_session};
 use tests::{turn_text, Daemon, DaemonOptions, TestClient, PATIENCE};
 
 /// The session group's names (the twelve and the two readers), in seed 000's order.
@@ -37,9 +37,7 @@ const MOVES_OFF: &str = "Moving chats is turned off on this host (chatMoves.enab
 
 /// notes (which reveals its endpoint) and echo, on a clock the test moves.
 fn options() -> DaemonOptions {
-    let mut options = DaemonOptions::with_config(json!({ "agents": {
-        "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-        "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }));
+    let mut options = DaemonOptions::with_config(tests::agents::notes_and_echo());
     options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
     options
 }
@@ -47,12 +45,6 @@ fn options() -> DaemonOptions {
 /// The chat a `?chat=` link names.
 fn chat_of(link: &str) -> String {
     format!("ahp-chat:/{}", link.split("?chat=").nth(1).unwrap_or_default())
-}
-
-/// Moves the daemon's manual clock.
-async fn advance(client: &TestClient, ms: u64) -> anyhow::Result<()> {
-    let params = json!({ "channel": ROOT_RESOURCE_URI, "ms": ms });
-    client.request("ahpd/test/advanceClock", params).await.map(|_| ()).map_err(|e| anyhow!("advanceClock: {e}"))
 }
 
 /// Pushes daemon keys that apply live as root config, and waits until the root state holds them.
@@ -496,14 +488,18 @@ async fn under_a_users_directory_a_tool_acts_as_its_turns_person_and_the_door_as
     let (bobs, bob_chat) = bob.create_session("notes", None).await?;
 
     // What ana's turn makes is ana's: bob may not delete it, and ana may not delete bob's.
+    // (delete_session declares itself destructive, so notes asks first; each ask is allowed.)
     let spawn = json!({ "relationship": "independent", "agent": "echo", "prompt": "hi", "title": "Ana's" });
     let turn = ana.turn(&ana_chat, &format!("call create_session {spawn}")).await?;
     let made = session_of(&link_in(&successes(&turn)[0])?);
-    let turn = bob.turn(&bob_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
+    let turn =
+        turn_allowing(&mut bob, &bob_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
     assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."]);
-    let turn = ana.turn(&ana_chat, &format!("call delete_session {}", json!({ "session": bobs }))).await?;
+    let turn =
+        turn_allowing(&mut ana, &ana_chat, &format!("call delete_session {}", json!({ "session": bobs }))).await?;
     assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."]);
-    let turn = ana.turn(&ana_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
+    let turn =
+        turn_allowing(&mut ana, &ana_chat, &format!("call delete_session {}", json!({ "session": made }))).await?;
     assert!(successes(&turn)[0].starts_with(&format!("Deleted session {made}.")), "{:?}", tool_results(&turn));
 
     // The door: root sees the eleven, a person what their grants show, a guest the reading half.
@@ -537,7 +533,8 @@ async fn under_a_users_directory_a_tool_acts_as_its_turns_person_and_the_door_as
     .await?;
     let by_ana = session_of(&link_in(ok_text(&r[0])?)?);
     refused(&r[1], "Only the session's owner can delete it.");
-    let turn = bob.turn(&bob_chat, &format!("call delete_session {}", json!({ "session": by_ana }))).await?;
+    let turn =
+        turn_allowing(&mut bob, &bob_chat, &format!("call delete_session {}", json!({ "session": by_ana }))).await?;
     assert_eq!(refusals(&turn), vec!["Only the session's owner can delete it."], "what /mcp made is its caller's");
     Ok(())
 }
@@ -623,10 +620,10 @@ async fn a_runaway_agent_stops_at_the_limits_and_its_budget_frees_up_as_the_hour
     assert_eq!(refusals(&turn), vec![budget_refusal("create more chats", 50, "session tree", 3600)]);
 
     // The hour slides: a second before the oldest leaves, still refused; at the hour, made again.
-    advance(&a, 3_599_000).await?;
+    tests::clock::advance(&a, 3_599_000).await?;
     let turn = a.turn(&chat, &calls(1, "create_session", spawn)).await?;
     assert_eq!(refusals(&turn), vec![budget_refusal("create more sessions", 50, "session tree", 1)]);
-    advance(&a, 1_000).await?;
+    tests::clock::advance(&a, 1_000).await?;
     let turn =
         a.turn(&chat, &format!("{}\n{}", calls(1, "create_session", spawn), calls(1, "send_message", message))).await?;
     assert_eq!(refusals(&turn), Vec::<String>::new());

@@ -20,7 +20,7 @@ const MOST_TURNS: usize = 60;
 
 fn config() -> Value {
     json!({
-        "agents": { "echo": { "kind": "echo", "options": { "paceMs": 1, "chunkWords": 1 } } },
+        "agents": { "echo": tests::agents::echo_chunked(1, 1) },
         "outboundQueueFrames": 1024,
         "replayBufferSize": 1000,
     })

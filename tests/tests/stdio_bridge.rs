@@ -56,7 +56,7 @@ async fn a_bridge_is_a_client_of_the_running_daemon() -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_daemon_and_its_turn_outlive_a_bridge_killed_mid_turn() -> anyhow::Result<()> {
     // A reply of 120 words, 100 ms apart: twelve seconds of streaming.
-    let config = json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 100 } } } });
+    let config = json!({ "agents": { "echo": tests::agents::echo_paced(100) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut bridge = bridge_to(&daemon).await?;
     let mut over = TestClient::connect_over(bridge.transport()?, "over-stdio").await?;
@@ -183,7 +183,7 @@ async fn a_daemon_still_starting_is_waited_for_not_served_beside() -> anyhow::Re
     // A worker that never answers its handshake holds the daemon's record back for 3 s, while its
     // control socket answers from the first moment.
     home.write_config(&json!({
-        "agents": { "echo": { "kind": "echo" }, "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
+        "agents": { "echo": tests::agents::echo(), "mute": { "kind": "command", "command": "/bin/sleep", "args": ["60"] } },
         "workerHandshakeTimeoutMs": 3000,
     }))?;
     let at = home.path().to_owned();

@@ -10,9 +10,7 @@ use serde_json::json;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn slow_echo() -> DaemonOptions {
-    DaemonOptions::with_config(
-        json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 4, "chunkWords": 1 } } } }),
-    )
+    DaemonOptions::with_config(json!({ "agents": { "echo": tests::agents::echo_chunked(4, 1) } }))
 }
 
 /// A small deterministic generator, so a failing round can be replayed from its seed.
@@ -168,8 +166,8 @@ async fn a_session_resumes_after_a_clean_stop_and_start() -> anyhow::Result<()> 
 fn unloading() -> DaemonOptions {
     DaemonOptions::with_config(json!({
         "agents": {
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } },
-            "notes": { "kind": "notes" },
+            "echo": tests::agents::echo_paced(0),
+            "notes": tests::agents::notes(),
             // A worker that does not say it can resume a conversation it closed.
             "py": { "kind": "command", "command": "python3",
                     "args": [std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workers").join("echo.py")] },

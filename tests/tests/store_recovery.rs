@@ -13,9 +13,7 @@ use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 /// An echo agent that answers at once.
 fn quick_echo() -> DaemonOptions {
-    DaemonOptions::with_config(
-        json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0, "chunkWords": 64 } } } }),
-    )
+    DaemonOptions::with_config(json!({ "agents": { "echo": tests::agents::echo_chunked(0, 64) } }))
 }
 
 /// The resources `listSessions` answers, every page.

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -15,7 +14,7 @@ use tests::{strip_nulls, turn_text, Daemon, DaemonOptions, TestClient};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn echo_and_notes(notes: &std::path::Path) -> Value {
-    json!({ "agents": { "echo": { "kind": "echo" }, "notes": { "kind": "notes", "options": { "dir": notes } } } })
+    json!({ "agents": { "echo": tests::agents::echo(), "notes": tests::agents::notes_in(notes) } })
 }
 
 async fn ahpd(daemon: &Daemon, args: &[&str], code: i32) -> anyhow::Result<VerbRun> {
@@ -58,6 +57,10 @@ async fn send_prints_the_reply_and_exits_0_and_a_failing_turn_exits_1() -> anyho
     let turns = &client.mirror.chat(&chat).context("no chat")?.turns;
     assert_eq!(turns.iter().map(turn_text).collect::<Vec<_>>(), ["hi", "and again"]);
 
+    // `--url` naming this very daemon finds its token as the plain command does.
+    let by_url = ahpd(&daemon, &["send", "--url", &daemon.url, "--agent", "echo", "by url"], 0).await?;
+    assert_eq!(by_url.stdout, "by url\n", "{}", by_url.stderr);
+
     let failed = ahpd(&daemon, &["send", "--agent", "notes", "error"], 1).await?;
     assert!(failed.stderr.contains("The turn failed: "), "{}", failed.stderr);
     let none = run_ahpd(&daemon.home, &["send", "--agent", "nobody", "hi"]).await?;
@@ -86,8 +89,7 @@ async fn a_confirmation_follows_yes_or_no_and_is_denied_with_no_terminal_to_ask_
 
 #[tokio::test]
 async fn sessions_json_lists_what_list_sessions_lists() -> anyhow::Result<()> {
-    let daemon =
-        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "echo": { "kind": "echo" } } }))).await?;
+    let daemon = Daemon::start_with(DaemonOptions::with_config(tests::agents::echo_only())).await?;
     let empty = ahpd(&daemon, &["sessions"], 0).await?;
     assert_eq!(empty.stdout.trim(), "No sessions.");
     let mut client = TestClient::connect(&daemon.url, "checker").await?;
@@ -175,7 +177,7 @@ impl Watching {
         let stdout = child.stdout.take().context("stdout")?;
         let mut stderr = BufReader::new(child.stderr.take().context("stderr")?).lines();
         // It says on stderr when it is watching.
-        let first = tokio::time::timeout(Duration::from_secs(30), stderr.next_line()).await??;
+        let first = tokio::time::timeout(tests::PATIENCE, stderr.next_line()).await??;
         anyhow::ensure!(first.as_deref().is_some_and(|l| l.starts_with("Watching ")), "watch said {first:?}");
         tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
         Ok(Self { _child: child, lines: BufReader::new(stdout).lines(), said: Vec::new() })
@@ -183,7 +185,7 @@ impl Watching {
 
     /// Reads until a line contains `needle`.
     async fn until(&mut self, needle: &str) -> anyhow::Result<String> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + tests::PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let line = tokio::time::timeout(left, self.lines.next_line())
@@ -231,7 +233,7 @@ fn started_url(home: &tests::Home) -> anyhow::Result<String> {
 #[tokio::test]
 async fn watch_waits_out_a_restart_and_goes_on_watching() -> anyhow::Result<()> {
     let home = tests::Home::new()?;
-    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     home.expect(0, &["start", "--port", "0"]).await?;
     let mut all = Watching::start_in(home.path(), &[]).await?;
     let mut client = TestClient::connect(&started_url(&home)?, "driver").await?;
@@ -248,7 +250,8 @@ async fn watch_waits_out_a_restart_and_goes_on_watching() -> anyhow::Result<()> 
     client.subscribe(&session).await?;
     client.subscribe(&chat).await?;
     client.turn(&chat, "after the restart").await?;
-    all.until("▸ after the restart").await?;
+    // The turn may be over before a watcher is back (echo answers at once); caught up, a watcher
+    // shows its reply either way.
     all.until("◂ after the restart").await?;
     one.until("▸ after the restart").await?;
     one.until("after the restart").await?;
@@ -258,7 +261,7 @@ async fn watch_waits_out_a_restart_and_goes_on_watching() -> anyhow::Result<()> 
 #[tokio::test]
 async fn start_prints_the_page_with_its_token_and_the_daemons_log_does_not_hold_it() -> anyhow::Result<()> {
     let home = tests::Home::new()?;
-    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     let started = home.expect(0, &["start", "--port", "0", "--connection-token", "in-the-terminal"]).await?;
     let url = started.stdout.lines().next().and_then(|l| l.strip_prefix("ahpd on ")).and_then(|l| l.split(' ').next());
     let http = url.context("no url")?.replace("ws://", "http://");

@@ -16,7 +16,7 @@ use tests::{Daemon, DaemonOptions, TestClient};
 /// A daemon whose terminals run bash (`$SHELL`), with `config` on top of echo alone.
 fn options(config: Value) -> DaemonOptions {
     let mut config = config;
-    config["agents"] = json!({ "echo": { "kind": "echo", "options": { "paceMs": 0 } } });
+    config["agents"] = json!({ "echo": tests::agents::echo_paced(0) });
     DaemonOptions { config: Some(config), env: vec![("SHELL".into(), "/bin/bash".into())], ..DaemonOptions::default() }
 }
 
@@ -341,7 +341,7 @@ async fn a_guest_cannot_open_watch_or_type_into_a_terminal_and_a_member_can() ->
 async fn the_models_ahp_terminals_lists_an_open_terminal_with_its_last_lines() -> anyhow::Result<()> {
     let mut opts = options(json!({}));
     if let Some(config) = opts.config.as_mut() {
-        config["agents"]["notes"] = json!({ "kind": "notes" });
+        config["agents"]["notes"] = json!(tests::agents::notes());
     }
     let daemon = Daemon::start_with(opts).await?;
     let folder = daemon.home.join("work");

@@ -1,6 +1,7 @@
 //! The host's tools: reported on `serverTools`, called by a backend's model through the worker
 //! protocol, and reached through the session's `/ahp-mcp` endpoint by a real MCP client (the
-//! official Python SDK), which another session's token cannot use.
+//! official Python SDK), which another session's token cannot use, nor a web page or a rebound
+//! host name with the right one.
 
 use serde_json::{json, Value};
 use tests::mcp::endpoint;
@@ -9,9 +10,7 @@ use tests::raw::http_post;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
 
 fn notes_daemon() -> DaemonOptions {
-    DaemonOptions::with_config(json!({ "agents": {
-        "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-        "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }))
+    DaemonOptions::with_config(tests::agents::notes_and_echo())
 }
 
 /// The names of the host's tools the session reports (`serverTools`).
@@ -97,6 +96,35 @@ async fn clients_at_2025_06_18_and_at_the_newest_revisions_list_and_call_a_sessi
     Ok(())
 }
 
+/// The cause of the flake this test once had: a 2.x client in auto mode is refused its
+/// `server/discover` at the door and falls back to `initialize` on the same keep-alive connection.
+/// The door answered before the request's body had arrived, so the server could not read the
+/// body past it and closed the connection, without saying so; the client, which had been told
+/// nothing, sent its `initialize` down the closed connection ("Server disconnected without
+/// sending a response"). A refusal that leaves a body unread says `Connection: close`.
+#[tokio::test]
+async fn a_refusal_before_the_body_arrived_says_the_connection_closes() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("notes", None).await?;
+    let (url, _token) = endpoint(&mut a, &chat).await?;
+    for (what, headers) in [("a wrong token", vec![("Authorization", "Bearer wrong")]), ("no token", vec![])] {
+        let (status, headers, closed) = tests::mcp::post_head_only(&url, &headers, 64).await?;
+        assert_eq!(status, 401, "{what}");
+        let says_close =
+            headers.iter().any(|(name, value)| name == "connection" && value.eq_ignore_ascii_case("close"));
+        assert!(says_close, "{what}: the refusal says the connection closes: {headers:?}");
+        assert!(closed, "{what}: and it does");
+    }
+    let unknown = format!("{}/nobody", url.rsplit_once('/').map(|(base, _)| base).unwrap_or(&url));
+    let (status, headers, closed) = tests::mcp::post_head_only(&unknown, &[("Authorization", "Bearer x")], 64).await?;
+    // A session that is not there is answered as a wrong token, so the door says nothing of which
+    // sessions exist.
+    assert_eq!(status, 401, "an unknown session");
+    assert!(headers.iter().any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close")) && closed, "{headers:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn another_sessions_token_no_token_a_wrong_path_or_a_bad_body_touch_nothing() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(notes_daemon()).await?;
@@ -114,9 +142,12 @@ async fn another_sessions_token_no_token_a_wrong_path_or_a_bad_body_touch_nothin
     let (status, body) = http_post(&url1, &[("Authorization", &format!("Bearer {token2}"))], &init).await?;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("only its own session's token"), "{body}");
-    let wrong = url1.rsplit_once('/').map(|(base, _)| format!("{base}/nope")).unwrap_or_default();
-    let (status, _) = http_post(&wrong, &[("Authorization", &format!("Bearer {token2}"))], &init).await?;
-    assert_eq!(status, 404);
+    // An id nobody has answers as a known one with a wrong token does: ids cannot be probed.
+    let wrong_token = http_post(&url1, &[("Authorization", "Bearer nope")], &init).await?;
+    let unknown = url1.rsplit_once('/').map(|(base, _)| format!("{base}/nope")).unwrap_or_default();
+    let unknown_id = http_post(&unknown, &[("Authorization", &format!("Bearer {token2}"))], &init).await?;
+    assert_eq!(unknown_id, wrong_token, "an unknown id and a wrong token answer alike");
+    assert_eq!(unknown_id.0, 401);
     let (_, token1) = endpoint(&mut a, &c1).await?;
     let auth = format!("Bearer {token1}");
     let (status, body) = http_post(&url1, &[("Authorization", &auth)], "[1, 2]").await?;
@@ -194,8 +225,8 @@ async fn a_backends_model_calls_a_host_tool_through_the_worker_protocol() -> any
 async fn a_plugin_whose_host_tools_are_off_is_offered_none_and_handed_no_endpoint() -> anyhow::Result<()> {
     let daemon = Daemon::start_with(DaemonOptions::with_config(json!({
         "agents": {
-            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } },
+            "notes": tests::agents::notes_revealing_endpoint(),
+            "echo": tests::agents::echo_paced(0) },
         "plugins": { "notes": { "hostTools": false } } })))
     .await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
@@ -214,5 +245,33 @@ async fn a_plugin_whose_host_tools_are_off_is_offered_none_and_handed_no_endpoin
     let (other, _) = a.create_session("echo", None).await?;
     let names = server_tool_names(&a, &other);
     assert!(names.contains(&"list_agents".to_owned()), "{names:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_sessions_endpoint_refuses_a_rebound_host_and_a_web_page_whatever_the_token() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("notes", None).await?;
+    let (url, token) = endpoint(&mut a, &chat).await?;
+    let auth = format!("Bearer {token}");
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }).to_string();
+    let (status, body) = http_post(&url, &[("Authorization", &auth)], &list).await?;
+    assert_eq!(status, 200, "the session's token at its own address: {body}");
+
+    // A page on a name rebound to this machine, or any web page, is refused as at `/` and `/mcp`.
+    let (status, body) = http_post(&url, &[("Authorization", &auth), ("Host", "evil.example")], &list).await?;
+    assert_eq!(status, 403, "a rebound Host: {body}");
+    assert!(body.contains("the Host evil.example is not this daemon's address"), "{body}");
+    let (status, body) =
+        http_post(&url, &[("Authorization", &auth), ("Origin", "https://evil.example")], &list).await?;
+    assert_eq!(status, 403, "a web page's Origin: {body}");
+    assert!(body.contains("a web page at https://evil.example may not connect"), "{body}");
+    let (status, _) = http_post(&url, &[("Authorization", &auth), ("Host", "localhost")], &list).await?;
+    assert_eq!(status, 200, "a loopback name is this daemon's");
+    // The same holds for an id nobody has: the Host is refused before any token is read.
+    let unknown = url.rsplit_once('/').map(|(base, _)| format!("{base}/nope")).unwrap_or_default();
+    let (status, _) = http_post(&unknown, &[("Host", "evil.example")], &list).await?;
+    assert_eq!(status, 403);
     Ok(())
 }

@@ -15,16 +15,14 @@ use ahp_types::messages::JsonRpcError;
 use ahp_types::state::{
     Annotation, AnnotationEntry, AnnotationOrigin, MessageKind, ResponsePart, SnapshotState, ToolCallState, Turn,
 };
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use serde_json::{json, Value};
 use tests::mcp::call_tools;
 use tests::mcp::endpoint;
 use tests::{turn_text, Daemon, DaemonOptions, Mirror, TestClient};
 
 fn notes_config() -> Value {
-    json!({ "agents": {
-        "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-        "echo": { "kind": "echo", "options": { "paceMs": 0 } } } })
+    tests::agents::notes_and_echo()
 }
 
 /// A daemon on a clock the test moves, `offset_ms` ahead of wall time when it starts.
@@ -542,7 +540,7 @@ async fn ahp_resource_reads_the_sessions_files_and_what_a_client_publishes() -> 
     assert_eq!(ok(&results[12]), "This host has no terminal open.");
 
     // A daemon on wall time does not know the test-only clock request.
-    let refused = a.request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": 1000 })).await;
+    let refused = tests::clock::advance(&a, 1000).await;
     assert!(refused.is_err(), "{refused:?}");
     Ok(())
 }
@@ -559,14 +557,6 @@ fn wakeup_turns(mirror: &Mirror, chat: &str) -> Vec<Turn> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-async fn advance_clock(client: &TestClient, ms: u64) -> anyhow::Result<()> {
-    client
-        .request("ahpd/test/advanceClock", json!({ "channel": "ahp-root://", "ms": ms }))
-        .await
-        .map_err(|e| anyhow!("advanceClock: {e}"))?;
-    Ok(())
 }
 
 #[tokio::test]
@@ -612,7 +602,7 @@ async fn schedule_wakeup_begins_a_turn_when_due_or_queues_behind_a_running_one()
     // A turn is running when it falls due: the prompt is queued behind it.
     let asking = a.send(&chat, "ask Keep going?").await?;
     let questions = a.until_questions(&chat, 1).await?;
-    advance_clock(&a, 60_000).await?;
+    tests::clock::advance(&a, 60_000).await?;
     let c = chat.clone();
     a.until("the wakeup's prompt queued", move |m| {
         m.chat(&c).and_then(|s| s.queued_messages.clone()).is_some_and(|q| q.iter().any(|p| p.message.text == "list"))
@@ -630,8 +620,8 @@ async fn schedule_wakeup_begins_a_turn_when_due_or_queues_behind_a_running_one()
     let (_, said) =
         call_in_turn(&mut a, &chat, "schedule_wakeup", json!({ "delaySeconds": 90, "prompt": "list" })).await?;
     assert!(said.contains("(90 seconds from now)"), "{said}");
-    advance_clock(&a, 89_000).await?;
-    advance_clock(&a, 1_000).await?;
+    tests::clock::advance(&a, 89_000).await?;
+    tests::clock::advance(&a, 1_000).await?;
     let c = chat.clone();
     a.until("the wakeup's turn", move |m| wakeup_turns(m, &c).len() == 2).await?;
     for turn in wakeup_turns(&a.mirror, &chat) {
@@ -660,7 +650,7 @@ async fn a_wakeup_survives_a_restart_and_a_kill_9_and_fires_exactly_once() -> an
     daemon.terminate().await?;
     let mut daemon = Daemon::start_in(home.path(), manual_clock(notes_config(), 0)).await?;
     let b = TestClient::connect(&daemon.url, "b").await?;
-    advance_clock(&b, 601_000).await?;
+    tests::clock::advance(&b, 601_000).await?;
     let mut b = b;
     b.subscribe(&chat).await?;
     let c = chat.clone();
@@ -703,7 +693,7 @@ async fn a_wakeup_whose_agent_is_not_running_stays_stored_for_the_next_start() -
     daemon.terminate().await?;
 
     // Due at start, but the notes agent is not configured: its turn cannot begin, and it stays.
-    let echo_only = json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } } } });
+    let echo_only = json!({ "agents": { "echo": tests::agents::echo_paced(0) } });
     let mut daemon = Daemon::start_in(home.path(), manual_clock(echo_only, 120_000)).await?;
     daemon.wait_for_log("it stays stored", tests::PATIENCE).await?;
     daemon.terminate().await?;

@@ -38,7 +38,7 @@ fn users_options(agents: Value) -> DaemonOptions {
 }
 
 async fn daemon_for(home: &Home) -> anyhow::Result<Daemon> {
-    let options = users_options(json!({ "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
+    let options = users_options(json!({ "echo": tests::agents::echo_paced(0) }));
     Daemon::start_in(home.path(), options).await
 }
 
@@ -239,8 +239,8 @@ async fn a_tool_call_acts_as_the_person_whose_turn_runs_and_as_nobody_without_on
     let home = Home::new()?;
     let tokens = people(&home, &[("ana", "member")]).await?;
     let options = users_options(json!({
-            "notes": { "kind": "notes", "options": { "revealEndpoint": true } },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
+            "notes": tests::agents::notes_revealing_endpoint(),
+            "echo": tests::agents::echo_paced(0) }));
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
     let (_, chat) = ana.create_session("notes", None).await?;
@@ -288,8 +288,8 @@ async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<(
     let options = DaemonOptions {
         env: vec![("AHPD_TEST_CLOCK".into(), "manual".into())],
         ..users_options(json!({
-            "notes": { "kind": "notes" },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }))
+            "notes": tests::agents::notes(),
+            "echo": tests::agents::echo_paced(0) }))
     };
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
@@ -299,7 +299,7 @@ async fn a_wake_acts_as_the_person_whose_turn_asked_for_it() -> anyhow::Result<(
     ana.turn(&chat, &format!("call schedule_wakeup {wake}")).await?;
 
     let root = TestClient::connect(&url_with(&daemon, ROOT_TOKEN), "root-editor").await?;
-    root.request("ahpd/test/advanceClock", json!({ "channel": ROOT_RESOURCE_URI, "ms": 60_000 })).await?;
+    tests::clock::advance(&root, 60_000).await?;
     let c = chat.clone();
     ana.until("the wake's turn to end", move |m| m.chat(&c).is_some_and(|x| x.turns.len() == 2)).await?;
     let woken = ana.mirror.chat(&chat).and_then(|x| x.turns.last().cloned()).expect("the wake's turn");
@@ -370,8 +370,8 @@ async fn a_tool_call_in_a_turn_a_guest_sent_cannot_write() -> anyhow::Result<()>
     let home = Home::new()?;
     let tokens = people(&home, &[("ana", "member")]).await?;
     let options = users_options(json!({
-            "notes": { "kind": "notes" },
-            "echo": { "kind": "echo", "options": { "paceMs": 0 } } }));
+            "notes": tests::agents::notes(),
+            "echo": tests::agents::echo_paced(0) }));
     let daemon = Daemon::start_in(home.path(), options).await?;
     let mut ana = TestClient::connect(&url_with(&daemon, token_of(&tokens, "ana")), "ana-editor").await?;
     let (_, chat) = ana.create_session("notes", None).await?;

@@ -11,12 +11,12 @@ use tests::daemon::{alive, children_of, free_port, until_exited};
 use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
 
 fn echo_only() -> Value {
-    json!({ "agents": { "echo": { "kind": "echo" } } })
+    tests::agents::echo_only()
 }
 
 /// An echo that takes 200 ms a word: a long message keeps its turn running.
 fn slow_echo() -> Value {
-    json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 200 } } } })
+    json!({ "agents": { "echo": tests::agents::echo_paced(200) } })
 }
 
 fn long_message() -> String {
@@ -118,8 +118,8 @@ async fn a_stale_record_after_kill_9_is_recovered_by_the_next_start() -> anyhow:
 async fn status_shows_sessions_agents_and_running_turns() -> anyhow::Result<()> {
     let home = Home::new()?;
     home.write_config(&json!({ "agents": {
-        "echo": { "kind": "echo" },
-        "slow": { "kind": "echo", "options": { "paceMs": 200 } },
+        "echo": tests::agents::echo(),
+        "slow": tests::agents::echo_paced(200),
         "broken": { "kind": "command", "command": "/nonexistent/agent" },
     } }))?;
     let started = home.expect(0, &["start", "--port", "0"]).await?;

@@ -100,7 +100,7 @@ fn shots() -> anyhow::Result<PathBuf> {
 #[tokio::test]
 async fn the_page_starts_a_session_streams_the_reply_and_shows_another_clients_message_live() -> anyhow::Result<()> {
     let options = DaemonOptions {
-        config: Some(json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 50 } } } })),
+        config: Some(json!({ "agents": { "echo": tests::agents::echo_paced(50) } })),
         args: vec!["--connection-token".into(), TOKEN.into()],
         ..DaemonOptions::default()
     };
@@ -163,7 +163,7 @@ async fn the_page_starts_a_session_streams_the_reply_and_shows_another_clients_m
 #[tokio::test]
 async fn the_notes_agents_confirmation_and_question_are_answered_in_the_page() -> anyhow::Result<()> {
     let notes = tempfile::tempdir()?;
-    let config = json!({ "agents": { "notes": { "kind": "notes", "options": { "dir": notes.path() } } } });
+    let config = json!({ "agents": { "notes": tests::agents::notes_in(notes.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut browser = Browser::launch().await?;
     browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
@@ -202,7 +202,7 @@ async fn the_notes_agents_confirmation_and_question_are_answered_in_the_page() -
 #[tokio::test]
 async fn after_ahpd_restart_the_page_reconnects_and_resumes_without_a_reload() -> anyhow::Result<()> {
     let home = Home::new()?;
-    home.write_config(&json!({ "agents": { "echo": { "kind": "echo" } } }))?;
+    home.write_config(&tests::agents::echo_only())?;
     let port = free_port()?;
     let started = home.expect(0, &["start", "--port", &port.to_string(), "--without-connection-token"]).await?;
     let page = started.stdout.lines().find_map(|l| l.strip_prefix("web: ")).map(str::to_owned);
@@ -309,7 +309,7 @@ async fn a_wrong_token_gets_the_refusal_page_not_a_broken_app() -> anyhow::Resul
 #[tokio::test]
 async fn twenty_chats_stream_at_full_pace_with_no_long_task_and_a_long_reply_grows_by_its_deltas() -> anyhow::Result<()>
 {
-    let config = json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 0 } } } });
+    let config = json!({ "agents": { "echo": tests::agents::echo_paced(0) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;
     let mut chats = Vec::new();
@@ -369,9 +369,9 @@ async fn twenty_chats_stream_at_full_pace_with_no_long_task_and_a_long_reply_gro
 async fn screenshots_with_twenty_sessions_and_a_long_streaming_reply() -> anyhow::Result<()> {
     let notes = tempfile::tempdir()?;
     let config = json!({ "agents": {
-        "echo": { "kind": "echo", "options": { "paceMs": 0 } },
-        "slow": { "kind": "echo", "options": { "paceMs": 40 } },
-        "notes": { "kind": "notes", "options": { "dir": notes.path() } } } });
+        "echo": tests::agents::echo_paced(0),
+        "slow": tests::agents::echo_paced(40),
+        "notes": tests::agents::notes_in(notes.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;
     let topics = [
@@ -439,7 +439,7 @@ async fn screenshots_with_twenty_sessions_and_a_long_streaming_reply() -> anyhow
 
 #[tokio::test]
 async fn queue_steer_and_stop_a_running_turn_from_the_page() -> anyhow::Result<()> {
-    let config = json!({ "agents": { "echo": { "kind": "echo", "options": { "paceMs": 40 } } } });
+    let config = json!({ "agents": { "echo": tests::agents::echo_paced(40) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut browser = Browser::launch().await?;
     browser.open(&announced_page(&daemon).await?, 1280, 800).await?;
@@ -490,7 +490,7 @@ async fn queue_steer_and_stop_a_running_turn_from_the_page() -> anyhow::Result<(
 async fn a_session_started_with_its_settings_is_renamed_archived_found_and_deleted_in_the_page() -> anyhow::Result<()> {
     let notes = tempfile::tempdir()?;
     let folder = tempfile::tempdir()?;
-    let config = json!({ "agents": { "echo": { "kind": "echo" }, "notes": { "kind": "notes", "options": { "dir": notes.path() } } } });
+    let config = json!({ "agents": { "echo": tests::agents::echo(), "notes": tests::agents::notes_in(notes.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut browser = Browser::launch().await?;
     browser.open(&announced_page(&daemon).await?, 1280, 800).await?;

@@ -1,11 +1,13 @@
 //! Several attempts at one task in the web window (issue 28), in a real browser against a real
 //! daemon on a real Git repository: a checkout the host will not cut from starts none; one prompt
 //! from New session starts three sessions (notes, echo, notes), each in a worktree of its own on
-//! a branch of its own; the list shows them as one task (after a reload too); the compare view
+//! a branch of its own; their chats say "Attempt N of 3" and their agent, the branch's `/N` in
+//! sight; the list shows them as one task (after a reload too); the compare view
 //! shows each one's files and lines; a refused merge discards nothing; "Merge this one" merges one
-//! and discards the other two, and git shows the merge in the base checkout with the others'
-//! worktrees and branches gone; two attempts on the real `pi` CLI each get the model picked for it
-//! and the compare view shows the tokens each spent. Screenshots go to target/window-shots/.
+//! and discards the other two, the compare view then saying it was merged into main, and git shows
+//! the merge in the base checkout with the others' worktrees and branches gone; two attempts on
+//! the real `pi` CLI each get the model picked for it (their chats say which) and the compare view
+//! shows the tokens each spent. Screenshots go to target/window-shots/.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -71,6 +73,10 @@ fn attempt_branches(repo: &Path) -> Vec<String> {
     git(repo, &["branch", "--list", "attempts/*", "--format=%(refname:short)"]).lines().map(str::to_owned).collect()
 }
 
+/// Each open chat's header: which attempt it says it is, its agent and model line, and the last
+/// part of its branch, with whether that part is cut.
+const HEADS_JS: &str = "[...document.querySelectorAll('.panes > .pane:not(.changes-pane)')].map((p) => { const a = p.querySelector('.pane-attempt'); const t = p.querySelector('.branch-tail'); const box = p.querySelector('.pane-branch')?.getBoundingClientRect(); const r = t?.getBoundingClientRect(); return { attempt: a?.textContent, attemptShown: !!a?.offsetParent, meta: p.querySelector('.pane-meta').textContent, tail: t?.textContent, tailCut: !t || t.scrollWidth > t.clientWidth || r.right > box.right + 0.5 || r.right > p.getBoundingClientRect().right }; })";
+
 // Each attempt's `!` command writes what its attempt number says: attempt N puts `attempt N` in
 // a.txt (+1 −1) and N lines in steps.txt (+N), so the three differ and the counts say which is which.
 const PROMPT: &str = r#"!n=${PWD##*-}; echo "attempt $n" > a.txt; seq $n > steps.txt"#;
@@ -81,7 +87,7 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     let repo = repo(dir.path());
     let root = dir.path().join("worktrees");
     let config =
-        json!({ "agents": { "notes": { "kind": "notes" }, "echo": { "kind": "echo" } }, "worktreesRoot": root });
+        json!({ "agents": { "notes": tests::agents::notes(), "echo": tests::agents::echo() }, "worktreesRoot": root });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let page = announced_page(&daemon).await?;
     let mut browser = Browser::launch().await?;
@@ -141,6 +147,26 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
         assert!(branch.ends_with(&format!("/{}", i + 1)), "{branches:?}");
     }
     browser.screenshot(&shots()?.join("attempts-list.png")).await?;
+
+    // Their three chats, open side by side, share one title (the prompt): each header says which
+    // attempt it is and its agent, and the branch keeps its `/N` in sight.
+    let heads = browser
+        .wait_for(&format!(
+            "(() => {{ const h = {HEADS_JS}; return h.length === 3 && h.every((x) => x.attempt && x.tail) && h; }})()"
+        ))
+        .await?;
+    eprintln!("attempt headers: {heads:#}");
+    let mut heads: Vec<Value> = heads.as_array().cloned().unwrap_or_default();
+    heads.sort_by_key(|x| x["attempt"].as_str().map(str::to_owned));
+    for (i, head) in heads.iter().enumerate() {
+        let n = i + 1;
+        assert_eq!(head["attempt"], json!(format!("Attempt {n} of 3")), "{heads:?}");
+        let agent = if n == 2 { "echo" } else { "notes" };
+        assert!(head["meta"].as_str().is_some_and(|m| m.starts_with(agent)), "its agent: {heads:?}");
+        assert_eq!(head["tail"], json!(n.to_string()), "{heads:?}");
+        assert_eq!(head["tailCut"], json!(false), "the branch's /{n} is not cut: {heads:?}");
+        assert_eq!(head["attemptShown"], json!(true), "{heads:?}");
+    }
 
     // A reload (and so any client) sees the same task: the group is in the branches.
     browser.goto(&format!("{}/", daemon.url.replace("ws://", "http://"))).await?;
@@ -203,10 +229,15 @@ async fn three_attempts_from_one_prompt_are_grouped_compared_and_the_chosen_one_
     let said = said.as_str().unwrap_or_default().to_owned();
     assert!(said.starts_with("Merged attempts/") && said.contains("into main"), "{said}");
     assert!(said.contains("Discarded 2 other attempts, with their worktrees and branches."), "{said}");
-    // What is left is the merged attempt, with nothing on its branch its base does not hold.
-    browser
-        .wait_for("(() => { const c = document.querySelectorAll('dialog.compare .compare-column'); return c.length === 1 && c[0].textContent.includes('No file changed.') && c[0].querySelector('[data-field=lines]').textContent === '+0 −0 in 0 files' && c[0].querySelector('button[data-action=merge-this]').disabled; })()")
+    // What is left is the merged attempt: it says it was merged and where, not "+0 −0".
+    let left = browser
+        .wait_for("(() => { const c = document.querySelectorAll('dialog.compare .compare-column'); return c.length === 1 && c[0].querySelector('button[data-action=merge-this]').disabled && { text: c[0].textContent, lines: c[0].querySelector('[data-field=lines]').textContent, tag: c[0].querySelector('h3 .merged-tag')?.textContent }; })()")
         .await?;
+    assert_eq!(left["lines"], json!("merged into main"), "{left}");
+    assert_eq!(left["tag"], json!("merged"), "{left}");
+    let text = left["text"].as_str().unwrap_or_default();
+    assert!(!text.contains("+0 −0") && !text.contains("No file changed."), "{left}");
+    assert!(text.contains(&format!("Merged {} into main", branches[1])), "the host's words: {left}");
     browser.screenshot(&shots()?.join("attempts-merged.png")).await?;
 
     // Git: attempt 2's work is in the base checkout, committed; the others' worktrees and branches
@@ -296,6 +327,18 @@ async fn attempts_on_pi_each_get_their_model_and_the_compare_view_shows_their_to
     browser.click("dialog.new-session button[data-action=create]").await?;
 
     browser.wait_for("document.querySelectorAll('.sessions > li.task li[data-attempt]').length === 2").await?;
+    // Each chat's header says which attempt it is, on which agent and model.
+    let heads = browser
+        .wait_for(&format!("(() => {{ const h = {HEADS_JS}; return h.length === 2 && h.every((x) => x.attempt && x.meta.includes(' · ')) && h; }})()"))
+        .await?;
+    let mut heads: Vec<Value> = heads.as_array().cloned().unwrap_or_default();
+    heads.sort_by_key(|x| x["attempt"].as_str().map(str::to_owned));
+    for (head, (n, model)) in heads.iter().zip([(1, &first), (2, &second)]) {
+        assert_eq!(head["attempt"], json!(format!("Attempt {n} of 2")), "{heads:?}");
+        assert!(head["meta"].as_str().is_some_and(|m| m.starts_with(&format!("pi · {model}"))), "{heads:?}");
+        assert_eq!(head["tailCut"], json!(false), "{heads:?}");
+    }
+    browser.screenshot(&shots()?.join("attempts-pi-chats.png")).await?;
     compare(&mut browser).await?;
     let columns = browser
         .wait_for(

@@ -199,7 +199,7 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
     let folder = tempfile::Builder::new().prefix("ahpd-window-terminal-").tempdir()?;
     std::fs::write(folder.path().join("marker-file.txt"), "x")?;
     let options = DaemonOptions {
-        config: Some(json!({ "agents": { "echo": { "kind": "echo" } } })),
+        config: Some(tests::agents::echo_only()),
         env: vec![("SHELL".into(), "/bin/bash".into())],
         ..DaemonOptions::default()
     };
@@ -216,8 +216,8 @@ async fn a_terminal_opened_in_the_page_runs_what_is_typed_in_colour_at_the_pages
         browser.eval(&format!("document.querySelector({})?.textContent", js_str(&format!("{p} .pane-folder")))).await?;
     assert_eq!(folder_shown, json!(folder.path().display().to_string()));
 
+    // One click opens a terminal in the session's folder.
     browser.click(&format!("{p} button[data-action=terminal]")).await?;
-    browser.click(&format!("{p} button[data-action=new-terminal]")).await?;
     let uri = shown_terminal(&mut browser, &chat).await?;
     browser.wait_for(&format!("document.activeElement?.closest('.xterm') && ({}).length > 0", screen_js(&uri))).await?;
     // Typed as a person types, key by key, into the terminal.
@@ -344,8 +344,8 @@ async fn reloads_keep_the_open_chats_the_tab_counts_who_needs_you_and_question_m
 ) -> anyhow::Result<()> {
     let notes = tempfile::tempdir()?;
     let config = json!({ "agents": {
-        "echo": { "kind": "echo" },
-        "notes": { "kind": "notes", "options": { "dir": notes.path() } } } });
+        "echo": tests::agents::echo(),
+        "notes": tests::agents::notes_in(notes.path()) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;
     let (first, first_chat) = client.create_session("echo", None).await?;
@@ -418,8 +418,7 @@ async fn a_worktree_sessions_chat_names_its_folder_and_branch() -> anyhow::Resul
     std::fs::write(repo.path().join("a.txt"), "a\n")?;
     git(repo.path(), &["add", "."]);
     git(repo.path(), &["commit", "-q", "-m", "first"]);
-    let daemon =
-        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "echo": { "kind": "echo" } } }))).await?;
+    let daemon = Daemon::start_with(DaemonOptions::with_config(tests::agents::echo_only())).await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;
     let folders = [format!("file://{}", repo.path().display())];
     let (session, chat) = client
@@ -453,7 +452,8 @@ async fn a_chat_its_agent_moves_into_a_worktree_shows_the_new_branch_without_a_r
     git(repo.path(), &["add", "."]);
     git(repo.path(), &["commit", "-q", "-m", "first"]);
     let daemon =
-        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }))).await?;
+        Daemon::start_with(DaemonOptions::with_config(json!({ "agents": { "notes": tests::agents::notes() } })))
+            .await?;
     let mut client = TestClient::connect(&daemon.url, "driver").await?;
     let folders = [format!("file://{}", repo.path().display())];
     let (session, chat) = client

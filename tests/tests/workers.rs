@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ahp_types::actions::StateAction;
-use ahp_types::state::{MessageKind, PendingMessageKind, ResponsePart, SessionInputRequest, ToolCallState, TurnState};
+use ahp_types::state::{
+    MessageKind, PendingMessageKind, ResponsePart, SessionInputRequest, SessionLifecycle, ToolCallState, TurnState,
+};
 use serde_json::json;
 use tests::client::waiting_calls;
 use tests::daemon::{alive, children_of};
@@ -18,7 +20,7 @@ fn workers_dir() -> PathBuf {
 
 fn notes_daemon() -> DaemonOptions {
     DaemonOptions::with_config(
-        json!({ "agents": { "notes": { "kind": "notes" }, "echo": { "kind": "echo", "options": { "paceMs": 0 } } } }),
+        json!({ "agents": { "notes": tests::agents::notes(), "echo": tests::agents::echo_paced(0) } }),
     )
 }
 
@@ -80,6 +82,28 @@ async fn a_tool_call_allowed_and_one_denied() -> anyhow::Result<()> {
     assert!(turn_text(&turn).contains("hello world"), "the allowed write happened: {}", turn_text(&turn));
     a.check_against_snapshot(&chat).await?;
     a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_host_tool_declared_destructive_waits_for_a_person_and_a_denial_lets_the_turn_go_on() -> anyhow::Result<()> {
+    let daemon = Daemon::start_with(notes_daemon()).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (victim, _) = a.create_session("echo", None).await?;
+    // Even where notes asks before nothing of its own, the host's destructive tool waits.
+    let (_session, chat) = a.create_session("notes", Some(json!({"ask": "never"}))).await?;
+    let call = format!("call delete_session {}; write kept yes", json!({ "session": victim }));
+    let turn_id = a.send(&chat, &call).await?;
+    let waiting = a.until_waiting_calls(&chat, 1).await?;
+    a.confirm(&chat, &waiting[0].0, &waiting[0].1, false).await?;
+    let turn = a.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, TurnState::Complete, "a denial lets the turn go on: {turn:?}");
+    let calls = tool_calls(&turn);
+    assert!(matches!(calls[..], [ToolCallState::Cancelled(_), ToolCallState::Completed(_)]), "{calls:?}");
+    let text = turn_text(&turn);
+    assert!(text.contains("Not run: delete_session.") && text.contains("Wrote kept."), "{text}");
+    a.subscribe(&victim).await?;
+    a.check_against_snapshot(&chat).await?;
     Ok(())
 }
 
@@ -341,8 +365,8 @@ async fn the_rules_that_fail_silently_hold_through_the_reducers() -> anyhow::Res
 #[tokio::test]
 async fn killing_a_worker_mid_turn_fails_only_its_turn_and_the_next_message_works() -> anyhow::Result<()> {
     let config = json!({ "agents": {
-        "echo1": { "kind": "echo", "options": { "paceMs": 60 } },
-        "echo2": { "kind": "echo", "options": { "paceMs": 60 } } } });
+        "echo1": tests::agents::echo_paced(60),
+        "echo2": tests::agents::echo_paced(60) } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (s1, c1) = a.create_session("echo1", None).await?;
@@ -379,12 +403,66 @@ async fn killing_a_worker_mid_turn_fails_only_its_turn_and_the_next_message_work
 }
 
 #[tokio::test]
+async fn a_workers_last_words_reach_every_client_as_plain_text() -> anyhow::Result<()> {
+    let config = json!({ "agents": {
+        "py": { "kind": "command", "command": "python3", "args": [workers_dir().join("echo.py")] } } });
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = a.create_session("py", None).await?;
+    // It writes a line in colour to stderr and exits mid-turn: the turn's error quotes its last
+    // words, which carried the colour codes into every client.
+    let failed = a.turn(&chat, "die").await?;
+    assert_eq!(failed.state, TurnState::Error);
+    let Some(ResponsePart::Error(error)) = failed.response_parts.last() else { anyhow::bail!("no error part") };
+    let said = &error.error.message;
+    assert!(said.contains("exited with code 1. Its last words on stderr: "), "{said}");
+    assert!(said.contains(" ERROR going down"), "{said}");
+    assert!(!said.contains('\u{1b}'), "no escape codes reach a client: {said:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_session_made_on_a_stopped_worker_fails_after_a_minute_saying_why() -> anyhow::Result<()> {
+    let mut options = DaemonOptions::with_config(json!({ "agents": { "echo": tests::agents::echo() } }));
+    options.env.push(("AHPD_TEST_CLOCK".into(), "manual".into()));
+    let daemon = Daemon::start_with(options).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let worker = worker_pid(&daemon, "echo").expect("echo's worker");
+    let pid = nix::unistd::Pid::from_raw(worker);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
+
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    a.request("createSession", json!({ "channel": session, "provider": "echo" })).await?;
+    a.subscribe(&session).await?;
+    let lifecycle = |a: &TestClient| a.mirror.session(&session).map(|s| s.lifecycle.clone());
+    assert_eq!(lifecycle(&a), Some(SessionLifecycle::Creating));
+    // A minute on the host's clock: the worker still does not answer, and the session fails,
+    // saying why, where it sat in `creating` with no word for as long as the worker was stopped.
+    tests::clock::advance(&a, 59_999).await?;
+    a.request("ping", json!({ "channel": "ahp-root://" })).await?;
+    a.pump()?;
+    assert_eq!(lifecycle(&a), Some(SessionLifecycle::Creating), "within the minute it is still being made");
+    tests::clock::advance(&a, 1).await?;
+    let s = session.clone();
+    a.until("the session to fail", move |m| m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Failed))
+        .await?;
+    let error = a.mirror.session(&session).and_then(|s| s.creation_error.clone()).expect("a creation error");
+    assert_eq!(
+        error.message,
+        "The echo agent did not start this chat within 60 s: its worker does not answer (stopped or hung). Delete this session and make it again once the agent answers."
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)?;
+    a.check_against_snapshot(&session).await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn misbehaving_workers_are_reported_and_backed_off_while_the_daemon_serves_on() -> anyhow::Result<()> {
     let dir = workers_dir();
     let config = json!({
         "workerHandshakeTimeoutMs": 500,
         "agents": {
-            "echo": { "kind": "echo" },
+            "echo": tests::agents::echo(),
             "silent": { "kind": "command", "command": dir.join("silent.sh") },
             "garbage": { "kind": "command", "command": dir.join("garbage.sh") },
             "crash": { "kind": "command", "command": dir.join("crash.sh") } } });
@@ -415,7 +493,7 @@ async fn sigterm_stops_every_worker_and_leaves_no_process_behind() -> anyhow::Re
     let home = tempfile::tempdir()?;
     let pid_file = home.path().join("sleeper.pid");
     let config = json!({ "agents": {
-        "echo": { "kind": "echo" },
+        "echo": tests::agents::echo(),
         "py": { "kind": "command", "command": "python3", "args": [workers_dir().join("echo.py")],
                 "options": { "spawnSleeper": pid_file } } } });
     let mut daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
@@ -496,7 +574,7 @@ async fn worker_protocol_doc_names_every_method() -> anyhow::Result<()> {
 /// worker's pipe.
 #[tokio::test]
 async fn a_message_sent_at_once_after_an_idle_worker_is_killed_is_answered() -> anyhow::Result<()> {
-    let config = json!({ "agents": { "echo1": { "kind": "echo" } } });
+    let config = json!({ "agents": { "echo1": tests::agents::echo() } });
     let daemon = Daemon::start_with(DaemonOptions::with_config(config)).await?;
     let mut a = TestClient::connect(&daemon.url, "a").await?;
     let (_s1, c1) = a.create_session("echo1", None).await?;

@@ -41,7 +41,7 @@ fn read(path: &Path) -> String {
 /// The notes agent, worktrees made under `root`.
 fn options(root: &Path) -> DaemonOptions {
     DaemonOptions::with_config(json!({
-        "agents": { "notes": { "kind": "notes" } },
+        "agents": { "notes": tests::agents::notes() },
         "worktreesRoot": root,
     }))
 }
@@ -942,5 +942,36 @@ async fn a_message_sent_as_soon_as_a_workspace_change_completes_runs_after_the_m
     for channel in [&session, &chat, &other, &second] {
         c.check_against_snapshot(channel).await?;
     }
+    Ok(())
+}
+
+/// Every path under `dir` that the machine's other accounts may read, write or enter
+/// (`find <dir> -perm /077`).
+fn open_to_others(dir: &Path) -> Vec<String> {
+    let found = std::process::Command::new("find").arg(dir).args(["-perm", "/077"]).output().expect("find runs");
+    String::from_utf8_lossy(&found.stdout).lines().map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn a_worktree_in_the_data_folder_is_its_persons_alone() -> anyhow::Result<()> {
+    let repo = repo();
+    let home = tempfile::Builder::new().prefix("ahpd-wt-home-").tempdir()?;
+    let options = DaemonOptions::with_config(json!({ "agents": { "notes": { "kind": "notes" } } }));
+    let daemon = Daemon::start_in(home.path(), options).await?;
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = isolated(&mut c, &repo.path).await?;
+    let data = home.path().join("data").join("ahpd");
+    let folder = folder_of(&c, &session)?;
+    ensure!(folder.starts_with(data.join("worktrees")), "the worktree is in the data folder: {folder:?}");
+    let turn = c.turn(&chat, "edit a.txt from the worktree").await?;
+    ensure!(turn.state == TurnState::Complete, "{turn:?}");
+    assert_eq!(read(&folder.join("a.txt")), "from the worktree\n");
+    // The turn's changes were counted: the snapshot that counts them (its private index in a
+    // scratch folder of the daemon's outside the data folder, where git writes it 0644) ran.
+    until_counted(&mut c, &session, 1).await?;
+
+    // The README's promise: the data folder is its person's alone, worktrees and all (they were
+    // 0755 with 0644 files, readable by every account on the machine).
+    assert_eq!(open_to_others(&data), Vec::<String>::new(), "nothing in {} is open to others", data.display());
     Ok(())
 }

@@ -5,7 +5,8 @@ The test suite runs it as an agent of kind `command` to show the worker protocol
 language-neutral. Options: `reply` (a prefix for every answer); `heldCompletions` (offer
 completions for the property `target` and hold every `agent/completions` request until one asks
 with the query `release`, which answers them all: requests that stay in flight as long as a test
-needs). Logs go to stderr only.
+needs). Logs go to stderr only. A message `die` makes it say a line in colour on stderr and exit
+mid-turn, as a worker that crashes in its own colours.
 """
 import json
 import sys
@@ -53,6 +54,10 @@ def send_message(params):
     part_id = turn_id + ":0"
     emit(chat, {"type": "chat/responsePart", "turnId": turn_id,
                 "part": {"kind": "markdown", "id": part_id, "content": words[0]}})
+    if text == "die":
+        sys.stderr.write("\x1b[2m" + datetime.now(timezone.utc).isoformat() + "\x1b[0m \x1b[31mERROR\x1b[0m going down\n")
+        sys.stderr.flush()
+        sys.exit(1)
     for word in words[1:]:
         emit(chat, {"type": "chat/delta", "turnId": turn_id, "partId": part_id, "content": " " + word})
     duration = int((time.monotonic() - started) * 1000)

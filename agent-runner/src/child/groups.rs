@@ -166,7 +166,9 @@ pub fn leader_start(pid: i32) -> Option<String> {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         Some(format!("{}:{start}", boot.trim()))
     } else {
-        let out = std::process::Command::new("ps").args(["-o", "lstart=", "-p", &pid.to_string()]).output().ok()?;
+        let mut ps = std::process::Command::new("ps");
+        ps.args(["-o", "lstart=", "-p", &pid.to_string()]).stdin(std::process::Stdio::null());
+        let out = super::run_to_end(ps).ok()?;
         let start = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         (out.status.success() && !start.is_empty()).then_some(start)
     }

@@ -18,6 +18,7 @@ pub const PI_QUIET: [(&str, &str); 3] = [("PI_OFFLINE", "1"), ("PI_TELEMETRY", "
 
 pub mod groups;
 mod tail;
+mod unguarded;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -34,7 +35,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use groups::ProcessGroup;
-pub use tail::{Tail, TAIL_BYTES};
+pub use tail::{Tail, LAST_WORDS_BYTES, TAIL_BYTES};
+pub use unguarded::{detached, run_to_end, run_within};
 
 /// How long a killed group is waited for before its leader is given up on (a process stuck in
 /// the kernel cannot be reaped until it leaves it).
@@ -55,6 +57,7 @@ pub struct ChildCommand {
     stderr_to_caller: bool,
     log_stderr: Option<(String, tracing::Level)>,
     end_group_with_leader: bool,
+    private_files: bool,
 }
 
 impl ChildCommand {
@@ -71,6 +74,7 @@ impl ChildCommand {
             stderr_to_caller: false,
             log_stderr: None,
             end_group_with_leader: false,
+            private_files: false,
         }
     }
 
@@ -137,6 +141,28 @@ impl ChildCommand {
         self
     }
 
+    /// Makes what it creates its owner's alone (umask 077: files 0600, folders 0700), for a
+    /// process that writes into ahpd's private data folder (git checking a worktree out there).
+    pub fn private_files(mut self) -> Self {
+        self.private_files = true;
+        self
+    }
+
+    /// Runs it through `confined.wrap` (a sandbox's or a container's launcher) with
+    /// `confined.env` set over its own: the program and its arguments follow the wrapper's argv.
+    /// Nothing changes for a session that is not confined.
+    pub fn confined(mut self, confined: Option<&protocol::Confined>) -> Self {
+        let Some(confined) = confined else { return self };
+        let Some((launcher, rest)) = confined.wrap.split_first() else { return self };
+        let program = std::mem::replace(&mut self.program, launcher.into());
+        let mut args: Vec<OsString> = rest.iter().map(OsString::from).collect();
+        args.push(program);
+        args.append(&mut self.args);
+        self.args = args;
+        self.env.extend(confined.env.iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
     fn shown(&self) -> String {
         self.program.to_string_lossy().into_owned()
     }
@@ -164,6 +190,10 @@ impl ChildCommand {
             command.current_dir(cwd);
         }
         dies_with_this_process(&mut command);
+        if self.private_files {
+            creates_private_files(&mut command);
+        }
+        #[allow(clippy::disallowed_methods)] // the guard: every other child of the workspace starts here
         let mut child = command.spawn().map_err(|e| SpawnError::from_io(&program, &e))?;
         let pid = child.id().and_then(|id| i32::try_from(id).ok()).filter(|id| *id > 0);
         let Some(pid) = pid else {
@@ -443,6 +473,20 @@ fn dies_with_this_process(command: &mut tokio::process::Command) {
     }
 }
 
+/// Sets the child's umask to 077 before it runs.
+fn creates_private_files(command: &mut tokio::process::Command) {
+    use nix::sys::stat::{umask, Mode};
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls may be made: umask is one plain system call that cannot fail, and nothing allocates.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            umask(Mode::from_bits_truncate(0o077));
+            Ok(())
+        });
+    }
+}
+
 /// Elsewhere a worker watches its parent's pid instead (`agent_runner::parent`).
 #[cfg(not(target_os = "linux"))]
 fn dies_with_this_process(_command: &mut tokio::process::Command) {}
@@ -502,7 +546,7 @@ async fn read_stderr(
 }
 
 fn log_line(label: &str, level: tracing::Level, line: &[u8]) {
-    let line = String::from_utf8_lossy(line);
+    let line = strip_ansi_escapes::strip_str(String::from_utf8_lossy(line));
     let line = line.trim_end();
     if line.trim().is_empty() {
         return;

@@ -127,6 +127,7 @@ fn exits_in_words() {
 }
 
 /// A `sleep` in a process group of its own, started without the guard (as a grandchild would be).
+#[allow(clippy::disallowed_methods)] // started without the guard on purpose
 fn stranger() -> std::process::Child {
     use std::os::unix::process::CommandExt;
     std::process::Command::new("sleep").arg("600").process_group(0).spawn().expect("spawn sleep")
@@ -154,6 +155,7 @@ async fn a_named_group_is_ended_only_while_it_is_still_that_group() {
 #[tokio::test]
 async fn a_group_whose_leader_is_gone_is_ended_while_its_members_run() {
     // The shell leads the group and exits; the sleep it started stays in the group.
+    #[allow(clippy::disallowed_methods)] // started without the guard on purpose
     let mut shell = {
         use std::os::unix::process::CommandExt;
         std::process::Command::new("sh")
@@ -185,4 +187,17 @@ async fn what_a_child_reported_ends_when_it_dies_and_is_in_the_register_until_th
     assert!(left.is_empty(), "the reported group ended with its reporter: {left:?}");
     assert!(!groups::recorded().contains(&reported));
     let _ = grandchild.wait();
+}
+
+#[tokio::test]
+async fn a_short_command_that_overstays_its_time_is_ended_with_its_whole_group() {
+    let said = std::env::temp_dir().join(format!("agent-runner-overstays-{}", std::process::id()));
+    let mut command = std::process::Command::new("sh");
+    command.arg("-c").arg(format!("echo $$ > {}; sleep 600 & sleep 600", said.display()));
+    let within = Duration::from_secs(2);
+    let ended = tokio::task::spawn_blocking(move || super::run_within(command, within)).await.expect("joined");
+    assert!(ended.expect("sh runs").is_none(), "it had not ended");
+    let pgid: i32 = std::fs::read_to_string(&said).expect("the shell ran").trim().parse().expect("its pid");
+    let _ = std::fs::remove_file(&said);
+    assert!(until_group_gone(pgid).await.is_empty(), "the sleep it left went with it");
 }

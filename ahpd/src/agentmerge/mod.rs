@@ -2,57 +2,62 @@
 //! green and merge it when it is ready. This room owns what the four tools do (their definitions
 //! stay in `tools/agentmerge.rs`, which reaches this room through `host::facade::AgentMerge`) and
 //! what is kept for each folder (the store's `agent_merge` table, so a folder it was turned on for
-//! stays on across restarts), and the watch of each folder that is on (`watch.rs`), which follows
-//! its pull request on GitHub (`github.rs`, `remote.rs`, `token.rs`), begins repair turns for what
-//! fails (`repair.rs`) and merges it when it is ready. `docs/agent-merge.md` says what it does.
+//! stays on across restarts), and the watch of each folder that is on (`watch.rs`, saying what it
+//! does in `monitoring.rs`), which follows its pull request on GitHub (`github.rs`, through the
+//! one client ahpd has, `crate::github`), begins repair turns for what fails (`repair.rs`), acting only on the words of
+//! people it trusts and handing the model what GitHub says as quoted data (`trust.rs`), and
+//! merges it when it is ready. `docs/agent-merge.md` says what it does.
 //!
 //! It reaches the host through `host::facade` alone, as the other features do; the host knows it
 //! only as the `facade::AgentMerge` registered with `Host::serve_agent_merge`.
 
-mod command;
 pub mod github;
 pub mod input;
-pub mod remote;
+mod monitoring;
 pub mod repair;
 pub mod settings;
 mod status;
-pub mod token;
+pub mod trust;
 mod watch;
 
 pub use self::status::{status, FolderStatus};
 
 use std::sync::Arc;
 
+use agent_runner::sync::lock;
+
 use crate::host::facade::{self, now_iso, Caller, Pending, ToolCall};
 use crate::host::Host;
 use crate::store::AgentMergeRecord;
 
 use self::input::SET;
-use self::remote::Remote;
 use self::settings::{configuration_of, current_branch, merged};
-use self::token::TokenSource;
+use crate::github::remote::NoRemote;
+use crate::github::{Access, Remote};
 
 /// What the daemon's config says of Agent Merge (the `agentMerge*` keys).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Where the GitHub token is read (`agentMergeToken`); `None`: the `gh` CLI's.
-    pub token: Option<TokenSource>,
-    /// The REST API's base URL (`agentMergeApiUrl`); `None`: the one the remote's host serves.
-    pub api_url: Option<String>,
+    /// Where the GitHub token is read and which API is asked (`agentMergeToken`,
+    /// `agentMergeApiUrl`), as every feature reads them.
+    pub github: Access,
     /// How long a watch waits between looks at its pull request (`agentMergePollMs`).
     pub poll: std::time::Duration,
     /// How it merges: `merge`, `squash` or `rebase` (`agentMergeMethod`).
     pub merge_method: String,
+    /// Whose review comments it acts on besides the repository's owners, members and
+    /// collaborators (`agentMergeAllowedAuthors`), as configured.
+    pub allowed_authors: Vec<String>,
 }
 
 impl Settings {
     /// The settings the config names.
     pub fn of(config: &crate::config::Config) -> Self {
         Self {
-            token: TokenSource::of_config(&config.get("agentMergeToken")),
-            api_url: config.string("agentMergeApiUrl"),
+            github: Access::of(config),
             poll: std::time::Duration::from_millis(config.u64("agentMergePollMs")),
             merge_method: config.string("agentMergeMethod").unwrap_or_else(|| "squash".to_owned()),
+            allowed_authors: config.strings("agentMergeAllowedAuthors"),
         }
     }
 }
@@ -102,14 +107,22 @@ impl facade::AgentMerge for AgentMerge {
             let Some(repair) = self.repair_for(host, call, |r| !r.threads.is_empty()) else {
                 return unauthorized("addressReviews");
             };
-            let replied = repair.reply(&asked).await?;
             let shared = &self.watches.shared;
-            shared.replied.lock().unwrap_or_else(|p| p.into_inner()).insert(replied.comment);
+            // While the reply is on its way (and until its comment id is known) the watch leaves
+            // the thread be: its own reply is no new comment to address.
+            let replying = (repair.session.clone(), asked.thread_id.clone());
+            lock(&shared.replying).insert(replying.clone());
+            let replied = repair.reply(&asked).await;
+            if let Ok(replied) = &replied {
+                lock(&shared.replied).insert(replied.comment.clone());
+            }
+            lock(&shared.replying).remove(&replying);
+            let replied = replied?;
             if let (true, Some(chat), Some(turn)) = (replied.pending, call.chat.clone(), call.turn_id.clone()) {
                 // Seed 000: "the folder's watch stops when the turn ends" - the person is in the
                 // middle of a review of their own.
                 let key = (repair.session.clone(), repair.folder.clone());
-                shared.stop_after.lock().unwrap_or_else(|p| p.into_inner()).insert(key, (chat, turn));
+                lock(&shared.stop_after).insert(key, (chat, turn));
             }
             Ok(replied.said)
         })
@@ -125,7 +138,7 @@ impl facade::AgentMerge for AgentMerge {
             if let Some(deferred) = deferred {
                 let key = (repair.session.clone(), repair.folder.clone());
                 let shared = &self.watches.shared;
-                shared.deferred.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_default().push(deferred);
+                lock(&shared.deferred).entry(key).or_default().push(deferred);
             }
             Ok(said)
         })
@@ -135,8 +148,12 @@ impl facade::AgentMerge for AgentMerge {
         self.watches.stop_session(session);
     }
 
-    fn monitoring(&self, session: &str, folder: &str) -> Option<String> {
-        self.watches.monitoring(&(session.to_owned(), folder.to_owned())).map(|m| m.word().to_owned())
+    fn watching(&self, session: &str, folder: &str) -> Option<facade::Watching> {
+        self.watches.monitoring(&(session.to_owned(), folder.to_owned())).map(|m| facade::Watching {
+            monitoring: m.word().to_owned(),
+            reason: m.reason().map(str::to_owned),
+            retry_at: m.retry_at(),
+        })
     }
 }
 
@@ -189,18 +206,20 @@ impl AgentMerge {
                     "Agent Merge cannot be enabled because the current Git branch could not be determined.".into()
                 );
             }
-            let remote = Remote::of(&folder).await?;
-            token::token(self.settings.token.as_ref(), &remote.host, &folder).await?;
+            let remote = origin(&folder).await?;
+            self.settings.github.token(WHO, &remote.host, &folder).await?;
         }
         let next = {
             let core = host.lock();
             let current = core.store().agent_merge(&session, &key).map_err(|e| kept_not(&e))?;
             let was_on = current.as_ref().is_some_and(|c| c.enabled);
             let target = current.as_ref().and_then(|c| c.target.clone()).or(if enabled { branch } else { None });
-            let enabled_by = match (&call.caller, enabled && !was_on) {
-                // Turned on now: its repair turns act for the person whose turn did it.
-                (Caller::Turn(sender), true) => sender.clone(),
-                _ => current.as_ref().and_then(|c| c.enabled_by.clone()),
+            // Turned on now: its repair turns act for the person whose turn did it.
+            let turned_on_in_a_turn = enabled && !was_on && matches!(call.caller, Caller::Turn(_));
+            let enabled_by = if turned_on_in_a_turn {
+                call.caller.turn_sender()
+            } else {
+                current.as_ref().and_then(|c| c.enabled_by.clone())
             };
             let next = AgentMergeRecord {
                 session,
@@ -223,9 +242,25 @@ impl AgentMerge {
             self.watches.stop(&key).await;
         }
         let monitoring = self.watches.monitoring(&key).unwrap_or(watch::Monitoring::WaitingForPullRequest);
-        status::publish(&mut host.lock(), &next, monitoring.word(), monitoring.pull());
-        Ok(configuration_of(&next, monitoring.word(), &self.settings.merge_method).to_string())
+        status::publish(&mut host.lock(), &next, &monitoring);
+        Ok(configuration_of(&next, monitoring.word(), &self.settings).to_string())
     }
+}
+
+/// Who needs GitHub's token, as the sentence saying what to set begins.
+const WHO: &str = "Agent Merge";
+
+/// The GitHub repository the folder's `origin` names, or the sentence saying why it cannot be
+/// followed.
+async fn origin(folder: &std::path::Path) -> Result<Remote, String> {
+    Remote::of(folder).await.map_err(|e| match e {
+        NoRemote::NoOrigin => {
+            "Agent Merge cannot be enabled because the folder's repository has no origin remote.".into()
+        }
+        NoRemote::NotGitHub(url) => format!(
+            "Agent Merge cannot be enabled because the origin remote ({url}) does not name a GitHub repository."
+        ),
+    })
 }
 
 fn kept_not(e: &dyn std::fmt::Display) -> String {

@@ -9,12 +9,16 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use agent_runner::sync::lock;
+use tokio::sync::OnceCell;
+
 use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin};
 use serde_json::{json, Value};
 
 use super::github::{GitHub, Job, ReviewThread};
 use super::input::{self, Reply, Rerun};
+use super::trust;
 use crate::host::facade::ToolCall;
 use crate::host::Host;
 
@@ -22,6 +26,9 @@ use crate::host::Host;
 pub const META_KEY: &str = "ahpd.agentMerge";
 /// The most a `readAgentMergeCI` answer holds.
 const ANSWER_CAP: usize = 48 * 1024;
+
+/// A job's log, as lines.
+type Lines = Arc<Vec<String>>;
 
 /// A failed job a repair turn may read and rerun.
 #[derive(Debug, Clone)]
@@ -57,8 +64,8 @@ pub struct Repair {
     pub threads: Vec<ReviewThread>,
     /// The branch conflicts with its base (`dirty`) or is behind it (`behind`), as GitHub says.
     pub conflict: Option<String>,
-    /// Logs read, by evidence id, as lines.
-    evidence: Mutex<HashMap<String, Arc<Vec<String>>>>,
+    /// Logs read, by evidence id, as lines: one download each, however many reads ask at once.
+    evidence: Mutex<HashMap<String, Arc<OnceCell<Lines>>>>,
     /// The runs whose rerun was asked for in this turn.
     reruns: Mutex<HashSet<u64>>,
 }
@@ -101,38 +108,45 @@ impl Repair {
         }
     }
 
-    /// The message the repair turn begins with: exactly what to fix, and how.
-    pub fn message(&self, excerpts: &[String]) -> Message {
+    /// The message the repair turn begins with: exactly what to fix, and how. What it quotes from
+    /// GitHub (the failed checks' summaries, the threads' comments) comes after a sentence saying
+    /// it is data, fenced and labelled with who wrote it (`trust.rs`); the names GitHub gives
+    /// (a check's, a job's, a path) are kept to one line.
+    pub fn message(&self, summaries: &[(String, String)]) -> Message {
         let mut text = format!("Agent Merge: pull request #{} (head {}) needs repair.\n", self.pull, self.head_sha);
+        if !summaries.is_empty() || !self.threads.is_empty() {
+            text.push_str(trust::QUOTED_RULE);
+            text.push('\n');
+        }
         if !self.checks.is_empty() {
-            text.push_str(&format!("Failed required checks: {}.\n", self.checks.join(", ")));
+            let names: Vec<String> = self.checks.iter().map(|c| trust::one_line(c)).collect();
+            text.push_str(&format!("Failed required checks: {}.\n", names.join(", ")));
             for job in &self.jobs {
                 text.push_str(&format!(
                     "Failed job {} \"{}\" of workflow run {} \"{}\" (attempt {}), evidence {}.\n",
                     job.job.id,
-                    job.job.name,
+                    trust::one_line(&job.job.name),
                     job.job.run_id,
-                    job.workflow,
+                    trust::one_line(&job.workflow),
                     job.attempt,
                     job.evidence_id()
                 ));
             }
-            for excerpt in excerpts {
-                text.push_str(excerpt.trim_end());
-                text.push('\n');
+            for (check, summary) in summaries {
+                text.push_str(&trust::quoted(&format!("The summary of check {check}"), summary));
             }
             text.push_str("Find the cause with readAgentMergeCI, fix the code, then commit and push. Rerun a workflow with rerunAgentMergeWorkflow only for a failure the code did not cause.\n");
         }
         for thread in &self.threads {
             let at = match (&thread.path, thread.line) {
-                (Some(path), Some(line)) => format!(" on {path}:{line}"),
-                (Some(path), None) => format!(" on {path}"),
+                (Some(path), Some(line)) => format!(" on {}:{line}", trust::one_line(path)),
+                (Some(path), None) => format!(" on {}", trust::one_line(path)),
                 _ => String::new(),
             };
-            text.push_str(&format!("Unresolved review thread {}{at}:\n", thread.id));
+            text.push_str(&format!("Unresolved review thread {}{at}:\n", trust::one_line(&thread.id)));
             for comment in &thread.comments.nodes {
-                let who = comment.author.as_ref().map_or("someone", |a| a.login.as_str());
-                text.push_str(&format!("{who} wrote:\n{}\n", comment.body.trim_end()));
+                let who = trust::author_of(comment);
+                text.push_str(&trust::quoted(&format!("A review comment by {who}"), &comment.body));
             }
         }
         if !self.threads.is_empty() {
@@ -171,7 +185,7 @@ pub fn of_call(host: &Host, repairs: &Mutex<HashMap<String, Arc<Repair>>>, call:
         }
         active.message.meta.as_ref()?.get(META_KEY)?.get("repair")?.as_str()?.to_owned()
     };
-    repairs.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    lock(repairs).get(&id).cloned()
 }
 
 /// Numbers lines from `first` (1-based) as `N: text`.
@@ -196,20 +210,21 @@ impl Repair {
         self.jobs.iter().find(|j| j.evidence_id() == evidence)
     }
 
-    /// A job's log as lines, downloaded once per repair.
+    /// A job's log as lines, downloaded once per repair: reads that ask while it is on its way
+    /// wait for that download (a failed one is tried again by the next read).
     async fn log(&self, job: &FailedJob) -> Result<Arc<Vec<String>>, String> {
-        let id = job.evidence_id();
-        if let Some(lines) = self.evidence.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-            return Ok(lines.clone());
-        }
-        let text = self
-            .github
-            .job_log(job.job.id)
-            .await
-            .map_err(|e| format!("The log of job {} could not be read: {e}", job.job.id))?;
-        let lines = Arc::new(text.lines().map(str::to_owned).collect::<Vec<_>>());
-        self.evidence.lock().unwrap_or_else(|p| p.into_inner()).insert(id, lines.clone());
-        Ok(lines)
+        let cell = lock(&self.evidence).entry(job.evidence_id()).or_default().clone();
+        let lines = cell
+            .get_or_try_init(|| async {
+                let text = self
+                    .github
+                    .job_log(job.job.id)
+                    .await
+                    .map_err(|e| format!("The log of job {} could not be read: {e}", job.job.id))?;
+                Ok::<_, String>(Arc::new(text.lines().map(str::to_owned).collect::<Vec<_>>()))
+            })
+            .await?;
+        Ok(lines.clone())
     }
 
     /// `readAgentMergeCI`.
@@ -235,13 +250,13 @@ impl Repair {
             "tail" => {
                 let count = usize::try_from(number("lineCount", 100)).unwrap_or(100);
                 let start = total.saturating_sub(count);
-                json!({ "evidenceId": evidence, "mode": "tail", "startLine": start + 1, "endLine": total, "totalLines": total, "complete": true, "lines": numbered(&lines[start..], start + 1) })
+                json!({ "quoted": trust::LOG_RULE, "evidenceId": evidence, "mode": "tail", "startLine": start + 1, "endLine": total, "totalLines": total, "complete": true, "lines": numbered(&lines[start..], start + 1) })
             }
             "range" => {
                 let start = usize::try_from(number("startLine", 1)).unwrap_or(1).max(1);
                 let end = usize::try_from(number("endLine", (start + 99) as u64)).unwrap_or(start).min(total);
                 let shown = if start <= end { &lines[start - 1..end] } else { &[][..] };
-                json!({ "evidenceId": evidence, "mode": "range", "startLine": start, "endLine": end.max(start - 1), "totalLines": total, "lines": numbered(shown, start) })
+                json!({ "quoted": trust::LOG_RULE, "evidenceId": evidence, "mode": "range", "startLine": start, "endLine": end.max(start - 1), "totalLines": total, "lines": numbered(shown, start) })
             }
             _ => {
                 let query = input.get("query").and_then(Value::as_str).unwrap_or("").to_lowercase();
@@ -258,7 +273,7 @@ impl Repair {
                         json!({ "line": i + 1, "lines": numbered(&lines[a..b], a + 1) })
                     })
                     .collect();
-                json!({ "evidenceId": evidence, "mode": "search", "query": query, "totalLines": total, "matches": matches })
+                json!({ "quoted": trust::LOG_RULE, "evidenceId": evidence, "mode": "search", "query": query, "totalLines": total, "matches": matches })
             }
         };
         Ok(capped(answer))
@@ -287,6 +302,7 @@ impl Repair {
             return Err(format!("Job {id} is not one of this Agent Merge turn's failed jobs."));
         }
         Ok(capped(json!({
+            "quoted": trust::LOG_RULE,
             "pullRequest": self.pull, "headSha": self.head_sha, "failedChecks": self.checks, "jobs": jobs,
             "operations": ["tail: {mode: \"tail\", evidenceId}", "range: {mode: \"range\", evidenceId, startLine, endLine}", "search: {mode: \"search\", evidenceId, query}"],
         })))
@@ -301,7 +317,7 @@ impl Repair {
         if !self.jobs.iter().any(|j| j.job.run_id == run) {
             return Err(format!("Workflow run {run} is not one this Agent Merge turn may rerun: it is not a run of its failed required checks."));
         }
-        if !self.reruns.lock().unwrap_or_else(|p| p.into_inner()).insert(run) {
+        if !lock(&self.reruns).insert(run) {
             return Ok((None, format!("The rerun of workflow run {run} was already asked for in this turn. Do not repeat it; continue other work.")));
         }
         let current =

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::trust::Authors;
+use super::Settings;
 use crate::store::{AgentMergeOptions, AgentMergeRecord};
 
 /// `asked` over `current`: what a call names changes, what it omits stays.
@@ -54,15 +56,17 @@ impl InForce {
 
 /// The configuration in force for a folder, as VS Code answers it: whether (and on what branch)
 /// it is watching, and when it merges.
-pub fn configuration_of(record: &AgentMergeRecord, monitoring: &str, method: &str) -> Value {
+pub fn configuration_of(record: &AgentMergeRecord, monitoring: &str, settings: &Settings) -> Value {
     let o = InForce::of(&record.options);
+    let authors = Authors::describe(&settings.allowed_authors);
     let configuration = json!({
         "addressReviews": o.address_reviews,
         "fixCI": o.fix_ci,
         "resolveConflicts": o.resolve_conflicts,
         "mergePullRequest": o.merge_pull_request,
-        "mergeMethod": method,
+        "mergeMethod": settings.merge_method,
         "replyAttribution": true,
+        "reviewAuthors": authors,
     });
     if !record.enabled {
         return json!({ "enabled": false, "configuration": configuration, "monitoring": "disabled" });
@@ -121,8 +125,15 @@ mod tests {
 
     #[test]
     fn options_persist_and_merging_is_off_until_asked() {
-        let answer = configuration_of(&record(AgentMergeOptions::default()), "waitingForPullRequest", "squash");
+        let settings = Settings {
+            github: crate::github::Access::default(),
+            poll: std::time::Duration::from_secs(60),
+            merge_method: "squash".into(),
+            allowed_authors: vec!["Copilot".into()],
+        };
+        let answer = configuration_of(&record(AgentMergeOptions::default()), "waitingForPullRequest", &settings);
         assert_eq!(answer["configuration"]["mergePullRequest"], "never");
+        assert_eq!(answer["configuration"]["reviewAuthors"]["allowed"], json!(["Copilot"]));
         let asked = AgentMergeOptions { merge_pull_request: Some("always".into()), ..Default::default() };
         let later = merged(
             &merged(&AgentMergeOptions::default(), &asked),

@@ -1,33 +1,42 @@
 //! One watch per folder Agent Merge is on for: a tracked task that finds the pull request of the
 //! folder's branch on its GitHub `origin` and follows it, polling with conditional requests every
-//! `agentMergePollMs`, backing off on errors (doubling, up to fifteen minutes; as long as GitHub
-//! says when its rate limit is spent), and stopping the moment the folder is turned off or its
-//! session deleted (every wait and every request selects on its cancellation).
+//! `agentMergePollMs` on the host's clock, backing off on errors (doubling, up to fifteen minutes),
+//! waiting out a spent rate limit until GitHub says it resets, asking nothing while GitHub refuses
+//! the token or shows it no repository until that changes (`monitoring.rs`), and stopping the
+//! moment the folder is turned off or its session deleted (every wait and every request selects on
+//! its cancellation).
 //!
-//! What it finds, it acts on: a failed check or an unresolved review thread it has not asked
-//! about begins a repair turn in the folder's chat (`repair.rs`), acting for the person who turned
-//! Agent Merge on; a deferred rerun is made once its run's attempt ends; a pull request whose
-//! checks passed and that GitHub says may merge is merged (when the folder says so), and a
-//! refusal is told to the chat in GitHub's words.
+//! What it finds, it acts on: a failed check or an unresolved review thread by somebody it acts on
+//! (`trust.rs`) that it has not asked about begins a repair turn in the folder's chat
+//! (`repair.rs`), acting for the person who turned Agent Merge on; a thread by anybody else is
+//! left alone and the chat told so, once; a deferred rerun is made once its run's attempt ends; a
+//! pull request whose checks passed and that GitHub says may merge is merged (when the folder says
+//! so), a refusal is told to the chat in GitHub's words and asked again once the pull request
+//! changes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runner::sync::lock;
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use std::collections::HashSet;
-
 use ahp_types::state::{Message, MessageKind, MessageOrigin};
 
-use super::github::{ApiError, GitHub, PullRequest, ReviewThread};
-use super::remote::Remote;
+pub use super::monitoring::Monitoring;
+
+use super::github::{ApiError, CheckRun, GitHub, PullRequest, Reset, ReviewThread};
+use super::monitoring::{stopped_line, stuck_line, STUCK_AFTER, TRIES_AGAIN};
 use super::repair::{Deferred, FailedJob, Repair};
 use super::settings::InForce;
-use super::{token, Settings};
-use crate::host::facade::WeakHost;
+use super::{origin, trust, Settings, WHO};
+use crate::clock::{Clock, Millis};
+use crate::github::Remote;
+use crate::github::Token;
+use crate::host::facade::{host_turn, Sender, WeakHost};
 use crate::host::Host;
 use crate::store::AgentMergeRecord;
 
@@ -42,40 +51,6 @@ const MOST_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
 /// A folder's watch, by (session, folder).
 pub type Key = (String, String);
-
-/// What a watch is doing, as the tool and `ahpd status` say it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Monitoring {
-    /// No open pull request for the branch yet.
-    WaitingForPullRequest,
-    /// Following this pull request.
-    PullRequest(u64),
-    /// The last try failed; trying again later.
-    BackingOff(String),
-    /// Stopped after a repair turn whose reply landed in the person's pending review; turning
-    /// Agent Merge on again (or a restart) watches again.
-    StoppedForPendingReview,
-}
-
-impl Monitoring {
-    /// The pull request it follows.
-    pub fn pull(&self) -> Option<u64> {
-        match self {
-            Self::PullRequest(number) => Some(*number),
-            _ => None,
-        }
-    }
-
-    /// The word for it.
-    pub fn word(&self) -> &'static str {
-        match self {
-            Self::WaitingForPullRequest => "waitingForPullRequest",
-            Self::PullRequest(_) => "monitoringPullRequest",
-            Self::BackingOff(_) => "backingOff",
-            Self::StoppedForPendingReview => "stoppedForPendingReview",
-        }
-    }
-}
 
 struct Running {
     cancel: CancellationToken,
@@ -93,6 +68,9 @@ pub struct Shared {
     /// The review comments its repair turns posted: a thread whose newest comment is one of
     /// them waits for somebody else.
     pub replied: Mutex<HashSet<String>>,
+    /// The threads (by session) a repair turn's reply is on its way to: the watch leaves them be
+    /// until the reply's comment is in `replied`.
+    pub replying: Mutex<HashSet<(String, String)>>,
     /// Folders whose watch stops once this (chat, turn) ends: a reply of that repair turn landed
     /// in the person's pending review.
     pub stop_after: Mutex<HashMap<Key, (String, String)>>,
@@ -106,17 +84,21 @@ pub struct Watches {
     pub shared: Arc<Shared>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Watches {
-    /// Starts the watch of a folder that is on, unless one runs.
+    /// Starts the watch of a folder that is on, unless one runs (one that stopped asking GitHub
+    /// after a refusal starts again: it was turned on again).
     pub fn start(&self, host: &Host, settings: &Settings, record: &AgentMergeRecord) {
         let key = (record.session.clone(), record.folder.clone());
+        // Read before the watches' lock: the host's lock is taken before it elsewhere
+        // (`stop_session` runs under the host's lock).
+        let clock = host.lock().clock().clone();
         let mut running = lock(&self.running);
-        if running.get(&key).is_some_and(|r| !*r.stopped.borrow()) {
-            return;
+        if let Some(current) = running.get(&key).filter(|r| !*r.stopped.borrow()) {
+            if !lock(&current.monitoring).parked() {
+                return;
+            }
+            // Turned on again while GitHub refused it: it asks again now.
+            current.cancel.cancel();
         }
         // Turned on again after a pending review stopped it: it watches on.
         lock(&self.shared.stop_after).remove(&key);
@@ -127,6 +109,8 @@ impl Watches {
             key: key.clone(),
             folder: PathBuf::from(&record.folder),
             settings: settings.clone(),
+            authors: trust::Authors::new(&settings.allowed_authors),
+            clock,
             host: host.downgrade(),
             cancel: cancel.clone(),
             monitoring: monitoring.clone(),
@@ -170,54 +154,128 @@ struct Watch {
     key: Key,
     folder: PathBuf,
     settings: Settings,
+    /// Whose review comments it acts on.
+    authors: trust::Authors,
+    /// The host's clock: every wait is on it (a test moves it).
+    clock: Clock,
     host: WeakHost,
     cancel: CancellationToken,
     monitoring: Arc<Mutex<Monitoring>>,
     shared: Arc<Shared>,
     /// What it has acted on already: `check:<sha>:<id>`, `thread:<id>:<last comment>`,
-    /// `merge:<sha>`, `repaired:<pull>`.
+    /// `left:<thread>`, `merge:<sha>:<what GitHub showed>`, `repaired:<pull>`.
     asked: Mutex<HashSet<String>>,
+}
+
+/// What a watch stopped for a refusal waits to see change before it asks GitHub again.
+struct Parked {
+    /// The token GitHub refused (or showed no repository).
+    token: Option<Token>,
+    /// The folder's remote then.
+    remote: Option<Remote>,
+}
+
+/// Where the watch's loop stands between looks.
+#[derive(Default)]
+struct Loop {
+    github: Option<Arc<GitHub>>,
+    /// Failed looks in a row.
+    failures: u32,
+    /// Stopped for a refusal, until a setting changes.
+    parked: Option<Parked>,
 }
 
 impl Watch {
     async fn run(self) {
-        let mut github: Option<Arc<GitHub>> = None;
-        let mut failures: u32 = 0;
-        let mut wait = Duration::ZERO;
+        let mut state = Loop::default();
+        let mut next = self.clock.now();
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                _ = tokio::time::sleep(wait) => {}
+                _ = self.clock.sleep_until(next) => {}
+            }
+            if let Some(parked) = &state.parked {
+                let changed = tokio::select! {
+                    _ = self.cancel.cancelled() => break,
+                    changed = self.changed_since(parked) => changed,
+                };
+                if !changed {
+                    next = self.after(self.settings.poll);
+                    continue;
+                }
+                tracing::info!(folder = %self.key.1, "agent merge: the token or the remote changed; asking GitHub again");
+                state = Loop::default();
             }
             let outcome = tokio::select! {
                 _ = self.cancel.cancelled() => break,
-                outcome = self.round(&mut github) => outcome,
+                outcome = self.round(&mut state.github) => outcome,
             };
-            wait = match outcome {
+            next = match outcome {
                 Ok(Some(())) => {
-                    failures = 0;
-                    self.settings.poll
+                    state.failures = 0;
+                    self.after(self.settings.poll)
                 }
                 Ok(None) => break,
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    if matches!(e, ApiError::Refused { status: 401, .. }) {
-                        // The token may have changed: it is read again.
-                        github = None;
-                    }
-                    let doubled = self.settings.poll.saturating_mul(2u32.saturating_pow(failures.min(16)));
-                    let wait = match &e {
-                        ApiError::RateLimited(until) => doubled.max(*until),
-                        _ => doubled,
-                    }
-                    .min(MOST_BACKOFF);
-                    tracing::warn!(folder = %self.key.1, "agent merge: {e}; trying again in {} ms", wait.as_millis());
-                    *lock(&self.monitoring) = Monitoring::BackingOff(e.to_string());
-                    wait
-                }
+                Err(e) => self.failed(e, &mut state).await,
             };
         }
         tracing::info!(folder = %self.key.1, session = %self.key.0, "agent merge: stopped watching");
+    }
+
+    /// The host's clock `wait` from now.
+    fn after(&self, wait: Duration) -> Millis {
+        self.clock.now().saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// After a failed look: stops asking for a refused token or a missing repository (said once
+    /// in the chat), waits out a spent rate limit, else backs off (said in the chat once the watch
+    /// has failed [`STUCK_AFTER`] looks in a row). Answers when to look next.
+    async fn failed(&self, e: ApiError, state: &mut Loop) -> Millis {
+        let repository = match &state.github {
+            Some(github) => github.full_name(),
+            None => "of the folder's origin".to_owned(),
+        };
+        if let Some(stop) = Monitoring::stop_for(&e, &repository) {
+            tracing::warn!(folder = %self.key.1, "agent merge: {e}; asking nothing until the token or the remote changes");
+            let token = state.github.take().map(|g| g.token().clone());
+            state.parked = Some(Parked { token, remote: origin(&self.folder).await.ok() });
+            let reason = stop.reason().unwrap_or_default().to_owned();
+            self.set(stop);
+            self.tell(stopped_line(&self.key.1, &reason));
+            return self.after(self.settings.poll);
+        }
+        if let ApiError::RateLimited(reset) = &e {
+            let retry_at = match reset {
+                Reset::After(wait) => self.after(*wait),
+                Reset::At(epoch) => epoch.saturating_mul(1000).max(self.clock.now()),
+            };
+            tracing::warn!(folder = %self.key.1, "agent merge: {e}; waiting until {}", crate::clock::iso(retry_at));
+            self.set(Monitoring::WaitingForRateLimit { reason: e.to_string(), retry_at });
+            return retry_at;
+        }
+        state.failures = state.failures.saturating_add(1);
+        let wait = self.settings.poll.saturating_mul(2u32.saturating_pow(state.failures.min(16))).min(MOST_BACKOFF);
+        tracing::warn!(folder = %self.key.1, "agent merge: {e}; trying again in {} ms", wait.as_millis());
+        let retry_at = self.after(wait);
+        self.set(Monitoring::BackingOff { reason: e.to_string(), retry_at });
+        if state.failures == STUCK_AFTER {
+            self.tell(stuck_line(&self.key.1, &e));
+        }
+        retry_at
+    }
+
+    /// Whether the token or the folder's remote differ from when GitHub refused them (read here,
+    /// asking GitHub nothing).
+    async fn changed_since(&self, parked: &Parked) -> bool {
+        let remote = origin(&self.folder).await.ok();
+        if remote != parked.remote {
+            return true;
+        }
+        let Some(remote) = remote else { return false };
+        match self.settings.github.token(WHO, &remote.host, &self.folder).await {
+            Ok(token) => parked.token.as_ref() != Some(&token),
+            Err(_) => false,
+        }
     }
 
     /// The folder's record as kept now; `None` once it is off or gone.
@@ -264,9 +322,9 @@ impl Watch {
     /// The client for the folder's remote, with the token read now.
     async fn client(&self) -> Result<GitHub, ApiError> {
         let refused = |message: String| ApiError::Refused { status: 0, message };
-        let remote = Remote::of(&self.folder).await.map_err(refused)?;
-        let token = token::token(self.settings.token.as_ref(), &remote.host, &self.folder).await.map_err(refused)?;
-        GitHub::new(&remote, &remote.api_base(self.settings.api_url.as_deref()), token)
+        let remote = origin(&self.folder).await.map_err(refused)?;
+        let token = self.settings.github.token(WHO, &remote.host, &self.folder).await.map_err(refused)?;
+        GitHub::new(&remote, &remote.api_base(self.settings.github.api_url.as_deref()), token)
     }
 
     /// Follows what the folder's options ask: the head's checks, the review threads; begins a
@@ -282,34 +340,40 @@ impl Watch {
         let sha = pull.head.sha.as_str();
         let merges = in_force.merge_pull_request != "never";
         let checks = if in_force.fix_ci || merges { github.check_runs(sha).await? } else { Vec::new() };
-        let threads: Vec<ReviewThread> = if in_force.address_reviews || merges {
+        let unresolved: Vec<ReviewThread> = if in_force.address_reviews || merges {
             github.review_threads(pull.number).await?.into_iter().filter(|t| !t.is_resolved).collect()
         } else {
             Vec::new()
         };
+        let threads = self.acted_on(&unresolved, in_force.address_reviews);
         self.deferred_reruns(github, sha, in_force.fix_ci).await?;
-        let mut failed: Vec<_> = checks
-            .iter()
-            .filter(|c| c.failed())
-            .filter(|c| in_force.fix_ci && self.first_time(format!("check:{sha}:{}", c.id)))
-            .collect();
+        // What is new is marked asked only once everything the repair needs was read: a look cut
+        // short (an outage, a spent rate limit) asks about it again at the next.
+        let check_key = |c: &CheckRun| format!("check:{sha}:{}", c.id);
+        let fresh: Vec<&CheckRun> =
+            checks.iter().filter(|c| in_force.fix_ci && c.failed() && !self.seen(&check_key(c))).collect();
+        let mut failed = fresh.clone();
         if !failed.is_empty() {
             // Only the checks branch protection requires are Agent Merge's to fix; when GitHub
             // cannot say which those are, every failed one is.
             match github.required_checks(pull.number).await {
                 Ok(required) => failed.retain(|c| required.contains(&c.id)),
+                Err(e @ ApiError::RateLimited(_)) => return Err(e),
                 Err(e) => {
                     tracing::warn!(folder = %self.key.1, "agent merge: which checks are required is unknown ({e}); every failed check counts")
                 }
             }
         }
+        let thread_key = |t: &ReviewThread| {
+            format!("thread:{}:{}", t.id, t.comments.nodes.last().map(|c| c.id.as_str()).unwrap_or(""))
+        };
+        let replied = |t: &ReviewThread| {
+            lock(&self.shared.replying).contains(&(self.key.0.clone(), t.id.clone()))
+                || t.comments.nodes.last().is_some_and(|c| lock(&self.shared.replied).contains(&c.id))
+        };
         let new_threads: Vec<ReviewThread> = threads
             .iter()
-            .filter(|_| in_force.address_reviews)
-            .filter(|t| {
-                let last = t.comments.nodes.last().map(|c| c.id.as_str()).unwrap_or("");
-                !lock(&self.shared.replied).contains(last) && self.first_time(format!("thread:{}:{last}", t.id))
-            })
+            .filter(|t| in_force.address_reviews && !replied(t) && !self.seen(&thread_key(t)))
             .cloned()
             .collect();
         // A conflict with the base (or a branch behind it) is asked about once per head.
@@ -317,48 +381,106 @@ impl Watch {
             .mergeable_state
             .clone()
             .filter(|state| in_force.resolve_conflicts && matches!(state.as_str(), "dirty" | "behind"))
-            .filter(|state| self.first_time(format!("conflict:{sha}:{state}")));
+            .filter(|state| !self.seen(&format!("conflict:{sha}:{state}")));
         if !failed.is_empty() || !new_threads.is_empty() || conflict.is_some() {
             let names: Vec<String> = failed.iter().map(|c| c.name.clone()).collect();
-            let excerpts: Vec<String> =
-                failed.iter().filter_map(|c| c.output.as_ref().and_then(|o| o.summary.clone())).collect();
+            let summaries: Vec<(String, String)> = failed
+                .iter()
+                .filter_map(|c| c.output.as_ref().and_then(|o| o.summary.clone()).map(|s| (c.name.clone(), s)))
+                .collect();
             let jobs = if failed.is_empty() { Vec::new() } else { failed_jobs(github, sha, &names).await? };
+            let asked = fresh.iter().map(|c| check_key(c)).chain(new_threads.iter().map(thread_key));
+            for what in asked.chain(conflict.iter().map(|state| format!("conflict:{sha}:{state}"))).collect::<Vec<_>>()
+            {
+                self.first_time(what);
+            }
             let mut repair =
                 Repair::new(&self.key.0, &self.key.1, github.clone(), pull.number, sha, names, jobs, new_threads);
             repair.conflict = conflict;
-            self.begin_repair(host, record, repair, &excerpts);
+            self.begin_repair(host, record, repair, &summaries);
             return Ok(());
+        }
+        // Failed checks that are not required are asked about once, too.
+        for check in fresh {
+            self.first_time(check_key(check));
         }
         let green = !checks.is_empty() && checks.iter().all(|c| c.passed());
         let unchanged = !lock(&self.asked).contains(&format!("repaired:{}", pull.number));
         let wanted =
             in_force.merge_pull_request == "always" || (in_force.merge_pull_request == "ifUnchanged" && unchanged);
+        // Asked once for what GitHub shows now: a refusal is asked again once the pull request
+        // changes (a push, a review) or its checks do.
         if wanted
             && green
             && threads.is_empty()
             && pull.mergeable_state.as_deref() == Some("clean")
-            && self.first_time(format!("merge:{sha}"))
+            && self.first_time(format!("merge:{sha}:{}", shown(pull, &checks)))
         {
-            self.merge(host, github, record, pull).await;
+            self.merge(github, pull).await;
         }
         Ok(())
     }
 
+    /// The unresolved threads with only the comments of people it acts on (`trust.rs`); a thread
+    /// with none of theirs is left alone, and the chat told so once while it addresses reviews.
+    fn acted_on(&self, unresolved: &[ReviewThread], address_reviews: bool) -> Vec<ReviewThread> {
+        let mut threads = Vec::new();
+        for thread in unresolved {
+            match self.authors.sift(thread) {
+                Some(sifted) => threads.push(sifted),
+                None if address_reviews && self.first_time(format!("left:{}", thread.id)) => {
+                    self.tell(left_alone_line(thread));
+                }
+                None => {}
+            }
+        }
+        threads
+    }
+
     /// What the watch does now, told to the session's clients when it changed.
     fn now(&self, host: &Host, record: &AgentMergeRecord, monitoring: Monitoring) {
-        let changed = {
+        {
             let mut now = lock(&self.monitoring);
-            let changed = *now != monitoring;
-            *now = monitoring;
-            changed
-        };
-        if changed {
-            let (word, pull) = {
-                let now = lock(&self.monitoring);
-                (now.word(), now.pull())
-            };
-            super::status::publish(&mut host.lock(), record, word, pull);
+            if *now == monitoring {
+                return;
+            }
+            *now = monitoring.clone();
         }
+        super::status::publish(&mut host.lock(), record, &monitoring);
+    }
+
+    /// [`Self::now`] with the folder's record as kept, while the host and the record are there.
+    fn set(&self, monitoring: Monitoring) {
+        let Some(host) = self.host.upgrade() else { return };
+        match self.record(&host) {
+            Some(record) => self.now(&host, &record, monitoring),
+            None => *lock(&self.monitoring) = monitoring,
+        }
+    }
+
+    /// Tells the folder's chat `text`, as a turn of its own (its agent reads it, and the person).
+    fn tell(&self, text: String) {
+        let Some(host) = self.host.upgrade() else { return };
+        let Some(record) = self.record(&host) else { return };
+        let Some(chat) = record.chat.clone() else { return };
+        let message = Message {
+            text,
+            origin: MessageOrigin { kind: MessageKind::Agent },
+            attachments: None,
+            model: None,
+            agent: None,
+            meta: None,
+        };
+        let mut core = host.lock();
+        let sender = Sender::Scheduled { person: record.enabled_by.clone() };
+        if let Err(why) = host.deliver(&mut core, &chat, host_turn(message, None), sender) {
+            tracing::warn!(chat = %chat, "agent merge: the chat could not be told: {why}");
+        }
+    }
+
+    /// Whether `what` was acted on already.
+    fn seen(&self, what: &str) -> bool {
+        lock(&self.asked).contains(what)
     }
 
     /// True the first time `what` is seen; kept with the folder's record, so a restart does not
@@ -383,13 +505,13 @@ impl Watch {
 
     /// Begins (or queues) the repair turn in the folder's chat, as the person who turned Agent
     /// Merge on.
-    fn begin_repair(&self, host: &Host, record: &AgentMergeRecord, repair: Repair, excerpts: &[String]) {
+    fn begin_repair(&self, host: &Host, record: &AgentMergeRecord, repair: Repair, summaries: &[(String, String)]) {
         let Some(chat) = record.chat.clone() else {
             tracing::warn!(folder = %self.key.1, "agent merge: no chat to begin a repair turn in");
             return;
         };
         self.first_time(format!("repaired:{}", repair.pull));
-        let message = repair.message(excerpts);
+        let message = repair.message(summaries);
         let repair = Arc::new(repair);
         {
             let mut repairs = lock(&self.shared.repairs);
@@ -404,7 +526,8 @@ impl Watch {
             repairs.insert(repair.id.clone(), repair.clone());
         }
         let mut core = host.lock();
-        match host.begin_host_turn(&mut core, &chat, message, record.enabled_by.clone()) {
+        let sender = Sender::Scheduled { person: record.enabled_by.clone() };
+        match host.deliver(&mut core, &chat, host_turn(message, None), sender) {
             Ok(how) => tracing::info!(chat = %chat, pull = repair.pull, "agent merge: a repair turn: {how:?}"),
             Err(why) => {
                 tracing::warn!(chat = %chat, "agent merge: the repair turn could not begin: {why}");
@@ -433,33 +556,49 @@ impl Watch {
         Ok(())
     }
 
-    /// Merges with the configured method; a refusal is told to the chat in GitHub's words.
-    async fn merge(&self, host: &Host, github: &GitHub, record: &AgentMergeRecord, pull: &PullRequest) {
+    /// Merges with the configured method; what came of it is told to the chat, a refusal in
+    /// GitHub's words with what makes Agent Merge try again.
+    async fn merge(&self, github: &GitHub, pull: &PullRequest) {
         let method = self.settings.merge_method.as_str();
+        let refused = |said: &dyn std::fmt::Display| {
+            format!("Agent Merge could not merge pull request #{}. GitHub said: {said}\n{TRIES_AGAIN}", pull.number)
+        };
         let said = match github.merge(pull.number, &pull.head.sha, method).await {
             Ok(merged) if merged.merged => {
                 tracing::info!(pull = pull.number, "agent merge: merged ({method})");
                 format!("Agent Merge merged pull request #{} ({method}): {}", pull.number, merged.message)
             }
-            Ok(merged) => {
-                format!("Agent Merge could not merge pull request #{}. GitHub said: {}", pull.number, merged.message)
-            }
-            Err(e) => format!("Agent Merge could not merge pull request #{}. GitHub said: {e}", pull.number),
+            Ok(merged) => refused(&merged.message),
+            Err(e) => refused(&e),
         };
-        let Some(chat) = record.chat.clone() else { return };
-        let message = Message {
-            text: said,
-            origin: MessageOrigin { kind: MessageKind::Agent },
-            attachments: None,
-            model: None,
-            agent: None,
-            meta: None,
-        };
-        let mut core = host.lock();
-        if let Err(why) = host.begin_host_turn(&mut core, &chat, message, record.enabled_by.clone()) {
-            tracing::warn!(chat = %chat, "agent merge: the chat could not be told of the merge: {why}");
-        }
+        self.tell(said);
     }
+}
+
+/// What GitHub shows of a pull request that a merge depends on (when it last changed, whether it
+/// may merge, its head's checks), as a short digest: a merge refused is asked again when it differs.
+fn shown(pull: &PullRequest, checks: &[CheckRun]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(pull.updated_at.as_deref().unwrap_or_default());
+    hasher.update([0]);
+    hasher.update(pull.mergeable_state.as_deref().unwrap_or_default());
+    let mut runs: Vec<String> =
+        checks.iter().map(|c| format!("{}:{}:{}", c.id, c.status, c.conclusion.as_deref().unwrap_or(""))).collect();
+    runs.sort();
+    for run in runs {
+        hasher.update([0]);
+        hasher.update(run);
+    }
+    hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The chat's line for a thread nobody it acts on wrote in.
+fn left_alone_line(thread: &ReviewThread) -> String {
+    format!(
+        "Agent Merge left review thread {} (opened by {}) alone: it acts only on review comments by the repository's owners, members and collaborators, or by authors named in agentMergeAllowedAuthors. Resolve it or answer it yourself.",
+        trust::one_line(&thread.id),
+        trust::opened_by(thread)
+    )
 }
 
 /// The failed jobs of the head's workflow runs behind the failed checks (a check run of GitHub

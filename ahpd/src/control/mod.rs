@@ -42,6 +42,16 @@ pub enum Request {
     /// The connection token a client presents, for the client verbs of the person who runs the
     /// daemon (the socket is theirs alone, as the token's file is); never written down.
     Token,
+    /// `ahpd store check` of the store this daemon runs on: checked by the daemon, the one
+    /// process that may open it while it runs (`store/mod.rs`).
+    StoreCheck,
+    /// `ahpd store backup` while this daemon runs: taken by the daemon into `to`, or into its
+    /// backups folder keeping the newest `storeBackups`.
+    StoreBackup {
+        /// The file to write (one that does not exist yet).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<PathBuf>,
+    },
 }
 
 /// The answer to a request.
@@ -61,6 +71,22 @@ pub struct Reply {
     /// The answer to `token`: the token, when the daemon has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The answer to `storeCheck`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<Checked>,
+    /// The answer to `storeBackup`: the backup's file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<PathBuf>,
+}
+
+/// What a check of the store found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Checked {
+    /// What is wrong; empty when it is sound.
+    pub problems: Vec<String>,
+    /// Sessions, chats and turns it holds (counted when it is sound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<(i64, i64, i64)>,
 }
 
 impl Reply {
@@ -122,6 +148,9 @@ pub struct Status {
     /// The folders Agent Merge is on for.
     #[serde(default)]
     pub agent_merge: Vec<crate::agentmerge::FolderStatus>,
+    /// Each confined session's box (`sandbox`, with what it reaches) and the computers it made.
+    #[serde(default)]
+    pub boxes: Vec<serde_json::Value>,
 }
 
 /// One agent a daemon offers, as its backend table and config made it.

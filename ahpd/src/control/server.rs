@@ -128,6 +128,7 @@ impl Facts {
     }
 
     fn status(&self, host: &Host) -> Status {
+        let boxes = boxes(host);
         Status {
             pid: std::process::id(),
             url: self.url(),
@@ -150,6 +151,7 @@ impl Facts {
                 let feature = host.agent_merge();
                 crate::agentmerge::status(&host.lock(), feature.as_deref())
             },
+            boxes,
         }
     }
 
@@ -166,6 +168,22 @@ impl Facts {
                 .collect(),
         }
     }
+}
+
+/// Each confined session's box, as `ahpd status` shows it (taken before anything else locks the
+/// host for the status).
+fn boxes(host: &Host) -> Vec<serde_json::Value> {
+    let core = host.lock();
+    let mut boxes: Vec<serde_json::Value> = core
+        .session_states()
+        .filter_map(|(session, _)| {
+            let mut described = core.box_of(session)?;
+            described["session"] = serde_json::Value::from(session.as_str());
+            Some(described)
+        })
+        .collect();
+    boxes.sort_by_key(|b| b["session"].as_str().map(str::to_owned));
+    boxes
 }
 
 /// Why the control socket could not be claimed.
@@ -254,7 +272,7 @@ async fn connection(stream: LocalSocketStream, host: Host, facts: Arc<Facts>, ca
             line = tokio::time::timeout(IDLE, lines.next()) => line,
         };
         let Ok(Some(Ok(line))) = line else { break };
-        let (reply, stop) = answer(&line, &host, &facts);
+        let (reply, stop) = answer(&line, &host, &facts).await;
         let text = serde_json::to_string(&reply).unwrap_or_else(|_| r#"{"ok":false}"#.to_owned());
         if let Err(e) = out.send(text).await {
             tracing::debug!("control socket: could not answer: {e}");
@@ -269,13 +287,18 @@ async fn connection(stream: LocalSocketStream, host: Host, facts: Arc<Facts>, ca
 }
 
 /// The reply to one request line, and whether the daemon stops now.
-fn answer(line: &str, host: &Host, facts: &Facts) -> (Reply, bool) {
+async fn answer(line: &str, host: &Host, facts: &Facts) -> (Reply, bool) {
     let request = match serde_json::from_str::<Request>(line) {
         Ok(request) => request,
         Err(e) => return (Reply::refused(format!("not a control request: {e}")), false),
     };
     match request {
-        Request::Status => (Reply { ok: true, status: Some(facts.status(host)), ..Reply::default() }, false),
+        Request::Status => {
+            let mut status = facts.status(host);
+            // The containers' memory and CPU, asked of their engine once the host is let go.
+            crate::confine::container::add_usage(&mut status.boxes).await;
+            (Reply { ok: true, status: Some(status), ..Reply::default() }, false)
+        }
         Request::Stop { unless_busy } => {
             if unless_busy {
                 if let Some(why) = busy(host) {
@@ -302,6 +325,41 @@ fn answer(line: &str, host: &Host, facts: &Facts) -> (Reply, bool) {
             }
             (Reply { ok: true, line: Some(facts.line()), ..Reply::default() }, false)
         }
+        Request::StoreCheck => (store_check(facts.paths.store()).await, false),
+        Request::StoreBackup { to } => (store_backup(facts, to).await, false),
+    }
+}
+
+/// The store checked as `ahpd store check` checks it, on a blocking thread with a connection of
+/// its own (beside the host's, never under its lock).
+async fn store_check(store: PathBuf) -> Reply {
+    use crate::store::recovery;
+    let checked = tokio::task::spawn_blocking(move || {
+        let problems = recovery::check(&store, recovery::Depth::Full).map_err(|e| e.to_string())?;
+        let counts = if problems.is_empty() { recovery::counts(&store).ok() } else { None };
+        Ok::<_, String>(super::Checked { problems, counts })
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    match checked {
+        Ok(checked) => Reply { ok: true, checked: Some(checked), ..Reply::default() },
+        Err(why) => Reply::refused(why),
+    }
+}
+
+/// A backup taken now, as `ahpd store backup` takes one, on a blocking thread.
+async fn store_backup(facts: &Facts, to: Option<PathBuf>) -> Reply {
+    let store = facts.paths.store();
+    let folder = crate::store::backup::folder(&facts.paths.data_dir);
+    let keep = facts.config.get("storeBackups").and_then(serde_json::Value::as_u64).unwrap_or(1);
+    let keep = usize::try_from(keep).unwrap_or(1);
+    let taken =
+        tokio::task::spawn_blocking(move || crate::store::backup::take_now(&store, &folder, keep, to.as_deref()))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+    match taken {
+        Ok(file) => Reply { ok: true, backup: Some(file), ..Reply::default() },
+        Err(why) => Reply::refused(why),
     }
 }
 

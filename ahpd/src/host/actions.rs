@@ -4,15 +4,13 @@
 //! A refused action comes back to its sender with `rejectionReason` and changes nothing. An
 //! action for a channel that does not exist is ignored, as the spec says.
 
-use ahp_types::actions::{
-    ActionOrigin, ChatPendingMessageRemovedAction, ChatPendingMessageSetAction, ChatToolCallConfirmedAction,
-    StateAction,
-};
+use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatToolCallConfirmedAction, StateAction};
 use ahp_types::state::{ChatState, MessageKind, PendingMessageKind, ResponsePart, ToolCallState};
 use serde_json::Value;
 
 use super::clients::tool_call_id_of;
 use super::core::{action_type, channel_kind, ChannelKind, Committed};
+use super::deliver::Sender;
 use super::driver::Op;
 use super::requests::ConnState;
 use super::{Core, Host};
@@ -139,8 +137,8 @@ enum Then {
     Stop(String),
     /// A queued message arrived: start it if the chat is free.
     StartQueued,
-    /// A client's turn met a turn no client started (named): its message is queued behind it.
-    QueueBehind(String),
+    /// A client's turn: delivered (`deliver.rs`), started or queued there.
+    Deliver,
     /// A steering message arrived: hand it to the running turn.
     Steer,
     /// A session config change: hand each key to every chat's backend.
@@ -167,6 +165,9 @@ enum Then {
     Toggled(Vec<String>),
     /// A client asked to start (true) or stop an MCP server.
     McpServer(String, bool),
+    /// A client's request to the automations feature (create, update, remove, cancel a run),
+    /// checked by it already: it acts on it once the request is said.
+    Automation,
 }
 
 impl Host {
@@ -247,41 +248,40 @@ impl Host {
         origin: ActionOrigin,
         then: Then,
     ) {
-        // Who sent a turn or left a message is what its tool calls may do (seed 000 "Grants").
-        let sent = match &action {
-            StateAction::ChatTurnStarted(start) => Some(start.turn_id.clone()),
-            StateAction::ChatPendingMessageSet(pending) => Some(pending.id.clone()),
-            _ => None,
-        };
-        if let (Some(id), Some(sender)) = (sent, conn.principal.as_sender()) {
-            core.note_sender(channel, &id, sender);
-        }
-        if let (Then::QueueBehind(running), StateAction::ChatTurnStarted(start)) = (&then, &action) {
-            let queued = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction {
-                kind: PendingMessageKind::Queued,
-                id: start.turn_id.clone(),
-                message: start.message.clone(),
-            });
-            let reason = queued_behind(running, &start.turn_id);
-            core.ch.reject(conn.id, channel, &action, origin, &reason);
-            core.apply(channel, queued, None, None);
-            return;
-        }
         if let StateAction::ChatTurnStarted(start) = action {
             // A client's turn: said as the client sent it, with its origin, then handed to the
-            // backend by the turn engine.
-            core.start_turn(channel, start, Some((conn.id, origin)));
+            // backend by the turn engine, or queued (`deliver.rs`).
+            let sender = Sender::Client { conn: conn.id, origin: origin.clone(), person: conn.principal.as_sender() };
+            if let Err(reason) = core.deliver(channel, start.clone(), sender) {
+                core.ch.reject(conn.id, channel, &StateAction::ChatTurnStarted(start), origin, &reason);
+            }
             return;
+        }
+        // Who left a message is what the tool calls of its turn may do (seed 000 "Grants").
+        if let (StateAction::ChatPendingMessageSet(pending), Some(sender)) = (&action, conn.principal.as_sender()) {
+            core.note_sender(channel, &pending.id, sender);
         }
         if matches!(then, Then::Stop(_)) {
             self.drop_pending(core, channel);
         }
+        // The automations feature acts on the request as it was said.
+        let echoed = if matches!(then, Then::Automation) { Some(action.clone()) } else { None };
+        let decided = match &action {
+            StateAction::ChatToolCallConfirmed(a) => Some((a.tool_call_id.clone(), a.approved)),
+            _ => None,
+        };
         let committed = core.apply(channel, action, Some(origin), Some(conn.id));
         if !matches!(committed, Committed::Sent { .. }) {
             return;
         }
+        let echoed = echoed.unwrap_or(StateAction::Unknown(Value::Null));
+        if let Some((tool_call_id, approved)) = decided {
+            // A person's decision: a call the host holds goes on (or not), and an allowed one
+            // is not held again when it reaches the session's endpoint.
+            core.questions.decided(channel, &tool_call_id, approved);
+        }
         match then {
-            Then::Nothing | Then::QueueBehind(_) => {}
+            Then::Nothing | Then::Deliver => {}
             Then::HostAnswer(completed) => core.questions.answer(channel, &completed),
             Then::StartQueued => core.start_next(channel),
             Then::Steer => {
@@ -292,7 +292,7 @@ impl Host {
             Then::RootConfig(live, restart) => self.root_config_pushed(core, live, restart),
             Then::ClientCompleted(id, result) => self.client_completed(core, channel, &id, &result),
             Then::Reviewed(files, reviewed) => {
-                let event = super::facade::Event::Reviewed { changeset: channel.to_owned(), files, reviewed };
+                let event = super::ports::Event::Reviewed { changeset: channel.to_owned(), files, reviewed };
                 core.workspaces.clone().event(core, event);
             }
             Then::Backend(op) => core.to_backend(channel, op),
@@ -317,6 +317,11 @@ impl Host {
             }
             Then::Toggled(before) => self.rules_toggled(core, channel, &before),
             Then::McpServer(id, run) => self.mcp_server_requested(core, channel, &id, run),
+            Then::Automation => {
+                if let Some(feature) = core.automations.clone() {
+                    feature.accepted(self, core, &conn.principal, channel, &echoed);
+                }
+            }
             Then::Config(changes) => {
                 let chats: Vec<String> = core.backend_chats_of(channel);
                 for chat in chats {
@@ -347,20 +352,6 @@ impl Host {
     }
 }
 
-/// How the sentence that says a client's turn was queued ends, before the turn's id.
-const QUEUED_AS: &str = "your message is queued behind it as ";
-
-/// The `rejectionReason` of a client's `chat/turnStarted` that met a turn no client started: its
-/// message waits behind that turn as the queued message `id` (the turn id the client gave).
-pub fn queued_behind(running: &str, id: &str) -> String {
-    format!("Turn {running} began in this chat before your message came (the host started it); {QUEUED_AS}{id}")
-}
-
-/// True when `reason` says the message of the client's turn `id` was queued, not refused.
-pub fn was_queued_behind(reason: &str, id: &str) -> bool {
-    reason.strip_suffix(id).is_some_and(|rest| rest.ends_with(QUEUED_AS))
-}
-
 fn running_turn(state: &ChatState) -> Option<&str> {
     state.active_turn.as_ref().map(|t| t.id.as_str())
 }
@@ -379,14 +370,6 @@ fn open_request(state: &ChatState, request_id: &str) -> bool {
             .iter()
             .any(|p| matches!(p, ResponsePart::InputRequest(r) if r.request.id == request_id && r.response.is_none()))
     })
-}
-
-/// A subagent's chat shows a tool call's work: nobody sends it messages.
-fn read_write(state: &ChatState) -> Result<(), String> {
-    match super::edits::subagent_of(state) {
-        Some(_) => Err(super::edits::SUBAGENT_READ_ONLY.to_owned()),
-        None => Ok(()),
-    }
 }
 
 fn user_message(message: &ahp_types::state::Message) -> Result<(), String> {
@@ -410,6 +393,8 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         Some(ChannelKind::Annotations) => "annotations",
         Some(ChannelKind::Changeset) => "changeset",
         Some(ChannelKind::Terminal) => "terminal",
+        Some(ChannelKind::Automations) => "automation",
+        Some(ChannelKind::AutomationRun) => "automationRun",
         None => "",
     };
     if prefix != expected {
@@ -478,8 +463,8 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             Err("This session's agent works in one directory; it cannot take another".to_owned())
         }
         StateAction::ChatTurnStarted(a) => {
+            // What a client may say of its turn; where it goes is `deliver.rs`'s.
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
-            read_write(state)?;
             user_message(&a.message)?;
             if a.turn_id.trim().is_empty() {
                 return Err("A turn needs an id".to_owned());
@@ -487,22 +472,10 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             if state.turns.iter().any(|t| t.id == a.turn_id) {
                 return Err(format!("This chat has a turn {} already", a.turn_id));
             }
-            if let Some(sentence) = core.store.cannot_write() {
-                return Err(sentence);
-            }
             if a.started_at.parse::<jiff::Timestamp>().is_err() {
                 return Err(format!("startedAt must be an RFC 3339 timestamp, not {:?}", a.started_at));
             }
-            check_attachments(core, channel, &a.message)?;
-            let Some(running) = running_turn(state) else { return Ok(Then::Nothing) };
-            if core.chats.get(channel).is_some_and(|m| m.client_started) {
-                return Err(format!(
-                    "Turn {running} is running in this chat; send a steering or queued message instead"
-                ));
-            }
-            // The host (or the backend) began it as the last turn ended, or on a clock: a client
-            // that sent this may have seen no turn running, so the host waits for its own turn.
-            Ok(Then::QueueBehind(running.to_owned()))
+            Ok(Then::Deliver)
         }
         StateAction::ChatTurnCancelled(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
@@ -517,6 +490,10 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         StateAction::ChatToolCallConfirmed(a) => {
             let state = core.ch.chats.get(channel).ok_or("no such chat")?;
             match tool_call(state, &a.turn_id, &a.tool_call_id) {
+                // A host tool's call the host holds itself (`questions.rs`): no backend waits on it.
+                Some(ToolCallState::PendingConfirmation(_)) if core.questions.holds_call(channel, &a.tool_call_id) => {
+                    Ok(Then::Nothing)
+                }
                 Some(ToolCallState::PendingConfirmation(_)) if core.is_parked(channel, &a.turn_id) => {
                     let (tool_name, tool_input) =
                         super::edits::pending_call(state, &a.tool_call_id).unwrap_or_default();
@@ -581,9 +558,9 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
             })))
         }
         StateAction::ChatPendingMessageSet(a) => {
-            read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
+            super::edits::read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             user_message(&a.message)?;
-            check_attachments(core, channel, &a.message)?;
+            core.check_attachments(channel, &a.message)?;
             // A message left for a turn is a turn to come: refused as one while nothing is kept.
             if let Some(sentence) = core.store.cannot_write() {
                 return Err(sentence);
@@ -619,7 +596,7 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::ChatIsReadChanged(_)
         | StateAction::ChatIsArchivedChanged(_) => Ok(Then::Nothing),
         StateAction::ChatDraftChanged(a) => {
-            read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
+            super::edits::read_write(core.ch.chats.get(channel).ok_or("no such chat")?)?;
             if let Some(draft) = &a.draft {
                 user_message(draft)?;
             }
@@ -644,6 +621,14 @@ fn check(core: &Core, conn: &ConnState, channel: &str, action: &StateAction) -> 
         | StateAction::TerminalClaimed(_)
         | StateAction::TerminalTitleChanged(_)
         | StateAction::TerminalCleared(_) => check_terminal(core, conn, channel, action),
+        StateAction::AutomationCreateRequested(_)
+        | StateAction::AutomationUpdateRequested(_)
+        | StateAction::AutomationRemoved(_)
+        | StateAction::AutomationRunCancelRequested(_) => {
+            let feature = core.automations.clone().ok_or("This host keeps no automations")?;
+            feature.check(core, &conn.principal, channel, action)?;
+            Ok(Then::Automation)
+        }
         _ => Err(format!("{scope} is the host's to say; a client cannot dispatch it")),
     }
 }
@@ -699,15 +684,6 @@ fn check_terminal(core: &Core, conn: &ConnState, channel: &str, action: &StateAc
         }
         _ => Ok(Then::Nothing),
     }
-}
-
-/// A message's attachments must be able to reach the chat's model (`attachments.rs`).
-fn check_attachments(core: &Core, chat: &str, message: &ahp_types::state::Message) -> Result<(), String> {
-    if message.attachments.as_ref().is_none_or(Vec::is_empty) {
-        return Ok(());
-    }
-    let rules = core.attachment_rules(chat).ok_or("no such chat")?;
-    super::attachments::check(&rules, message)
 }
 
 /// A toggle or an MCP server request must name what the session shows: otherwise it would be
@@ -814,21 +790,4 @@ fn check_session_config(
         changes.push((key.clone(), value.clone()));
     }
     Ok(Then::Config(changes))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_queued_turn_is_told_apart_from_a_refused_one() {
-        let said = queued_behind("t-host", "t-mine");
-        assert!(said.starts_with("Turn t-host began in this chat"), "{said}");
-        assert!(was_queued_behind(&said, "t-mine"));
-        assert!(!was_queued_behind(&said, "mine"), "another turn's id");
-        assert!(!was_queued_behind(
-            "Turn t-host is running in this chat; send a steering or queued message instead",
-            "t-mine"
-        ));
-    }
 }

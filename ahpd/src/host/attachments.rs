@@ -28,9 +28,6 @@ use super::requests::{ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use super::{Core, Host};
 use crate::fileuri::{path_of_file_uri, place, Placed};
 
-/// The largest attachment a message may carry, after it is read, unless set
-/// (`attachmentLimitBytes`).
-pub const DEFAULT_LIMIT_BYTES: u64 = 5 << 20;
 /// The most entries of a folder attached as a listing.
 const MAX_LISTED: usize = 500;
 
@@ -78,6 +75,15 @@ impl Rules {
 }
 
 impl Core {
+    /// A message's attachments must be able to reach `chat`'s model: refused up front otherwise.
+    pub(super) fn check_attachments(&self, chat: &str, message: &ahp_types::state::Message) -> Result<(), String> {
+        if message.attachments.as_ref().is_none_or(Vec::is_empty) {
+            return Ok(());
+        }
+        let rules = self.attachment_rules(chat).ok_or("no such chat")?;
+        check(&rules, message)
+    }
+
     /// What `chat`'s backend takes, and where its session's files are.
     pub fn attachment_rules(&self, chat: &str) -> Option<Rules> {
         let meta = self.chats.get(chat)?;
@@ -147,7 +153,7 @@ fn check_resource(rules: &Rules, resource: &MessageResourceAttachment) -> Result
                     return Ok(());
                 }
                 rules.fits(label, meta.len())?;
-                let kind = resource.content_type.as_deref().unwrap_or_else(|| type_of_path(&real));
+                let kind = resource.content_type.as_deref().unwrap_or_else(|| crate::fileuri::type_of_path(&real));
                 return if is_generic(kind) { Ok(()) } else { rules.takes(label, kind) };
             }
             Placed::Missing => return Err(format!("There is no file at {} (attachment \"{label}\")", resource.uri)),
@@ -158,32 +164,6 @@ fn check_resource(rules: &Rules, resource: &MessageResourceAttachment) -> Result
     match resource.content_type.as_deref() {
         Some(kind) if !is_generic(kind) => rules.takes(label, kind),
         _ => Ok(()),
-    }
-}
-
-/// The MIME type a file's name says, `application/octet-stream` when it says none this host
-/// knows (its bytes decide then).
-pub fn type_of_path(path: &Path) -> &'static str {
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    match extension.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "pdf" => "application/pdf",
-        "zip" => "application/zip",
-        "gz" | "tgz" => "application/gzip",
-        "mp3" => "audio/mpeg",
-        "wav" => "audio/wav",
-        "mp4" => "video/mp4",
-        "json" => "application/json",
-        "md" | "markdown" => "text/markdown",
-        "html" | "htm" => "text/html",
-        "csv" => "text/csv",
-        "svg" => "image/svg+xml",
-        "txt" | "log" | "rs" | "py" | "js" | "ts" | "toml" | "yaml" | "yml" | "c" | "h" | "go" | "java" | "sh"
-        | "css" | "xml" => "text/plain",
-        _ => "application/octet-stream",
     }
 }
 
@@ -520,7 +500,7 @@ async fn read_file(rules: &Rules, resource: &MessageResourceAttachment, real: &P
     rules.fits(label, meta.len())?;
     let bytes = tokio::fs::read(real).await.map_err(|e| format!("Could not read {uri}: {e}"))?;
     rules.fits(label, u64::try_from(bytes.len()).unwrap_or(u64::MAX))?;
-    let declared = resource.content_type.as_deref().unwrap_or_else(|| type_of_path(real));
+    let declared = resource.content_type.as_deref().unwrap_or_else(|| crate::fileuri::type_of_path(real));
     Ok(classify(bytes, declared))
 }
 

@@ -361,7 +361,7 @@ impl Core {
     /// Moves a session to another folder: its record and state say the new one, and each of its
     /// chats' backends starts again there (a busy one once its turn ends).
     pub fn move_session_folder(&mut self, session: &str, folder: &std::path::Path) {
-        let new_uri = super::requests::file_uri(folder);
+        let new_uri = crate::fileuri::file_uri(folder);
         let old_uri = self.ch.sessions.get(session).and_then(|s| s.working_directories.as_ref()?.first().cloned());
         let action = match old_uri {
             Some(directory) => StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction {
@@ -386,7 +386,7 @@ impl Core {
     /// its running turn ends).
     pub fn move_chat_folder(&mut self, chat: &str, folder: &std::path::Path) {
         let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else { return };
-        let directory = super::requests::file_uri(folder);
+        let directory = crate::fileuri::file_uri(folder);
         if let Some(meta) = self.chats.get_mut(chat) {
             meta.working_directory = Some(folder.to_owned());
         }
@@ -627,7 +627,7 @@ impl Host {
             activity: None,
             origin: None,
             project: None,
-            working_directories: working_directory.as_ref().map(|d| vec![super::requests::file_uri(d)]),
+            working_directories: working_directory.as_ref().map(|d| vec![crate::fileuri::file_uri(d)]),
             annotations: None,
             lifecycle: SessionLifecycle::Creating,
             creation_error: None,
@@ -683,7 +683,8 @@ impl Host {
             core.announce_session(&frame);
         }
         if let Some(meta) = core.chats.get(&chat) {
-            let _ = meta.driver.send(Op::Ensure { announce_ready: true });
+            let by = core.clock().after(super::driver::CREATE_WITHIN);
+            let _ = meta.driver.send(Op::Ensure { announce_by: Some(by) });
         }
         chat
     }
@@ -786,7 +787,7 @@ impl Host {
     ) {
         self.add_chat_with(core, session, chat, &now_iso(), false, harness);
         if let Some(meta) = core.chats.get(chat) {
-            let _ = meta.driver.send(Op::Ensure { announce_ready: false });
+            let _ = meta.driver.send(Op::Ensure { announce_by: None });
         }
     }
 }
@@ -863,9 +864,30 @@ impl Core {
     }
 }
 
+/// The cursor of the listing page that starts after (`modified_at`, `uri`).
+pub fn encode_cursor(modified_at: &str, uri: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{modified_at}\n{uri}"))
+}
+
+pub fn decode_cursor(cursor: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (modified, uri) = text.split_once('\n')?;
+    Some((modified.to_owned(), uri.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        let c = encode_cursor("2026-01-01T00:00:00.000Z", "ahp-session:/x");
+        assert_eq!(decode_cursor(&c), Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into())));
+        assert_eq!(decode_cursor("garbage!"), None);
+    }
     use agent_runner::echo::echo_schema;
 
     #[test]

@@ -19,19 +19,8 @@ use tokio::sync::oneshot;
 
 use super::core::{channel_kind, ChannelKind};
 use super::driver::Op;
-use super::{Core, Host};
+use super::{ClientCall, Core, Host};
 use crate::bounds::{seconds, Bound, CallKind, Expired};
-
-/// A call of a client's tool, waiting for that client.
-pub struct ClientCall {
-    /// The client that runs it.
-    pub owner: String,
-    /// The tool's name as the client announced it.
-    pub name: String,
-    /// The turn it belongs to.
-    pub turn_id: String,
-    waiter: Option<oneshot::Sender<ToolOutcome>>,
-}
 
 /// True for a name a model can call: letters, digits, `_` and `-`.
 pub fn valid_tool_name(name: &str) -> bool {

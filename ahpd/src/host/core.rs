@@ -10,12 +10,13 @@
 use std::collections::{HashMap, HashSet};
 
 use ahp::reducers::{
-    apply_action_to_annotations, apply_action_to_changeset, apply_action_to_chat, apply_action_to_root,
-    apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
+    apply_action_to_annotations, apply_action_to_automation, apply_action_to_automation_run, apply_action_to_changeset,
+    apply_action_to_chat, apply_action_to_root, apply_action_to_session, apply_action_to_terminal, ReduceOutcome,
 };
 use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::state::{
-    AnnotationsState, ChangesetState, ChatState, RootState, SessionState, Snapshot, SnapshotState, TerminalState,
+    AnnotationsState, AutomationRunState, AutomationState, ChangesetState, ChatState, RootState, SessionState,
+    Snapshot, SnapshotState, TerminalState,
 };
 use axum::extract::ws::Utf8Bytes;
 use serde::Serialize;
@@ -44,10 +45,20 @@ pub enum ChannelKind {
     Changeset,
     /// `ahp-terminal:/<id>`.
     Terminal,
+    /// `ahp-automations://`: the automation catalogue, served while a feature keeps one.
+    Automations,
+    /// `ahp-automation-run:/<id>`: one automation run.
+    AutomationRun,
 }
 
 /// The scheme of the changeset channels.
 pub const CHANGESET_SCHEME: &str = "ahp-changeset:/";
+
+/// The automation catalogue's channel.
+pub const AUTOMATIONS_URI: &str = "ahp-automations://";
+
+/// The scheme of the automation run channels.
+pub const AUTOMATION_RUN_SCHEME: &str = "ahp-automation-run:/";
 
 /// Classifies a channel URI by its shape, without looking it up.
 pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
@@ -66,6 +77,12 @@ pub fn channel_kind(uri: &str) -> Option<ChannelKind> {
     }
     if let Some(rest) = uri.strip_prefix("ahp-terminal:/") {
         return (!rest.is_empty() && !rest.contains('/')).then_some(ChannelKind::Terminal);
+    }
+    if uri == AUTOMATIONS_URI {
+        return Some(ChannelKind::Automations);
+    }
+    if let Some(rest) = uri.strip_prefix(AUTOMATION_RUN_SCHEME) {
+        return (!rest.is_empty() && !rest.contains('/')).then_some(ChannelKind::AutomationRun);
     }
     match uri.strip_prefix("ahp-chat:/") {
         Some(rest) if !rest.is_empty() && !rest.contains('/') => Some(ChannelKind::Chat),
@@ -118,6 +135,10 @@ pub struct Channels {
     pub changesets: HashMap<String, ChangesetState>,
     /// Terminal channel states by URI.
     pub terminals: HashMap<String, TerminalState>,
+    /// The automation catalogue, while a feature keeps one (`facade::Automations`).
+    pub automations: Option<AutomationState>,
+    /// Automation run channel states by URI (the runs the catalogue retains).
+    pub automation_runs: HashMap<String, AutomationRunState>,
     subscribers: HashMap<String, HashSet<ConnId>>,
     /// The sequence number at which each channel loaded from the store was loaded: a client whose
     /// last number is not past it saw the channel before it was unloaded (or never), so a replay
@@ -177,6 +198,8 @@ impl Channels {
             annotations: HashMap::new(),
             changesets: HashMap::new(),
             terminals: HashMap::new(),
+            automations: None,
+            automation_runs: HashMap::new(),
             subscribers: HashMap::new(),
             loaded_at: HashMap::new(),
             conns: HashMap::new(),
@@ -199,6 +222,8 @@ impl Channels {
             Some(ChannelKind::Annotations) => self.annotations.contains_key(uri),
             Some(ChannelKind::Changeset) => self.changesets.contains_key(uri),
             Some(ChannelKind::Terminal) => self.terminals.contains_key(uri),
+            Some(ChannelKind::Automations) => self.automations.is_some(),
+            Some(ChannelKind::AutomationRun) => self.automation_runs.contains_key(uri),
             None => false,
         }
     }
@@ -482,6 +507,10 @@ impl Channels {
             ChannelKind::Annotations => apply_action_to_annotations(self.annotations.get_mut(channel)?, action),
             ChannelKind::Changeset => apply_action_to_changeset(self.changesets.get_mut(channel)?, action),
             ChannelKind::Terminal => apply_action_to_terminal(self.terminals.get_mut(channel)?, action),
+            ChannelKind::Automations => apply_action_to_automation(self.automations.as_mut()?, action),
+            ChannelKind::AutomationRun => {
+                apply_action_to_automation_run(self.automation_runs.get_mut(channel)?, action)
+            }
         })
     }
 
@@ -494,6 +523,10 @@ impl Channels {
             ChannelKind::Annotations => SnapshotState::Annotations(Box::new(self.annotations.get(uri)?.clone())),
             ChannelKind::Changeset => SnapshotState::Changeset(Box::new(self.changesets.get(uri)?.clone())),
             ChannelKind::Terminal => SnapshotState::Terminal(Box::new(self.terminals.get(uri)?.clone())),
+            ChannelKind::Automations => SnapshotState::Automations(Box::new(self.automations.clone()?)),
+            ChannelKind::AutomationRun => {
+                SnapshotState::AutomationRun(Box::new(self.automation_runs.get(uri)?.clone()))
+            }
         };
         Some(Snapshot { resource: uri.to_owned(), state, from_seq: seq_i64(self.seq) })
     }
@@ -563,5 +596,8 @@ mod tests {
         assert_eq!(channel_kind("file:///x"), None);
         assert_eq!(channel_kind("ahp-changeset:/session/abc/branch"), Some(ChannelKind::Changeset));
         assert_eq!(channel_kind("ahp-changeset:/"), None);
+        assert_eq!(channel_kind("ahp-automations://"), Some(ChannelKind::Automations));
+        assert_eq!(channel_kind("ahp-automation-run:/r1"), Some(ChannelKind::AutomationRun));
+        assert_eq!(channel_kind("ahp-automation-run:/"), None);
     }
 }

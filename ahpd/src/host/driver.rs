@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Millis;
 use crate::supervisor::WorkerHandle;
 
 use super::Host;
@@ -28,12 +29,17 @@ choice is unclear, make the choice you judge best, say which and why, and carry 
 /// How long one request to a worker may take before the host gives up on it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a new session may stay `creating`, on the host's clock: a worker that does not
+/// answer (stopped, hung) fails it with a sentence rather than leave it creating with no word.
+pub const CREATE_WITHIN: Duration = REQUEST_TIMEOUT;
+
 /// Something a chat's backend must be told.
 #[derive(Debug)]
 pub enum Op {
-    /// Make sure the backend holds the conversation; `announce_ready` says `session/ready` (or
-    /// `session/creationFailed`) after the session's first one.
-    Ensure { announce_ready: bool },
+    /// Make sure the backend holds the conversation. `announce_by`, for a session's first start:
+    /// say `session/ready` after it, or `session/creationFailed` when it fails or is not done by
+    /// then (the host's clock, [`CREATE_WITHIN`] after the session was made).
+    Ensure { announce_by: Option<Millis> },
     /// A turn's prompt (the host said its start already); `unattended` when nobody watches it;
     /// `client` sent it, when a client did.
     Send { turn_id: String, message: Message, unattended: bool, client: Option<String> },
@@ -128,7 +134,11 @@ impl Driver {
                 Op::Send { turn_id, .. } => Some(turn_id.clone()),
                 _ => None,
             };
-            match self.ensure().await {
+            let by = match &op {
+                Op::Ensure { announce_by } => *announce_by,
+                _ => None,
+            };
+            match self.ensure_by(by).await {
                 Ok(worker) => self.perform(&worker, op).await,
                 Err(why) => self.unavailable(op, why),
             }
@@ -141,6 +151,12 @@ impl Driver {
 
     /// The worker holding this chat's backend session, creating (or resuming) it there first.
     async fn ensure(&mut self) -> Result<WorkerHandle, String> {
+        self.ensure_by(None).await
+    }
+
+    /// [`Self::ensure`], given up on at `by` on the host's clock when the backend has not started
+    /// the chat by then.
+    async fn ensure_by(&mut self, by: Option<Millis>) -> Result<WorkerHandle, String> {
         let worker = self
             .host
             .supervisor()
@@ -152,27 +168,35 @@ impl Driver {
         }
         self.host.wait_for_room(&self.chat).await;
         let start = self.host.start_for(&self.chat, worker.incarnation).ok_or_else(|| "the chat is gone".to_owned())?;
-        let answer = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            worker.peer.request::<_, CreateResult>(parent::CREATE, CreateParams { start }),
-        )
-        .await;
+        let clock = self.host.lock().clock().clone();
+        let deadline = async {
+            match by {
+                Some(by) => clock.sleep_until(by).await,
+                None => std::future::pending().await,
+            }
+        };
+        let create = worker.peer.request::<_, CreateResult>(parent::CREATE, CreateParams { start });
+        // `None`: no answer in time, by the request's own bound or the session's.
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(REQUEST_TIMEOUT, create) => answer.ok(),
+            () = deadline => None,
+        };
         match answer {
-            Ok(Ok(created)) => {
+            Some(Ok(created)) => {
                 self.host.created_in_backend(&self.chat, worker.incarnation, created);
                 self.live = Some(worker.clone());
                 Ok(worker)
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 self.host.lost_backend(&self.chat, worker.incarnation);
                 Err(format!("the {} agent could not start this chat: {e}", self.provider))
             }
-            Err(_) => {
+            None => {
                 self.host.lost_backend(&self.chat, worker.incarnation);
                 Err(format!(
-                    "the {} agent did not start this chat within {} s",
+                    "The {} agent did not start this chat within {} s: its worker does not answer (stopped or hung). Delete this session and make it again once the agent answers.",
                     self.provider,
-                    REQUEST_TIMEOUT.as_secs()
+                    CREATE_WITHIN.as_secs()
                 ))
             }
         }
@@ -181,7 +205,7 @@ impl Driver {
     /// What to do with an operation when no worker can take it.
     fn unavailable(&self, op: Op, why: String) {
         match op {
-            Op::Ensure { announce_ready: true } => self.host.creation_finished(&self.chat, Err(why)),
+            Op::Ensure { announce_by: Some(_) } => self.host.creation_finished(&self.chat, Err(why)),
             Op::Send { turn_id, .. } => self.host.send_failed(&self.chat, &turn_id, "sendFailed", why),
             Op::ResumeTurn { turn_id, .. } => self.host.send_failed(&self.chat, &turn_id, "resumeFailed", why),
             Op::Steer { id, .. } => self.host.steering_answered(&self.chat, &id, false),
@@ -194,8 +218,8 @@ impl Driver {
     async fn perform(&mut self, worker: &WorkerHandle, op: Op) {
         let chat = self.chat.clone();
         match op {
-            Op::Ensure { announce_ready } => {
-                if announce_ready {
+            Op::Ensure { announce_by } => {
+                if announce_by.is_some() {
                     self.host.creation_finished(&chat, Ok(()));
                 }
             }
@@ -422,6 +446,7 @@ impl Host {
         // The host's own settings (isolation, …) are not the backend's.
         settings.retain(|key, _| !core.workspaces.owns_setting(key));
         let session_uri = session.clone();
+        let confined = core.open_box(&session_uri);
         Some(protocol::Start {
             session,
             chat: chat.to_owned(),
@@ -443,6 +468,9 @@ impl Host {
             cut,
             // The store keeps what a tool call printed for every chat it holds.
             terminal_outputs: true,
+            // Content a part would carry inline, where this host keeps any.
+            resource_limit_bytes: core.resources.as_ref().map(|r| r.limit_bytes()),
+            confined,
         })
     }
 

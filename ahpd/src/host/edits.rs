@@ -12,16 +12,7 @@ use protocol::{Cut, Decision, TurnPoint};
 
 use super::driver::Op;
 use super::errors::AhpError;
-use super::{Core, Host};
-
-/// A turn restored after a restart, whose parked questions its backend no longer holds.
-#[derive(Debug, Clone)]
-pub struct ParkedTurn {
-    /// The turn.
-    pub turn_id: String,
-    /// What people answered so far.
-    pub decisions: Vec<Decision>,
-}
+use super::{Core, Host, ParkedTurn};
 
 /// A truncation checked and about to be said: the turns it keeps and the ones it drops.
 #[derive(Debug, Clone)]
@@ -52,6 +43,14 @@ pub fn subagent_of(state: &ChatState) -> Option<(&str, &str)> {
     match state.origin.as_ref()? {
         ChatOrigin::Tool { chat, tool_call_id } => Some((chat.as_str(), tool_call_id.as_str())),
         _ => None,
+    }
+}
+
+/// A subagent's chat shows a tool call's work: nobody sends it messages.
+pub fn read_write(state: &ChatState) -> Result<(), String> {
+    match subagent_of(state) {
+        Some(_) => Err(SUBAGENT_READ_ONLY.to_owned()),
+        None => Ok(()),
     }
 }
 
@@ -347,7 +346,7 @@ impl Host {
         let harness = meta.harness.clone();
         self.add_chat_shaped(core, session, chat, &super::now_iso(), harness, shape);
         if let Some(meta) = core.chats.get(chat) {
-            let _ = meta.driver.send(Op::Ensure { announce_ready: false });
+            let _ = meta.driver.send(Op::Ensure { announce_by: None });
         }
         Ok(())
     }

@@ -12,20 +12,11 @@ use serde_json::{json, Value};
 
 use super::core::{channel_kind, ChannelKind};
 use super::errors::AhpError;
-use super::Host;
+use super::{ForeignRow, Host};
 use crate::store::records::{ChatRecord, SessionRecord, TurnRecord};
 
 /// How long one agent may take to list its sessions, find one, or read one back.
 const ASK_WITHIN: Duration = Duration::from_secs(10);
-
-/// A backend's session, as this host names it.
-#[derive(Debug, Clone)]
-pub struct ForeignRow {
-    /// The agent that holds it.
-    pub provider: String,
-    /// Its row.
-    pub row: Listed,
-}
 
 /// The session URI a backend's conversation is served under.
 pub fn session_uri(id: &str) -> String {
@@ -164,7 +155,7 @@ impl Host {
         let mut result = json!({ "items": items.iter().map(|(_, _, v)| v.clone()).collect::<Vec<_>>() });
         if more {
             if let Some((modified, uri, _)) = items.last() {
-                result["nextCursor"] = Value::String(super::commands::encode_cursor(modified, uri));
+                result["nextCursor"] = Value::String(super::catalog::encode_cursor(modified, uri));
             }
         }
         Ok(result)
@@ -188,9 +179,10 @@ impl Host {
                 .and_then(|d| super::catalog::path_of(d))
                 .map(|p| p.display().to_string()),
         };
-        let read: Option<TranscriptResult> = self
-            .ask(&provider, protocol::methods::parent::TRANSCRIPT, TranscriptParams { id: id.clone(), at: at.clone() })
-            .await;
+        // What this host kept for the conversation's parts, named again by the same references.
+        let kept = self.lock().resources.clone().map(|r| r.kept_for(&session, &format!("ahp-chat:/{id}")));
+        let params = TranscriptParams { id: id.clone(), at: at.clone(), kept: kept.unwrap_or_default() };
+        let read: Option<TranscriptResult> = self.ask(&provider, protocol::methods::parent::TRANSCRIPT, params).await;
         let turns = read.and_then(|r| r.turns).unwrap_or_default();
         let mut core = self.lock();
         if !core.ch.sessions.contains_key(&session) && !core.store.has_session(&session).unwrap_or(true) {

@@ -2,21 +2,14 @@
 //! from the remote's snapshot and commits what the remote says on it through the one write path,
 //! where a mirrored channel is only folded, numbered and fanned out (the remote keeps its records,
 //! runs its turns and writes its store). A client's command or action on one is handed to the
-//! feature as the client sent it ([`super::facade::Remotes`]); nothing here decides for the remote.
-
-use std::future::Future;
-use std::pin::Pin;
+//! feature as the client sent it ([`super::ports::Remotes`]); nothing here decides for the remote.
 
 use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::state::{AgentInfo, Snapshot, SnapshotState};
 use serde_json::Value;
 
 use super::core::{channel_kind, ChannelKind, ConnId};
-use super::errors::AhpError;
 use super::{Core, Host};
-
-/// What a relayed request answers, later.
-pub type Relayed = Pin<Box<dyn Future<Output = Result<Value, AhpError>> + Send>>;
 
 impl Core {
     /// True when `channel` mirrors a channel another host runs.
@@ -124,7 +117,7 @@ impl Core {
 
 impl Host {
     /// The remotes feature, when a remote holds `key` (a channel).
-    pub(super) fn remote_for(&self, key: &str) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
+    pub(super) fn remote_for(&self, key: &str) -> Option<std::sync::Arc<dyn super::ports::Remotes>> {
         let remotes = self.lock().remotes.clone()?;
         remotes.holds(key).then_some(remotes)
     }
@@ -134,19 +127,19 @@ impl Host {
         &self,
         method: &str,
         params: &Value,
-    ) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
+    ) -> Option<std::sync::Arc<dyn super::ports::Remotes>> {
         let remotes = self.lock().remotes.clone()?;
         remotes.relays(method, params).then_some(remotes)
     }
 
     /// The remotes feature, when remotes are configured (the session tools reach remote sessions
     /// through it).
-    pub fn remotes(&self) -> Option<std::sync::Arc<dyn super::facade::Remotes>> {
+    pub fn remotes(&self) -> Option<std::sync::Arc<dyn super::ports::Remotes>> {
         self.lock().remotes.clone()
     }
 
     /// Registers the remotes feature (the daemon does, when remotes are configured).
-    pub fn serve_remotes(&self, feature: std::sync::Arc<dyn super::facade::Remotes>) {
+    pub fn serve_remotes(&self, feature: std::sync::Arc<dyn super::ports::Remotes>) {
         self.lock().remotes = Some(feature);
     }
 }

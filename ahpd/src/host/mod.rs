@@ -7,7 +7,7 @@
 //! the lock: each chat has a driver task ([`driver`]) that hands its operations to the worker in
 //! order.
 //!
-//! The host's own tools are not its own modules: it is built with them ([`facade::Tools`]) and
+//! The host's own tools are not its own modules: it is built with them ([`ports::Tools`]) and
 //! knows them only as the catalogue of what a session is offered and a hook for a turn's end; they
 //! reach it through [`facade`].
 
@@ -19,7 +19,9 @@ pub mod catalog;
 pub mod clients;
 pub mod commands;
 pub mod completions;
+pub mod config;
 pub mod core;
+pub mod deliver;
 pub mod deltas;
 pub mod driver;
 pub mod edits;
@@ -28,11 +30,13 @@ pub mod errors;
 pub mod facade;
 pub mod foreign;
 pub mod grants;
+pub mod held;
 pub mod limits;
 pub mod mcpservers;
 pub mod mirrors;
 pub mod offer;
 pub mod persist;
+pub mod ports;
 pub mod questions;
 pub mod remembered;
 pub mod requests;
@@ -50,124 +54,19 @@ pub mod write;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use agent_runner::sync::lock;
 use ahp_types::state::{AgentInfo, RootState, SessionModelInfo, SessionSummary};
 use protocol::{AgentDescriptor, SchemaResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use self::config::{HostConfig, LiveSettings};
 use self::core::{Channels, ConnId, Frame};
 use self::driver::Op;
 use crate::supervisor::{Supervisor, WorkerEvent};
-
-/// Settings the host reads while it runs.
-#[derive(Debug, Clone)]
-pub struct HostConfig {
-    /// Envelopes kept for reconnecting clients.
-    pub replay_capacity: usize,
-    /// Frames queued for one connection before it counts as not reading.
-    pub outbound_capacity: usize,
-    /// What one connection may ask of the host.
-    pub limits: limits::Limits,
-    /// How long a client's tool may wait for its client (handed to backends).
-    pub client_tool_timeout_ms: u64,
-    /// How long a client whose connections all closed keeps its place and its calls.
-    pub client_disconnect_grace_ms: u64,
-    /// The folder a session runs in when the client names none.
-    pub default_directory: Option<PathBuf>,
-    /// How long a request may wait for a worker that is starting.
-    pub worker_wait: Duration,
-    /// The host's name and version for `initialize`.
-    pub server_version: String,
-    /// The daemon keys that apply while it runs, as it started.
-    pub settings: LiveSettings,
-    /// The clock (manual in tests).
-    pub clock: crate::clock::Clock,
-    /// Where settings pushed through root config that apply after a restart are written.
-    pub config_file: Option<PathBuf>,
-    /// The daemon's keys as root config (absent: the root state carries no config).
-    pub root_config: Option<ahp_types::state::RootConfigState>,
-    /// How long a session nobody uses stays in memory (absent: for ever).
-    pub idle_unload: Option<Duration>,
-    /// The users directory, when one is configured.
-    pub users: Option<crate::users::Users>,
-    /// The deployment's own connection token (root), when it has one.
-    pub root_token: Option<String>,
-    /// The providers whose sessions are not offered this host's own tools, nor handed its
-    /// `/ahp-mcp` endpoint (`plugins.<name>.hostTools: false`).
-    pub host_tools_withheld: std::collections::BTreeSet<String>,
-    /// What terminals may hold and where they run.
-    pub terminals: terminal_channels::TerminalSettings,
-    /// The largest attachment a message may carry, once read (`attachmentLimitBytes`).
-    pub attachment_limit: u64,
-    /// Backend sessions open at once before the one used longest ago is closed
-    /// (`maxBackendProcesses`); 0 sets no cap.
-    pub max_backend_processes: usize,
-    /// The operator's policy, handed to every start (seed 004).
-    pub policy: protocol::Policy,
-}
-
-/// The daemon keys that apply live (a root config push changes them while the daemon runs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LiveSettings {
-    /// Offer tools that declare advanced permission.
-    pub advanced_tools: bool,
-    /// Offer the session tools at all.
-    pub session_tools: bool,
-    /// Offer them to these providers' sessions alone (empty: every provider).
-    pub session_tools_providers: Vec<String>,
-    /// The deployment's MCP servers, read again for each session opened.
-    pub mcp_servers: Option<std::collections::BTreeMap<String, protocol::McpServer>>,
-    /// The session tools' spawn depth and counts apply.
-    pub orchestration_limits: bool,
-    /// Count the limits per session rather than per session tree.
-    pub limits_per_session: bool,
-    /// How long a backend's streamed text is held to be merged (`deltaWindowMs`); 0 holds none.
-    pub delta_window_ms: u64,
-}
-
-impl Default for LiveSettings {
-    fn default() -> Self {
-        Self {
-            advanced_tools: false,
-            session_tools: true,
-            session_tools_providers: Vec::new(),
-            mcp_servers: None,
-            orchestration_limits: true,
-            limits_per_session: false,
-            delta_window_ms: 0,
-        }
-    }
-}
-
-impl Default for HostConfig {
-    fn default() -> Self {
-        Self {
-            replay_capacity: 4096,
-            outbound_capacity: 16_384,
-            limits: limits::Limits::default(),
-            client_tool_timeout_ms: 600_000,
-            client_disconnect_grace_ms: 30_000,
-            default_directory: None,
-            worker_wait: Duration::from_secs(15),
-            settings: LiveSettings::default(),
-            clock: crate::clock::Clock::system(),
-            config_file: None,
-            root_config: None,
-            idle_unload: None,
-            users: None,
-            root_token: None,
-            host_tools_withheld: Default::default(),
-            terminals: terminal_channels::TerminalSettings::default(),
-            attachment_limit: attachments::DEFAULT_LIMIT_BYTES,
-            max_backend_processes: 0,
-            policy: protocol::Policy::default(),
-            server_version: env!("CARGO_PKG_VERSION").to_owned(),
-        }
-    }
-}
 
 /// What the host knows of one backend.
 pub struct AgentEntry {
@@ -216,6 +115,36 @@ pub struct SessionMeta {
     pub changes: Option<ahp_types::state::ChangesSummary>,
 }
 
+/// A call of a client's tool, waiting for that client.
+pub struct ClientCall {
+    /// The client that runs it.
+    pub owner: String,
+    /// The tool's name as the client announced it.
+    pub name: String,
+    /// The turn it belongs to.
+    pub turn_id: String,
+    /// Who waits for its outcome: the backend's call, until it is answered.
+    pub(super) waiter: Option<tokio::sync::oneshot::Sender<protocol::ToolOutcome>>,
+}
+
+/// A turn restored after a restart, whose parked questions its backend no longer holds.
+#[derive(Debug, Clone)]
+pub struct ParkedTurn {
+    /// The turn.
+    pub turn_id: String,
+    /// What people answered so far.
+    pub decisions: Vec<protocol::Decision>,
+}
+
+/// A backend's session, as this host names it.
+#[derive(Debug, Clone)]
+pub struct ForeignRow {
+    /// The agent that holds it.
+    pub provider: String,
+    /// Its row.
+    pub row: protocol::Listed,
+}
+
 /// The host's own record of a chat.
 pub struct ChatMeta {
     /// The session it belongs to.
@@ -252,7 +181,7 @@ pub struct ChatMeta {
     /// Who sent each turn (`user:<id>`, `root`), and who left each pending message.
     pub senders: std::collections::HashMap<String, String>,
     /// Calls of clients' tools waiting for their client, by tool call id.
-    pub client_calls: std::collections::HashMap<String, clients::ClientCall>,
+    pub client_calls: std::collections::HashMap<String, ClientCall>,
     /// The agent it runs, when that is not its session's.
     pub harness: Option<crate::store::records::Harness>,
     /// The folder it works in, when that is not its session's (`isolate_session`).
@@ -264,7 +193,7 @@ pub struct ChatMeta {
     pub resumable: bool,
     /// A turn restored at start-up whose backend lost the questions it had parked: what people
     /// answer, handed over with `session/resumeTurn` once every question is answered.
-    pub parked: Option<edits::ParkedTurn>,
+    pub parked: Option<ParkedTurn>,
 }
 
 /// Everything under the host's lock. Its fields are the host's own: the tools and the doors read
@@ -301,7 +230,7 @@ pub struct Core {
     /// The users directory; absent: nobody to ask, every caller may do everything.
     users: Option<crate::users::Users>,
     /// The agents' own sessions from the last listing, by the URI they are served under.
-    foreign: std::collections::HashMap<String, foreign::ForeignRow>,
+    foreign: std::collections::HashMap<String, ForeignRow>,
     /// The rules copied from each session's clients: session, then client id.
     client_rules: std::collections::HashMap<String, std::collections::BTreeMap<String, rules::CopiedRules>>,
     /// The configured MCP servers each session stopped (`mcpservers.rs`).
@@ -312,18 +241,22 @@ pub struct Core {
     /// Questions asked a person in a running turn for a host tool, waiting for the answer.
     questions: questions::Questions,
     /// The host's own tools: the catalogue, and the hook for turn ends.
-    tools: Arc<dyn facade::Tools>,
+    tools: Arc<dyn ports::Tools>,
     /// Sessions' folders and what changed in them.
-    workspaces: Arc<dyn facade::Workspaces>,
+    workspaces: Arc<dyn ports::Workspaces>,
     /// The host's clock (manual in tests), for what the tools count over time.
     clock: crate::clock::Clock,
     /// Chats of unloaded sessions whose drivers are still closing their backend sessions: a chat
     /// loaded again starts only once its last driver is done.
     retiring: HashMap<String, tokio_util::sync::CancellationToken>,
     /// The terminals feature (ptys and their processes), when this host serves terminals.
-    terminals: Option<Arc<dyn facade::Terminals>>,
-    /// The Agent Merge feature, when this host has one (`facade::AgentMerge`).
-    agent_merge: Option<Arc<dyn facade::AgentMerge>>,
+    terminals: Option<Arc<dyn ports::Terminals>>,
+    /// The Agent Merge feature, when this host has one (`ports::AgentMerge`).
+    agent_merge: Option<Arc<dyn ports::AgentMerge>>,
+    /// The feature that confines sessions (a sandbox, a container), when there is one.
+    boxes: Option<Arc<dyn ports::Boxes>>,
+    /// What keeps content a part would carry inline, when this host keeps any (`ports::Resources`).
+    resources: Option<Arc<dyn ports::Resources>>,
     /// The terminals the root lists, in the order they were opened.
     terminal_list: Vec<String>,
     /// The `!` command each chat runs or ran last: (turn id, terminal channel).
@@ -334,8 +267,10 @@ pub struct Core {
     deltas: deltas::Coalescer,
     /// Open backend sessions under `maxBackendProcesses` (`budget.rs`).
     budget: budget::Budget,
-    /// The remote hosts feature, when remotes are configured (`facade::Remotes`).
-    remotes: Option<Arc<dyn facade::Remotes>>,
+    /// The remote hosts feature, when remotes are configured (`ports::Remotes`).
+    remotes: Option<Arc<dyn ports::Remotes>>,
+    /// The automations feature, when this host keeps automations (`ports::Automations`).
+    automations: Option<Arc<dyn ports::Automations>>,
     /// Channels another host runs, mirrored here (`mirrors.rs`).
     mirrored: HashSet<String>,
     /// The agents the remotes offer, listed after this host's own.
@@ -375,11 +310,11 @@ impl Host {
         config: HostConfig,
         store: crate::store::Store,
         supervisor: Supervisor,
-        features: facade::Features,
+        features: ports::Features,
         cancel: CancellationToken,
         tracker: TaskTracker,
     ) -> Self {
-        let facade::Features { tools, workspaces } = features;
+        let ports::Features { tools, workspaces } = features;
         let agents = supervisor.providers().into_iter().map(|provider| AgentEntry::new(provider, &store)).collect();
         let stored = store.count().unwrap_or_else(|e| {
             tracing::error!("{e}");
@@ -418,12 +353,15 @@ impl Host {
             retiring: HashMap::new(),
             terminals: None,
             agent_merge: None,
+            boxes: None,
+            resources: None,
             terminal_list: Vec::new(),
             command_turns: HashMap::new(),
             attachment_limit: config.attachment_limit,
             deltas: deltas::Coalescer::default(),
             budget: budget::Budget::default(),
             remotes: None,
+            automations: None,
             mirrored: HashSet::new(),
             remote_agents: Vec::new(),
         };
@@ -439,7 +377,7 @@ impl Host {
     pub fn lock(&self) -> MutexGuard<'_, Core> {
         // A panic under the lock leaves state that was being changed; keep serving rather than
         // take every client down with it.
-        self.inner.core.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.core)
     }
 
     /// The settings.
@@ -511,7 +449,7 @@ impl Host {
             WorkerEvent::TurnRecorded { params, incarnation, .. } => self.turn_recorded(incarnation, params),
             WorkerEvent::SubagentStarted { params, incarnation, .. } => self.subagent_started(incarnation, params),
             WorkerEvent::ToolRun { params, responder, .. } => self.run_backend_call(params, responder),
-            WorkerEvent::KeepResource { responder, .. } => responder.ok(protocol::KeepResourceResult::default()),
+            WorkerEvent::KeepResource { incarnation, params, .. } => self.keep_resource(incarnation, params),
             WorkerEvent::KeepTerminal { incarnation, params, .. } => {
                 let mut core = self.lock();
                 // Only the worker that holds the chat keeps outputs for it.
@@ -583,7 +521,7 @@ impl Host {
                 }
                 entry.capabilities = Some(capabilities);
             }
-            entry.models = remembered::with_provider(provider, probe.models);
+            entry.offer_models(probe.models);
         }
         core.publish_agents();
         core.publish_commands(provider);
@@ -634,7 +572,7 @@ impl Core {
     }
 
     /// The feature that keeps sessions' folders and what changed in them.
-    pub fn workspaces(&self) -> Arc<dyn facade::Workspaces> {
+    pub fn workspaces(&self) -> Arc<dyn ports::Workspaces> {
         self.workspaces.clone()
     }
 

@@ -6,7 +6,7 @@
 use ahp_types::state::ToolDefinition;
 use protocol::{ToolOutcome, ToolSpec};
 
-use super::facade::{Caller, Offered, ToolCall};
+use super::ports::{Caller, Offered, ToolCall};
 use super::{Core, Host};
 use crate::bounds::{Bound, CallKind};
 

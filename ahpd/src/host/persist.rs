@@ -33,6 +33,11 @@ pub const INTERRUPTED_RESUMABLE: &str =
 /// The `errorType` of a turn that ended as failed because the store could not keep it.
 pub const STORE_CANNOT_WRITE: &str = "storeCannotWrite";
 
+/// The sentence a turn ends with when the store refused it for a reason of its own (not room, a
+/// read-only file or the disk): it was not kept, so it is not told complete.
+pub const NOT_KEPT: &str =
+    "ahpd could not keep this turn in its session store (its log says why); it ends here rather than be told complete and lost.";
+
 /// How often a store that cannot write is probed again.
 const STORE_PROBE_EVERY: Duration = Duration::from_secs(2);
 
@@ -63,22 +68,64 @@ pub fn changes_chat_record(action: &StateAction) -> bool {
 impl Core {
     /// Whether a write of `record` was kept. One the store could not keep (a full disk, a
     /// read-only file, an I/O error) is noted, to write again from memory once it can, and every
-    /// client is told the store cannot write.
+    /// client is told the store cannot write. So is one it refused while it holds less than memory
+    /// does (a chat whose session's record it missed fails its foreign key): it goes again, after
+    /// its parent. A write that landed is kept only while the store is still at its path: one
+    /// deleted or replaced meanwhile is written again there first ([`Core::keep_store_in_place`]).
     pub(super) fn kept<T>(&mut self, result: Result<T, crate::store::StoreError>, record: Record) -> bool {
-        let Err(e) = result else { return true };
-        tracing::error!("{e}");
-        if self.store.trouble().is_some() {
+        if let Err(e) = result {
+            if self.store.trouble().is_none() && self.unkept.is_empty() {
+                tracing::error!("{e}");
+                return false;
+            }
+            // Said once, as the store's trouble; the write itself goes again from memory.
+            tracing::debug!("kept in memory until the store writes again: {e}");
             self.unkept.note(record);
             self.show_store_trouble();
+            return false;
         }
+        if self.keep_store_in_place() {
+            return true;
+        }
+        self.unkept.note(record);
+        self.show_store_trouble();
         false
     }
 
-    /// Writes again, from memory, what the store could not keep, once a probe finds it writable.
-    /// Answers whether the store takes writes now. Asked by the health timer, and before a
-    /// client's new turn is refused.
+    /// Makes sure the store's file is still at its path, writing it again there from what its
+    /// connection holds when it was deleted or replaced while the daemon ran. Answers false when
+    /// it is gone and could not be written again (the store is then in trouble, and says why).
+    pub(super) fn keep_store_in_place(&mut self) -> bool {
+        if !self.store.moved() {
+            return true;
+        }
+        match self.store.put_back() {
+            Ok(None) => true,
+            Ok(Some(put)) => {
+                let aside = put
+                    .replaced
+                    .map(|p| format!("; the file found there instead is kept as {}", p.display()))
+                    .unwrap_or_default();
+                tracing::warn!(
+                    "the session store at {} was deleted or replaced while ahpd ran; it was written again there from what ahpd held{aside}",
+                    self.store.path().display()
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                false
+            }
+        }
+    }
+
+    /// Writes again, from memory, what the store could not keep, once a probe finds it writable
+    /// (and, first, the store itself at its path when it was deleted or replaced). Answers whether
+    /// the store takes writes now. Asked by the health timer, and before a client's new turn is
+    /// refused.
     pub fn retry_store(&mut self) -> bool {
-        if self.store.trouble().is_some() && self.store.probe().is_err() {
+        let in_place = self.keep_store_in_place();
+        if !in_place || (self.store.trouble().is_some() && self.store.probe().is_err()) {
             self.show_store_trouble();
             return false;
         }
@@ -116,6 +163,7 @@ impl Core {
             depth: meta.depth,
             meta: state.meta.clone(),
             changes: meta.changes.clone(),
+            origin: state.origin.clone(),
         })
     }
 
@@ -187,20 +235,21 @@ impl Core {
         turn_ended: bool,
         ending_written: bool,
     ) {
-        if turn_ended && !ending_written {
-            // The turn and its chat's record land in the store together.
-            let together = self.store.savepoint("turn_end").is_ok();
-            self.persist_last_turn(chat);
-            self.persist_chat(chat);
+        if turn_ended {
+            // The turn, its chat's record and its session's bank land in the store together
+            // (written before the commit by `keep_ending`, or here).
+            let together = !ending_written && self.store.savepoint("turn_end").is_ok();
+            if !ending_written {
+                self.persist_last_turn(chat);
+                self.persist_chat(chat);
+            }
+            self.running_dirty.remove(chat);
+            let usage = self.ch.chats.get(chat).and_then(|c| c.turns.last()).and_then(|t| t.usage.clone());
+            self.bank_usage(chat, usage.as_ref());
             if together {
                 let released = self.store.release("turn_end");
                 self.kept(released, Record::Chat(chat.to_owned()));
             }
-        }
-        if turn_ended {
-            self.running_dirty.remove(chat);
-            let usage = self.ch.chats.get(chat).and_then(|c| c.turns.last()).and_then(|t| t.usage.clone());
-            self.bank_usage(chat, usage.as_ref());
         } else if changes_record {
             self.persist_chat(chat);
         }
@@ -277,8 +326,10 @@ impl Core {
         }
     }
 
-    /// Before a turn's ending is said to anyone, the turn as it ends and its chat's record are
-    /// written together. When the store cannot keep them, an ending the host or a backend says
+    /// Before a turn's ending is said to anyone, the turn as it ends, its chat's record and its
+    /// session's record with the turn's usage banked are written together, in one savepoint: a
+    /// stop of the process leaves all three or none (and a turn not kept is ended again, with
+    /// its usage, when the host starts). When the store cannot keep them, an ending the host or a backend says
     /// becomes a failure that says so (a client's own stop stays its stop), and the turn stays
     /// in memory to be written once the store can. Answers the action to commit and whether the
     /// ending was dealt with here.
@@ -299,9 +350,14 @@ impl Core {
         let (Some(turn), Some(record)) = (ended.turns.pop(), self.chat_record_of(chat, &ended)) else {
             return (action, false);
         };
+        if !self.unkept.is_empty() && self.store.trouble().is_none() {
+            // What the store missed goes first: this turn's chat and session rows among it.
+            self.retry_store();
+        }
         // Turns before it the store missed go with it: a stored position after a missing one
         // would be read back one place early, and overwritten.
         let from = self.unkept.turns_from(chat).unwrap_or(position).min(position);
+        let banked = self.banked_session(chat, turn.usage.as_ref());
         let mut turns = self.turn_records(chat, from);
         turns.push(self.turn_record(chat, turn));
         let at = |n: usize| i64::try_from(from + n).unwrap_or(i64::MAX);
@@ -310,7 +366,12 @@ impl Core {
             for (n, turn) in turns.iter().enumerate() {
                 written = written.and_then(|()| self.store.save_turn(chat, at(n), turn));
             }
-            match written.and_then(|()| self.store.save_chat(&record)) {
+            let written = written.and_then(|()| self.store.save_chat(&record));
+            let written = match &banked {
+                Some((session, summary)) => written.and_then(|()| self.store.save_session(session, summary)),
+                None => written,
+            };
+            match written {
                 Ok(()) => self.store.release("turn_end"),
                 Err(e) => {
                     let _ = self.store.roll_back("turn_end");
@@ -322,10 +383,9 @@ impl Core {
             self.unkept.turns_kept(chat);
             return (action, true);
         }
-        let Some(sentence) = self.store.cannot_write() else {
-            // Not a trouble of the store's (a record that would not encode): logged, as before.
-            return (action, true);
-        };
+        // Not kept, whatever the reason: never told complete. A trouble of the store's says so in
+        // its sentence; anything else (a record that would not encode) in one of its own.
+        let sentence = self.store.cannot_write().unwrap_or_else(|| NOT_KEPT.to_owned());
         self.unkept.note(Record::Chat(chat.to_owned()));
         if by_client {
             return (action, true);
@@ -561,7 +621,7 @@ impl Host {
             title: record.title.clone(),
             status: status::IDLE | record.flags,
             activity: None,
-            origin: None,
+            origin: record.origin.clone(),
             project: None,
             working_directories: (!directories.is_empty()).then_some(directories),
             annotations: None,
@@ -661,6 +721,8 @@ impl Host {
             let stored = core.store.turn_position(&chat, &turn.id).ok().flatten();
             let position = stored.unwrap_or_else(|| core.store.turn_count(&chat).unwrap_or(0));
             let record = TurnRecord { turn: turn.clone(), transcript_id: None, sender: None };
+            // The turn and its session's bank land in the store together, as an ending does.
+            let together = core.store.savepoint("turn_end").is_ok();
             let written = core.store.save_turn(&chat, position, &record);
             core.kept(written, Record::Turns(chat.clone(), usize::try_from(position).unwrap_or(0)));
             // The chat was loaded without it: it joins the loaded state as it joined the store.
@@ -675,6 +737,10 @@ impl Host {
             core.bank_usage(&chat, usage.as_ref());
             if let Some(session) = core.chats.get(&chat).map(|m| m.session.clone()) {
                 core.persist_session(&session);
+            }
+            if together {
+                let released = core.store.release("turn_end");
+                core.kept(released, Record::Chat(chat.clone()));
             }
         }
     }
@@ -698,7 +764,8 @@ impl Host {
 
     /// While the store cannot write, probes it every two seconds; once it can, what it missed is
     /// written from memory and every client is told (the root config's `storeCannotWrite`
-    /// empties). A trouble another room's write met is shown on the next tick.
+    /// empties). A trouble another room's write met is shown on the next tick, and a store file
+    /// deleted or replaced while nothing was written is written again at its path.
     pub fn watch_store(&self) {
         let host = self.clone();
         self.spawn("store health", async move {
@@ -707,7 +774,7 @@ impl Host {
             loop {
                 tick.tick().await;
                 let mut core = host.lock();
-                if core.store.trouble().is_some() || !core.unkept.is_empty() {
+                if core.store.trouble().is_some() || !core.unkept.is_empty() || core.store.moved() {
                     core.retry_store();
                 }
             }

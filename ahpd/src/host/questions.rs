@@ -1,18 +1,17 @@
-//! Questions the host asks a person in a chat's running turn for one of its tools
-//! (`viewUnreviewedComments` asks before it shows comments): raised as a `chat/inputRequested` of
-//! the running turn, answered by a client's `chat/inputCompleted`, which the host routes here
-//! rather than to the backend.
+//! What the host waits on a person for in a chat's running turn itself, rather than through the
+//! backend, as it keeps it: the questions its tools asked (`viewUnreviewedComments` asks before it
+//! shows comments), answered by a client's `chat/inputCompleted`, which the host routes here rather
+//! than to the backend; the calls it holds for a person's leave; and the calls a person allowed in
+//! the turn. The asking is `held.rs`.
 //!
-//! **Invariant:** a question is waited on only while its turn runs. When the turn ends the host
-//! forgets the chat's questions, and each waiting tool is told the question was withdrawn.
+//! **Invariant:** a question or a held call is waited on only while its turn runs. When the turn
+//! ends the host forgets the chat's questions and held calls, and each waiting tool is told.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use ahp_types::actions::{ChatInputCompletedAction, ChatInputRequestedAction, StateAction};
-use ahp_types::state::{ChatInputAnswer, ChatInputRequest, ChatInputResponseKind};
+use ahp_types::actions::ChatInputCompletedAction;
+use ahp_types::state::{ChatInputAnswer, ChatInputResponseKind};
 use tokio::sync::oneshot;
-
-use super::Host;
 
 /// A person's answer to a host question.
 #[derive(Debug, Clone)]
@@ -23,10 +22,14 @@ pub struct Answer {
     pub answers: HashMap<String, ChatInputAnswer>,
 }
 
-/// Questions host tools are waiting on, by (chat, request id).
+/// Questions host tools are waiting on, by (chat, request id), and the calls held for a person.
 #[derive(Default)]
 pub struct Questions {
-    waiting: HashMap<(String, String), oneshot::Sender<Answer>>,
+    pub(super) waiting: HashMap<(String, String), oneshot::Sender<Answer>>,
+    /// Host tools' calls held for a person's leave, by (chat, tool call id): true to run.
+    pub(super) held: HashMap<(String, String), oneshot::Sender<bool>>,
+    /// The calls a person allowed in each chat's running turn.
+    allowed: HashMap<String, HashSet<String>>,
 }
 
 impl Questions {
@@ -43,9 +46,32 @@ impl Questions {
         }
     }
 
-    /// The chat's turn ended: every question asked in it is withdrawn.
+    /// True when the host holds `tool_call_id` in `chat` for a person's leave.
+    pub fn holds_call(&self, chat: &str, tool_call_id: &str) -> bool {
+        self.held.contains_key(&(chat.to_owned(), tool_call_id.to_owned()))
+    }
+
+    /// A person allowed or denied a call in `chat`'s running turn: a call the host holds is
+    /// handed the decision, and an allowed one is remembered until the turn ends.
+    pub fn decided(&mut self, chat: &str, tool_call_id: &str, approved: bool) {
+        if approved {
+            self.allowed.entry(chat.to_owned()).or_default().insert(tool_call_id.to_owned());
+        }
+        if let Some(waiter) = self.held.remove(&(chat.to_owned(), tool_call_id.to_owned())) {
+            let _ = waiter.send(approved);
+        }
+    }
+
+    pub(super) fn was_allowed(&self, chat: &str, tool_call_id: &str) -> bool {
+        self.allowed.get(chat).is_some_and(|calls| calls.contains(tool_call_id))
+    }
+
+    /// The chat's turn ended: every question asked in it is withdrawn, and every call held in it
+    /// is stopped.
     pub fn forget_chat(&mut self, chat: &str) {
         self.waiting.retain(|(c, _), _| c != chat);
+        self.held.retain(|(c, _), _| c != chat);
+        self.allowed.remove(chat);
     }
 }
 
@@ -56,66 +82,4 @@ pub enum Unanswered {
     NoTurn,
     /// The turn ended (or the question was dropped) first.
     Withdrawn,
-}
-
-impl Host {
-    /// Asks `request` in the running turn of `chat` (which must be `turn_id` when that is known)
-    /// and waits for the answer.
-    pub async fn ask_person(
-        &self,
-        chat: &str,
-        turn_id: Option<&str>,
-        request: ChatInputRequest,
-    ) -> Result<Answer, Unanswered> {
-        let host = self;
-        let request_id = request.id.clone();
-        let answer = {
-            let mut core = host.lock();
-            let running = core.ch.chats.get(chat).and_then(|c| c.active_turn.as_ref()).map(|t| t.id.clone());
-            match (&running, turn_id) {
-                (None, _) => return Err(Unanswered::NoTurn),
-                (Some(running), Some(asked)) if running != asked => return Err(Unanswered::NoTurn),
-                _ => {}
-            }
-            let (tx, rx) = oneshot::channel();
-            core.questions.waiting.insert((chat.to_owned(), request_id.clone()), tx);
-            let action = StateAction::ChatInputRequested(ChatInputRequestedAction { request });
-            core.apply(chat, action, None, None);
-            rx
-        };
-        // However the wait ends (an answer, the turn ending, the tool's deadline), the question
-        // must not stay open in the turn.
-        let guard = Settle { host, chat, request_id: &request_id };
-        let answer = answer.await.map_err(|_| Unanswered::Withdrawn);
-        drop(guard);
-        answer
-    }
-}
-
-/// Closes a question nobody answered, so the session does not report input needed for it.
-struct Settle<'a> {
-    host: &'a Host,
-    chat: &'a str,
-    request_id: &'a str,
-}
-
-impl Drop for Settle<'_> {
-    fn drop(&mut self) {
-        let mut core = self.host.lock();
-        core.questions.waiting.remove(&(self.chat.to_owned(), self.request_id.to_owned()));
-        let open = core.ch.chats.get(self.chat).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| {
-            t.response_parts.iter().any(|p| {
-                matches!(p, ahp_types::state::ResponsePart::InputRequest(r)
-                    if r.request.id == self.request_id && r.response.is_none())
-            })
-        });
-        if open {
-            let action = StateAction::ChatInputCompleted(ChatInputCompletedAction {
-                request_id: self.request_id.to_owned(),
-                response: ChatInputResponseKind::Cancel,
-                answers: None,
-            });
-            core.apply(self.chat, action, None, None);
-        }
-    }
 }

@@ -32,6 +32,13 @@ impl AgentEntry {
     }
 }
 
+impl AgentEntry {
+    /// Takes the models its worker's probe said it offers, each named with its provider.
+    pub(super) fn offer_models(&mut self, models: Vec<ahp_types::state::SessionModelInfo>) {
+        self.models = with_provider(&self.provider, models);
+    }
+}
+
 impl Core {
     /// Keeps what `provider`'s worker said it offers, for this run and the next; a store that
     /// cannot take it costs only the next start's head start, so it is logged, not raised.

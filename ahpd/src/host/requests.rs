@@ -277,8 +277,3 @@ pub(crate) fn encode_result<T: Serialize>(id: &Value, result: &T) -> Frame {
         Err(e) => response(id, Err(AhpError::internal(format!("could not encode the answer: {e}")))),
     }
 }
-
-/// A `file://` URI for a path.
-pub fn file_uri(path: &std::path::Path) -> String {
-    format!("file://{}", path.display())
-}

@@ -54,46 +54,23 @@ fn property(spec: &config::KeySpec) -> ConfigPropertySchema {
         Applies::Live => "Applies live.",
         Applies::Restart => "Applies after ahpd restart.",
     };
-    ConfigPropertySchema {
-        r#type: kind.to_owned(),
-        title: spec.name.to_owned(),
-        description: Some(format!("{} {applies}", spec.about)),
-        default: (!default.is_null()).then_some(default),
-        r#enum: match spec.name {
-            "agentOrchestrationLimits" => Some(vec![Value::from("on"), Value::from("off")]),
-            "agentOrchestrationLimitsScope" => Some(vec![Value::from("tree"), Value::from("session")]),
-            _ => None,
-        },
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-    }
+    let mut property =
+        agent_runner::schema::config_property(kind, spec.name, Some(format!("{} {applies}", spec.about)));
+    property.default = (!default.is_null()).then_some(default);
+    property.r#enum = match spec.name {
+        "agentOrchestrationLimits" => Some(vec![Value::from("on"), Value::from("off")]),
+        "agentOrchestrationLimitsScope" => Some(vec![Value::from("tree"), Value::from("session")]),
+        _ => None,
+    };
+    property
 }
 
 /// A value the host shows and no client sets.
 fn read_only(kind: &str, title: &str, description: &str, default: Option<Value>) -> ConfigPropertySchema {
-    ConfigPropertySchema {
-        r#type: kind.into(),
-        title: title.into(),
-        description: Some(description.into()),
-        default,
-        r#enum: None,
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: Some(true),
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-    }
+    let mut property = agent_runner::schema::config_property(kind, title, Some(description.into()));
+    property.default = default;
+    property.read_only = Some(true);
+    property
 }
 
 /// The root config state: every daemon key's schema and its value in force (credentials `<set>`).

@@ -7,7 +7,6 @@
 //! known here only as [`facade::Terminals`]. Without one, `createTerminal` is refused as a command
 //! this host does not serve and no `terminalCommandPrefix` is announced.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use ahp_types::actions::{RootTerminalsChangedAction, StateAction};
@@ -18,46 +17,12 @@ use ahp_types::state::{
 
 use super::core::{channel_kind, ChannelKind};
 use super::errors::AhpError;
-use super::facade::{self, CommandRun};
+use super::ports::{self, CommandRun};
 use super::{Core, Host};
 use crate::store::KeptTerminalRecord;
 
 /// The prefix that makes a message a command the host runs (`terminalCommandPrefix`).
 pub const COMMAND_PREFIX: &str = "!";
-
-/// What terminals may hold and where they run (the `terminal*` keys).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TerminalSettings {
-    /// Terminals one session may have running at once (its own and its `!` commands').
-    pub per_session: usize,
-    /// Terminals one client (by its `clientId`) may have running at once.
-    pub per_client: usize,
-    /// Bytes of output a terminal keeps; older output is let go.
-    pub scrollback_bytes: usize,
-    /// The shell a terminal runs, when the config names one (`defaultShell`); else `$SHELL`.
-    pub default_shell: Option<PathBuf>,
-    /// How long a `!` command may run before it is stopped (`shellCommandTimeoutMs`); 0 for ever.
-    pub command_timeout_ms: u64,
-}
-
-impl TerminalSettings {
-    /// How long a `!` command may run, if it has a deadline.
-    pub fn command_deadline(&self) -> Option<std::time::Duration> {
-        (self.command_timeout_ms > 0).then(|| std::time::Duration::from_millis(self.command_timeout_ms))
-    }
-}
-
-impl Default for TerminalSettings {
-    fn default() -> Self {
-        Self {
-            per_session: 8,
-            per_client: 8,
-            scrollback_bytes: 1 << 20,
-            default_shell: None,
-            command_timeout_ms: 3_600_000,
-        }
-    }
-}
 
 /// True for a terminal action that changes what the root lists of the terminal.
 pub(super) fn changes_listing(action: &StateAction) -> bool {
@@ -148,7 +113,7 @@ pub use protocol::terminal_output_uri;
 
 impl Core {
     /// The terminals feature, when this host serves terminals.
-    pub fn terminals_feature(&self) -> Option<Arc<dyn facade::Terminals>> {
+    pub fn terminals_feature(&self) -> Option<Arc<dyn ports::Terminals>> {
         self.terminals.clone()
     }
 
@@ -229,7 +194,7 @@ impl Core {
         };
         let uri = terminal_output_uri(&params.chat, &params.key);
         let cwd =
-            self.sessions.get(&session).and_then(|m| m.working_directory.as_deref()).map(super::requests::file_uri);
+            self.sessions.get(&session).and_then(|m| m.working_directory.as_deref()).map(crate::fileuri::file_uri);
         let record = KeptTerminalRecord {
             uri: uri.clone(),
             session,
@@ -365,7 +330,7 @@ impl Core {
 impl Host {
     /// Serves terminals through `feature` (ptys and their processes): `createTerminal` and `!`
     /// commands reach it from now on.
-    pub fn serve_terminals(&self, feature: Arc<dyn facade::Terminals>) {
+    pub fn serve_terminals(&self, feature: Arc<dyn ports::Terminals>) {
         self.lock().terminals = Some(feature);
     }
 
@@ -394,7 +359,7 @@ impl Host {
             }
             core.require(&conn.principal, "session:write")?;
         }
-        let asker = facade::Asker { client_id: conn.client_id.clone(), principal: conn.principal.clone() };
+        let asker = ports::Asker { client_id: conn.client_id.clone(), principal: conn.principal.clone() };
         feature.create(&mut core, &asker, params)?;
         Ok(serde_json::Value::Null)
     }

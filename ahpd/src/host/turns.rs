@@ -72,10 +72,23 @@ impl RunningCall<'_> {
         })
     }
 
+    /// `chat/toolCallReady` waiting for a person to allow it, asking `title`.
+    pub fn asks(self, title: String) -> StateAction {
+        self.ready_as(None, Some(title))
+    }
+
     /// `chat/toolCallReady`, running without asking.
     pub fn ready(self) -> StateAction {
+        self.ready_as(Some(ahp_types::state::ToolCallConfirmationReason::NotNeeded), None)
+    }
+
+    fn ready_as(
+        self,
+        confirmed: Option<ahp_types::state::ToolCallConfirmationReason>,
+        asking: Option<String>,
+    ) -> StateAction {
         use ahp_types::common::StringOrMarkdown;
-        use ahp_types::state::{ToolCallConfirmationReason, ToolInput};
+        use ahp_types::state::ToolInput;
         StateAction::ChatToolCallReady(ahp_types::actions::ChatToolCallReadyAction {
             turn_id: self.turn_id.to_owned(),
             tool_call_id: self.tool_call_id.to_owned(),
@@ -84,11 +97,11 @@ impl RunningCall<'_> {
             intention: None,
             invocation_message: StringOrMarkdown::Plain(self.invocation),
             tool_input: self.input.map(ToolInput::Inline),
-            confirmation_title: None,
+            confirmation_title: asking.map(StringOrMarkdown::Plain),
             risk_assessment: None,
             edits: None,
             editable: None,
-            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
+            confirmed,
             options: None,
         })
     }
@@ -154,7 +167,14 @@ fn backend_may_say_on_session(action: &StateAction) -> bool {
 impl Core {
     /// Says a turn's start and hands it to the backend. `origin` is the client whose action it
     /// is (said exactly as it sent it); a host-started turn (a queued message, a wakeup) has none.
-    pub fn start_turn(&mut self, chat: &str, start: ChatTurnStartedAction, origin: Option<(ConnId, ActionOrigin)>) {
+    /// Answers whether the start was said. A message from outside the turn engine comes in
+    /// through [`Core::deliver`], which decides whether it starts at all.
+    pub(super) fn start_turn(
+        &mut self,
+        chat: &str,
+        start: ChatTurnStartedAction,
+        origin: Option<(ConnId, ActionOrigin)>,
+    ) -> bool {
         let (turn_id, message) = (start.turn_id.clone(), start.message.clone());
         self.touch(chat);
         let client = origin.as_ref().map(|(_, o)| o.client_id.clone());
@@ -167,7 +187,7 @@ impl Core {
             None => (None, None),
         };
         if !matches!(self.apply(chat, StateAction::ChatTurnStarted(start), origin, extra), Committed::Sent { .. }) {
-            return;
+            return false;
         }
         let untitled = self.chats.get(chat).is_some_and(|m| !m.titled);
         if let Some(meta) = self.chats.get_mut(chat) {
@@ -184,7 +204,7 @@ impl Core {
         if let Some(command) = self.command_of(&message) {
             // The host's own turn: the backend never hears of it (seed 004).
             self.start_command(chat, &turn_id, command);
-            return;
+            return true;
         }
         // A turn the host began that nobody watches (a wakeup's) has nobody to answer it.
         let unattended = extra.is_none() && !self.is_attended(chat);
@@ -193,12 +213,20 @@ impl Core {
             let _ = meta.driver.send(Op::Send { turn_id: turn_id.clone(), message, unattended, client });
         }
         self.offer_steering(chat);
+        true
     }
 
     /// True while a connection watches `chat` or its session: somebody could answer a question.
+    /// A session an automation's run opened is never: its run has nobody to answer, whoever
+    /// looks on (seed 003).
     pub fn is_attended(&self, chat: &str) -> bool {
         let session = self.chats.get(chat).map(|m| m.session.clone()).unwrap_or_default();
-        self.ch.is_watched(chat) || self.ch.is_watched(&session)
+        let automated = self
+            .ch
+            .sessions
+            .get(&session)
+            .is_some_and(|s| matches!(s.origin, Some(ahp_types::state::SessionOrigin::Automation(_))));
+        !automated && (self.ch.is_watched(chat) || self.ch.is_watched(&session))
     }
 }
 
@@ -326,9 +354,13 @@ impl Core {
         }
         let tools = self.tools.clone();
         tools.turn_ended(self, chat, &ended);
-        let event = super::facade::Event::TurnEnded { chat: chat.to_owned(), turn_id: ended };
+        let event = super::ports::Event::TurnEnded { chat: chat.to_owned(), turn_id: ended };
         self.workspaces.clone().event(self, event);
         self.start_next(chat);
+        // After what waits began: a run whose chat goes on is not over yet.
+        if let Some(automations) = self.automations.clone() {
+            automations.turn_ended(self, chat);
+        }
     }
 
     /// Starts the chat's backend session again so it takes up what changed (its rules, its
@@ -352,7 +384,7 @@ impl Core {
         let next =
             state.steering_message.clone().or_else(|| state.queued_messages.as_ref().and_then(|q| q.first().cloned()));
         if let Some(pending) = next {
-            self.start_turn(chat, host_turn(pending.message, Some(pending.id)), None);
+            let _ = self.start_turn(chat, host_turn(pending.message, Some(pending.id)), None);
         }
     }
 

@@ -1,6 +1,7 @@
 //! Token usage, banked (seed 003, "Token usage is banked, not estimated"): what each turn's
 //! backend reported it used (`chat/usage`, folded onto the turn) is added to its session's bank
-//! when the turn ends, in the same store savepoint as the turn itself, and shown on the session's
+//! when the turn ends, in the same store savepoint as the turn itself (`Core::keep_ending`), so no
+//! stop of the process leaves a kept turn without its usage, and shown on the session's
 //! state as `_meta.usage`. Nothing is estimated: a turn whose backend reported nothing adds
 //! nothing. It is cumulative use, not how full any context window is; a turn a chat later drops
 //! stays banked.
@@ -14,8 +15,10 @@ use ahp_types::actions::{SessionMetaChangedAction, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::state::UsageInfo;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::Core;
+use crate::store::SessionRecord;
 
 /// The key of the bank on a session's `_meta`.
 pub const META_KEY: &str = "usage";
@@ -84,23 +87,41 @@ pub fn merge_backend_meta(held: Option<&JsonObject>, said: Option<JsonObject>) -
 }
 
 impl Core {
-    /// Adds the usage of `turn` (a turn of `chat` that just ended) to its session's bank.
-    pub(super) fn bank_usage(&mut self, chat: &str, usage: Option<&UsageInfo>) {
-        let Some(usage) = usage else { return };
-        let Some(session) = self.chats.get(chat).map(|m| m.session.clone()) else { return };
+    /// `chat`'s session and its `_meta` with `usage` (what a turn of `chat` reported) added to
+    /// its bank; `None` when the turn reported nothing.
+    fn banked_meta(&self, chat: &str, usage: Option<&UsageInfo>) -> Option<(String, JsonObject)> {
+        let usage = usage?;
+        let session = self.chats.get(chat).map(|m| m.session.clone())?;
         let held = self.ch.sessions.get(&session).and_then(|s| s.meta.clone());
         let mut bank = UsageBank::of(held.as_ref());
         if !bank.add(usage) {
-            return;
+            return None;
         }
         let mut meta = held.unwrap_or_default();
         match serde_json::to_value(&bank) {
             Ok(value) => meta.insert(META_KEY.to_owned(), value),
             Err(e) => {
                 tracing::error!("could not encode a session's usage: {e}");
-                return;
+                return None;
             }
         };
+        Some((session, meta))
+    }
+
+    /// The record and summary of `chat`'s session with `usage` banked, for the turn's ending to
+    /// write in its own savepoint before it is committed (the session's state takes the bank when
+    /// [`Core::bank_usage`] follows the ending); `None` when the turn reported nothing.
+    pub(super) fn banked_session(&self, chat: &str, usage: Option<&UsageInfo>) -> Option<(SessionRecord, Value)> {
+        let (session, meta) = self.banked_meta(chat, usage)?;
+        let mut record = self.session_record(&session)?;
+        record.meta = Some(meta);
+        let summary = serde_json::to_value(self.summary_of(&session)?).ok()?;
+        Some((record, summary))
+    }
+
+    /// Adds the usage of a turn of `chat` that just ended to its session's bank.
+    pub(super) fn bank_usage(&mut self, chat: &str, usage: Option<&UsageInfo>) {
+        let Some((session, meta)) = self.banked_meta(chat, usage) else { return };
         let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
         self.apply(&session, action, None, None);
     }

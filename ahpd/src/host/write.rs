@@ -21,7 +21,7 @@
 use ahp_types::actions::{ActionOrigin, StateAction};
 
 use super::core::{channel_kind, ChannelKind, Committed, ConnId};
-use super::facade::Event;
+use super::ports::Event;
 use super::Core;
 
 impl Core {

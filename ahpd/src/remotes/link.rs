@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agent_runner::lock;
 use agent_runner::rpc::{Incoming, Peer, PeerError};
@@ -215,10 +215,13 @@ impl Link {
                 Ok(opened) => {
                     let began = Instant::now();
                     let why = self.serve(&host, &feature, opened).await;
-                    failures = crate::supervisor::backoff::next_failures(failures, began.elapsed());
+                    // A cut after a healthy spell is tried again soon; cuts in quick
+                    // succession back off.
+                    failures = if began.elapsed() >= HEALTHY { 0 } else { failures.saturating_add(1) };
                     why
                 }
             };
+            let wait = retry_after(failures);
             tracing::warn!(remote = %self.spec.name, "the link to the remote host is down: {why}");
             {
                 let mut state = lock(&self.state);
@@ -232,16 +235,17 @@ impl Link {
                         )));
                     }
                 }
+                let said = format!("{why}; {}", next_try(wait));
                 state.status = if why.contains("HTTP 401") || why.contains("HTTP 403") {
-                    LinkStatus::Refused(why)
+                    LinkStatus::Refused(said)
                 } else {
-                    LinkStatus::Reconnecting(why)
+                    LinkStatus::Reconnecting(said)
                 };
             }
             let Some(host) = host.upgrade() else { return };
             feature.publish(&host);
             drop(host);
-            tokio::time::sleep(crate::supervisor::backoff::delay(failures)).await;
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -251,7 +255,7 @@ impl Link {
         let Opened { peer, mut incoming, child } = opened;
         let Some(host) = weak.upgrade() else { return "the daemon is stopping".into() };
         if let Err(why) = self.handshake(&host, &peer).await {
-            return self.with_stderr(why, child.as_ref());
+            return how_it_ended(why, child.as_ref()).await;
         }
         self.refuse_lost(&host);
         {
@@ -272,11 +276,11 @@ impl Link {
                     while let Ok(message) = incoming.try_recv() {
                         self.on_incoming(weak, feature, message);
                     }
-                    return self.with_stderr(format!("the link closed: {end}"), child.as_ref());
+                    return how_it_ended(format!("the link closed: {end}"), child.as_ref()).await;
                 }
             }
         }
-        self.with_stderr("the link closed".into(), child.as_ref())
+        how_it_ended("the link closed".into(), child.as_ref()).await
     }
 
     /// The relayed actions whose echo did not come before the link dropped nor in what the
@@ -299,15 +303,6 @@ impl Link {
             if let Some((conn, origin)) = echo.sender {
                 core.refuse_relayed(conn, &echo.channel, &echo.action, origin, &why);
             }
-        }
-    }
-
-    /// `why` with the last line the command form's process wrote to its stderr.
-    fn with_stderr(&self, why: String, child: Option<&agent_runner::child::Child>) -> String {
-        let last = child.map(|c| c.tail().text_within(300)).unwrap_or_default();
-        match last.trim().lines().last() {
-            Some(line) if !line.trim().is_empty() => format!("{why} ({})", line.trim()),
-            _ => why,
         }
     }
 
@@ -821,4 +816,58 @@ fn channels_of_session(state: &State, session: &str) -> Vec<String> {
         })
         .cloned()
         .collect()
+}
+
+/// A link that was up this long before it was cut is tried again within a second, however many
+/// cuts came before.
+const HEALTHY: Duration = Duration::from_secs(30);
+/// The first wait: a second, so that a remote whose daemon is being restarted by its service
+/// manager has its successor up when `ahpd --stdio` comes (docs/remotes.md).
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between attempts to reach a remote: a person waits on it.
+const RETRY_CAP: Duration = Duration::from_secs(10);
+/// How long a command form's process may take to end once its output closed.
+const ENDING_WITHIN: Duration = Duration::from_secs(2);
+
+/// The wait before the next attempt, after `failures` in a row since the last healthy spell:
+/// 1 s, 2 s, 4 s, 8 s, then 10 s.
+fn retry_after(failures: u32) -> Duration {
+    let factor = 1u32.checked_shl(failures.min(8)).unwrap_or(u32::MAX);
+    RETRY_FIRST.checked_mul(factor).map_or(RETRY_CAP, |d| d.min(RETRY_CAP))
+}
+
+/// "next try at 14:03:07" (the local time).
+fn next_try(wait: Duration) -> String {
+    let at = jiff::SignedDuration::try_from(wait)
+        .ok()
+        .and_then(|wait| jiff::Zoned::now().checked_add(wait).ok())
+        .map(|at| at.strftime("%H:%M:%S").to_string());
+    match at {
+        Some(at) => format!("next try at {at}"),
+        None => format!("next try in {} s", wait.as_secs()),
+    }
+}
+
+/// `why` with how the command form's process ended ("was killed by signal 9 (SIGKILL)"), and its
+/// last stderr line when it ended on its own with a failure (the cause, as ssh says it); a process
+/// still running is described by its last stderr line alone.
+async fn how_it_ended(why: String, child: Option<&agent_runner::child::Child>) -> String {
+    let Some(child) = child else { return why };
+    let last = child.tail().text_within(300);
+    let last = last.trim().lines().last().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned);
+    match child.wait_within(ENDING_WITHIN).await {
+        Some(status) => {
+            let ended = agent_runner::child::describe_exit(Some(status));
+            match last {
+                Some(line) if status.code().is_some_and(|code| code != 0) => {
+                    format!("{why}: the link process {ended} ({line})")
+                }
+                _ => format!("{why}: the link process {ended}"),
+            }
+        }
+        None => match last {
+            Some(line) => format!("{why} ({line})"),
+            None => why,
+        },
+    }
 }

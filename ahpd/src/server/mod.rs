@@ -53,22 +53,27 @@ struct AppState {
 pub fn router(host: Host, door: DoorPolicy, cancel: CancellationToken) -> Router {
     use crate::mcp;
     let tools_server = mcp::service(host.clone(), cancel);
+    let door = Arc::new(door);
+    // The rebinding and web-page checks run first (the outer layer), before any token is read.
     let tools = Router::new()
         .route(
             "/ahp-mcp/{id}",
             mcp_post(tools_server.clone())
                 .get(mcp::session_stream)
                 .route_layer(axum::middleware::from_fn_with_state(host.clone(), mcp::session_door))
+                .route_layer(axum::middleware::from_fn_with_state(door.clone(), tools_door))
                 .fallback(mcp::other_method),
         )
         .with_state(host.clone());
     let connections = Arc::new(tokio::sync::Semaphore::new(door.max_connections));
-    let state = AppState { host, door: Arc::new(door), connections };
+    let state = AppState { host, door, connections };
     Router::new()
         .route("/", get(upgrade))
         .route("/ui/door", get(door_check))
         .route("/ui/{*file}", get(crate::web::asset))
         .route("/favicon.ico", get(crate::web::favicon))
+        // An automation's webhook: its own secret, not the connection token.
+        .route("/hooks/{id}", axum::routing::post(hook))
         .route(
             "/mcp",
             mcp_post(tools_server)
@@ -89,6 +94,24 @@ fn mcp_post<S: Clone + Send + Sync + 'static>(server: crate::mcp::Server) -> axu
     axum::routing::post_service(server).layer(axum::middleware::from_fn(crate::mcp::one_message))
 }
 
+/// `POST /hooks/<id>`: starts a run of the automation's webhook trigger (`docs/automations.md`):
+/// 202 with the run, 401 without the trigger's secret.
+async fn hook(
+    State(app): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let delivery = header("idempotency-key").or_else(|| header("x-github-delivery"));
+    match crate::automations::events::webhook(&app.host, &id, header("authorization"), delivery) {
+        Ok(run) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "run": run }))).into_response(),
+        Err(refused) => {
+            let status = StatusCode::from_u16(refused.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (status, format!("{}\n", refused.why)).into_response()
+        }
+    }
+}
+
 /// `GET /ui/door`: whether the token the page holds (as a Bearer) lets it in: 204, or 401 with the
 /// reason. A browser cannot read why a WebSocket upgrade failed; the page asks here to tell a
 /// refusal from a daemon that is down or restarting.
@@ -97,8 +120,8 @@ async fn door_check(
     headers: HeaderMap,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    if let Err(why) = check_host(&app.door, &headers).and_then(|()| check_origin(&app.door, &headers)) {
-        return (StatusCode::FORBIDDEN, why).into_response();
+    if let Err((status, why)) = check_web(&app.door, &headers) {
+        return (status, format!("{why}\n")).into_response();
     }
     match admit(&app, &headers, &query) {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
@@ -123,6 +146,27 @@ async fn sessionless_door(
     }
 }
 
+/// In front of `/ahp-mcp/<id>`'s own door: a rebound host name or a web page is refused there as
+/// at `/` and `/mcp`, whatever token it carries.
+async fn tools_door(
+    State(door): State<Arc<DoorPolicy>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match check_web(&door, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err((status, why)) => crate::mcp::door_refusal(status, why),
+    }
+}
+
+/// The checks every door makes of a request that may come from a browser, before its token: a
+/// `Host` that is not this daemon's (DNS rebinding) and an `Origin` not allowed (a web page).
+fn check_web(door: &DoorPolicy, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    check_host(door, headers)
+        .and_then(|()| check_origin(door, headers))
+        .map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))
+}
+
 /// `GET /mcp`, past its door: the event stream that says when the sessionless tools change.
 async fn sessionless_stream(State(app): State<AppState>) -> Response {
     crate::mcp::sessionless_stream(&app.host)
@@ -135,8 +179,7 @@ async fn sessionless_stream(State(app): State<AppState>) -> Response {
 fn sessionless_caller(app: &AppState, headers: &HeaderMap, peer: SocketAddr) -> Result<Caller, (StatusCode, String)> {
     use crate::users::Principal;
     let door = &app.door;
-    check_host(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
-    check_origin(door, headers).map_err(|why| (StatusCode::FORBIDDEN, why.trim_end().to_owned()))?;
+    check_web(door, headers)?;
     let refused = |why: &str| Err((StatusCode::UNAUTHORIZED, why.to_owned()));
     let offered = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -177,11 +220,8 @@ async fn upgrade(
     Query(query): Query<std::collections::HashMap<String, String>>,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    if let Err(why) = check_host(&app.door, &headers) {
-        return (StatusCode::FORBIDDEN, why).into_response();
-    }
-    if let Err(why) = check_origin(&app.door, &headers) {
-        return (StatusCode::FORBIDDEN, why).into_response();
+    if let Err((status, why)) = check_web(&app.door, &headers) {
+        return (status, format!("{why}\n")).into_response();
     }
     if ws.is_err() && crate::web::wants_page(&headers) {
         // The page holds no secret; only a token that is offered and wrong gets the refusal.

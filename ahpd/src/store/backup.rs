@@ -54,11 +54,10 @@ pub fn folder(data_dir: &Path) -> PathBuf {
     data_dir.join("backups")
 }
 
-/// Opens the store for reading alone: a backup never writes to it.
+/// Opens the store for reading alone: a backup never writes to it. Inside the daemon it shares the
+/// host's lock and WAL index (`super::connect`).
 fn read_only(store: &Path) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(store, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
+    super::connect(store, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
 }
 
 /// Copies the store at `store` into `to` (which must not exist) through `conn`, a connection to
@@ -98,6 +97,30 @@ pub fn take(store: &Path, to: &Path) -> Result<(), BackupError> {
     let conn =
         read_only(store).map_err(|source| BackupError::Sql { store: store.to_owned(), to: to.to_owned(), source })?;
     copy(&conn, store, to, || {})
+}
+
+/// `ahpd store backup`: the store at `store`, checked first (a damaged one is not backed up), into
+/// `to` (a file that must not exist) or into `folder` keeping the newest `keep`. Answers the
+/// backup's file, or why there is none, as a sentence. The verb runs it when no daemon runs, the
+/// daemon when one does (no other process may open its store then).
+pub fn take_now(store: &Path, folder: &Path, keep: usize, to: Option<&Path>) -> Result<PathBuf, String> {
+    use super::recovery;
+    match recovery::check(store, recovery::Depth::Quick) {
+        Ok(problems) if problems.is_empty() => {}
+        Ok(problems) => {
+            return Err(format!(
+                "{} is damaged ({}); it was not backed up. A start of the daemon recovers what can be read.",
+                store.display(),
+                problems.join("; ")
+            ))
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    match to {
+        Some(to) if to.symlink_metadata().is_ok() => Err(format!("{} exists already; name a new file.", to.display())),
+        Some(to) => take(store, to).map(|()| to.to_owned()).map_err(|e| e.to_string()),
+        None => take_into(store, folder, keep).map_err(|e| e.to_string()),
+    }
 }
 
 /// A new backup's name in `folder`, by the time now.

@@ -26,7 +26,7 @@ pub struct Checkpointer {
 impl Checkpointer {
     /// Starts checkpointing the store at `path` from a connection of its own.
     pub fn start(path: &Path) -> std::io::Result<Self> {
-        let conn = Connection::open(path).map_err(std::io::Error::other)?;
+        let conn = super::connect(path, rusqlite::OpenFlags::default()).map_err(std::io::Error::other)?;
         let (stop, stopped) = mpsc::channel();
         let thread =
             std::thread::Builder::new().name("store checkpointer".into()).spawn(move || run(&conn, &stopped))?;

@@ -34,6 +34,15 @@ impl Trouble {
         }
     }
 
+    /// The trouble a failed file operation says (making, moving or syncing a file of the store).
+    pub fn of_io(error: &std::io::Error) -> Self {
+        match error.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => Self::Full,
+            Some(libc::EROFS | libc::EPERM | libc::EACCES) => Self::ReadOnly,
+            _ => Self::Io,
+        }
+    }
+
     /// The sentence a person reads: what happened, where, and what to do.
     pub fn sentence(self, store: &Path) -> String {
         let (what, remedy) = match self {
@@ -115,13 +124,14 @@ impl Unkept {
         self.annotations.remove(uri);
     }
 
-    /// Takes every record to write again: chats' records before their turns, sessions last (a
-    /// session's summary counts its chats).
+    /// Takes every record to write again, each after the rows its foreign keys name: sessions,
+    /// then their chats, then the chats' turns, then annotations. (A session's summary is made
+    /// from memory, not from the rows, so it needs no chat written before it.)
     pub fn take(&mut self) -> Vec<Record> {
-        let mut records: Vec<Record> = std::mem::take(&mut self.chats).into_iter().map(Record::Chat).collect();
+        let mut records: Vec<Record> = std::mem::take(&mut self.sessions).into_iter().map(Record::Session).collect();
+        records.extend(std::mem::take(&mut self.chats).into_iter().map(Record::Chat));
         records.extend(std::mem::take(&mut self.turns).into_iter().map(|(chat, from)| Record::Turns(chat, from)));
         records.extend(std::mem::take(&mut self.annotations).into_iter().map(Record::Annotations));
-        records.extend(std::mem::take(&mut self.sessions).into_iter().map(Record::Session));
         records
     }
 }
@@ -166,7 +176,7 @@ mod tests {
     }
 
     #[test]
-    fn unkept_turns_remember_the_first_position_and_come_out_after_chats() {
+    fn unkept_turns_remember_the_first_position_and_come_out_after_their_parents() {
         let mut unkept = Unkept::default();
         unkept.note(Record::Turns("c".into(), 5));
         unkept.note(Record::Turns("c".into(), 3));
@@ -174,9 +184,15 @@ mod tests {
         unkept.note(Record::Session("s".into()));
         unkept.note(Record::Chat("c".into()));
         assert!(!unkept.is_empty());
+        unkept.note(Record::Annotations("s/annotations".into()));
         assert_eq!(
             unkept.take(),
-            vec![Record::Chat("c".into()), Record::Turns("c".into(), 3), Record::Session("s".into())]
+            vec![
+                Record::Session("s".into()),
+                Record::Chat("c".into()),
+                Record::Turns("c".into(), 3),
+                Record::Annotations("s/annotations".into())
+            ]
         );
         assert!(unkept.is_empty());
     }

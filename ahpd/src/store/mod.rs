@@ -11,10 +11,25 @@
 //! trouble (`health.rs`) until a probe finds it writable: the host asks before it tells anyone a
 //! thing is kept.
 //!
+//! Why SQLite's `unix-excl` VFS ([`connect`]): it keeps the WAL's index in this process's heap,
+//! shared by every connection the daemon opens (the host's, the checkpointer's, a backup's),
+//! instead of in a `-shm` file mapped into memory. A write to a page of that mapping is a page
+//! fault the kernel answers with SIGBUS when the file can no longer be written (ext4 refuses
+//! `chattr +i` files and a file system it remounted read-only after an error): the daemon died
+//! where it now says the store cannot write. The price: while the daemon runs, its store is its
+//! own: the process holds an exclusive lock on it, so another process opening it is told "database
+//! is locked"; `ahpd store check` and `ahpd store backup` ask the running daemon instead
+//! (docs/security.md, "The store under faults").
+//!
+//! A store whose file was deleted or replaced while the daemon ran (its connection still reads
+//! the file it opened) is written again at its path from what that connection holds
+//! ([`Store::put_back`]), before anything more is told kept.
+//!
 //! **Invariant:** the store holds records, never live objects; what it returns is plain data the
 //! host turns into channel state.
 
 mod agentmerge;
+mod automations;
 pub mod backup;
 mod checkpointer;
 pub mod health;
@@ -22,18 +37,44 @@ mod offers;
 pub mod records;
 pub mod recovery;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 pub use self::agentmerge::{AgentMergeOptions, AgentMergeRecord};
+pub use self::automations::{AutomationRecord, AutomationRunRecord, GitHubSeen};
 use self::health::Trouble;
 pub use self::offers::AgentOffersRecord;
 
 pub use self::records::{ChatRecord, KeptTerminalRecord, SessionRecord, TurnRecord, WakeupRecord, WorktreeRecord};
 
 /// The schema version this build writes. Older files are migrated forward on open.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 7;
+
+/// The VFS every connection of the daemon to its store goes through (the module's head says why).
+const VFS: &str = "unix-excl";
+
+/// How long a connection waits for a lock another holds (a daemon still closing its store while
+/// its successor opens it).
+const BUSY: Duration = Duration::from_secs(5);
+
+/// Opens a connection to the store file at `path` as the daemon's connections are opened: the
+/// `unix-excl` VFS, waiting [`BUSY`] for a lock. Every connection the daemon makes to its store
+/// comes from here, so they share one lock and one WAL index.
+pub fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags_and_vfs(path, flags, VFS)?;
+    conn.busy_timeout(BUSY)?;
+    Ok(conn)
+}
+
+/// Which file a path names now: (device, inode).
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
 
 /// What went wrong with the store.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +98,29 @@ pub enum StoreError {
         /// The version found.
         found: i64,
     },
+    /// A file beside the store could not be made, moved or synced.
+    #[error("the session store at {path} could not be written again: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+}
+
+/// The files a store's connection opened: what its path named then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Opened {
+    db: Option<FileId>,
+    log: Option<FileId>,
+}
+
+/// What [`Store::put_back`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutBack {
+    /// A file found at the store's path that was not the store's own, moved here (with its
+    /// `-wal`), never overwritten.
+    pub replaced: Option<PathBuf>,
 }
 
 /// The store.
@@ -70,6 +134,8 @@ pub struct Store {
     _checkpointer: Option<checkpointer::Checkpointer>,
     /// What the last failed write met, until a probe finds the store writable again.
     trouble: std::cell::Cell<Option<Trouble>>,
+    /// The files the connection opened, to notice them deleted or replaced.
+    opened: Opened,
 }
 
 /// A page of session summaries, newest first.
@@ -97,18 +163,150 @@ impl Store {
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let conn = Connection::open(path).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
+        let conn =
+            connect(path, OpenFlags::default()).map_err(|source| StoreError::Sql { path: path.to_owned(), source })?;
         let mut store = Self {
             conn,
             path: path.to_owned(),
             wakeups_changed: Default::default(),
             _checkpointer: None,
             trouble: Default::default(),
+            opened: Opened::default(),
         };
         store.configure()?;
         store.migrate()?;
         store.checkpoint_elsewhere()?;
+        store.opened = store.files_now();
         Ok(store)
+    }
+
+    /// What the store's path and its log's name now.
+    fn files_now(&self) -> Opened {
+        Opened { db: file_id(&self.path), log: file_id(&recovery::beside(&self.path, "-wal")) }
+    }
+
+    /// True when the store's file or its log is no longer at its path (deleted, or another file
+    /// put there) while the connection still writes the one it opened.
+    pub fn moved(&self) -> bool {
+        let now = self.files_now();
+        now.db != self.opened.db || (self.opened.log.is_some() && now.log != self.opened.log)
+    }
+
+    /// Writes the store again at its path when its file (or its log) was deleted or replaced
+    /// while the daemon ran: the connection still reads the file it opened, so a copy of all of it
+    /// (`VACUUM INTO`, as a backup) takes the path, and the daemon goes on with that. A file found
+    /// at the path that is not the store's is moved aside, never overwritten. Answers `None` when
+    /// nothing moved, or inside a transaction (its commit asks again). On failure the store is in
+    /// trouble, as a failed write leaves it, and the old connection still holds everything.
+    pub fn put_back(&mut self) -> Result<Option<PutBack>, StoreError> {
+        if !self.moved() || !self.conn.is_autocommit() {
+            return Ok(None);
+        }
+        let path = self.path.clone();
+        let temp = self.copy_beside()?;
+        let put = self.put_in_place(&temp);
+        let fresh = put.and_then(|replaced| {
+            let fresh = connect(&path, OpenFlags::default())
+                .map_err(|source| StoreError::Sql { path: path.clone(), source })
+                .and_then(|conn| Self::configure_conn(&conn, &path).map(|()| conn));
+            fresh.map(|conn| (conn, replaced))
+        });
+        let (conn, replaced) = match fresh {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                for name in [temp.clone(), path.clone()] {
+                    // The copy, wherever it got to; what was at the path before is aside.
+                    if file_id(&name).is_some() && file_id(&name) != self.opened.db {
+                        let _ = std::fs::remove_file(&name);
+                    }
+                }
+                self.note_trouble(&e);
+                return Err(e);
+            }
+        };
+        // The old connection must neither checkpoint nor delete a log by name as it closes: the
+        // log at the path is the fresh file's now.
+        let _ = self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+        self._checkpointer = None;
+        let old = std::mem::replace(&mut self.conn, conn);
+        if let Err((_, e)) = old.close() {
+            tracing::warn!("the store's old connection closed with: {e}");
+        }
+        self.checkpoint_elsewhere()?;
+        self.opened = self.files_now();
+        self.trouble.set(None);
+        Ok(Some(PutBack { replaced }))
+    }
+
+    /// A whole copy of what the connection holds, made 0600 beside the store's path (its folder
+    /// made again when it is gone).
+    fn copy_beside(&self) -> Result<PathBuf, StoreError> {
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| Path::new("."));
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temp = dir.join(format!(".{name}.put-back.{}", std::process::id()));
+        let made = crate::fsutil::create_private_dir(dir)
+            .and_then(|()| match std::fs::remove_file(&temp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            })
+            .and_then(|()| crate::fsutil::create_private_file(&temp));
+        if let Err(source) = made {
+            return Err(self.io_trouble(dir, source));
+        }
+        let copied = self.sql(self.conn.execute("VACUUM INTO ?1", [temp.to_string_lossy()]));
+        let synced = copied.and_then(|_| {
+            std::fs::File::open(&temp).and_then(|f| f.sync_all()).map_err(|source| self.io_trouble(&temp, source))
+        });
+        if let Err(e) = synced {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
+        Ok(temp)
+    }
+
+    /// Puts the copy `temp` at the store's path: a foreign file found there is moved aside first
+    /// (answered), and no log is left at the path for the fresh file to mistake for its own.
+    fn put_in_place(&self, temp: &Path) -> Result<Option<PathBuf>, StoreError> {
+        let path = &self.path;
+        let replaced = match file_id(path) {
+            Some(id) if Some(id) != self.opened.db => {
+                let aside = recovery::aside_name(path, "replaced");
+                recovery::move_store(path, &aside).map_err(|e| match e {
+                    recovery::RecoveryError::Io { path, source, .. } => self.io_trouble(&path, source),
+                    recovery::RecoveryError::Store(e) => e,
+                })?;
+                Some(aside)
+            }
+            _ => None,
+        };
+        for suffix in ["-wal", "-shm"] {
+            let log = recovery::beside(path, suffix);
+            match std::fs::remove_file(&log) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(self.io_trouble(&log, e)),
+                _ => {}
+            }
+        }
+        std::fs::rename(temp, path).map_err(|source| self.io_trouble(path, source))?;
+        if let Some(dir) = path.parent().and_then(|d| std::fs::File::open(d).ok()) {
+            let _ = dir.sync_all();
+        }
+        Ok(replaced)
+    }
+
+    /// A failed file operation on the store's behalf: the store is in the trouble it says.
+    fn io_trouble(&self, path: &Path, source: std::io::Error) -> StoreError {
+        self.trouble.set(Some(Trouble::of_io(&source)));
+        StoreError::Io { path: path.to_owned(), source }
+    }
+
+    fn note_trouble(&self, error: &StoreError) {
+        if let StoreError::Sql { source, .. } = error {
+            if let Some(trouble) = Trouble::of(source) {
+                self.trouble.set(Some(trouble));
+            }
+        } else if self.trouble.get().is_none() {
+            self.trouble.set(Some(Trouble::Io));
+        }
     }
 
     fn sql<T>(&self, result: rusqlite::Result<T>) -> Result<T, StoreError> {
@@ -118,6 +316,11 @@ impl Store {
             }
             StoreError::Sql { path: self.path.clone(), source }
         })
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// What keeps the store from writing, since a write failed and until a probe succeeds.
@@ -162,17 +365,25 @@ impl Store {
     }
 
     fn configure(&self) -> Result<(), StoreError> {
+        let configured = Self::configure_conn(&self.conn, &self.path);
+        if let Err(e) = &configured {
+            self.note_trouble(e);
+        }
+        configured
+    }
+
+    fn configure_conn(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+        let sql = |source| StoreError::Sql { path: path.to_owned(), source };
         // WAL: a committed transaction survives the process dying at any moment; NORMAL skips the
         // fsync per commit, which only a power cut (not a crash) could make matter.
-        self.sql(self.conn.pragma_update(None, "journal_mode", "WAL"))?;
-        self.sql(self.conn.pragma_update(None, "synchronous", "NORMAL"))?;
-        self.sql(self.conn.pragma_update(None, "foreign_keys", "ON"))?;
-        self.sql(self.conn.busy_timeout(std::time::Duration::from_secs(5)))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
         // Tests only: a store that can hold no more than this many pages meets SQLite's own
         // SQLITE_FULL, as on a full disk, for any user.
         if let Some(pages) = std::env::var("AHPD_TEST_STORE_MAX_PAGES").ok().and_then(|p| p.parse::<i64>().ok()) {
             tracing::warn!("AHPD_TEST_STORE_MAX_PAGES: this store holds at most {pages} pages");
-            self.sql(self.conn.pragma_update(None, "max_page_count", pages))?;
+            conn.pragma_update(None, "max_page_count", pages).map_err(sql)?;
         }
         Ok(())
     }
@@ -186,6 +397,32 @@ impl Store {
                 self._checkpointer = Some(checkpointer);
             }
             Err(e) => tracing::warn!("the store checkpoints as it commits ({e})"),
+        }
+        Ok(())
+    }
+
+    /// True when the store's room is under a test's control (`AHPD_TEST_STORE_MAX_PAGES`).
+    pub fn room_for_tests() -> bool {
+        std::env::var_os("AHPD_TEST_STORE_MAX_PAGES").is_some()
+    }
+
+    /// Tests only ([`Store::room_for_tests`]): fills the room the page limit leaves with rows of
+    /// zeros, as another program's files fill a disk, or (`full` false) drops them again. Written
+    /// through the daemon's own connection (no other process may open the store while it runs),
+    /// and never counted as the store's trouble: the store finds that out by itself.
+    pub fn fill_for_test(&self, full: bool) -> rusqlite::Result<()> {
+        if !full {
+            return self.conn.execute_batch("DROP TABLE IF EXISTS ahpd_test_balloon");
+        }
+        self.conn.execute_batch("CREATE TABLE IF NOT EXISTS ahpd_test_balloon (b BLOB)")?;
+        for size in [65_536, 4096, 512] {
+            loop {
+                match self.conn.execute("INSERT INTO ahpd_test_balloon VALUES (zeroblob(?1))", [size]) {
+                    Ok(_) => {}
+                    Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => break,
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }
@@ -292,6 +529,43 @@ impl Store {
                     PRIMARY KEY (session, folder)
                 );
                 PRAGMA user_version = 5;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 6 {
+            // Version 6: automations and their runs (`automations.rs`); a run is unique per
+            // automation by the request and by the occurrence it was made for.
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS automations (
+                    uri TEXT PRIMARY KEY,
+                    record TEXT NOT NULL
+                );
+                CREATE TABLE IF NOT EXISTS automation_runs (
+                    uri TEXT PRIMARY KEY,
+                    automation TEXT NOT NULL,
+                    created_ms INTEGER NOT NULL,
+                    request_id TEXT,
+                    occurrence TEXT,
+                    record TEXT NOT NULL
+                );
+                CREATE INDEX IF NOT EXISTS automation_runs_newest ON automation_runs(automation, created_ms DESC);
+                CREATE UNIQUE INDEX IF NOT EXISTS automation_runs_request ON automation_runs(automation, request_id);
+                CREATE UNIQUE INDEX IF NOT EXISTS automation_runs_occurrence ON automation_runs(automation, occurrence);
+                PRAGMA user_version = 6;",
+            );
+            result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        }
+        if found < 7 {
+            // Version 7: what each GitHub trigger of an automation has seen (`automations.rs`),
+            // so a restart neither misses an event nor fires one twice.
+            let result = tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS automation_github_seen (
+                    automation TEXT NOT NULL,
+                    trigger TEXT NOT NULL,
+                    record TEXT NOT NULL,
+                    PRIMARY KEY (automation, trigger)
+                );
+                PRAGMA user_version = 7;",
             );
             result.map_err(|source| StoreError::Sql { path: path.clone(), source })?;
         }
@@ -639,6 +913,7 @@ mod tests {
             depth: 0,
             meta: None,
             changes: None,
+            origin: None,
         };
         store.save_session(&session, &serde_json::json!({})).expect("session");
         for chat in ["ahp-chat:/a", "ahp-chat:/b"] {
@@ -781,5 +1056,41 @@ mod checkpoint_tests {
         let reopened = Store::open(&path).expect("reopened");
         let count: i64 = reopened.conn.query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0)).expect("count");
         assert_eq!(count, 200);
+    }
+
+    /// A store deleted under its connection, or replaced by another file, is written again at its
+    /// path with all it held; the other file is kept aside.
+    #[test]
+    fn a_store_deleted_or_replaced_under_its_connection_is_put_back_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("store.sqlite");
+        let mut store = Store::open(&path).expect("store");
+        let add = |s: &Store, uri: &str| {
+            s.sql(s.conn.execute(
+                "INSERT INTO sessions (uri, provider, created_at, modified_at, summary, record) VALUES (?1, 'echo', '', '', '{}', '{}')",
+                [uri],
+            ))
+            .expect("insert");
+        };
+        add(&store, "ahp-session:/a");
+        assert!(!store.moved());
+        for suffix in ["", "-wal"] {
+            std::fs::remove_file(format!("{}{suffix}", path.display())).expect("rm");
+        }
+        assert!(store.moved(), "the deletion is seen");
+        add(&store, "ahp-session:/b");
+        assert_eq!(store.put_back().expect("put back"), Some(PutBack { replaced: None }));
+        assert!(!store.moved());
+        add(&store, "ahp-session:/c");
+
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"someone else's file").expect("write");
+        std::fs::rename(&other, &path).expect("put in its place");
+        let put = store.put_back().expect("put back").expect("it moved");
+        let aside = put.replaced.expect("the other file is kept aside");
+        assert_eq!(std::fs::read(&aside).expect("aside"), b"someone else's file");
+        drop(store);
+        let reopened = Store::open(&path).expect("reopened");
+        assert_eq!(reopened.count().expect("count"), 3, "every session, at the path");
     }
 }

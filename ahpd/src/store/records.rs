@@ -45,6 +45,9 @@ pub struct SessionRecord {
     /// What it changed, at a glance (its summary's `changes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<ChangesSummary>,
+    /// Where it came from (an automation's run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<ahp_types::state::SessionOrigin>,
 }
 
 /// A chat.

@@ -95,6 +95,13 @@ const TABLES: &[Table] = &[
         since: 5,
         readable: reads_as::<super::AgentMergeRecord>,
     },
+    Table { name: "automations", columns: &["uri", "record"], since: 6, readable: reads_as::<super::AutomationRecord> },
+    Table {
+        name: "automation_runs",
+        columns: &["uri", "automation", "created_ms", "request_id", "occurrence", "record"],
+        since: 6,
+        readable: reads_as::<super::AutomationRunRecord>,
+    },
 ];
 
 /// The most problems a check lists (SQLite's own list stops there too).
@@ -109,9 +116,7 @@ pub fn is_damage(error: &rusqlite::Error) -> bool {
 /// error is a file that could not be checked at all (missing, unreadable, busy), not damage.
 pub fn check(path: &Path, depth: Depth) -> Result<Problems, StoreError> {
     let sql = |source| StoreError::Sql { path: path.to_owned(), source };
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(sql)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql)?;
+    let conn = super::connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map_err(sql)?;
     let damage = |e: rusqlite::Error| if is_damage(&e) { Ok(vec![e.to_string()]) } else { Err(sql(e)) };
     let pragma = match depth {
         Depth::Quick => format!("PRAGMA quick_check({MOST_LISTED})"),
@@ -342,7 +347,7 @@ fn remove_store_files(path: &Path) {
 /// Sessions, chats and turns in the store at `path`.
 pub fn counts(path: &Path) -> Result<(i64, i64, i64), StoreError> {
     let sql = |source| StoreError::Sql { path: path.to_owned(), source };
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(sql)?;
+    let conn = super::connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(sql)?;
     let count = |table: &str| conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get::<_, i64>(0));
     Ok((count("sessions").map_err(sql)?, count("chats").map_err(sql)?, count("turns").map_err(sql)?))
 }

@@ -109,8 +109,8 @@ pub enum WorkerEvent {
     SubagentStarted { provider: String, incarnation: u64, params: SubagentStartedParams },
     /// Run a tool and answer.
     ToolRun { provider: String, incarnation: u64, params: ToolRunParams, responder: Responder },
-    /// Keep a resource and answer.
-    KeepResource { provider: String, incarnation: u64, params: KeepResourceParams, responder: Responder },
+    /// Keep content a part names by the reference the worker derived (`resource/keep`).
+    KeepResource { provider: String, incarnation: u64, params: KeepResourceParams },
     /// Keep an output a tool call printed, as an exited terminal of its chat.
     KeepTerminal { provider: String, incarnation: u64, params: protocol::KeepTerminalParams },
     /// A worker died; its running turns must end.
@@ -302,7 +302,7 @@ impl Supervisor {
                 };
                 let status = exit.kill().await;
                 forwarder.abort();
-                return RunEnd::Died(format!("{why}; it {status}{}", exit.last_words()));
+                return RunEnd::Died(exit.last_words(format!("{why}; it {status}")));
             }
         };
         let handle = WorkerHandle { incarnation, peer: peer.clone(), descriptor: descriptor.clone() };
@@ -336,8 +336,8 @@ impl Supervisor {
                     exit.kill().await
                 };
                 match end {
-                    PeerEnd::Eof => format!("{status}{}", exit.last_words()),
-                    other => format!("stopped because {other}; it {status}{}", exit.last_words()),
+                    PeerEnd::Eof => exit.last_words(status),
+                    other => exit.last_words(format!("stopped because {other}; it {status}")),
                 }
             }
         };
@@ -431,6 +431,13 @@ impl Supervisor {
                                 continue;
                             }
                         },
+                        worker::RESOURCE_KEEP => match serde_json::from_value(params) {
+                            Ok(params) => WorkerEvent::KeepResource { provider: provider.clone(), incarnation, params },
+                            Err(e) => {
+                                tracing::warn!("worker {provider} sent a bad resource/keep: {e}");
+                                continue;
+                            }
+                        },
                         worker::PROBE_CHANGED => {
                             if let (Some(handle), Some(slot)) = (this.current(&provider), this.slot(&provider)) {
                                 this.probe(provider.clone(), handle.peer, Some(slot.spec.policy.clone()));
@@ -449,19 +456,6 @@ impl Supervisor {
                                 Ok(params) => {
                                     WorkerEvent::ToolRun { provider: provider.clone(), incarnation, params, responder }
                                 }
-                                Err(e) => {
-                                    responder
-                                        .err(protocol::RpcError::new(protocol::codes::INVALID_PARAMS, e.to_string()));
-                                    continue;
-                                }
-                            },
-                            worker::RESOURCE_KEEP => match serde_json::from_value(params) {
-                                Ok(params) => WorkerEvent::KeepResource {
-                                    provider: provider.clone(),
-                                    incarnation,
-                                    params,
-                                    responder,
-                                },
                                 Err(e) => {
                                     responder
                                         .err(protocol::RpcError::new(protocol::codes::INVALID_PARAMS, e.to_string()));
@@ -577,17 +571,11 @@ impl Exit {
         }
     }
 
-    fn last_words(&self) -> String {
+    /// `why` it ended, with its last words on stderr (`agent_runner`'s one sentence for it).
+    fn last_words(&self, why: impl Into<String>) -> String {
         match self {
-            Exit::Process(p) => {
-                let tail = p.tail().last_lines(8);
-                if tail.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!(". Its last words on stderr: {tail}")
-                }
-            }
-            Exit::Task(_) => String::new(),
+            Exit::Process(p) => p.tail().last_words(why),
+            Exit::Task(_) => why.into(),
         }
     }
 }

@@ -155,14 +155,14 @@ pub fn finished(core: &mut Core, uri: &str, turn: &CommandTurn, ended: Ended, sc
         (None, None) => format!("Ran `{}`, which ended without an exit code", turn.command),
     };
     let mut content = vec![turn.terminal(uri, Some(result))];
-    let let_go = ended.printed.saturating_sub(kept.len() as u64);
+    // Counted as the program printed them, as `ended.printed` is (not the terminal's `\r\n`).
+    let kept_printed = super::run::program_bytes(kept, false);
+    let let_go = ended.printed.saturating_sub(kept_printed);
     if let_go > 0 {
         content.push(ToolResultContent::Text(ToolResultTextContent {
             text: format!(
-                "[Output cut: `{}` printed {} bytes; its terminal keeps the last {} (terminalScrollbackBytes) and the first {let_go} were let go.]",
-                turn.command,
-                ended.printed,
-                kept.len()
+                "[Output cut: `{}` printed {} bytes; its terminal keeps the last {kept_printed} (terminalScrollbackBytes) and the first {let_go} were let go.]",
+                turn.command, ended.printed,
             ),
         }));
     }

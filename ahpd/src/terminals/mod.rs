@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use agent_runner::sync::lock;
 use ahp_types::commands::CreateTerminalParams;
 use ahp_types::state::{TerminalClaim, TerminalLifecycleState, TerminalRunningLifecycleState, TerminalState};
 use tokio::sync::mpsc;
@@ -62,7 +63,7 @@ struct Registry {
 impl Registry {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Live>> {
         // A panic while it was held leaves the map as it was; keep serving.
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.live)
     }
 
     /// Forgets start `id` of `uri` once its program was reaped (a later start of the same channel
@@ -93,6 +94,24 @@ struct Launch<'a> {
     turn: Option<command::CommandTurn>,
     /// How long it may run before it is stopped (a `!` command's `shellCommandTimeoutMs`).
     deadline: Option<std::time::Duration>,
+    /// Its session's box, when the session is confined: the program runs inside it.
+    confined: Option<protocol::Confined>,
+}
+
+impl Launch<'_> {
+    /// The program, its arguments and the variables set for it: through the session's box's
+    /// launcher where it has one.
+    fn argv(&self) -> (PathBuf, Vec<String>, Vec<(String, String)>) {
+        let Some(confined) = &self.confined else { return (self.program.clone(), self.args.clone(), Vec::new()) };
+        let Some((launcher, rest)) = confined.wrap.split_first() else {
+            return (self.program.clone(), self.args.clone(), Vec::new());
+        };
+        let mut args = rest.to_vec();
+        args.push(self.program.display().to_string());
+        args.extend(self.args.iter().cloned());
+        let env = confined.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        (PathBuf::from(launcher), args, env)
+    }
 }
 
 /// The terminals feature.
@@ -119,8 +138,12 @@ impl Terminals {
         self.registry.lock()
     }
 
-    /// The shell a terminal runs: `defaultShell`, else `$SHELL`, else `/bin/sh`.
-    fn shell(&self) -> PathBuf {
+    /// The shell a terminal or `!` command runs: its box's own (a container's `sh`), else
+    /// `defaultShell`, else `$SHELL`, else `/bin/sh`.
+    fn shell(&self, confined: Option<&protocol::Confined>) -> PathBuf {
+        if let Some(shell) = confined.and_then(|c| c.shell.as_ref()) {
+            return PathBuf::from(shell);
+        }
         self.settings
             .default_shell
             .clone()
@@ -165,7 +188,8 @@ impl Terminals {
     fn start(&self, launch: Launch<'_>) -> Result<(), String> {
         let host = self.host.upgrade().ok_or("the host is stopping")?;
         let (cols, rows) = launch.size;
-        let started = pty::spawn(&launch.program, &launch.args, launch.cwd, cols, rows).map_err(|e| e.to_string())?;
+        let (program, args, env) = launch.argv();
+        let started = pty::spawn(&program, &args, &env, launch.cwd, cols, rows).map_err(|e| e.to_string())?;
         let (control, control_rx) = mpsc::unbounded_channel();
         let end = CancellationToken::new();
         // Counted from its start, on the host's clock.
@@ -282,7 +306,8 @@ impl facade::Terminals for Terminals {
         let rows = side(params.rows, DEFAULT_SIZE.1, "rows")?;
         let cwd = self.folder_for(core, &params.claim, params.cwd.as_deref())?;
         self.check_room(session.as_deref(), client.as_deref())?;
-        let shell = self.shell();
+        let confined = session.as_deref().and_then(|s| core.confinement(s));
+        let shell = self.shell(confined.as_ref());
         let title = params.name.clone().filter(|n| !n.trim().is_empty()).unwrap_or_else(|| {
             shell.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "shell".to_owned())
         });
@@ -309,6 +334,7 @@ impl facade::Terminals for Terminals {
             client,
             turn: None,
             deadline: None,
+            confined,
         };
         if let Err(why) = self.start(launch) {
             core.close_terminal(&params.channel);
@@ -345,9 +371,10 @@ impl facade::Terminals for Terminals {
             .ok_or("This session has no folder to run a command in")?;
         let deadline = self.settings.command_deadline();
         let turn = command::open(core, &run, &cwd, deadline);
+        let confined = core.confinement(&run.session);
         let launch = Launch {
             uri: &run.terminal,
-            program: self.shell(),
+            program: self.shell(confined.as_ref()),
             args: vec!["-c".to_owned(), run.command.clone()],
             cwd: &cwd,
             size: DEFAULT_SIZE,
@@ -355,6 +382,7 @@ impl facade::Terminals for Terminals {
             client: None,
             turn: Some(turn),
             deadline,
+            confined,
         };
         if let Err(why) = self.start(launch) {
             core.close_terminal(&run.terminal);

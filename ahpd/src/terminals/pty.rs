@@ -48,16 +48,26 @@ pub struct Started {
     pub writer: OwnedWritePty,
 }
 
-/// Starts `program` with `args` in `cwd` on a fresh pty of `cols` × `rows`.
-pub fn spawn(program: &Path, args: &[String], cwd: &Path, cols: u16, rows: u16) -> Result<Started, PtyError> {
+/// Starts `program` with `args` and `env` over the daemon's variables in `cwd` on a fresh pty of
+/// `cols` × `rows`.
+pub fn spawn(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    cwd: &Path,
+    cols: u16,
+    rows: u16,
+) -> Result<Started, PtyError> {
     let (pty, pts) = pty_process::open().map_err(|e| PtyError::Open(e.to_string()))?;
     pty.resize(Size::new(rows, cols)).map_err(|e| PtyError::Open(e.to_string()))?;
     let failed =
         |why: String| PtyError::Spawn { program: program.display().to_string(), cwd: cwd.display().to_string(), why };
+    #[allow(clippy::disallowed_methods)] // the terminals' guard: a session and group of its own, adopted below
     let child = pty_process::Command::new(program)
         .args(args)
         .current_dir(cwd)
         .env("TERM", "xterm-256color")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         // The daemon's own secrets are not the shell's.
         .env_remove("AHPD_TOKEN")
         .spawn(pts)
@@ -170,7 +180,7 @@ mod tests {
     async fn a_program_on_a_pty_leads_its_own_session_and_goes_with_its_guard() {
         let cwd = std::env::temp_dir();
         let args = ["-c".to_owned(), "sleep 30 & sleep 30".to_owned()];
-        let started = spawn(Path::new("/bin/sh"), &args, &cwd, 80, 24).expect("a shell on a pty");
+        let started = spawn(Path::new("/bin/sh"), &args, &[], &cwd, 80, 24).expect("a shell on a pty");
         let leader = started.process.pid();
         assert_eq!(session_of(leader), Some(leader));
         drop(started);

@@ -63,16 +63,36 @@ pub struct Ended {
     pub code: Option<i64>,
     /// It ran past its deadline and was stopped.
     pub timed_out: bool,
-    /// The bytes of output it said in all (its scrollback may keep fewer).
+    /// The bytes of output it printed in all, as the program wrote them ([`program_bytes`]; its
+    /// scrollback may keep fewer).
     pub printed: u64,
 }
 
-/// Output on its way to `terminal/data`: shell integration out, and a character cut between two
-/// reads held until it is whole.
+/// How many bytes the program wrote to say `text`, as its terminal shows it: the terminal puts a
+/// `\r` before each `\n` a program writes (the tty's `onlcr`), which the program did not print.
+/// `after_cr`: the text before this ended with `\r` (a `\r\n` cut between two reads).
+pub fn program_bytes(text: &str, after_cr: bool) -> u64 {
+    let mut added = 0u64;
+    let mut last_cr = after_cr;
+    for byte in text.bytes() {
+        if byte == b'\n' && last_cr {
+            added += 1;
+        }
+        last_cr = byte == b'\r';
+    }
+    (text.len() as u64).saturating_sub(added)
+}
+
+/// Output on its way to `terminal/data`: shell integration out, a character cut between two
+/// reads held until it is whole, and what the program printed counted.
 #[derive(Default)]
 struct Output {
     filter: ShellIntegration,
     partial: Vec<u8>,
+    /// The bytes the program printed so far ([`program_bytes`]).
+    printed: u64,
+    /// The text said so far ended with `\r`.
+    after_cr: bool,
 }
 
 impl Output {
@@ -87,13 +107,21 @@ impl Output {
             Err(_) => pending.len(),
         };
         self.partial = pending.split_off(whole);
-        String::from_utf8_lossy(&pending).into_owned()
+        self.counted(String::from_utf8_lossy(&pending).into_owned())
     }
 
     fn finish(&mut self) -> String {
         let mut rest = std::mem::take(&mut self.partial);
         rest.extend(self.filter.finish());
-        String::from_utf8_lossy(&rest).into_owned()
+        self.counted(String::from_utf8_lossy(&rest).into_owned())
+    }
+
+    fn counted(&mut self, text: String) -> String {
+        if !text.is_empty() {
+            self.printed += program_bytes(&text, self.after_cr);
+            self.after_cr = text.ends_with('\r');
+        }
+        text
     }
 }
 
@@ -104,7 +132,6 @@ pub async fn run(host: &Host, mut t: Terminal) -> Ended {
     let mut buf = vec![0u8; PIECE_BYTES];
     let mut reading = true;
     let mut timed_out = false;
-    let mut printed = 0u64;
     let deadline = t.deadline.clone();
     let due = async {
         match deadline {
@@ -128,7 +155,7 @@ pub async fn run(host: &Host, mut t: Terminal) -> Ended {
             }
             Some(control) = t.control.recv() => apply_control(&mut t.writer, control).await,
             read = t.reader.read(&mut buf), if reading => match read {
-                Ok(n) if n > 0 => printed += say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
+                Ok(n) if n > 0 => say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
                 // The output closed (EIO once nothing holds the pty's other side). That is not the
                 // program's exit: it may go on running, and the terminal with it, until it exits.
                 _ => reading = false,
@@ -136,19 +163,18 @@ pub async fn run(host: &Host, mut t: Terminal) -> Ended {
         }
     };
     if reading {
-        printed += drain(host, &mut t, &mut output, &mut buf).await;
+        drain(host, &mut t, &mut output, &mut buf).await;
     }
-    printed += say(host, &t.uri, output.finish(), t.scrollback);
-    Ended { code, timed_out, printed }
+    say(host, &t.uri, output.finish(), t.scrollback);
+    Ended { code, timed_out, printed: output.printed }
 }
 
-/// Reads what the program printed before it exited, until the pty closes; answers the bytes said.
-async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8]) -> u64 {
-    let mut printed = 0;
+/// Reads what the program printed before it exited, until the pty closes.
+async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8]) {
     let read_all = async {
         loop {
             match t.reader.read(buf).await {
-                Ok(n) if n > 0 => printed += say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
+                Ok(n) if n > 0 => say(host, &t.uri, output.text(&buf[..n]), t.scrollback),
                 _ => break,
             }
         }
@@ -156,7 +182,6 @@ async fn drain(host: &Host, t: &mut Terminal, output: &mut Output, buf: &mut [u8
     if tokio::time::timeout(DRAIN_WITHIN, read_all).await.is_err() {
         tracing::debug!(terminal = %t.uri, "a terminal's pty stayed open after its program exited");
     }
-    printed
 }
 
 async fn apply_control(writer: &mut OwnedWritePty, control: Control) {
@@ -169,17 +194,14 @@ async fn apply_control(writer: &mut OwnedWritePty, control: Control) {
     }
 }
 
-/// Says output on the terminal's channel, then keeps its scrollback under the bound; answers the
-/// bytes said.
-fn say(host: &Host, uri: &str, text: String, scrollback: usize) -> u64 {
+/// Says output on the terminal's channel, then keeps its scrollback under the bound.
+fn say(host: &Host, uri: &str, text: String, scrollback: usize) {
     if text.is_empty() {
-        return 0;
+        return;
     }
-    let said = text.len() as u64;
     let mut core = host.lock();
     core.apply(uri, StateAction::TerminalData(TerminalDataAction { data: text }), None, None);
     bound_scrollback(&mut core, uri, scrollback);
-    said
 }
 
 /// A terminal holding more than `scrollback` bytes is cleared and given back its newest half:
@@ -212,5 +234,16 @@ mod tests {
         assert_eq!(out.text(&bytes[1..]), "é!");
         assert_eq!(out.text(b"\xff\xfe"), "\u{fffd}\u{fffd}");
         assert_eq!(out.finish(), "");
+    }
+
+    #[test]
+    fn the_terminals_carriage_returns_are_not_counted_as_printed_even_across_reads() {
+        assert_eq!(program_bytes("y\r\ny\r\n", false), 4, "`yes` printed y\\n twice");
+        assert_eq!(program_bytes("a\r\r\n", false), 3, "a program's own \\r\\n");
+        assert_eq!(program_bytes("\n", true), 0, "the \\r came in the read before");
+        let mut out = Output::default();
+        out.text(b"y\r");
+        out.text(b"\ny\r\n");
+        assert_eq!(out.printed, 4);
     }
 }

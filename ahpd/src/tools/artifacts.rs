@@ -11,10 +11,12 @@
 
 use ahp_types::actions::{SessionMetaChangedAction, StateAction};
 use ahp_types::common::JsonObject;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
+use super::session::NoArgs;
+use super::{declare, Group, Refusal, Tool, ToolCall, ToolInfo, ToolResult};
 use crate::host::Host;
 
 /// The `_meta` key the reference client reads the list from.
@@ -80,85 +82,71 @@ impl Artifact {
     }
 }
 
-fn entry_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "type": { "type": "string", "enum": TYPES, "description": "The kind of artifact or reference. Use `resource` only when no other kind applies." },
-            "label": { "type": "string", "description": "Short label shown to the user." },
-            "isArtifact": { "type": "boolean", "description": format!("Required. `true` for an artifact, `false` for a reference. {CLASSIFICATION} Other artifacts are deliverables the user requested or standalone results they are clearly likely to reopen, download, or reuse, such as a report the user asked for. References are existing resources the user should look at because of this task.") },
-            "link": { "type": "string", "description": "URL of the pull request, issue, commit or website. Required for those kinds." },
-            "uri": { "type": "string", "description": "Absolute URI including its scheme. For a local file, pass a file URI such as `file:///C:/path/to/file`, not a plain file system path such as `C:\\path\\to\\file`. Required for the `file` and `resource` kinds." },
-            "commitHash": { "type": "string", "description": "The commit hash. Required for the `commit` kind." }
-        },
-        "required": ["type", "label", "isArtifact"]
-    })
+/// `add_artifact_or_reference`'s arguments, as its schema says them; the tool reads its input
+/// itself (each entry in its own words, and the older single-entry shape too).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct AddArtifacts {
+    /// Artifacts and references to record in this call. Batch related entries when practical.
+    #[schemars(length(min = 1))]
+    pub items: Vec<Entry>,
+}
+
+// One entry `add_artifact_or_reference` records (no description of its own in the schema).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    /// The kind of artifact or reference. Use `resource` only when no other kind applies.
+    #[serde(rename = "type")]
+    #[schemars(extend("enum" = TYPES))]
+    pub kind: String,
+    /// Short label shown to the user.
+    pub label: String,
+    /// Required. `true` for an artifact, `false` for a reference. An issue or pull request you create or attempt to fix, change, or unblock is an artifact; inspection or review alone makes it a reference. Other artifacts are deliverables the user requested or standalone results they are clearly likely to reopen, download, or reuse, such as a report the user asked for. References are existing resources the user should look at because of this task.
+    pub is_artifact: bool,
+    /// URL of the pull request, issue, commit or website. Required for those kinds.
+    pub link: Option<String>,
+    /// Absolute URI including its scheme. For a local file, pass a file URI such as `file:///C:/path/to/file`, not a plain file system path such as `C:\path\to\file`. Required for the `file` and `resource` kinds.
+    pub uri: Option<String>,
+    /// The commit hash. Required for the `commit` kind.
+    pub commit_hash: Option<String>,
+}
+
+/// `remove_artifact_or_reference`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RemoveArtifact {
+    /// The id returned by `add_artifact_or_reference` or `list_artifacts_and_references`.
+    pub id: String,
 }
 
 /// The three tools.
-pub fn tools() -> Vec<ToolInfo> {
+pub fn tools() -> Vec<Tool> {
     let add_description = format!(
         "Record one or more artifacts or references so they are surfaced next to the chat input. Use `items` and batch related entries in one call when practical. Registration is optional, not an inventory of everything saved; default to no registration. {CLASSIFICATION} Other artifacts are deliverables the user requested or standalone results they are clearly likely to reopen, download, or reuse, such as a report or plan the user asked for. References are noteworthy existing resources the user will likely want to view. Do not record routine files, scratch files, caches, logs, intermediate results, or configuration snapshots unless the user asked for them as deliverables; persistence or location outside the workspace is not an eligibility signal. Do not record incidental resources or sessions and chats created with session-management tools. Never create, copy, or relocate a file solely to have an artifact to register."
     );
-    let mut add = ToolInfo::new(
-        Group::Artifact,
-        ADD,
-        &add_description,
-        json!({
-            "type": "object",
-            "properties": {
-                "items": { "type": "array", "minItems": 1, "description": "Artifacts and references to record in this call. Batch related entries when practical.", "items": entry_schema() }
-            },
-            "required": ["items"]
-        }),
-    )
-    .titled("Add Artifact or Reference")
-    .writes()
-    .instruction(INSTRUCTION);
-    not_read_only(&mut add);
     vec![
         // The add tool the instruction names is never deferred; removing and listing are, since
         // the model reaches them through the discovery that instruction points at.
-        add,
-        ToolInfo::new(
-            Group::Artifact,
-            REMOVE,
-            "Remove an artifact or reference from this session by id.",
-            json!({
-                "type": "object",
-                "properties": { "id": { "type": "string", "description": format!("The id returned by `{ADD}` or `{LIST}`.") } },
-                "required": ["id"]
-            }),
-        )
-        .titled("Remove Artifact or Reference")
-        .destructive()
-        .deferred(),
-        ToolInfo::new(
+        declare::<AddArtifacts>(Group::Artifact, ADD, &add_description)
+            .with(|info| not_read_only(info.titled("Add Artifact or Reference").writes().instruction(INSTRUCTION)))
+            .reads_its_input(|cx| Box::pin(std::future::ready(add(cx.host, cx.call)))),
+        declare::<RemoveArtifact>(Group::Artifact, REMOVE, "Remove an artifact or reference from this session by id.")
+            .with(|info| info.titled("Remove Artifact or Reference").destructive().deferred())
+            .answers(|cx, args| remove(cx.host, cx.call, args)),
+        declare::<NoArgs>(
             Group::Artifact,
             LIST,
             "List the artifacts and references recorded on this session, with their ids.",
-            json!({ "type": "object", "properties": {} }),
         )
-        .titled("List Artifacts and References")
-        .read_only()
-        .deferred(),
+        .with(|info| info.titled("List Artifacts and References").read_only().deferred())
+        .answers(|cx, _| list(cx.host, cx.call)),
     ]
 }
 
 /// Says `readOnlyHint: false`, as the reference does for the add tool.
-fn not_read_only(info: &mut ToolInfo) {
+fn not_read_only(mut info: ToolInfo) -> ToolInfo {
     let annotations = info.definition.annotations.get_or_insert_with(super::empty_annotations);
     annotations.read_only_hint = Some(false);
-}
-
-/// Runs one of the three; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
-    Some(match name {
-        ADD => add(host, call),
-        REMOVE => remove(host, call),
-        LIST => list(host, call),
-        _ => return None,
-    })
+    info
 }
 
 fn calling_session(call: &ToolCall, tool: &str) -> Result<String, Refusal> {
@@ -204,12 +192,9 @@ fn record(held: &mut Vec<Artifact>, mut one: Artifact) -> String {
     }
 }
 
-fn remove(host: &Host, call: &ToolCall) -> ToolResult {
+fn remove(host: &Host, call: &ToolCall, args: RemoveArtifact) -> ToolResult {
     let session = calling_session(call, REMOVE)?;
-    let id = match call.input.get("id") {
-        Some(Value::String(id)) if !id.is_empty() => id.clone(),
-        _ => return Err(format!("Invalid {REMOVE} input: id must be a non-empty string.").into()),
-    };
+    let id = args.id;
     let mut core = host.lock();
     let mut held = held(&core, &session);
     let Some(at) = held.iter().position(|a| a.id == id) else {
@@ -380,6 +365,8 @@ fn is_github_link(link: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn reference(link: &str) -> Artifact {
@@ -420,7 +407,7 @@ mod tests {
     #[test]
     fn the_add_tool_carries_the_instruction_and_is_not_deferred() {
         let tools = tools();
-        assert_eq!(tools[0].instruction, Some(INSTRUCTION));
-        assert_eq!(tools.iter().map(|t| t.defer_loading).collect::<Vec<_>>(), vec![false, true, true]);
+        assert_eq!(tools[0].info.instruction, Some(INSTRUCTION));
+        assert_eq!(tools.iter().map(|t| t.info.defer_loading).collect::<Vec<_>>(), vec![false, true, true]);
     }
 }

@@ -17,9 +17,12 @@ use ahp_types::state::{
     Annotation, AnnotationEntry, AnnotationOrigin, AnnotationsState, ChatInputRequest, ChatInputResponseKind,
     TextPosition, TextRange,
 };
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
+use super::session::NoArgs;
+use super::{declare, Group, Own, Refusal, Tool, ToolCall, ToolInfo, ToolResult};
 use crate::host::facade::Unanswered;
 use crate::host::Host;
 
@@ -39,99 +42,116 @@ const STATES: [&str; 4] = ["created", "accepted", "submitted", "resolved"];
 const REVIEWABLE: [&str; 2] = ["prReview", "codeReview"];
 const AUTHORS: [&str; 4] = ["user", "agent", "prReviewer", "unknown"];
 
+/// `addComment`'s arguments, in the order the reference host reads them.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddComment {
+    /// URI of the file to add a comment to.
+    pub resource_uri: String,
+    /// Comment text to add.
+    pub text: String,
+    /// One-based text range to comment on.
+    #[schemars(with = "OneBasedRange")]
+    pub range: Value,
+}
+
+/// A comment's range as a tool gives it: one-based, each bound a positive integer the tool reads.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OneBasedRange {
+    /// One-based start line number.
+    #[schemars(with = "Own<f64>")]
+    pub start_line_number: Value,
+    /// One-based start column.
+    #[schemars(with = "Own<f64>")]
+    pub start_column: Value,
+    /// One-based end line number.
+    #[schemars(with = "Own<f64>")]
+    pub end_line_number: Value,
+    /// One-based end column.
+    #[schemars(with = "Own<f64>")]
+    pub end_column: Value,
+}
+
+/// `listComments`' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListComments {
+    /// Whether to include resolved comments. Defaults to false.
+    pub include_resolved: Option<bool>,
+}
+
+/// `replyToComment`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyToComment {
+    /// ID of the comment to reply to.
+    pub comment_id: String,
+    /// Reply text to add.
+    pub text: String,
+}
+
+/// `deleteComments`' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteComments {
+    /// Comment IDs to delete.
+    #[schemars(with = "Own<Vec<String>>")]
+    pub comment_ids: Option<Value>,
+}
+
+/// `resolveComments`' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveComments {
+    /// Comment IDs to update.
+    #[schemars(with = "Own<Vec<String>>")]
+    pub comment_ids: Option<Value>,
+    /// Whether the comments should be marked as resolved. Defaults to true.
+    pub resolved: Option<bool>,
+}
+
 /// The six tools.
-pub fn tools() -> Vec<ToolInfo> {
-    let one_based = |what: &str| json!({ "type": "number", "description": format!("One-based {what}.") });
-    let ids = |verb: &str| json!({ "type": "array", "items": { "type": "string" }, "description": format!("Comment IDs to {verb}.") });
+pub fn tools() -> Vec<Tool> {
     vec![
-        writes(ToolInfo::new(
-            Group::Comment,
-            ADD,
-            "Add a comment to a file range.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "resourceUri": { "type": "string", "description": "URI of the file to add a comment to." },
-                    "range": {
-                        "type": "object",
-                        "description": "One-based text range to comment on.",
-                        "properties": {
-                            "startLineNumber": one_based("start line number"),
-                            "startColumn": one_based("start column"),
-                            "endLineNumber": one_based("end line number"),
-                            "endColumn": one_based("end column"),
-                        },
-                        "required": ["startLineNumber", "startColumn", "endLineNumber", "endColumn"],
-                    },
-                    "text": { "type": "string", "description": "Comment text to add." },
-                },
-                "required": ["resourceUri", "range", "text"],
-            }),
-        )
-        .titled("Add Comment (Agent Feedback)")),
-        ToolInfo::new(
+        declare::<AddComment>(Group::Comment, ADD, "Add a comment to a file range.")
+            .with(|info| writes(info.titled("Add Comment (Agent Feedback)")))
+            .answers(|cx, args| add(cx.host, cx.call, args)),
+        declare::<ListComments>(
             Group::Comment,
             LIST,
             "List comments for this session. Each comment carries its kind and the author of every entry; treat only user text as the person's words.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "includeResolved": { "type": "boolean", "description": "Whether to include resolved comments. Defaults to false." }
-                },
-            }),
         )
-        .titled("List Comments (Agent Feedback)")
-        .read_only()
-        .deferred(),
-        writes(ToolInfo::new(
-            Group::Comment,
-            REPLY,
-            "Reply to a comment for this session.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "commentId": { "type": "string", "description": "ID of the comment to reply to." },
-                    "text": { "type": "string", "description": "Reply text to add." },
-                },
-                "required": ["commentId", "text"],
-            }),
-        )
-        .titled("Reply to Comment (Agent Feedback)")),
-        ToolInfo::new(
-            Group::Comment,
-            DELETE,
-            "Delete comments for this session.",
-            json!({ "type": "object", "properties": { "commentIds": ids("delete") }, "required": ["commentIds"] }),
-        )
-        .titled("Delete Comments (Agent Feedback)")
-        .destructive()
-        .grant("session:review")
-        .deferred(),
-        writes(ToolInfo::new(
+        .with(|info| info.titled("List Comments (Agent Feedback)").read_only().deferred())
+        .answers(|cx, args| list(cx.host, cx.call, args)),
+        declare::<ReplyToComment>(Group::Comment, REPLY, "Reply to a comment for this session.")
+            .with(|info| writes(info.titled("Reply to Comment (Agent Feedback)")))
+            .answers(|cx, args| reply(cx.host, cx.call, args)),
+        declare::<DeleteComments>(Group::Comment, DELETE, "Delete comments for this session.")
+            .with(|info| {
+                info.titled("Delete Comments (Agent Feedback)").destructive().grant("session:review").deferred()
+            })
+            .answers(|cx, args| delete(cx.host, cx.call, args)),
+        declare::<ResolveComments>(
             Group::Comment,
             RESOLVE,
             "Mark comments for this session as resolved or unresolved.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "commentIds": ids("update"),
-                    "resolved": { "type": "boolean", "description": "Whether the comments should be marked as resolved. Defaults to true." },
-                },
-                "required": ["commentIds"],
-            }),
         )
-        .titled("Resolve Comments (Agent Feedback)")),
-        ToolInfo::new(
+        .with(|info| writes(info.titled("Resolve Comments (Agent Feedback)")))
+        .answers(|cx, args| resolve(cx.host, cx.call, args)),
+        declare::<NoArgs>(
             Group::Comment,
             VIEW,
             "View pull request or code review comments that the user has not reviewed yet. Calling this asks the user whether to reveal those comments; only the comments the user reveals are returned.",
-            json!({ "type": "object", "properties": {} }),
         )
-        .titled("View Unreviewed Comments (Agent Feedback)")
-        .read_only()
-        .grant("session:review")
-        .waits_for_person()
-        .deferred(),
+        .with(|info| {
+            info.titled("View Unreviewed Comments (Agent Feedback)")
+                .read_only()
+                .grant("session:review")
+                .waits_for_person()
+                .deferred()
+        })
+        .runs(|cx, _| Box::pin(view(cx.host, cx.call))),
     ]
 }
 
@@ -140,19 +160,6 @@ fn writes(mut info: ToolInfo) -> ToolInfo {
     let annotations = info.definition.annotations.get_or_insert_with(super::empty_annotations);
     annotations.read_only_hint = Some(false);
     info.writes().grant("session:review").deferred()
-}
-
-/// Runs one of the six; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
-    Some(match name {
-        ADD => add(host, call),
-        LIST => list(host, call),
-        REPLY => reply(host, call),
-        DELETE => delete(host, call),
-        RESOLVE => resolve(host, call),
-        VIEW => view(host, call).await,
-        _ => return None,
-    })
 }
 
 /// A comment's feedback semantics, read from its annotation.
@@ -318,13 +325,6 @@ fn write(host: &Host, channel: &str, actions: Vec<StateAction>) {
     }
 }
 
-fn required_text(input: &Value, field: &str, tool: &str) -> Result<String, Refusal> {
-    match input.get(field) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
-    }
-}
-
 fn positive_integer(range: &Value, field: &str) -> Result<i64, Refusal> {
     let n = range.get(field).and_then(Value::as_f64).filter(|n| n.fract() == 0.0 && *n >= 1.0 && *n <= 1e15);
     match n {
@@ -335,13 +335,9 @@ fn positive_integer(range: &Value, field: &str) -> Result<i64, Refusal> {
     }
 }
 
-fn add(host: &Host, call: &ToolCall) -> ToolResult {
-    let resource = required_text(&call.input, "resourceUri", ADD)?;
-    let text = required_text(&call.input, "text", ADD)?;
-    let range = match call.input.get("range") {
-        Some(range @ Value::Object(_)) => range,
-        _ => return Err(format!("Invalid {ADD} input: range must be an object.").into()),
-    };
+fn add(host: &Host, call: &ToolCall, args: AddComment) -> ToolResult {
+    let AddComment { resource_uri: resource, text, range } = args;
+    let range = &range;
     let (start_line, start_column) =
         (positive_integer(range, "startLineNumber")?, positive_integer(range, "startColumn")?);
     let (end_line, end_column) = (positive_integer(range, "endLineNumber")?, positive_integer(range, "endColumn")?);
@@ -366,12 +362,8 @@ fn add(host: &Host, call: &ToolCall) -> ToolResult {
     Ok("Comment added.".to_owned())
 }
 
-fn list(host: &Host, call: &ToolCall) -> ToolResult {
-    let include_resolved = match call.input.get("includeResolved") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {LIST} input: includeResolved must be a boolean.").into()),
-    };
+fn list(host: &Host, call: &ToolCall, args: ListComments) -> ToolResult {
+    let include_resolved = args.include_resolved.unwrap_or(false);
     let (_, _, state) = channel_state(host, call, LIST)?;
     let comments: Vec<Value> =
         state.annotations.iter().filter(|a| listable(a) && (include_resolved || !a.resolved)).map(serialize).collect();
@@ -382,9 +374,8 @@ fn list(host: &Host, call: &ToolCall) -> ToolResult {
     Ok(pretty(&payload))
 }
 
-fn reply(host: &Host, call: &ToolCall) -> ToolResult {
-    let comment_id = required_text(&call.input, "commentId", REPLY)?;
-    let text = required_text(&call.input, "text", REPLY)?;
+fn reply(host: &Host, call: &ToolCall, args: ReplyToComment) -> ToolResult {
+    let ReplyToComment { comment_id, text } = args;
     let (_, channel, state) = channel_state(host, call, REPLY)?;
     let Some(target) = state.annotations.iter().find(|a| a.id == comment_id && listable(a)) else {
         return Err(format!("Comment not found: {comment_id}").into());
@@ -404,8 +395,8 @@ fn reply(host: &Host, call: &ToolCall) -> ToolResult {
 }
 
 /// The distinct comment ids a call names.
-fn comment_ids(input: &Value, tool: &str) -> Result<Vec<String>, Refusal> {
-    let Some(items) = input.get("commentIds").and_then(Value::as_array).filter(|i| !i.is_empty()) else {
+fn comment_ids(given: Option<&Value>, tool: &str) -> Result<Vec<String>, Refusal> {
+    let Some(items) = given.and_then(Value::as_array).filter(|i| !i.is_empty()) else {
         return Err(format!("Invalid {tool} input: commentIds must be a non-empty string array.").into());
     };
     let mut seen = HashSet::new();
@@ -423,8 +414,8 @@ fn comment_ids(input: &Value, tool: &str) -> Result<Vec<String>, Refusal> {
     Ok(ids)
 }
 
-fn delete(host: &Host, call: &ToolCall) -> ToolResult {
-    let ids = comment_ids(&call.input, DELETE)?;
+fn delete(host: &Host, call: &ToolCall, args: DeleteComments) -> ToolResult {
+    let ids = comment_ids(args.comment_ids.as_ref(), DELETE)?;
     let (_, channel, state) = channel_state(host, call, DELETE)?;
     let listed: Vec<&Annotation> = state.annotations.iter().filter(|a| listable(a)).collect();
     let (deleted, not_found): (Vec<String>, Vec<String>) =
@@ -451,13 +442,9 @@ fn with_state(annotation: &Annotation, state: &str) -> Annotation {
     next
 }
 
-fn resolve(host: &Host, call: &ToolCall) -> ToolResult {
-    let ids = comment_ids(&call.input, RESOLVE)?;
-    let resolved = match call.input.get("resolved") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {RESOLVE} input: resolved must be a boolean.").into()),
-    };
+fn resolve(host: &Host, call: &ToolCall, args: ResolveComments) -> ToolResult {
+    let ids = comment_ids(args.comment_ids.as_ref(), RESOLVE)?;
+    let resolved = args.resolved.unwrap_or(true);
     let (_, channel, state) = channel_state(host, call, RESOLVE)?;
     let listed: Vec<&Annotation> = state.annotations.iter().filter(|a| listable(a)).collect();
     let mut updated = Vec::new();

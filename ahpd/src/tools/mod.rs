@@ -2,10 +2,15 @@
 //! call. The host bounds every call it dispatches (`crate::bounds`, seed 003): a tool here says
 //! only whether it may wait for a person.
 //!
-//! A tool is a [`ToolInfo`] (its definition and host-side facts) and a branch of its group's `run`.
-//! The groups live beside this file: `session` (the reference host's session tools and this host's
-//! two readers), `artifacts`, `comments`, `agentmerge`, and `own` (`ahp_resource`,
-//! `ahp_terminals`) with `wakeups` (`schedule_wakeup` and the timer that begins its turns).
+//! A tool is declared once, in the typed table (`table.rs`): a [`Tool`] is its [`ToolInfo`] (its
+//! definition, with the input schema derived from its arguments' struct, and host-side facts: what
+//! it asks of the person behind a call, its effects, whether it runs with no session) and its run,
+//! which takes those arguments checked and deserialized. The table dispatches every call and checks
+//! the declared grant before the tool runs. The groups declare their tools beside this file:
+//! `session` (the reference host's session tools and this host's two readers), `artifacts`,
+//! `comments`, `agentmerge`, and `own` (`ahp_resource`, `ahp_terminals`) with `wakeups`
+//! (`schedule_wakeup` and the timer that begins its turns), and `computer` (the computer plugin's
+//! three, which declare advanced permission).
 //!
 //! [`HostTools`] is what a host is built with ([`crate::host::Host::new`]): it answers the host's
 //! [`Tools`] (the catalogue, running a call, a turn's end) and keeps what the tools hold between
@@ -14,19 +19,23 @@
 pub mod agentmerge;
 pub mod artifacts;
 pub mod comments;
+pub mod computer;
 pub mod limits;
 pub mod offers;
 pub mod own;
 pub mod readers;
 pub mod session;
+pub mod table;
 pub mod wakeups;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use agent_runner::sync::lock;
 use ahp_types::state::{ToolAnnotations, ToolDefinition};
 use protocol::{ToolEffects, ToolOutcome, ToolSpec};
 use serde_json::Value;
 
+pub use self::table::{declare, Asks, Cx, Own, Tool};
 pub use crate::host::facade::{Caller, ToolCall};
 use crate::host::facade::{Offered, ToolRun, Tools};
 use crate::host::{Core, Host};
@@ -45,6 +54,8 @@ pub enum Group {
     AgentMerge,
     /// This host's own three.
     Own,
+    /// The computer plugin's three (advanced permission).
+    Computer,
 }
 
 /// One host tool: its definition and what the host knows about it.
@@ -60,8 +71,12 @@ pub struct ToolInfo {
     pub defer_loading: bool,
     /// It runs with no calling session (listed on `/mcp`).
     pub sessionless: bool,
-    /// The grant a caller needs (`session:read`, `session:write`, `session:review`, …).
-    pub grant: Option<&'static str>,
+    /// What a call asks of the person behind it (`session:read`, `session:write`, …), checked
+    /// before the tool runs.
+    pub asks: Asks,
+    /// The grant a caller with no session needs to see it listed, when it is not the one a call
+    /// asks (`archive_chat`: `session:write`, where a call asks `chat:mark` or `session:mark`).
+    pub listed_behind: Option<&'static str>,
     /// It does more than a session's ordinary work: offered only with `advancedTools`.
     pub advanced_permission: bool,
     /// What running it does.
@@ -103,7 +118,7 @@ impl HostTools {
     /// What the tools keep; see [`ToolState`] for when it may be taken.
     pub fn state(&self) -> MutexGuard<'_, ToolState> {
         // A panic in a tool leaves its counts as they were; keep serving.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 }
 
@@ -129,7 +144,7 @@ impl Tools for HostTools {
     }
 
     fn waits_for_person(&self, name: &str) -> bool {
-        find(name).is_some_and(|t| t.waits_for_person)
+        find(name).is_some_and(|t| t.info.waits_for_person)
     }
 
     fn turn_ended(&self, core: &mut Core, chat: &str, turn_id: &str) {
@@ -154,7 +169,8 @@ impl ToolInfo {
             instruction: None,
             defer_loading: false,
             sessionless: false,
-            grant: None,
+            asks: Asks::Nothing,
+            listed_behind: None,
             advanced_permission: false,
             effects: ToolEffects::default(),
             waits_for_person: false,
@@ -217,17 +233,31 @@ impl ToolInfo {
         self
     }
 
-    /// Lists it on `/mcp` for a caller with no session, behind `grant`.
-    pub fn sessionless(mut self, grant: &'static str) -> Self {
+    /// Lists it on `/mcp` for a caller with no session, behind the grant a call asks.
+    pub fn sessionless(mut self) -> Self {
         self.sessionless = true;
-        self.grant = Some(grant);
         self
     }
 
-    /// The grant a turn's person needs.
+    /// The grant a call asks of the person behind it, checked before the tool runs.
     pub fn grant(mut self, grant: &'static str) -> Self {
-        self.grant = Some(grant);
+        self.asks = Asks::Grant(grant);
         self
+    }
+
+    /// Asks one of `grants` by what a call names; listed with no session behind `listed`.
+    pub fn asks_one_of(mut self, grants: &'static [&'static str], listed: &'static str) -> Self {
+        self.asks = Asks::OneOf(grants);
+        self.listed_behind = Some(listed);
+        self
+    }
+
+    /// The grant a caller with no session needs to see it (none: every caller sees it).
+    pub fn listing_grant(&self) -> Option<&'static str> {
+        match self.asks {
+            Asks::Grant(grant) => Some(grant),
+            Asks::Nothing | Asks::OneOf(_) => self.listed_behind,
+        }
     }
 
     /// Hidden behind tool search.
@@ -254,8 +284,8 @@ fn empty_annotations() -> ToolAnnotations {
 }
 
 /// Every host tool, in the order seed 000 lists them.
-pub fn catalog() -> &'static [ToolInfo] {
-    static CATALOG: OnceLock<Vec<ToolInfo>> = OnceLock::new();
+pub fn catalog() -> &'static [Tool] {
+    static CATALOG: OnceLock<Vec<Tool>> = OnceLock::new();
     CATALOG.get_or_init(|| {
         let mut all = Vec::new();
         all.extend(session::tools());
@@ -263,13 +293,14 @@ pub fn catalog() -> &'static [ToolInfo] {
         all.extend(comments::tools());
         all.extend(agentmerge::tools());
         all.extend(own::tools());
+        all.extend(computer::tools());
         all
     })
 }
 
 /// A tool by name.
-pub fn find(name: &str) -> Option<&'static ToolInfo> {
-    catalog().iter().find(|t| t.definition.name == name)
+pub fn find(name: &str) -> Option<&'static Tool> {
+    catalog().iter().find(|t| t.info.definition.name == name)
 }
 
 /// What a tool answers: text for the model (and maybe rich content), or its refusal.
@@ -310,12 +341,12 @@ impl From<&str> for Refusal {
 
 /// Runs a host tool by name (the host bounds it: its deadline and its output cap).
 async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> ToolOutcome {
-    let Some(info) = find(name) else {
+    let Some(tool) = find(name) else {
         return ToolOutcome::failed(format!("No tool named {name} is offered in this session."));
     };
     // A person removed or given another role is so from their turn's next call on.
     host.lock().refresh_users();
-    match dispatch(tools, host, info, call).await {
+    match tool.call(tools, host, &call).await {
         Ok(text) => {
             let mut outcome = ToolOutcome::ok(text);
             outcome.past_tense_message = Some(format!("Ran {name}"));
@@ -329,28 +360,6 @@ async fn run(tools: &HostTools, host: &Host, name: &str, call: ToolCall) -> Tool
     }
 }
 
-async fn dispatch(tools: &HostTools, host: &Host, info: &ToolInfo, call: ToolCall) -> ToolResult {
-    let name = info.definition.name.as_str();
-    // The session group checks its own grants; the others ask theirs here (seed 000 "Grants").
-    if let Some(grant) = info.grant.filter(|_| call.session.is_some() && info.group != Group::Session) {
-        authorize(&host.lock(), &call, grant)?;
-    }
-    let result = match info.group {
-        Group::Session => match readers::run(host, name, &call).await {
-            Some(result) => Some(result),
-            None => session::run(tools, host, name, &call).await,
-        },
-        Group::Artifact => artifacts::run(host, name, &call).await,
-        Group::Comment => comments::run(host, name, &call).await,
-        Group::AgentMerge => agentmerge::run(host, name, &call).await,
-        Group::Own => match own::run(host, name, &call).await {
-            Some(result) => Some(result),
-            None => wakeups::run(host, name, &call).await,
-        },
-    };
-    result.unwrap_or_else(|| Err(format!("No tool named {name} is offered in this session.").into()))
-}
-
 /// The host tools offered to a session, after every switch and the session's own wording.
 pub fn offered(core: &Core, session: &str) -> Vec<ToolInfo> {
     let Some(provider) = core.session_state(session).map(|s| s.provider.clone()) else { return Vec::new() };
@@ -359,54 +368,9 @@ pub fn offered(core: &Core, session: &str) -> Vec<ToolInfo> {
         && (settings.session_tools_providers.is_empty() || settings.session_tools_providers.contains(&provider));
     catalog()
         .iter()
+        .map(|t| &t.info)
         .filter(|t| !t.advanced_permission || settings.advanced_tools)
         .filter(|t| t.group != Group::Session || session_tools)
         .filter_map(|t| t.tailored(core, Some(session)))
         .collect()
-}
-
-/// Checks that whoever is behind a call holds `grant` (seed 000 "Grants"). A host with no users
-/// directory has nobody to ask, and its tools act as they always did; the users directory (issue
-/// 10) answers here in the host's own words: `<person> may not <grant> here`, or `this turn may not
-/// session:write here` where nobody is behind the call.
-pub fn authorize(core: &Core, call: &ToolCall, grant: &str) -> Result<(), Refusal> {
-    use crate::users::Principal;
-    if !core.has_users() {
-        return Ok(());
-    }
-    let principal = match &call.caller {
-        Caller::Root => Principal::Root,
-        Caller::Person(id) => Principal::Person(id.clone()),
-        Caller::Turn(sender) => Principal::from_sender(sender.as_deref()),
-    };
-    if principal == Principal::Nobody {
-        // Nobody behind the call: it holds the read half alone.
-        return if crate::users::covers("*:read", grant) {
-            Ok(())
-        } else {
-            Err(format!("this turn may not {grant} here").into())
-        };
-    }
-    if core.allows(&principal, grant) {
-        Ok(())
-    } else {
-        Err(crate::host::facade::refusal(&principal, grant).into())
-    }
-}
-
-/// Reads a required string argument, or says which one is missing, in the reference host's words.
-pub fn required_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<&'a str, Refusal> {
-    match input.get(field) {
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
-        _ => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
-    }
-}
-
-/// Reads an optional string argument.
-pub fn optional_str<'a>(tool: &str, input: &'a Value, field: &str) -> Result<Option<&'a str>, Refusal> {
-    match input.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("Invalid {tool} input: {field} must be a string.").into()),
-    }
 }

@@ -4,7 +4,6 @@
 
 use super::{catalog, Caller, Group, ToolInfo};
 use crate::host::Core;
-use crate::users::Principal;
 
 impl Core {
     /// The tools a caller with no session may see and call (`sessionless: true`), each as that
@@ -14,22 +13,12 @@ impl Core {
     pub fn sessionless_tools(&self, caller: &Caller) -> Vec<ToolInfo> {
         catalog()
             .iter()
+            .map(|t| &t.info)
             .filter(|t| t.sessionless)
             .filter(|t| !t.advanced_permission || self.settings().advanced_tools)
             .filter(|t| t.group != Group::Session || self.settings().session_tools)
-            .filter(|t| t.grant.is_none_or(|grant| caller_holds(self, caller, grant)))
+            .filter(|t| t.listing_grant().is_none_or(|grant| self.allows(&caller.principal(), grant)))
             .filter_map(|t| t.tailored(self, None))
             .collect()
     }
-}
-
-/// Whether a caller with no session holds `grant`: root holds every one, a person what the users
-/// directory grants them, and with no directory there is nobody to ask.
-fn caller_holds(core: &Core, caller: &Caller, grant: &str) -> bool {
-    let principal = match caller {
-        Caller::Root => Principal::Root,
-        Caller::Person(id) => Principal::Person(id.clone()),
-        Caller::Turn(sender) => Principal::from_sender(sender.as_deref()),
-    };
-    core.allows(&principal, grant)
 }

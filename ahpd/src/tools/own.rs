@@ -7,9 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-use super::{Group, ToolCall, ToolInfo, ToolResult};
+use super::session::NoArgs;
+use super::{declare, Group, Tool, ToolCall, ToolResult};
 use crate::fileuri::{path_of_file_uri, place, Placed};
 use crate::host::facade::{self, path_of, ClientRequestError, CLIENT_REQUEST_TIMEOUT};
 use crate::host::Host;
@@ -20,38 +22,36 @@ const TERMINALS: &str = "ahp_terminals";
 /// The largest file `ahp_resource` reads.
 const MAX_FILE: u64 = 8 << 20;
 
+/// `ahp_resource`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadResource {
+    /// The resource's URI, such as file:///path/to/file or virtual://<client>/<path>.
+    pub uri: String,
+}
+
 /// The two readers (and `schedule_wakeup` after them).
-pub fn tools() -> Vec<ToolInfo> {
-    let mut terminals = ToolInfo::new(
-        Group::Own,
-        TERMINALS,
-        "The terminals this host has open for this session - its own, and those open in its folder - as uri, title, cwd and running on a line each, followed by each one's last lines of output. These are the terminals the person can see, which is not the same as a shell run from a tool.",
-        json!({ "type": "object", "properties": {} }),
-    )
-    .titled("Terminals on this host")
-    .read_only();
-    terminals.definition.annotations.get_or_insert_with(super::empty_annotations).open_world_hint = Some(false);
+pub fn tools() -> Vec<Tool> {
     vec![
-        ToolInfo::new(
+        declare::<ReadResource>(
             Group::Own,
             RESOURCE,
             "Read a resource by URI: a file under this session's folders, or one a connected client publishes and this machine has no copy of - a plugin\u{2019}s virtual files, an editor\u{2019}s unsaved buffers. Addressed as <scheme>://<client>/<path>.",
-            json!({ "type": "object", "properties": { "uri": { "type": "string", "description": "The resource's URI, such as file:///path/to/file or virtual://<client>/<path>." } }, "required": ["uri"] }),
         )
-        .titled("Read a resource this host serves")
-        .read_only(),
-        terminals,
+        .with(|info| info.titled("Read a resource this host serves").read_only())
+        .runs(|cx, args| Box::pin(resource(cx.host, cx.call, args))),
+        declare::<NoArgs>(
+            Group::Own,
+            TERMINALS,
+            "The terminals this host has open for this session - its own, and those open in its folder - as uri, title, cwd and running on a line each, followed by each one's last lines of output. These are the terminals the person can see, which is not the same as a shell run from a tool.",
+        )
+        .with(|info| {
+            let mut info = info.titled("Terminals on this host").read_only();
+            info.definition.annotations.get_or_insert_with(super::empty_annotations).open_world_hint = Some(false);
+            info
+        })
+        .answers(|cx, _| Ok(terminals(cx.host, cx.call))),
         super::wakeups::tool(),
     ]
-}
-
-/// Runs one of the two readers; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
-    Some(match name {
-        RESOURCE => resource(host, call).await,
-        TERMINALS => Ok(terminals(host, call)),
-        _ => return None,
-    })
 }
 
 /// How many of a terminal's last lines `ahp_terminals` shows.
@@ -102,11 +102,8 @@ fn last_lines(output: &str, n: usize) -> Vec<String> {
     lines.split_off(skip)
 }
 
-async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
-    let uri = match call.input.get("uri") {
-        Some(Value::String(uri)) if !uri.trim().is_empty() => uri.trim().to_owned(),
-        _ => return Err(format!("Invalid {RESOURCE} input: uri must be a non-empty string.").into()),
-    };
+async fn resource(host: &Host, call: &ToolCall, args: ReadResource) -> ToolResult {
+    let uri = args.uri.trim().to_owned();
     let Some((scheme, rest)) = uri.split_once(':').filter(|(s, _)| valid_scheme(s)) else {
         return Err(format!(
             "Invalid {RESOURCE} input: uri must be an absolute URI including its scheme, such as 'file:///path/to/file'."
@@ -115,6 +112,9 @@ async fn resource(host: &Host, call: &ToolCall) -> ToolResult {
     let scheme = scheme.to_ascii_lowercase();
     if scheme == "file" {
         return read_file(host, call, &uri).await;
+    }
+    if let Some(read) = super::computer::read(&uri).await {
+        return read;
     }
     let authority = rest.strip_prefix("//").map(|r| r.split(['/', '?', '#']).next().unwrap_or(""));
     match authority {

@@ -1,42 +1,39 @@
 //! This host's two readers beside the reference host's session tools: `list_agents` (with the
 //! agents remote hosts offer, `<agent>@<remote>`) and `list_models`.
 
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{optional_str, Group, ToolCall, ToolInfo, ToolResult};
+use super::session::NoArgs;
+use super::{declare, Group, Tool, ToolResult};
 use crate::host::Host;
 
+/// `list_models`' arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListModels {
+    /// An agent id from list_agents; absent lists every agent's models.
+    pub agent: Option<String>,
+}
+
 /// The two readers.
-pub fn tools() -> Vec<ToolInfo> {
+pub fn tools() -> Vec<Tool> {
     vec![
-        ToolInfo::new(
+        declare::<NoArgs>(
             Group::Session,
             "list_agents",
             "List the agents a new session can be started on: for each, the agent id create_session takes, the name a person reads, the settings its config accepts, and its first five models.",
-            json!({ "type": "object", "properties": {} }),
         )
-        .read_only()
-        .sessionless("session:read"),
-        ToolInfo::new(
+        .with(|info| info.read_only().grant("session:read").sessionless())
+        .answers(|cx, _| Ok(list_agents(cx.host))),
+        declare::<ListModels>(
             Group::Session,
             "list_models",
             "List the models the agents offer, in the order the host learned them: one agent's when agent is named, every agent's otherwise.",
-            json!({ "type": "object", "properties": {
-                "agent": { "type": "string", "description": "An agent id from list_agents; absent lists every agent's models." }
-            } }),
         )
-        .read_only()
-        .sessionless("session:read"),
+        .with(|info| info.read_only().grant("session:read").sessionless())
+        .answers(|cx, args| list_models(cx.host, args)),
     ]
-}
-
-/// Runs one of the readers; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
-    Some(match name {
-        "list_agents" => Ok(list_agents(host)),
-        "list_models" => list_models(host, call),
-        _ => return None,
-    })
 }
 
 fn list_agents(host: &Host) -> String {
@@ -93,8 +90,8 @@ fn remote_agent(agent: &ahp_types::state::AgentInfo) -> Value {
     })
 }
 
-fn list_models(host: &Host, call: &ToolCall) -> ToolResult {
-    let agent = optional_str("list_models", &call.input, "agent")?;
+fn list_models(host: &Host, args: ListModels) -> ToolResult {
+    let agent = args.agent.as_deref();
     let core = host.lock();
     // This host's agents, then the remote hosts' (`<agent>@<remote>`).
     let remote = core.remote_agents().iter().map(|a| (a.provider.as_str(), a.models.as_slice()));

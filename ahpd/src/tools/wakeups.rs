@@ -19,11 +19,13 @@ use std::sync::Arc;
 
 use ahp_types::common::JsonObject;
 use ahp_types::state::{Message, MessageKind, MessageOrigin};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Group, Refusal, ToolCall, ToolInfo, ToolResult};
+use super::{declare, Group, Own, Refusal, Tool, ToolCall, ToolResult};
 use crate::clock::iso;
-use crate::host::facade::HostTurn;
+use crate::host::facade::{host_turn, Delivered, Sender};
 use crate::host::{Core, Host};
 use crate::store::WakeupRecord;
 
@@ -34,52 +36,49 @@ pub const MIN_DELAY: u64 = 60;
 /// The longest delay, in seconds (30 days).
 pub const MAX_DELAY: u64 = 2_592_000;
 
-/// The tool's definition.
-pub fn tool() -> ToolInfo {
-    ToolInfo::new(
+/// `schedule_wakeup`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleWakeup {
+    /// Seconds from now until the turn begins, from 60 to 2592000 (30 days).
+    #[schemars(with = "Option<Own<f64>>", range(min = 60, max = 2_592_000))]
+    pub delay_seconds: Option<Value>,
+    /// The text the turn begins with.
+    #[schemars(with = "Option<Own<String>>")]
+    pub prompt: Option<Value>,
+    /// Cancel this chat's wakeup instead of scheduling one.
+    pub stop: Option<bool>,
+}
+
+/// The tool's declaration.
+pub fn tool() -> Tool {
+    declare::<ScheduleWakeup>(
         Group::Own,
         NAME,
         "Begin a new turn in this chat later. After delaySeconds (60 to 2592000, which is 30 days) this host begins a turn here with prompt as its message, waking the session if it sleeps, or queues the prompt behind a turn that is running then. A chat holds one wakeup: a new call replaces it, and stop: true cancels it. It survives the daemon restarting. Answers when the wakeup is due.",
-        json!({
-            "type": "object",
-            "properties": {
-                "delaySeconds": { "type": "number", "minimum": MIN_DELAY, "maximum": MAX_DELAY, "description": "Seconds from now until the turn begins, from 60 to 2592000 (30 days)." },
-                "prompt": { "type": "string", "description": "The text the turn begins with." },
-                "stop": { "type": "boolean", "description": "Cancel this chat's wakeup instead of scheduling one." },
-            },
-        }),
     )
-    .titled("Schedule a wakeup")
-    .writes()
+    .with(|info| info.titled("Schedule a wakeup").writes())
+    .answers(|cx, args| schedule(cx.host, cx.call, args))
 }
 
-/// Runs `schedule_wakeup`; `None` for another tool's name.
-pub async fn run(host: &Host, name: &str, call: &ToolCall) -> Option<ToolResult> {
-    (name == NAME).then(|| schedule(host, call))
-}
-
-fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
-    let stop = match call.input.get("stop") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(format!("Invalid {NAME} input: stop must be a boolean.").into()),
-    };
+fn schedule(host: &Host, call: &ToolCall, args: ScheduleWakeup) -> ToolResult {
+    let stop = args.stop.unwrap_or(false);
     let (Some(chat), Some(session)) = (call.chat.clone(), call.session.clone()) else {
         return Err(format!("{NAME} begins a turn in the chat it is called from, and this call has none.").into());
     };
     if stop {
         return cancel(host, &chat);
     }
-    let delay = call
-        .input
-        .get("delaySeconds")
+    let delay = args
+        .delay_seconds
+        .as_ref()
         .and_then(Value::as_f64)
         .filter(|d| (MIN_DELAY as f64..=MAX_DELAY as f64).contains(d))
         .ok_or_else(|| {
             format!("Invalid {NAME} input: delaySeconds must be a number from {MIN_DELAY} to {MAX_DELAY} (30 days).")
         })?;
-    let prompt = match call.input.get("prompt") {
-        Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
+    let prompt = match args.prompt {
+        Some(Value::String(p)) if !p.trim().is_empty() => p,
         _ => return Err(format!("Invalid {NAME} input: prompt must be a non-empty string.").into()),
     };
     let clock = &host.config().clock;
@@ -93,10 +92,7 @@ fn schedule(host: &Host, call: &ToolCall) -> ToolResult {
         due_at_ms: clock.now().saturating_add(delay_ms),
         scheduled_at: clock.now_iso(),
         // The wake's turn acts as the person whose turn asked for it, and never as more.
-        sender: match &call.caller {
-            super::Caller::Turn(sender) => sender.clone(),
-            _ => None,
-        },
+        sender: call.caller.turn_sender(),
     };
     let replaced =
         host.lock().store().save_wakeup(&record).map_err(|e| format!("The wakeup could not be kept: {e}"))?;
@@ -192,11 +188,10 @@ impl Host {
     fn fire_wakeup(&self, core: &mut Core, wakeup: &WakeupRecord) -> Result<&'static str, Refusal> {
         const SAVEPOINT: &str = "wakeup";
         core.store().savepoint(SAVEPOINT).map_err(|e| e.to_string())?;
-        let fired = core
-            .store()
-            .delete_wakeup(&wakeup.chat)
-            .map_err(|e| e.to_string())
-            .and_then(|_| self.begin_host_turn(core, &wakeup.chat, wakeup_message(wakeup), wakeup.sender.clone()));
+        let fired = core.store().delete_wakeup(&wakeup.chat).map_err(|e| e.to_string()).and_then(|_| {
+            let sender = Sender::Scheduled { person: wakeup.sender.clone() };
+            self.deliver(core, &wakeup.chat, host_turn(wakeup_message(wakeup), None), sender)
+        });
         let kept = match fired {
             Ok(_) => core.store().release(SAVEPOINT),
             Err(_) => core.store().roll_back(SAVEPOINT),
@@ -205,8 +200,8 @@ impl Host {
         // again in this process, so the timer cannot spin on it.
         kept.map_err(|e| e.to_string())?;
         match fired? {
-            HostTurn::Began(_) => Ok("its turn began"),
-            HostTurn::Queued(_) => Ok("its prompt is queued behind the running turn"),
+            Delivered::Started(_) => Ok("its turn began"),
+            Delivered::Queued(_) => Ok("its prompt is queued behind the running turn"),
         }
     }
 }

@@ -1,10 +1,9 @@
 //! `ahpd agents [--json]`: the agents `ahpd [options]` offers (configured, or echo and each known
-//! agent found on the PATH), the program each runs and its version when it says one, and why each
-//! agent the backend table knows is not offered, and the remote hosts the config names, with each
-//! link's state as the running daemon says it. Reads the files itself: no daemon needs to run.
+//! agent found on the PATH), the program each runs and its version (what it says, else its npm
+//! package's), and why each agent the backend table knows is not offered, and the remote hosts the
+//! config names, with each link's state as the running daemon says it. Reads the files itself: no daemon needs to run.
 
-use std::path::Path;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -14,9 +13,6 @@ use crate::agents::{self, Survey};
 use crate::cli::AgentsArgs;
 use crate::config::Config;
 use crate::paths::Paths;
-
-/// How long a program may take to say its version.
-const VERSION_WITHIN: Duration = Duration::from_secs(5);
 
 /// Runs `ahpd agents`.
 pub fn run(args: &AgentsArgs) -> ExitCode {
@@ -39,6 +35,25 @@ pub fn run(args: &AgentsArgs) -> ExitCode {
             say(&line);
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// Runs `ahpd plugin list`: one line per plugin ahpd ships, saying what would load; asks the
+/// computer plugin's engine whether it answers, and starts nothing.
+pub fn plugins(args: &AgentsArgs) -> ExitCode {
+    let (config, paths) = match load(args) {
+        Ok(loaded) => loaded,
+        Err(why) => return fail(EXIT_USAGE, &why),
+    };
+    let computers = crate::confine::computer::Computers::new(
+        crate::confine::computer::ComputerSettings::of(&config),
+        &paths.data_dir.display().to_string(),
+    );
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(EXIT_USAGE, &e.to_string()),
+    };
+    say(&runtime.block_on(computers.plugin_line()));
     ExitCode::SUCCESS
 }
 
@@ -85,36 +100,10 @@ fn versions(survey: &Survey) -> Vec<Option<String>> {
     let programs: Vec<Option<std::path::PathBuf>> =
         survey.offered.iter().map(|p| p.program.as_deref().and_then(agents::find_on_path)).collect();
     std::thread::scope(|scope| {
-        let asks: Vec<_> = programs.iter().map(|p| scope.spawn(move || p.as_deref().and_then(version_of))).collect();
+        let asks: Vec<_> =
+            programs.iter().map(|p| scope.spawn(move || p.as_deref().and_then(crate::programs::version_of))).collect();
         asks.into_iter().map(|ask| ask.join().ok().flatten()).collect()
     })
-}
-
-/// What `program --version` says on its first line, when it exits 0 within a few seconds.
-fn version_of(program: &Path) -> Option<String> {
-    let mut child = std::process::Command::new(program)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = std::time::Instant::now() + VERSION_WITHIN;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    };
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
-    let line = out.lines().map(str::trim).find(|l| !l.is_empty())?;
-    (status.success()).then(|| line.chars().take(80).collect())
 }
 
 /// `{ configured, offered: [{provider, kind, program?, version?, why}], notOffered: [{name, kind, program, why}] }`.

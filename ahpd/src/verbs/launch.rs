@@ -119,7 +119,8 @@ pub async fn launch(paths: &Paths, launch: &Launch) -> Result<Announced, LaunchE
         command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     }
     command.env(DETACHED_ENV, "1").env_remove(crate::daemon::CHECK_LINE_ENV);
-    let mut child = command.spawn().map_err(|e| LaunchError::Spawn(launch.exe.display().to_string(), e))?;
+    let mut child = agent_runner::child::detached(&mut command)
+        .map_err(|e| LaunchError::Spawn(launch.exe.display().to_string(), e))?;
     wait_for_announcement(&mut child, &log, offset).await
 }
 

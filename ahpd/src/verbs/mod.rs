@@ -7,6 +7,7 @@
 //! cannot start); 2 bad usage or a configuration that cannot start.
 
 pub mod agents;
+pub mod automations;
 pub mod bridge;
 pub mod changes;
 pub mod config;
@@ -66,6 +67,9 @@ pub fn run(verb: Verb) -> ExitCode {
     if let Verb::Agents(args) = &verb {
         return agents::run(args);
     }
+    if let Verb::Plugin { action: crate::cli::PluginAction::List(args) } = &verb {
+        return agents::plugins(args);
+    }
     if let Verb::Logs { lines, follow } = verb {
         return logs::run(lines, follow);
     }
@@ -86,6 +90,7 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Service(args) => service::run(&paths, &args.action).await,
             Verb::Store(args) => store::run(&paths, &args).await,
             Verb::Sessions(args) => sessions::run(&args).await,
+            Verb::Automations(args) => automations::run(&args).await,
             Verb::Changes(args) => changes::run(&args).await,
             Verb::Send(args) => send::run(&args).await,
             Verb::Watch(args) => watch::run(&args).await,
@@ -93,9 +98,12 @@ pub fn run(verb: Verb) -> ExitCode {
             Verb::Config(_)
             | Verb::User(_)
             | Verb::Agents(_)
+            | Verb::Plugin { .. }
             | Verb::Completions { .. }
             | Verb::Logs { .. }
-            | Verb::Worker { .. } => ExitCode::from(EXIT_USAGE),
+            | Verb::Worker { .. }
+            | Verb::BoxRun { .. }
+            | Verb::BoxExec { .. } => ExitCode::from(EXIT_USAGE),
         }
     })
 }

@@ -46,8 +46,26 @@ pub async fn target(args: &ClientArgs, paths: &Paths) -> Result<Target, String> 
         (None, Some(record)) => record.url.clone(),
         (None, None) => return Err("None running. Start one with ahpd start, or name one with --url.".into()),
     };
-    let record = if args.url.is_some() { None } else { record };
+    // A `--url` naming this data folder's own daemon finds its token as if none were given.
+    let record = record.filter(|r| args.url.is_none() || same_daemon(&url, &r.url));
     Ok(Target { url, token: token(args, paths, record.as_ref()).await? })
+}
+
+/// Whether two `ws://` URLs reach the same listener: the same scheme and port, and the same host,
+/// the loopback names (`localhost`, `127.0.0.1`, `[::1]`) counting as one.
+fn same_daemon(given: &str, recorded: &str) -> bool {
+    let (Ok(given), Ok(recorded)) = (url::Url::parse(given), url::Url::parse(recorded)) else {
+        return false;
+    };
+    let host = |u: &url::Url| match u.host() {
+        Some(url::Host::Domain(name)) if name.eq_ignore_ascii_case("localhost") => "loopback".to_owned(),
+        Some(url::Host::Ipv4(ip)) if ip.is_loopback() => "loopback".to_owned(),
+        Some(url::Host::Ipv6(ip)) if ip.is_loopback() => "loopback".to_owned(),
+        other => other.map(|h| h.to_string().to_ascii_lowercase()).unwrap_or_default(),
+    };
+    given.scheme() == recorded.scheme()
+        && given.port_or_known_default() == recorded.port_or_known_default()
+        && host(&given) == host(&recorded)
 }
 
 /// The daemon running on this data folder: its record, when it names a live process and the URL it
@@ -237,6 +255,17 @@ mod tests {
 
     fn words(line: &str) -> Vec<String> {
         line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_url_naming_the_own_daemon_by_any_loopback_name_is_the_same_daemon() {
+        let recorded = "ws://127.0.0.1:8123";
+        for given in ["ws://127.0.0.1:8123", "ws://127.0.0.1:8123/", "ws://localhost:8123", "ws://[::1]:8123"] {
+            assert!(same_daemon(given, recorded), "{given}");
+        }
+        for given in ["ws://127.0.0.1:8124", "wss://127.0.0.1:8123", "ws://example.com:8123", "not a url"] {
+            assert!(!same_daemon(given, recorded), "{given}");
+        }
     }
 
     #[test]

@@ -146,22 +146,22 @@ async fn successor(paths: &Paths, old: u32) -> Option<Status> {
 /// Runs this binary with the daemon's line, folder and environment, only to read its options and
 /// config; answers why it could not start.
 async fn check(exe: &Path, line: &Line) -> Result<(), String> {
-    let mut command = tokio::process::Command::new(exe);
+    let mut command = std::process::Command::new(exe);
     command
         .args(&line.argv)
         .current_dir(&line.cwd)
         .env_clear()
         .envs(line.env.iter().map(|(k, v)| (k, v)))
         .env(CHECK_LINE_ENV, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = command.spawn().map_err(|e| format!("could not run {}: {e}", exe.display()))?;
-    let output = tokio::time::timeout(CHECK_WITHIN, child.wait_with_output())
+        // A check is not the daemon: it stays in the group it is run in, which ends it whole.
+        .env_remove(crate::control::server::DETACHED_ENV)
+        .stdin(Stdio::null());
+    let checked = tokio::task::spawn_blocking(move || agent_runner::child::run_within(command, CHECK_WITHIN))
         .await
-        .map_err(|_| format!("{} did not finish its check within {} s", exe.display(), CHECK_WITHIN.as_secs()))?
         .map_err(|e| format!("could not run {}: {e}", exe.display()))?;
+    let output = checked
+        .map_err(|e| format!("could not run {}: {e}", exe.display()))?
+        .ok_or_else(|| format!("{} did not finish its check within {} s", exe.display(), CHECK_WITHIN.as_secs()))?;
     if output.status.success() {
         return Ok(());
     }

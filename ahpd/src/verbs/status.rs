@@ -61,6 +61,7 @@ pub fn describe(status: &Status) -> Vec<String> {
     }
     lines.extend(store_lines(status));
     lines.extend(agent_merge_lines(status));
+    lines.extend(box_lines(status));
     lines.push(match status.host.max_backend_processes {
         0 => format!("backend sessions open: {}", status.host.backend_sessions),
         cap => format!("backend sessions open: {} of at most {cap}", status.host.backend_sessions),
@@ -97,8 +98,6 @@ fn store_lines(status: &Status) -> Vec<String> {
     lines
 }
 
-/// The folders Agent Merge is on for: `agent merge: /w/repo on feature (watches checks, reviews;
-/// merges never), session ahp-session:/…`.
 /// One remote host: `remote devbox (ssh -T devbox ahpd --stdio): connected; agents echo@devbox,
 /// notes@devbox; 3 sessions`.
 pub fn remote_line(remote: &serde_json::Value) -> String {
@@ -114,6 +113,64 @@ pub fn remote_line(remote: &serde_json::Value) -> String {
     )
 }
 
+/// Each confined session's box: `box: ahp-session:/… sandbox (bubblewrap) in /w/wt, reaches
+/// 127.0.0.1:4000; computers: computer://c1 on img (unix:///…)`.
+fn box_lines(status: &Status) -> Vec<String> {
+    status
+        .boxes
+        .iter()
+        .map(|b| {
+            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+            let list = |k: &str| {
+                b[k].as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            };
+            let mut line = format!("box: {}", text("session"));
+            if text("level") == "container" {
+                line.push_str(&container_line(b));
+            } else if !text("level").is_empty() {
+                line.push_str(&format!(
+                    " {} ({}) in {}, reaches {}",
+                    text("level"),
+                    text("engine"),
+                    text("worktree"),
+                    list("reaches")
+                ));
+            }
+            if !list("computers").is_empty() {
+                line.push_str(&format!("; computers: {}", list("computers")));
+            }
+            line
+        })
+        .collect()
+}
+
+/// A container session's box after its session: ` container ab12cd34ef56 on img (engine
+/// unix:///…) in /w/wt; 41 MiB, 0.3 s of CPU; limits 1.5 CPUs, 256 MiB`.
+fn container_line(b: &serde_json::Value) -> String {
+    let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+    let id: String = text("container").chars().take(12).collect();
+    let image = if text("image").is_empty() { "an image still being made".to_owned() } else { text("image") };
+    let mut line = format!(" container {id} on {image} (engine {}) in {}", text("engine"), text("worktree"));
+    if let (Some(memory), Some(cpu)) = (b["memoryBytes"].as_u64(), b["cpuNanoseconds"].as_u64()) {
+        line.push_str(&format!("; {:.0} MiB, {:.1} s of CPU", memory as f64 / 1048576.0, cpu as f64 / 1e9));
+    }
+    let limits: Vec<String> = [
+        b["cpuLimit"].as_f64().map(|c| format!("{c} CPUs")),
+        b["memoryLimitBytes"].as_u64().map(|m| format!("{:.0} MiB", m as f64 / 1048576.0)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !limits.is_empty() {
+        line.push_str(&format!("; limits {}", limits.join(", ")));
+    }
+    line
+}
+
+/// The folders Agent Merge is on for: `agent merge: /w/repo on feature (watches checks, reviews;
+/// merges never; backingOff until 2026-…: Server Error), session ahp-session:/…`.
 fn agent_merge_lines(status: &Status) -> Vec<String> {
     status
         .agent_merge
@@ -121,8 +178,10 @@ fn agent_merge_lines(status: &Status) -> Vec<String> {
         .map(|f| {
             let branch = f.branch.as_deref().unwrap_or("(no branch)");
             let watches = if f.watches.is_empty() { "nothing".to_owned() } else { f.watches.join(", ") };
+            let next = f.retry_at.as_deref().map(|at| format!(" until {at}")).unwrap_or_default();
+            let why = f.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
             format!(
-                "agent merge: {} on {branch} (watches {watches}; merges {}; {}), session {}",
+                "agent merge: {} on {branch} (watches {watches}; merges {}; {}{next}{why}), session {}",
                 f.folder.display(),
                 f.merges,
                 f.monitoring,

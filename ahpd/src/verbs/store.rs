@@ -1,12 +1,16 @@
 //! `ahpd store check|backup|restore`: the session store checked without writing to it, backed up
 //! now, or put back from a backup while no daemon runs (docs/security.md, "The store under
-//! faults").
+//! faults"). While a daemon runs on the store it is the one process that may open it, so a check
+//! or a backup of it is asked of the daemon over the control socket.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::cli::{StoreAction, StoreArgs};
 use crate::config::Config;
+use crate::control::client::AskError;
+use crate::control::{Checked, Reply, Request};
 use crate::paths::Paths;
 use crate::store::{backup, recovery};
 
@@ -16,15 +20,16 @@ use super::{fail, say, EXIT_CONFLICT, EXIT_USAGE};
 pub async fn run(paths: &Paths, args: &StoreArgs) -> ExitCode {
     match &args.action {
         StoreAction::Check { file, json } => {
-            let is_the_store = file.is_none();
-            check(&file.clone().unwrap_or_else(|| paths.store()), *json, is_the_store)
+            let store = paths.store();
+            let file = file.clone().unwrap_or_else(|| store.clone());
+            check(paths, &file, *json, same_file(&file, &store)).await
         }
         StoreAction::Backup { to } => {
             let config = match Config::load(&paths.config_dir, args.config_file.as_deref()) {
                 Ok(config) => config,
                 Err(e) => return fail(EXIT_USAGE, &e.to_string()),
             };
-            back_up(paths, &config, to.as_deref())
+            back_up(paths, &config, to.as_deref()).await
         }
         StoreAction::Restore { file } => match file {
             Some(file) => restore(paths, file).await,
@@ -33,16 +38,51 @@ pub async fn run(paths: &Paths, args: &StoreArgs) -> ExitCode {
     }
 }
 
-/// `ahpd store check [FILE] [--json]`; the store itself is told what becomes of it.
-fn check(file: &Path, json: bool, is_the_store: bool) -> ExitCode {
+/// True when `a` and `b` name one file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// How long a daemon is given to check or back up its store for a verb.
+const STORE_WORK_WITHIN: Duration = Duration::from_secs(600);
+
+/// Asks the daemon running on `paths` to do `request`, the one process that may open its store
+/// while it runs. `None` when no daemon answers (the verb does it itself); a daemon that does not
+/// know the request (an older one, which did not hold its store alone) is `None` too.
+async fn ask_the_daemon(paths: &Paths, request: &Request) -> Option<Result<Reply, String>> {
+    match crate::control::client::ask(&paths.socket(), request, STORE_WORK_WITHIN).await {
+        Ok(reply) if !reply.ok && reply.error.as_deref().is_some_and(|e| e.starts_with("not a control request")) => {
+            None
+        }
+        Ok(reply) => Some(Ok(reply)),
+        Err(AskError::NotListening(..)) => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
+/// `ahpd store check [FILE] [--json]`; the store itself is told what becomes of it, and checked by
+/// the daemon when one runs on it.
+async fn check(paths: &Paths, file: &Path, json: bool, is_the_store: bool) -> ExitCode {
     if !file.is_file() {
         return fail(EXIT_USAGE, &format!("There is no store at {}.", file.display()));
     }
-    let problems = match recovery::check(file, recovery::Depth::Full) {
-        Ok(problems) => problems,
+    let by_daemon = if is_the_store { ask_the_daemon(paths, &Request::StoreCheck).await } else { None };
+    let checked = match by_daemon {
+        Some(Ok(Reply { ok: true, checked: Some(checked), .. })) => Ok(checked),
+        Some(Ok(reply)) => Err(reply.error.unwrap_or_else(|| "the daemon did not say".into())),
+        Some(Err(why)) => Err(why),
+        None => recovery::check(file, recovery::Depth::Full).map_err(|e| e.to_string()).map(|problems| {
+            let counts = if problems.is_empty() { recovery::counts(file).ok() } else { None };
+            Checked { problems, counts }
+        }),
+    };
+    let Checked { problems, counts } = match checked {
+        Ok(checked) => checked,
         Err(e) => return fail(EXIT_CONFLICT, &format!("Could not check {}: {e}", file.display())),
     };
-    let counts = if problems.is_empty() { recovery::counts(file).ok() } else { None };
     if json {
         let (sessions, chats, turns) = counts.unwrap_or_default();
         let answer = serde_json::json!({
@@ -75,34 +115,27 @@ fn check(file: &Path, json: bool, is_the_store: bool) -> ExitCode {
     }
 }
 
-/// `ahpd store backup [--to FILE]`.
-fn back_up(paths: &Paths, config: &Config, to: Option<&Path>) -> ExitCode {
+/// `ahpd store backup [--to FILE]`: taken by the daemon when one runs on the store.
+async fn back_up(paths: &Paths, config: &Config, to: Option<&Path>) -> ExitCode {
     let store = paths.store();
     if !store.is_file() {
         return fail(EXIT_CONFLICT, &format!("There is no session store at {} yet.", store.display()));
     }
-    match recovery::check(&store, recovery::Depth::Quick) {
-        Ok(problems) if problems.is_empty() => {}
-        Ok(problems) => {
-            return fail(
-                EXIT_CONFLICT,
-                &format!(
-                    "{} is damaged ({}); it was not backed up. Starting the daemon recovers what can be read.",
-                    store.display(),
-                    problems.join("; ")
-                ),
-            )
-        }
-        Err(e) => return fail(EXIT_CONFLICT, &e.to_string()),
+    // Made absolute here: the daemon runs in a folder of its own.
+    let to = match to.map(std::path::absolute).transpose() {
+        Ok(to) => to,
+        Err(e) => return fail(EXIT_USAGE, &format!("Could not read the path given to --to: {e}")),
+    };
+    if let Some(to) = to.as_deref().filter(|to| to.symlink_metadata().is_ok()) {
+        return fail(EXIT_USAGE, &format!("{} exists already; name a new file.", to.display()));
     }
-    let taken = match to {
-        Some(to) if to.symlink_metadata().is_ok() => {
-            return fail(EXIT_USAGE, &format!("{} exists already; name a new file.", to.display()))
-        }
-        Some(to) => backup::take(&store, to).map(|()| to.to_owned()),
+    let taken = match ask_the_daemon(paths, &Request::StoreBackup { to: to.clone() }).await {
+        Some(Ok(Reply { ok: true, backup: Some(file), .. })) => Ok(file),
+        Some(Ok(reply)) => Err(reply.error.unwrap_or_else(|| "the daemon did not say".into())),
+        Some(Err(why)) => Err(why),
         None => {
             let keep = usize::try_from(config.u64("storeBackups")).unwrap_or(1);
-            backup::take_into(&store, &backup::folder(&paths.data_dir), keep)
+            backup::take_now(&store, &backup::folder(&paths.data_dir), keep, to.as_deref())
         }
     };
     match taken {
@@ -110,7 +143,7 @@ fn back_up(paths: &Paths, config: &Config, to: Option<&Path>) -> ExitCode {
             say(&file.display().to_string());
             ExitCode::SUCCESS
         }
-        Err(e) => fail(EXIT_CONFLICT, &e.to_string()),
+        Err(why) => fail(EXIT_CONFLICT, &why),
     }
 }
 

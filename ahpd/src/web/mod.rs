@@ -44,6 +44,8 @@ const ASSETS: &[Asset] = &[
     Asset { name: "terminal.js", mime: JS, body: include_str!("../../web/terminal.js") },
     Asset { name: "attention.js", mime: JS, body: include_str!("../../web/attention.js") },
     Asset { name: "shortcuts.js", mime: JS, body: include_str!("../../web/shortcuts.js") },
+    Asset { name: "kept.js", mime: JS, body: include_str!("../../web/kept.js") },
+    Asset { name: "automations.js", mime: JS, body: include_str!("../../web/automations.js") },
     // Vendored, pinned and minified (ahpd/web/vendor/README.md says which and whence); loaded the
     // first time a terminal opens.
     Asset { name: "xterm.mjs", mime: JS, body: include_str!("../../web/vendor/xterm.mjs") },
@@ -64,9 +66,11 @@ const INDEX: &str = include_str!("../../web/index.html");
 
 /// The page's policy: its own scripts, styles and connections (the WebSocket included), nothing
 /// else — no inline script, no plugin, no frame, no form, no image from anywhere. `data:` images
-/// are the tab's icon, drawn by the page on a canvas (the page never loads an image a reply names).
+/// are the tab's icon, drawn by the page on a canvas (the page never loads an image a reply names);
+/// `blob:` images are the pictures a tool returned, which the page read itself through
+/// `resourceRead` and made a blob of (`kept.js`).
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-     img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+     img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The policy of every other response: nothing may run or load.
 pub const STRICT_POLICY: &str = "default-src 'none'; style-src 'self'; base-uri 'none'; form-action 'none'; \

@@ -331,7 +331,7 @@ pub async fn branch_view(worktrees: &Worktrees, record: &WorktreeRecord) -> Resu
     let repo = Path::new(&record.repo);
     let path = Path::new(&record.path);
     let (tip, uncommitted) = if path.exists() {
-        let snap = git::snapshot(path, &worktrees.settings.scratch(), "ahpd: a worktree's files").await?;
+        let snap = git::snapshot(path, worktrees.scratch(), "ahpd: a worktree's files").await?;
         let head = git::commit_of(path, "HEAD").await?.unwrap_or_default();
         let head_tree =
             git::git(path).args(["rev-parse", &format!("{head}^{{tree}}")]).text().await.unwrap_or_default();
@@ -377,7 +377,7 @@ async fn uncommitted(worktrees: &Worktrees, host: &Host, uri: &str, session: &st
     let top = top_of(folder)
         .await
         .ok_or_else(|| AhpError::not_found(format!("{session} does not work in a Git folder, so there is no {uri}")))?;
-    let snap = git::snapshot(&top, &worktrees.settings.scratch(), "ahpd: uncommitted files").await.map_err(failed)?;
+    let snap = git::snapshot(&top, worktrees.scratch(), "ahpd: uncommitted files").await.map_err(failed)?;
     let head = git::commit_of(&top, "HEAD").await.map_err(failed)?;
     let files = git::diff(&top, head.as_deref().unwrap_or(EMPTY_TREE), &snap.commit).await.map_err(failed)?;
     let counts = counts(&files);
@@ -425,9 +425,7 @@ async fn turn(worktrees: &Worktrees, host: &Host, uri: &str, chat: &str, turn_id
     // A turn still running (or whose snapshot after is on its way) is measured against now.
     let after = match side(&top, &session, chat, turn_id, "after").await {
         Some(after) => after,
-        None => {
-            git::snapshot(&top, &worktrees.settings.scratch(), "ahpd: a turn's files").await.map_err(failed)?.commit
-        }
+        None => git::snapshot(&top, worktrees.scratch(), "ahpd: a turn's files").await.map_err(failed)?.commit,
     };
     let files = git::diff(&top, &before, &after).await.map_err(failed)?;
     let counts = counts(&files);

@@ -139,9 +139,10 @@ pub async fn make(worktrees: &Worktrees, host: &Host, request: FolderRequest) ->
     };
     // Written before git makes anything: a start after a crash finds it and cleans up.
     worktrees.keep(&host.lock(), record);
-    if let Some(parent) = path.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
+    // Its folders are the person's alone, as the data folder they sit in, and git checks the
+    // worktree out private (a failure to make them is git's to report).
+    let _ = crate::fsutil::create_private_dir(&worktrees.settings.root)
+        .and_then(|()| path.parent().map_or(Ok(()), crate::fsutil::create_private_dir));
     if let Err(e) = git::worktree_add(&top, &path, &branch, &head).await {
         undo(worktrees, host, &owner, &top, &path, &branch).await;
         return Err(failed(e));
@@ -343,9 +344,9 @@ pub async fn remove(worktrees: &Worktrees, host: &Host, session: &str, folders: 
 
 /// At start-up: a worktree that was being cut when the daemon stopped goes, unless its session
 /// was made (then it is that session's); worktrees whose folders are gone are forgotten by git;
-/// private indexes left behind go.
+/// private indexes an older ahpd left behind go.
 pub async fn reconcile(worktrees: &Worktrees, host: &Host) {
-    let _ = std::fs::remove_dir_all(worktrees.settings.scratch());
+    let _ = std::fs::remove_dir_all(worktrees.settings.old_scratch());
     let records: Vec<WorktreeRecord> = worktrees.state().records.values().cloned().collect();
     let mut repos: Vec<PathBuf> = Vec::new();
     for mut record in records {

@@ -79,11 +79,12 @@ pub struct Git<'a> {
     dir: &'a Path,
     args: Vec<OsString>,
     env: Vec<(&'static str, OsString)>,
+    private: bool,
 }
 
 /// A git command run in `dir`.
 pub fn git(dir: &Path) -> Git<'_> {
-    Git { dir, args: Vec::new(), env: Vec::new() }
+    Git { dir, args: Vec::new(), env: Vec::new(), private: false }
 }
 
 impl<'a> Git<'a> {
@@ -103,6 +104,12 @@ impl<'a> Git<'a> {
         self
     }
 
+    /// What it writes is its owner's alone (a worktree checked out in the private data folder).
+    pub fn private(mut self) -> Self {
+        self.private = true;
+        self
+    }
+
     fn shown(&self) -> String {
         self.args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ")
     }
@@ -110,7 +117,7 @@ impl<'a> Git<'a> {
     /// Runs it; answers what it printed whatever its exit code.
     pub async fn output(self) -> Result<Output, GitError> {
         let shown = self.shown();
-        let command = ChildCommand::new("git")
+        let mut command = ChildCommand::new("git")
             .args([std::ffi::OsStr::new("-C"), self.dir.as_os_str()])
             .args(["-c", "core.quotepath=off", "-c", "color.ui=false"])
             .args(&self.args)
@@ -119,6 +126,9 @@ impl<'a> Git<'a> {
             .envs(self.env.iter().map(|(k, v)| (*k, v)))
             .stdin_null()
             .stderr_to_caller();
+        if self.private {
+            command = command.private_files();
+        }
         let (child, pipes) = command.spawn().map_err(GitError::Spawn)?;
         let Some(mut stderr) = pipes.stderr else {
             return Err(GitError::Io(std::io::Error::other("git has no stderr pipe")));
@@ -213,13 +223,19 @@ pub async fn valid_branch_name(dir: &Path, name: &str) -> Result<bool, GitError>
 
 /// Cuts a worktree at `path` on a new branch `branch` from `commit`.
 pub async fn worktree_add(repo: &Path, path: &Path, branch: &str, commit: &str) -> Result<(), GitError> {
-    git(repo).args(["worktree", "add", "--quiet", "-b", branch]).args([path.as_os_str()]).args([commit]).run().await?;
+    git(repo)
+        .args(["worktree", "add", "--quiet", "-b", branch])
+        .args([path.as_os_str()])
+        .args([commit])
+        .private()
+        .run()
+        .await?;
     Ok(())
 }
 
 /// Checks an existing branch out again at `path` (a worktree removed while its branch stayed).
 pub async fn worktree_restore(repo: &Path, path: &Path, branch: &str) -> Result<(), GitError> {
-    git(repo).args(["worktree", "add", "--quiet"]).args([path.as_os_str()]).args([branch]).run().await?;
+    git(repo).args(["worktree", "add", "--quiet"]).args([path.as_os_str()]).args([branch]).private().run().await?;
     Ok(())
 }
 
@@ -310,7 +326,7 @@ impl Drop for Scratch {
 
 /// Takes a [`Snapshot`] of `dir`. `scratch` is a folder of ahpd's own for the private index.
 pub async fn snapshot(dir: &Path, scratch: &Path, message: &str) -> Result<Snapshot, GitError> {
-    std::fs::create_dir_all(scratch).map_err(GitError::Io)?;
+    crate::fsutil::create_private_dir(scratch).map_err(GitError::Io)?;
     let index = Scratch(scratch.join(format!("index-{}", uuid::Uuid::new_v4().simple())));
     let index_path = index.0.clone();
     // Start from the folder's own index, so unchanged files are not read again.

@@ -33,18 +33,21 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use agent_runner::sync::lock;
 use ahp_types::commands::{InvokeChangesetOperationParams, InvokeChangesetOperationResult, ResourceReadResult};
 use ahp_types::common::JsonObject;
 use ahp_types::state::{Changeset, ChangesetState, ConfigPropertySchema, SessionConfigPropertySchema};
 use protocol::SchemaResult;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::host::facade::{AhpError, Event, FolderRequest, Pending, Workspaces};
 use crate::host::{Core, Host};
 use crate::store::WorktreeRecord;
 
-/// The session setting that says where a session works: `folder` or `worktree`.
+/// The session setting that says where a session works: `folder`, `worktree`, or a box's level
+/// (`sandbox`, `container`: a worktree of its own, and every process of the session confined,
+/// `crate::confine`).
 pub const ISOLATION: &str = "isolation";
 /// The session setting that names a new worktree's branch.
 pub const BRANCH: &str = "branch";
@@ -60,20 +63,28 @@ pub struct Settings {
     pub worktree_by_default: bool,
     /// These providers' sessions start in a worktree unless they say otherwise.
     pub worktree_providers: Vec<String>,
+    /// The box levels this deployment can make (`sandbox`, `container`), offered beside `folder`
+    /// and `worktree`, with the sentence that says what a session in each can reach.
+    pub boxes: Vec<(String, String)>,
+    /// The isolation a session starts in when it names none, when it is a box's level.
+    pub box_by_default: Option<String>,
 }
 
 impl Settings {
     /// The isolation a session of `provider` starts with when it names none.
-    pub fn default_isolation(&self, provider: &str) -> &'static str {
+    pub fn default_isolation(&self, provider: &str) -> String {
+        if let Some(level) = self.box_by_default.as_ref().filter(|l| self.boxes.iter().any(|(b, _)| b == *l)) {
+            return level.clone();
+        }
         if self.worktree_by_default || self.worktree_providers.iter().any(|p| p == provider) {
-            "worktree"
+            "worktree".into()
         } else {
-            "folder"
+            "folder".into()
         }
     }
 
-    /// ahpd's own folder for private indexes.
-    pub fn scratch(&self) -> PathBuf {
+    /// Where an older ahpd kept its private indexes (removed at start).
+    pub fn old_scratch(&self) -> PathBuf {
         self.root.join(".scratch")
     }
 }
@@ -133,16 +144,38 @@ struct State {
 /// The worktrees feature, as a host is built with it.
 pub struct Worktrees {
     settings: Settings,
+    /// A folder of this run's own (0700, random, removed when the feature is) for the private
+    /// indexes snapshots use: git writes them with the daemon's umask, so they are kept out of the
+    /// data folder, whose files are all 0600.
+    scratch: tempfile::TempDir,
     state: Mutex<State>,
     jobs: mpsc::UnboundedSender<Job>,
     inbox: Mutex<Option<mpsc::UnboundedReceiver<Job>>>,
+    /// Jobs queued or running: an in-process host (`crate::bare`) waits for none before it calls
+    /// itself idle, since git runs as a child process its runtime cannot see.
+    in_flight: watch::Sender<usize>,
 }
 
 impl Worktrees {
-    /// The feature with these settings; [`Worktrees::start`] it once its host is built.
-    pub fn new(settings: Settings) -> Arc<Self> {
+    /// The feature with these settings; [`Worktrees::start`] it once its host is built. Fails
+    /// when no private scratch folder can be made in the system's temporary folder.
+    pub fn new(settings: Settings) -> std::io::Result<Arc<Self>> {
         let (jobs, inbox) = mpsc::unbounded_channel();
-        Arc::new(Self { settings, state: Mutex::default(), jobs, inbox: Mutex::new(Some(inbox)) })
+        let (in_flight, _) = watch::channel(0);
+        let scratch = tempfile::Builder::new().prefix("ahpd-scratch-").tempdir()?;
+        Ok(Arc::new(Self {
+            settings,
+            scratch,
+            state: Mutex::default(),
+            jobs,
+            inbox: Mutex::new(Some(inbox)),
+            in_flight,
+        }))
+    }
+
+    /// The folder for snapshots' private indexes.
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
     }
 
     /// Reads the records the store keeps, and starts the task that does the git work events
@@ -153,23 +186,52 @@ impl Worktrees {
             Vec::new()
         });
         self.state().records = records.into_iter().map(|r| (r.owner.clone(), r)).collect();
-        let Some(mut inbox) = self.inbox.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        self.tighten_root();
+        let Some(mut inbox) = lock(&self.inbox).take() else { return };
         self.queue(Job::Reconcile);
         let this = self.clone();
         let host = host.clone();
         host.clone().spawn("worktrees", async move {
             while let Some(job) = inbox.recv().await {
                 this.run(&host, job).await;
+                this.in_flight.send_modify(|n| *n = n.saturating_sub(1));
             }
         });
     }
 
+    /// The worktrees' root, when there is one, made its person's alone as the data folder it sits
+    /// in: one an older ahpd made 0755 is tightened, so nothing a worktree holds is readable by
+    /// the machine's other accounts (a worktree's own files are private since, `Git::private`).
+    fn tighten_root(&self) {
+        if !self.settings.root.is_dir() {
+            return;
+        }
+        match crate::fsutil::make_private(&self.settings.root) {
+            Ok(tightened) => tightened.iter().for_each(|said| tracing::warn!("{said}")),
+            Err(e) => tracing::warn!("could not make {} private: {e}", self.settings.root.display()),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn queue(&self, job: Job) {
-        let _ = self.jobs.send(job);
+        self.in_flight.send_modify(|n| *n += 1);
+        if self.jobs.send(job).is_err() {
+            self.in_flight.send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+
+    /// True while a job is queued or running.
+    pub fn busy(&self) -> bool {
+        *self.in_flight.borrow() > 0
+    }
+
+    /// Waits until no job is queued or running.
+    pub async fn idle(&self) {
+        let mut in_flight = self.in_flight.subscribe();
+        let _ = in_flight.wait_for(|n| *n == 0).await;
     }
 
     /// The settings in force.
@@ -252,44 +314,14 @@ impl Worktrees {
 
 /// A string property of the host's own session settings.
 fn property(title: &str, description: &str, kind: &str) -> SessionConfigPropertySchema {
-    SessionConfigPropertySchema {
-        r#type: kind.into(),
-        title: title.into(),
-        description: Some(description.into()),
-        default: None,
-        r#enum: None,
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-        enum_dynamic: None,
-        session_mutable: Some(false),
-    }
+    let mut property = agent_runner::schema::property(kind, title, Some(description.into()));
+    property.session_mutable = Some(false);
+    property
 }
 
 /// A list's item: a path.
 fn string_items() -> ConfigPropertySchema {
-    ConfigPropertySchema {
-        r#type: "string".into(),
-        title: "File".into(),
-        description: None,
-        default: None,
-        r#enum: None,
-        enum_labels: None,
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-    }
+    agent_runner::schema::config_property("string", "File", None)
 }
 
 impl Workspaces for Worktrees {
@@ -297,12 +329,26 @@ impl Workspaces for Worktrees {
         let default = self.settings.default_isolation(provider);
         let mut isolation = property(
             "Isolation",
-            "Work in the folder itself, or in a Git worktree of its own on a branch of its own, cut from the folder (its changes stay apart until you merge them).",
+            "Work in the folder itself, or in a Git worktree of its own on a branch of its own, cut from the folder (its changes stay apart until you merge them); a sandbox or a container also confines everything the agent runs to that worktree.",
             "string",
         );
-        isolation.default = Some(Value::from(default));
-        isolation.r#enum = Some(vec![Value::from("folder"), Value::from("worktree")]);
-        isolation.enum_labels = Some(vec!["Folder".into(), "Worktree".into()]);
+        isolation.default = Some(Value::from(default.clone()));
+        let mut values = vec![Value::from("folder"), Value::from("worktree")];
+        let mut labels = vec!["Folder".to_owned(), "Worktree".to_owned()];
+        let mut about = vec![
+            "The folder itself, with your rights.".to_owned(),
+            "A worktree of its own; commands run with your rights.".to_owned(),
+        ];
+        for (level, reaches) in &self.settings.boxes {
+            values.push(Value::from(level.as_str()));
+            let mut label = level.clone();
+            label[..1].make_ascii_uppercase();
+            labels.push(label);
+            about.push(reaches.clone());
+        }
+        isolation.r#enum = Some(values);
+        isolation.enum_labels = Some(labels);
+        isolation.enum_descriptions = Some(about);
         schema.schema.properties.insert(ISOLATION.into(), isolation);
         schema.schema.properties.insert(
             BRANCH.into(),
@@ -319,7 +365,7 @@ impl Workspaces for Worktrees {
         );
         include.items = Some(string_items());
         schema.schema.properties.insert(INCLUDE_FILES.into(), include);
-        if default == "worktree" {
+        if default != "folder" {
             schema.defaults.insert(ISOLATION.into(), Value::from(default));
         }
     }
@@ -329,7 +375,8 @@ impl Workspaces for Worktrees {
     }
 
     fn needs_folder(&self, settings: &JsonObject) -> bool {
-        settings.get(ISOLATION).and_then(Value::as_str) == Some("worktree")
+        // A box confines its session to a worktree of its own.
+        settings.get(ISOLATION).and_then(Value::as_str).is_some_and(|i| i != "folder")
     }
 
     fn make_folder<'a>(&'a self, host: &'a Host, request: FolderRequest) -> Pending<'a, Result<PathBuf, AhpError>> {

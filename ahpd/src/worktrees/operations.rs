@@ -236,7 +236,7 @@ async fn tree_of(dir: &Path, commit: &str) -> Result<String, GitError> {
 /// A snapshot of `dir` as a commit on top of its `HEAD`, and whether it holds anything `HEAD`
 /// does not.
 async fn pending_commit(worktrees: &Worktrees, dir: &Path, message: &str) -> Result<(String, bool), GitError> {
-    let snap = git::snapshot(dir, &worktrees.settings().scratch(), message).await?;
+    let snap = git::snapshot(dir, worktrees.scratch(), message).await?;
     let changed = match git::commit_of(dir, "HEAD").await? {
         Some(head) => tree_of(dir, &head).await? != snap.tree,
         None => true,

@@ -97,7 +97,7 @@ pub async fn settle_after(worktrees: &Worktrees, chat: &str) {
 
 /// Takes a snapshot of `top` and points `name` at it.
 async fn snapshot_into(worktrees: &Worktrees, top: &Path, name: &str) -> Result<(), git::GitError> {
-    let snap = git::snapshot(top, &worktrees.settings.scratch(), "ahpd: a turn's files").await?;
+    let snap = git::snapshot(top, worktrees.scratch(), "ahpd: a turn's files").await?;
     git::update_ref(top, name, &snap.commit).await
 }
 

@@ -31,6 +31,11 @@
 //! | `REPLY:<text>` | answers exactly `<text>` (to the end of the line) |
 //! | anything else | answers `Hello from the mock model. You said: <last line>` |
 //!
+//! A side call (`tool_choice` `tool` or `any`, or a JSON `output_format`: Claude Code's auto-mode
+//! classifier and its other small questions) is answered as [`super::side`] says: the forced tool
+//! called with arguments of its schema's shape, read as the test's verdict (`allow` unless it
+//! chose), or the JSON object as text.
+//!
 //! When the last user message carries a `tool_result`, the model answers
 //! `Tool result received: <result text>` (and ` You also said: <text>` for text beside it, which is
 //! where a steering message taken in at a tool call lands) and ends its turn.
@@ -55,6 +60,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify};
+
+use super::side::{self, Side, SideCalls};
 
 /// What the thinking block says when a prompt asks for `THINK`.
 pub const THINKING: &str = "Let me think about this briefly.";
@@ -89,7 +96,15 @@ impl RecordedRequest {
     /// True for a request that carries a conversation turn: a streamed `POST /v1/messages` that
     /// offers tools (side requests such as a model probe or a title offer none).
     pub fn is_turn(&self) -> bool {
-        self.is_messages() && self.body["stream"] == Value::Bool(true) && !self.tool_names().is_empty()
+        self.is_messages()
+            && self.body["stream"] == Value::Bool(true)
+            && !self.tool_names().is_empty()
+            && !self.is_side()
+    }
+
+    /// True for a side call ([`super::side`]): a forced tool choice or a request for JSON.
+    pub fn is_side(&self) -> bool {
+        side::anthropic(&self.body).is_some()
     }
 
     /// The model asked for.
@@ -155,6 +170,7 @@ struct Shared {
     /// How many streamed replies lost their client before their last event.
     cut_off: std::sync::atomic::AtomicUsize,
     cut: Notify,
+    side: Side,
 }
 
 impl MockAnthropic {
@@ -202,6 +218,16 @@ impl MockAnthropic {
     /// The requests that carried a conversation turn ([`RecordedRequest::is_turn`]), oldest first.
     pub fn turn_requests(&self) -> Vec<RecordedRequest> {
         self.requests().into_iter().filter(RecordedRequest::is_turn).collect()
+    }
+
+    /// From now on the side calls ([`super::side`]) are answered as `choice` says.
+    pub fn side_calls(&self, choice: SideCalls) {
+        self.shared.side.choose(choice);
+    }
+
+    /// The side calls answered so far, oldest first.
+    pub fn side_answered(&self) -> Vec<side::Answered> {
+        self.shared.side.answered()
     }
 
     /// Waits until a request matching `predicate` has arrived (or `within` passed), answering it.
@@ -320,7 +346,10 @@ struct Plan {
 }
 
 fn answer_messages(body: &Value, shared: Arc<Shared>) -> Response {
-    let plan = plan_reply(body);
+    let plan = match side::anthropic(body) {
+        Some(asked) => side_plan(&asked, shared.side.answer(&asked)),
+        None => plan_reply(body),
+    };
     if plan.error {
         return json_response(
             StatusCode::BAD_REQUEST,
@@ -498,6 +527,23 @@ fn last_tool_result(body: &Value) -> Option<String> {
 fn after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
     let start = text.find(marker)? + marker.len();
     Some(text[start..].lines().next().unwrap_or("").trim())
+}
+
+/// The reply to a side call: the forced tool called with `answer`, or `answer` as text.
+fn side_plan(asked: &side::Asked, answer: Value) -> Plan {
+    let mut plan = Plan { blocks: Vec::new(), stop_reason: "end_turn", delay: Duration::ZERO, pieces: 1, error: false };
+    match asked {
+        side::Asked::Call { name, .. } => {
+            plan.blocks.push(Block::ToolUse {
+                id: format!("toolu_mock_{}", unique()),
+                name: name.clone(),
+                input: answer,
+            });
+            plan.stop_reason = "tool_use";
+        }
+        side::Asked::Json { .. } => plan.blocks.push(Block::Text(answer.to_string())),
+    }
+    plan
 }
 
 fn plan_reply(body: &Value) -> Plan {

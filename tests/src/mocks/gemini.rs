@@ -12,7 +12,7 @@
 //! | ends with a `functionResponse` | text `tool said: <first line of its output>` |
 //! | `[[error]]` in the user text | HTTP 400 with an error body (not retried) |
 //! | `[[call NAME {json}]]` | one `functionCall`: `NAME` with those arguments |
-//! | `[[think]]` | a thought part (`thought: true`) first, then the reply |
+//! | `[[think]]` | a thought part (`thought: true`) first, then text `thought done` |
 //! | `[[hold]]` | the first word, then nothing until [`MockGemini::release`] (or the client hangs up) |
 //! | `[[slow]]` | twenty words, a little apart |
 //! | anything else | text `mock reply to: <the last text part>` |
@@ -21,8 +21,10 @@
 //! turn after a stopped one, a conversation loaded again) answers only what is new.
 //!
 //! The CLI also asks the model small questions of its own (which model to route to, whether the
-//! model should go on speaking): a `generateContent` with a `responseJsonSchema` is answered with an
-//! object of that shape (the first of each `enum`, so the next speaker is the `user`), one without
+//! model should go on speaking, whether it is looping): a request for JSON (`responseMimeType`,
+//! `responseJsonSchema`) or one forcing a function call (`functionCallingConfig.mode: ANY`) is a side
+//! call, answered with an object of the shape asked, read as [`super::side`] says (the first of each
+//! `enum` that is not a verdict, so the next speaker is the `user`); a `generateContent` otherwise
 //! with a line of text; neither counts as acting on the conversation. `countTokens` answers 42.
 //! Every request is recorded ([`MockGemini::requests`]) before it is answered.
 
@@ -37,12 +39,11 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Notify};
 
-/// How long a held stream waits for a release before it finishes on its own (a safety net: a test
-/// that forgets to release still ends).
-const HOLD_LIMIT: Duration = Duration::from_secs(120);
+use super::holds::Holds;
+use super::side::{self, Side, SideCalls};
 
 /// What the thought part says when a prompt asks for `[[think]]`.
 pub const THOUGHT: &str = "**Weighing it** Let me think about this.";
@@ -70,15 +71,14 @@ impl Recorded {
         self.path.rsplit_once(':').map(|(_, verb)| verb).unwrap_or_default()
     }
 
-    /// True for a request the CLI wants an object of a given shape back from.
-    pub fn wants_json(&self) -> bool {
-        let config = &self.body["generationConfig"];
-        !config["responseJsonSchema"].is_null() || !config["responseSchema"].is_null()
+    /// True for a side call ([`super::side`]): JSON or a forced function call asked for.
+    pub fn is_side(&self) -> bool {
+        side::gemini(&self.body).is_some()
     }
 
     /// True for a request that carries the conversation: a streamed one that offers tools.
     pub fn is_turn(&self) -> bool {
-        self.verb() == "streamGenerateContent" && !self.wants_json() && !self.tool_names().is_empty()
+        self.verb() == "streamGenerateContent" && !self.is_side() && !self.tool_names().is_empty()
     }
 
     /// The `contents` array.
@@ -129,8 +129,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     answered: Mutex<HashSet<(usize, String)>>,
     arrived: Notify,
-    releases: Semaphore,
-    holding: Mutex<usize>,
+    holds: Holds,
+    side: Side,
 }
 
 /// A running mock. Dropping it stops the server.
@@ -157,8 +157,8 @@ impl MockGemini {
             requests: Mutex::new(Vec::new()),
             answered: Mutex::new(HashSet::new()),
             arrived: Notify::new(),
-            releases: Semaphore::new(0),
-            holding: Mutex::new(0),
+            holds: Holds::default(),
+            side: Side::default(),
         });
         let app = Router::new().fallback(handle).with_state(shared.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -213,12 +213,27 @@ impl MockGemini {
 
     /// Lets one held stream (`[[hold]]`) finish; a release given before the stream holds waits for it.
     pub fn release(&self) {
-        self.shared.releases.add_permits(1);
+        self.shared.holds.release();
     }
 
     /// How many streams are holding right now.
     pub fn holding(&self) -> usize {
-        *lock(&self.shared.holding)
+        self.shared.holds.holding()
+    }
+
+    /// Waits until exactly `count` streams hold, at most `within`.
+    pub async fn until_holding(&self, count: usize, within: Duration) -> Result<(), String> {
+        self.shared.holds.until_holding(count, within).await
+    }
+
+    /// From now on the side calls ([`super::side`]) are answered as `choice` says.
+    pub fn side_calls(&self, choice: SideCalls) {
+        self.shared.side.choose(choice);
+    }
+
+    /// The side calls answered so far, oldest first.
+    pub fn side_answered(&self) -> Vec<side::Answered> {
+        self.shared.side.answered()
     }
 }
 
@@ -240,15 +255,16 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
             json_response(StatusCode::OK, json!({ "models": models }))
         }
         (&Method::POST, "countTokens") => json_response(StatusCode::OK, json!({"totalTokens": 42})),
-        (&Method::POST, "generateContent" | "streamGenerateContent") if recorded.wants_json() => {
-            let schema = &recorded.body["generationConfig"];
-            let schema = if schema["responseJsonSchema"].is_null() {
-                &schema["responseSchema"]
-            } else {
-                &schema["responseJsonSchema"]
+        (&Method::POST, "generateContent" | "streamGenerateContent") if recorded.is_side() => {
+            let asked = side::gemini(&recorded.body).unwrap_or(side::Asked::Json { schema: json!({}) });
+            let answer = shared.side.answer(&asked);
+            let plan = match asked {
+                side::Asked::Call { name, .. } => {
+                    Plan { reply: Reply::Call { name, args: answer }, ..Plan::text(String::new()) }
+                }
+                side::Asked::Json { .. } => Plan::text(answer.to_string()),
             };
-            let answer = Plan::text(shaped(schema).to_string());
-            reply(&recorded, answer, shared)
+            reply(&recorded, plan, shared)
         }
         (&Method::POST, "generateContent") => {
             let answer = Plan::text(format!("mock reply to: {}", last_text(&recorded.body)));
@@ -304,7 +320,7 @@ fn reply(recorded: &Recorded, plan: Plan, shared: Arc<Shared>) -> Response {
                 return; // the client hung up (a cancel): nothing to answer any more
             }
             if plan.hold && Some(i) == first_text {
-                hold(&tx, &shared).await;
+                shared.holds.hold(tx.closed()).await;
             }
             if plan.slow {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -319,21 +335,6 @@ fn reply(recorded: &Recorded, plan: Plan, shared: Arc<Shared>) -> Response {
         .header("cache-control", "no-cache")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-/// Waits for a release, the client hanging up, or the safety net.
-async fn hold(tx: &mpsc::Sender<Result<Bytes, std::io::Error>>, shared: &Shared) {
-    *lock(&shared.holding) += 1;
-    tokio::select! {
-        permit = shared.releases.acquire() => {
-            if let Ok(permit) = permit {
-                permit.forget();
-            }
-        }
-        _ = tx.closed() => {}
-        _ = tokio::time::sleep(HOLD_LIMIT) => {}
-    }
-    *lock(&shared.holding) -= 1;
 }
 
 /// One `GenerateContentResponse` carrying `parts`.
@@ -466,6 +467,8 @@ fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
         Reply::Text((0..20).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" "))
     } else if directive(&text, "hold").is_some() {
         Reply::Text("holding on released".into())
+    } else if directive(&text, "think").is_some() {
+        Reply::Text("thought done".into())
     } else {
         Reply::Text(format!("mock reply to: {}", last.chars().take(200).collect::<String>()))
     };
@@ -488,27 +491,6 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// A value of the shape `schema` (OpenAPI or JSON Schema) describes: the first of each `enum`.
-fn shaped(schema: &Value) -> Value {
-    if let Some(first) = schema["enum"].as_array().and_then(|e| e.first()) {
-        return first.clone();
-    }
-    let kind = match &schema["type"] {
-        Value::Array(kinds) => kinds.iter().find(|k| *k != "null").and_then(Value::as_str).unwrap_or("object"),
-        other => other.as_str().unwrap_or("object"),
-    };
-    match kind.to_ascii_lowercase().as_str() {
-        "string" => json!("mock"),
-        "integer" | "number" => schema.get("minimum").cloned().unwrap_or(json!(1)),
-        "boolean" => json!(false),
-        "array" => json!([]),
-        _ => {
-            let properties = schema["properties"].as_object().cloned().unwrap_or_default();
-            Value::Object(properties.iter().map(|(k, v)| (k.clone(), shaped(v))).collect::<Map<_, _>>())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,6 +511,7 @@ mod tests {
         assert!(plan(&body(json!([user("[[error]] now")])), &none).error);
         let thought = plan(&body(json!([user("[[think]] about it")])), &none);
         assert_eq!(thought.thought.as_deref(), Some(THOUGHT));
+        assert_eq!(thought.reply, Reply::Text("thought done".into()));
         let held = plan(&body(json!([user("[[hold]]")])), &none);
         assert!(held.hold);
         let echo = plan(&body(json!([{"role": "user", "parts": [{"text": "context"}, {"text": "hello"}]}])), &none);
@@ -562,7 +545,8 @@ mod tests {
             "score": {"type": "INTEGER", "minimum": 1},
             "list": {"type": "array"}
         }});
-        assert_eq!(shaped(&schema), json!({"reasoning": "mock", "next_speaker": "user", "score": 1, "list": []}));
+        let answer = Side::default().answer(&side::Asked::Json { schema });
+        assert_eq!(answer, json!({"reasoning": "mock", "next_speaker": "user", "score": 1, "list": []}));
     }
 
     #[tokio::test]

@@ -7,5 +7,7 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod github;
+pub mod holds;
 pub mod openai;
 pub mod responses;
+pub mod side;

@@ -6,6 +6,8 @@
 //!
 //! | the conversation | the reply |
 //! |---|---|
+//! | a forced tool choice (`tool_choice` `required` or naming a function) | a call of that function, its arguments shaped and read as [`super::side`] says (a safety classifier's verdict, `allow` unless the test chose) |
+//! | `response_format` `json_schema` / `json_object` | the JSON object, shaped the same way |
 //! | a system prompt that asks for a title | text `Mock title` (opencode and kilo ask beside each first prompt) |
 //! | ends with a tool result | text `tool said: <first line of the result>` |
 //! | `[[error]]` in the last user text | HTTP 400 with an error body (not retried) |
@@ -35,15 +37,14 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use super::holds::Holds;
+use super::side::{self, Side, SideCalls};
 
 /// The model id the mock lists and answers as.
 pub const MODEL_ID: &str = "mock-model";
-
-/// How long a held stream waits for a release before it finishes on its own (a safety net: a test
-/// that forgets to release still ends).
-pub(crate) const HOLD_LIMIT: Duration = Duration::from_secs(120);
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
@@ -69,15 +70,19 @@ impl Recorded {
     pub fn asks_for_a_title(&self) -> bool {
         asks_for_a_title(&self.body)
     }
+
+    /// Whether this is a side call ([`super::side`]): a forced tool choice or a request for JSON.
+    pub fn is_side(&self) -> bool {
+        side::openai_chat(&self.body).is_some()
+    }
 }
 
 struct Shared {
     requests: Mutex<Vec<Recorded>>,
     answered: Mutex<HashSet<(usize, String)>>,
     arrived: Notify,
-    releases: Semaphore,
-    holding: Mutex<usize>,
-    hold_changed: Notify,
+    holds: Holds,
+    side: Side,
 }
 
 /// The running mock; stops serving when dropped.
@@ -102,9 +107,8 @@ impl MockOpenAi {
             requests: Mutex::new(Vec::new()),
             answered: Mutex::new(HashSet::new()),
             arrived: Notify::new(),
-            releases: Semaphore::new(0),
-            holding: Mutex::new(0),
-            hold_changed: Notify::new(),
+            holds: Holds::default(),
+            side: Side::default(),
         });
         let serving = shared.clone();
         let server = tokio::spawn(async move {
@@ -138,9 +142,19 @@ impl MockOpenAi {
     }
 
     /// The chat completions requests that are turns of the conversation (not an agent's request
-    /// for a title, which runs beside the first prompt), oldest first.
+    /// for a title, which runs beside the first prompt, nor another side call), oldest first.
     pub fn turn_requests(&self) -> Vec<Recorded> {
-        self.requests().into_iter().filter(|r| !r.asks_for_a_title()).collect()
+        self.requests().into_iter().filter(|r| !r.asks_for_a_title() && !r.is_side()).collect()
+    }
+
+    /// From now on the side calls ([`super::side`]) are answered as `choice` says.
+    pub fn side_calls(&self, choice: SideCalls) {
+        self.shared.side.choose(choice);
+    }
+
+    /// The side calls answered so far, oldest first.
+    pub fn side_answered(&self) -> Vec<side::Answered> {
+        self.shared.side.answered()
     }
 
     /// Waits until at least `count` chat completions requests arrived, at most `within`.
@@ -160,28 +174,18 @@ impl MockOpenAi {
 
     /// Lets one held stream (`[[hold]]`) finish; a release given before the stream holds waits for it.
     pub fn release(&self) {
-        self.shared.releases.add_permits(1);
+        self.shared.holds.release();
     }
 
     /// How many streams are holding right now.
     pub fn holding(&self) -> usize {
-        *lock(&self.shared.holding)
+        self.shared.holds.holding()
     }
 
     /// Waits until exactly `count` streams hold, at most `within`: a test that releases a stream
     /// after the agent that held one died waits until that one ended, or the release goes to it.
     pub async fn until_holding(&self, count: usize, within: Duration) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let changed = self.shared.hold_changed.notified();
-            let now = self.holding();
-            if now == count {
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err(format!("{now} streams hold, not {count}, after {within:?}"));
-            }
-        }
+        self.shared.holds.until_holding(count, within).await
     }
 
     /// A pi `models.json` with one provider, `provider`, pointing at this mock.
@@ -227,7 +231,9 @@ pub(crate) fn text_of(content: Option<&Value>) -> String {
         Some(Value::Array(blocks)) => blocks
             .iter()
             .filter_map(|b| match b.get("type").and_then(Value::as_str) {
-                Some("text") | Some("input_text") => b.get("text").and_then(Value::as_str).map(str::to_owned),
+                Some("text") | Some("input_text") | Some("output_text") => {
+                    b.get("text").and_then(Value::as_str).map(str::to_owned)
+                }
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -325,6 +331,15 @@ pub(crate) fn plan(body: &Value, answered: &HashSet<(usize, String)>) -> Plan {
     }
 }
 
+/// The reply to a side call: the forced function called with `answer`, or `answer` as text.
+pub(crate) fn side_plan(asked: &side::Asked, answer: Value) -> Plan {
+    let reply = match asked {
+        side::Asked::Call { name, .. } => Reply::Tool { name: name.clone(), args: answer },
+        side::Asked::Json { .. } => Reply::Text(answer.to_string()),
+    };
+    Plan { thinking: None, reply, hold: false, slow: false }
+}
+
 /// Splits text into chunks of `n` words, keeping the spaces.
 pub(crate) fn chunks(text: &str, n: usize) -> Vec<String> {
     let words: Vec<&str> = text.split(' ').collect();
@@ -417,13 +432,17 @@ async fn chat_completions(
     body: &Value,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let plan = {
-        let mut answered = lock(&shared.answered);
-        let plan = plan(body, &answered);
-        if !asks_for_a_title(body) {
-            answered.extend(user_messages(body));
+    let plan = match side::openai_chat(body) {
+        // A side call runs beside a turn and carries its words: they are not acted on.
+        Some(asked) => side_plan(&asked, shared.side.answer(&asked)),
+        None => {
+            let mut answered = lock(&shared.answered);
+            let plan = plan(body, &answered);
+            if !asks_for_a_title(body) {
+                answered.extend(user_messages(body));
+            }
+            plan
         }
-        plan
     };
     if let Reply::Error(status) = plan.reply {
         let error = json!({"error": {"message": "mock: scripted error", "type": "invalid_request_error"}});
@@ -461,7 +480,7 @@ async fn chat_completions(
             for (i, piece) in pieces.iter().enumerate() {
                 sse.chunk(json!({ "content": piece }), None).await?;
                 if plan.hold && i == 0 {
-                    hold(read_half_closed(read), shared).await;
+                    shared.holds.hold(read_half_closed(read)).await;
                     break;
                 }
                 if plan.slow {
@@ -492,22 +511,6 @@ pub(crate) async fn read_half_closed(mut read: OwnedReadHalf) {
             Ok(_) => {}
         }
     }
-}
-
-async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
-    *lock(&shared.holding) += 1;
-    shared.hold_changed.notify_waiters();
-    tokio::select! {
-        permit = shared.releases.acquire() => {
-            if let Ok(permit) = permit {
-                permit.forget();
-            }
-        }
-        _ = closed => {}
-        _ = tokio::time::sleep(HOLD_LIMIT) => {}
-    }
-    *lock(&shared.holding) -= 1;
-    shared.hold_changed.notify_waiters();
 }
 
 fn whole_completion(plan: &Plan, model: &str) -> Value {

@@ -15,6 +15,10 @@
 //! | `[[slow]]` | twenty words, a little apart |
 //! | anything else | text `mock reply to: <last user text>` |
 //!
+//! A side call (`tool_choice` `required` or naming a function, `text.format` `json_schema` /
+//! `json_object`) is answered as [`super::side`] says, the test's verdict (`allow` unless it chose),
+//! and its words are not acted on.
+//!
 //! A user message that is only a tagged context block (`<environment_context>…</environment_context>`,
 //! which Codex sends as a user message of its own before the prompt) is not the person's words and
 //! is left out of "the last user text". The stream is the events Codex reads: `response.created`,
@@ -31,13 +35,15 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use super::holds::Holds;
 use super::openai::{
-    chunks, plan, rand_u32, read_half_closed, read_request, respond_json, text_of, user_messages, Plan, Reply,
-    HOLD_LIMIT,
+    chunks, plan, rand_u32, read_half_closed, read_request, respond_json, side_plan, text_of, user_messages, Plan,
+    Reply,
 };
+use super::side::{self, Side, SideCalls};
 
 /// The model id the mock lists (any id a request names is answered as).
 pub const MODEL_ID: &str = "mock-model";
@@ -75,6 +81,11 @@ impl Recorded {
             .join("\n")
     }
 
+    /// Whether this is a side call ([`super::side`]): a forced tool choice or a request for JSON.
+    pub fn is_side(&self) -> bool {
+        side::responses(&self.body).is_some()
+    }
+
     /// The names of the tools the request offers the model; a tool inside a `namespace` (Codex
     /// groups an MCP server's tools as `mcp__<server>`) as `<namespace>__<tool>`.
     pub fn tool_names(&self) -> Vec<String> {
@@ -95,8 +106,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     answered: Mutex<HashSet<(usize, String)>>,
     arrived: Notify,
-    releases: Semaphore,
-    holding: Mutex<usize>,
+    holds: Holds,
+    side: Side,
 }
 
 /// The running mock; stops serving when dropped.
@@ -121,8 +132,8 @@ impl MockResponses {
             requests: Mutex::new(Vec::new()),
             answered: Mutex::new(HashSet::new()),
             arrived: Notify::new(),
-            releases: Semaphore::new(0),
-            holding: Mutex::new(0),
+            holds: Holds::default(),
+            side: Side::default(),
         });
         let serving = shared.clone();
         let server = tokio::spawn(async move {
@@ -150,6 +161,21 @@ impl MockResponses {
         lock(&self.shared.requests).iter().filter(|r| r.path.ends_with("/responses")).cloned().collect()
     }
 
+    /// The Responses requests that are turns of the conversation (not side calls), oldest first.
+    pub fn turn_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| !r.is_side()).collect()
+    }
+
+    /// From now on the side calls ([`super::side`]) are answered as `choice` says.
+    pub fn side_calls(&self, choice: SideCalls) {
+        self.shared.side.choose(choice);
+    }
+
+    /// The side calls answered so far, oldest first.
+    pub fn side_answered(&self) -> Vec<side::Answered> {
+        self.shared.side.answered()
+    }
+
     /// Waits until at least `count` Responses requests arrived, at most `within`.
     pub async fn wait_for_requests(&self, count: usize, within: Duration) -> Result<Vec<Recorded>, String> {
         let deadline = tokio::time::Instant::now() + within;
@@ -167,12 +193,17 @@ impl MockResponses {
 
     /// Lets one held stream (`[[hold]]`) finish; a release given before the stream holds waits for it.
     pub fn release(&self) {
-        self.shared.releases.add_permits(1);
+        self.shared.holds.release();
     }
 
     /// How many streams are holding right now.
     pub fn holding(&self) -> usize {
-        *lock(&self.shared.holding)
+        self.shared.holds.holding()
+    }
+
+    /// Waits until exactly `count` streams hold, at most `within`.
+    pub async fn until_holding(&self, count: usize, within: Duration) -> Result<(), String> {
+        self.shared.holds.until_holding(count, within).await
     }
 
     /// A Codex `config.toml` whose model provider `mock` is this mock, speaking the Responses API,
@@ -290,11 +321,14 @@ async fn responses(
     body: &Value,
     shared: &Shared,
 ) -> std::io::Result<()> {
-    let plan = {
-        let mut answered = lock(&shared.answered);
-        let plan = plan_for(body, &answered);
-        answered.extend(user_messages(&as_chat(body)));
-        plan
+    let plan = match side::responses(body) {
+        Some(asked) => side_plan(&asked, shared.side.answer(&asked)),
+        None => {
+            let mut answered = lock(&shared.answered);
+            let plan = plan_for(body, &answered);
+            answered.extend(user_messages(&as_chat(body)));
+            plan
+        }
     };
     if let Reply::Error(status) = plan.reply {
         let error = json!({"error": {"message": "mock: scripted error", "type": "invalid_request_error"}});
@@ -344,7 +378,7 @@ async fn responses(
                 sse.event("response.output_text.delta", delta).await?;
                 if plan.hold && i == 0 && !held {
                     held = true;
-                    hold(read_half_closed(read), shared).await;
+                    shared.holds.hold(read_half_closed(read)).await;
                     break;
                 }
                 if plan.slow {
@@ -367,20 +401,6 @@ async fn responses(
                        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15});
     let completed = json!({"id": format!("resp_{id}"), "status": "completed", "usage": usage});
     sse.event("response.completed", json!({ "response": completed })).await
-}
-
-async fn hold(closed: impl std::future::Future<Output = ()>, shared: &Shared) {
-    *lock(&shared.holding) += 1;
-    tokio::select! {
-        permit = shared.releases.acquire() => {
-            if let Ok(permit) = permit {
-                permit.forget();
-            }
-        }
-        _ = closed => {}
-        _ = tokio::time::sleep(HOLD_LIMIT) => {}
-    }
-    *lock(&shared.holding) -= 1;
 }
 
 struct Sse<'a> {

@@ -11,6 +11,7 @@ use super::Reply;
 use crate::host::catalog::Farewell;
 use crate::host::completions;
 use crate::host::core::{channel_kind, ChannelKind};
+use crate::host::deliver::Sender;
 use crate::host::errors::AhpError;
 use crate::host::requests::ConnState;
 use crate::host::turns::host_turn;
@@ -25,7 +26,7 @@ pub const CHAT_MOVES_OFF: &str =
 const TURN_PAGE: usize = 50;
 
 impl Host {
-    pub(super) fn create_chat(&self, _conn: &mut ConnState, params: CreateChatParams) -> Result<Value, AhpError> {
+    pub(super) fn create_chat(&self, conn: &mut ConnState, params: CreateChatParams) -> Result<Value, AhpError> {
         let session = params.channel.clone();
         if channel_kind(&params.chat) != Some(ChannelKind::Chat) {
             return Err(AhpError::invalid_params(format!(
@@ -64,7 +65,10 @@ impl Host {
             }
         }
         if let Some(message) = params.initial_message {
-            core.start_turn(&params.chat, host_turn(message, None), None);
+            // The first message is a turn of the person who made the chat.
+            let sender = Sender::Host { person: conn.principal.as_sender() };
+            self.deliver(&mut core, &params.chat, host_turn(message, None), sender)
+                .map_err(AhpError::invalid_params)?;
         }
         Ok(Value::Null)
     }

@@ -10,11 +10,12 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{check_root_channel, to_value, Reply};
+use crate::fileuri::file_uri;
 use crate::host::core::seq_i64;
 use crate::host::errors::AhpError;
 use crate::host::grants::USERS_RESOURCE;
 use crate::host::limits::{over_limit, Limits};
-use crate::host::requests::{encode_result, file_uri, response, ConnState};
+use crate::host::requests::{encode_result, response, ConnState};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -109,7 +110,7 @@ impl Host {
                 .terminals_feature()
                 .map(|_| crate::host::terminal_channels::COMMAND_PREFIX.to_owned()),
             telemetry: None,
-            automations: None,
+            automations: core.automations.as_ref().map(|a| a.capabilities()),
         };
         to_value(&result)
     }

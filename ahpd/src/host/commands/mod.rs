@@ -6,9 +6,10 @@
 //!
 //! A command cannot be declared without a grant: [`Command`]'s constructors take one, and
 //! [`Grant`] has no default. The handlers live beside this file by domain: `handshake`,
-//! `subscriptions`, `sessions`, `chats`, `changesets`, `config` and `testing`; a client action
+//! `subscriptions`, `sessions`, `chats`, `changesets`, `config`, `automations` and `testing`; a client action
 //! (`dispatchAction`) is `actions.rs`'s, and the terminal commands `terminal_channels.rs`'s.
 
+mod automations;
 mod changesets;
 mod chats;
 mod config;
@@ -21,9 +22,10 @@ use std::sync::LazyLock;
 
 use ahp_types::commands::{
     AuthenticateParams, CompletionsParams, CreateChatParams, CreateSessionParams, CreateTerminalParams,
-    DisposeChatParams, DisposeSessionParams, DisposeTerminalParams, FetchTurnsParams, InitializeParams,
-    InvokeChangesetOperationParams, ListSessionsParams, ReconnectParams, ResolveSessionConfigParams,
-    ResourceReadParams, SessionConfigCompletionsParams, SubscribeParams,
+    DisposeChatParams, DisposeSessionParams, DisposeTerminalParams, FetchAutomationRunsParams, FetchTurnsParams,
+    InitializeParams, InvokeChangesetOperationParams, ListAutomationTriggerDefinitionsParams, ListSessionsParams,
+    ReconnectParams, ResolveSessionConfigParams, ResourceReadParams, RunAutomationParams,
+    SessionConfigCompletionsParams, SubscribeParams,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -37,7 +39,6 @@ use super::{Core, Host};
 use crate::users::Principal;
 
 pub use self::chats::CHAT_MOVES_OFF;
-pub(crate) use self::sessions::encode_cursor;
 
 /// Where a request's answer goes: the connection that sent it, under its id.
 pub struct Reply {
@@ -227,11 +228,29 @@ fn requests() -> Vec<Command> {
         Command::unserved("resourceMkdir", Grant::Anyone),
         Command::unserved("resourceRequest", Grant::Anyone),
         Command::unserved("createResourceWatch", Grant::Anyone),
-        Command::unserved("listAutomationTriggerDefinitions", Grant::Anyone),
-        Command::unserved("runAutomation", Grant::Anyone),
-        Command::unserved("fetchAutomationRuns", Grant::Anyone),
+        // Automations: starting a run writes sessions; the rest reads what they are.
+        Command::request(
+            "listAutomationTriggerDefinitions",
+            Grant::SessionRead,
+            H::returns::<ListAutomationTriggerDefinitionsParams>(Host::list_automation_trigger_definitions),
+        ),
+        Command::request("runAutomation", Grant::SessionWrite, H::returns::<RunAutomationParams>(Host::run_automation)),
+        Command::request(
+            "fetchAutomationRuns",
+            Grant::SessionRead,
+            H::returns::<FetchAutomationRunsParams>(Host::fetch_automation_runs),
+        ),
+        // This host's own: a schedule's next occurrences, for an automation editor's preview.
+        Command::request(
+            "ahpd/automationSchedulePreview",
+            Grant::SessionRead,
+            H::returns::<Value>(Host::automation_schedule_preview),
+        ),
         // This host's own, for tests on a manual clock.
         Command::request("ahpd/test/advanceClock", Grant::ConfigWrite, H::returns::<Value>(Host::advance_clock))
+            .without_channel(),
+        // And for tests of a full store.
+        Command::request("ahpd/test/fillStore", Grant::ConfigWrite, H::returns::<Value>(Host::fill_store))
             .without_channel(),
     ]
 }
@@ -419,6 +438,7 @@ mod tests {
         assert_eq!(grant("listSessions", "ahp-root://"), Some("session:read"));
         assert_eq!(grant("fetchTurns", "ahp-chat:/x"), Some("chat:turns"));
         assert_eq!(grant("ahpd/test/advanceClock", ""), Some("config:write"));
+        assert_eq!(grant("ahpd/test/fillStore", ""), Some("config:write"));
         assert_eq!(grant("createTerminal", "ahp-terminal:/t"), Some("terminal:create"));
         assert_eq!(grant("disposeTerminal", "ahp-terminal:/t"), Some("terminal:dispose"));
         assert_eq!(grant("subscribe", "ahp-terminal:/t"), Some("terminal:output"));

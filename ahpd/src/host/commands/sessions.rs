@@ -9,10 +9,10 @@ use ahp_types::ROOT_RESOURCE_URI;
 use serde_json::Value;
 
 use super::{check_root_channel, Reply};
-use crate::host::catalog::{path_of, resolve_config, Farewell, NewSession};
+use crate::host::catalog::{decode_cursor, encode_cursor, path_of, resolve_config, Farewell, NewSession};
 use crate::host::core::{channel_kind, notification, ChannelKind};
 use crate::host::errors::AhpError;
-use crate::host::facade::FolderRequest;
+use crate::host::ports::FolderRequest;
 use crate::host::requests::ConnState;
 use crate::host::{Core, Host};
 
@@ -57,7 +57,7 @@ impl Host {
     /// cannot open leaves no folder behind.
     async fn open_in_new_folder(
         &self,
-        workspaces: &dyn crate::host::facade::Workspaces,
+        workspaces: &dyn crate::host::ports::Workspaces,
         mut new: NewSession,
         active_client: Option<SessionActiveClient>,
     ) -> Result<(), AhpError> {
@@ -83,6 +83,9 @@ impl Host {
         new.working_directory = Some(folder);
         self.open_created(&mut core, new, active_client);
         workspaces.settle(&mut core, &uri, true);
+        // A confined session's box is opened as it is made (a container is made meanwhile), so
+        // it is ready by its first turn.
+        let _ = core.open_box(&uri);
         Ok(())
     }
 
@@ -175,12 +178,19 @@ impl Host {
         }
         // Its worktree goes too, unless something in it is not merged (told while the session's
         // folders can still be read).
-        let event = crate::host::facade::Event::SessionRemoved { session: uri.to_owned() };
+        let event = crate::host::ports::Event::SessionRemoved { session: uri.to_owned() };
         core.workspaces.clone().event(&mut core, event);
         if let Some(agent_merge) = core.agent_merge.clone() {
             agent_merge.session_removed(uri);
         }
+        if let Some(resources) = core.resources.clone() {
+            resources.session_removed(uri);
+        }
         core.remove_session_state(uri, Farewell::Close);
+        // Its box goes once its processes were told to close.
+        if let Some(boxes) = core.boxes.clone() {
+            boxes.session_removed(uri);
+        }
         if let Err(e) = core.store.delete_session(uri) {
             tracing::error!("{e}");
         }
@@ -241,31 +251,5 @@ impl Host {
             .page(after.as_ref().map(|(m, u)| (m.as_str(), u.as_str())), limit)
             .map_err(|e| AhpError::internal(e.to_string()))?;
         Ok(StorePage { store_has_more: page.next.is_some(), items: page.items, next: page.next, limit, after })
-    }
-}
-
-/// The cursor of the listing page that starts after (`modified_at`, `uri`).
-pub(crate) fn encode_cursor(modified_at: &str, uri: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{modified_at}\n{uri}"))
-}
-
-fn decode_cursor(cursor: &str) -> Option<(String, String)> {
-    use base64::Engine;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (modified, uri) = text.split_once('\n')?;
-    Some((modified.to_owned(), uri.to_owned()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip() {
-        let c = encode_cursor("2026-01-01T00:00:00.000Z", "ahp-session:/x");
-        assert_eq!(decode_cursor(&c), Some(("2026-01-01T00:00:00.000Z".into(), "ahp-session:/x".into())));
-        assert_eq!(decode_cursor("garbage!"), None);
     }
 }

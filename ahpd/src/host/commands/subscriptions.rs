@@ -17,7 +17,7 @@ impl Host {
         let uri = params.channel;
         let Some(kind) = channel_kind(&uri) else {
             let e = AhpError::invalid_params(format!(
-                "{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations, ahp-changeset:/, ahp-terminal:/)"
+                "{uri} is not a channel this host serves (root, ahp-session:/, ahp-chat:/, annotations, ahp-changeset:/, ahp-terminal:/, ahp-automations://, ahp-automation-run:/)"
             ));
             return reply.send(self, Err(e));
         };

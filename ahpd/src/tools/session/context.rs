@@ -5,8 +5,8 @@
 use ahp_types::state::{ChatState, Message, ResponsePart, ToolCallState, Turn, TurnState};
 use serde_json::{json, Map, Value};
 
-use super::super::{authorize, optional_str, required_str, Refusal, ToolCall, ToolResult};
-use super::{harness_of, link_of, resolve};
+use super::super::{Refusal, ToolCall, ToolResult};
+use super::{harness_of, link_of, resolve, GetSessionContext};
 use crate::host::Host;
 
 /// The levels of detail.
@@ -38,22 +38,21 @@ fn caps(detail: &str) -> Caps {
 const TOOL: &str = "get_session_context";
 
 /// `get_session_context`: of a chat here, or of one another host runs (mirrored here to be read).
-pub async fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
-    let input = &call.input;
-    let asked = required_str(TOOL, input, "session")?;
-    let detail = match input.get("detail") {
+pub async fn get_session_context(host: &Host, call: &ToolCall, args: GetSessionContext) -> ToolResult {
+    let asked = args.session.as_str();
+    let detail = match &args.detail {
         None | Some(Value::Null) => "summary",
         Some(Value::String(d)) if DETAILS.contains(&d.as_str()) => d.as_str(),
         Some(_) => return Err(format!("Invalid {TOOL} input: detail must be one of {}.", DETAILS.join(", ")).into()),
     };
-    let limit = match input.get("transcriptLimit") {
+    let limit = match &args.transcript_limit {
         None | Some(Value::Null) => DEFAULT_LIMIT,
         Some(v) => match v.as_f64() {
             Some(n) if n.is_finite() && n >= 1.0 => (n.floor() as usize).min(MAX_LIMIT),
             _ => return Err(format!("Invalid {TOOL} input: transcriptLimit must be a positive number.").into()),
         },
     };
-    let response_turn = optional_str(TOOL, input, "responseTurnId")?;
+    let response_turn = args.response_turn_id.as_deref();
     let unknown =
         || format!("Invalid {TOOL} input: session must match the URI of a known session (see list_sessions).");
     let elsewhere = super::remote::resolve(host, asked, &unknown).await?;
@@ -62,7 +61,6 @@ pub async fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
         Some(target) => target,
         None => resolve(host, &mut core, asked, &unknown)?,
     };
-    authorize(&core, call, "session:read")?;
     let state = core
         .chat_state(&target.chat)
         .ok_or_else(|| format!("Invalid {TOOL} input: {asked} is not a chat this host is running."))?;
@@ -72,7 +70,7 @@ pub async fn get_session_context(host: &Host, call: &ToolCall) -> ToolResult {
     if let Some(turn_id) = response_turn {
         let text = reply_of(state, turn_id)
             .ok_or_else(|| format!("Invalid {TOOL} input: responseTurnId must name a turn of this chat."))?;
-        page(&mut out, turn_id, &text, input.get("responseOffset"))?;
+        page(&mut out, turn_id, &text, args.response_offset.as_ref())?;
         return Ok(Value::Object(out).to_string());
     }
     let (transcript, has_more, truncated) = transcript(state, detail, limit);
@@ -252,11 +250,11 @@ fn sent_by(state: &ChatState, caller_chat: &str) -> Vec<Value> {
     let queued = state.queued_messages.iter().flatten().map(|m| (m, "queue"));
     steering
         .chain(queued)
-        .filter(|(m, _)| super::spawn::sent_from(&m.message) == Some(caller_chat))
+        .filter(|(m, _)| super::asks::sent_from(&m.message) == Some(caller_chat))
         .map(|(m, delivery)| {
             json!({
                 "messageId": m.id,
-                "revision": super::spawn::revision_of(&m.message),
+                "revision": crate::host::facade::revision_of(&m.message),
                 "delivery": delivery,
                 "status": "pending",
                 "message": m.message.text,

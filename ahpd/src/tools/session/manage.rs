@@ -14,9 +14,9 @@ use ahp_types::common::JsonObject;
 use ahp_types::state::{ChatOrigin, Message, MessageKind, MessageOrigin, TurnState};
 use serde_json::{json, Value};
 
-use super::super::{authorize, optional_str, required_str, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
-use super::{acting, link_of, optional_bool, resolve, title_arg};
-use crate::host::facade::{file_uri, host_turn, FolderRequest, CHAT_MOVES_OFF};
+use super::super::{Cx, HostTools, Refusal, ToolCall, ToolInfo, ToolResult};
+use super::{link_of, resolve, title_arg, ArchiveChat, DeleteSession, MoveSession, RenameChat, SetWorkspace};
+use crate::host::facade::{file_uri, host_turn, FolderRequest, Sender, CHAT_MOVES_OFF};
 use crate::host::{Core, Host};
 use crate::users::Principal;
 
@@ -56,12 +56,10 @@ pub fn rename_chat_for(_core: &Core, _session: Option<&str>, mut info: ToolInfo)
 }
 
 /// `rename_chat`.
-pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn rename_chat(host: &Host, call: &ToolCall, args: RenameChat) -> ToolResult {
     const TOOL: &str = "rename_chat";
-    let input = &call.input;
-    let title = title_arg(TOOL, required_str(TOOL, input, "title")?)?;
-    let asked_session = optional_str(TOOL, input, "session")?;
-    let asked_chat = optional_str(TOOL, input, "chat")?;
+    let title = title_arg(TOOL, &args.title)?;
+    let (asked_session, asked_chat) = (args.session.as_deref(), args.chat.as_deref());
     let mut core = host.lock();
     let known_session = |core: &mut Core, asked: &str| {
         resolve(host, core, asked, &|| {
@@ -98,17 +96,18 @@ pub fn rename_chat(host: &Host, call: &ToolCall) -> ToolResult {
             chat
         }
     };
-    authorize(&core, call, "session:write")?;
     core.name_chat(&chat, &title);
     Ok(format!("Renamed chat to \"{title}\"."))
 }
 
 // --- archive_chat ----------------------------------------------------------------------------
 
-/// `archive_chat`.
-pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
+/// `archive_chat`: a nested chat asks `chat:mark`, a whole session `session:mark` (its declared
+/// grants, asked once the target is known).
+pub fn archive_chat(cx: Cx<'_>, args: ArchiveChat) -> ToolResult {
     const TOOL: &str = "archive_chat";
-    let asked = required_str(TOOL, &call.input, "chat")?;
+    let (host, call) = (cx.host, cx.call);
+    let asked = args.chat.as_str();
     let mut core = host.lock();
     let target = resolve(host, &mut core, asked, &|| {
         format!("Invalid {TOOL} input: chat must be an agent-host-session:// link targeting a known chat.")
@@ -120,7 +119,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
                 format!("Invalid {TOOL} input: refusing to archive the main chat of the current session.").into()
             );
         }
-        authorize(&core, call, "session:mark")?;
+        cx.require(&core, "session:mark")?;
         let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
         core.apply(&target.session, action, None, None);
         return Ok(format!("Archived session ({link})."));
@@ -128,7 +127,7 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
     if call.chat.as_deref() == Some(target.chat.as_str()) {
         return Err(format!("Invalid {TOOL} input: refusing to archive the current chat.").into());
     }
-    authorize(&core, call, "chat:mark")?;
+    cx.require(&core, "chat:mark")?;
     let action = StateAction::ChatIsArchivedChanged(ChatIsArchivedChangedAction { is_archived: true });
     core.apply(&target.chat, action, None, None);
     Ok(format!("Archived chat ({link})."))
@@ -138,23 +137,20 @@ pub fn archive_chat(host: &Host, call: &ToolCall) -> ToolResult {
 
 /// `set_workspace`: recorded now (a worktree cut now, when isolation asks for one), carried out
 /// when the turn completes.
-pub async fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall) -> ToolResult {
+pub async fn set_workspace(tools: &HostTools, host: &Host, call: &ToolCall, args: SetWorkspace) -> ToolResult {
     const TOOL: &str = "set_workspace";
     let (Some(session), Some(chat), Some(turn_id)) = (call.session.clone(), call.chat.clone(), call.turn_id.clone())
     else {
         return Err(format!("{TOOL} must run from an active chat turn.").into());
     };
-    let asked = required_str(TOOL, &call.input, "workspaceFolder")?;
-    let folder = local_folder(asked)
+    let folder = local_folder(&args.workspace_folder)
         .ok_or_else(|| format!("Invalid {TOOL} input: workspaceFolder must be an absolute local path or file URI."))?;
-    let isolation = optional_bool(TOOL, &call.input, "isolation")?
-        .ok_or_else(|| format!("Invalid {TOOL} input: isolation must be a boolean."))?;
+    let isolation = args.isolation;
     if !folder.is_dir() {
         return Err(format!("Invalid {TOOL} input: {} is not a directory.", folder.display()).into());
     }
     let (title, settings) = {
         let core = host.lock();
-        authorize(&core, call, "session:write")?;
         running(&core, TOOL, &chat, &turn_id)?;
         let state = core.session_state(&session);
         let settings = state.and_then(|s| s.config.as_ref()).map(|c| c.values.clone()).unwrap_or_default();
@@ -252,7 +248,6 @@ pub async fn isolate_session(tools: &HostTools, host: &Host, call: &ToolCall) ->
     };
     let request = {
         let core = host.lock();
-        authorize(&core, call, "session:write")?;
         running(&core, TOOL, &chat, &turn_id)?;
         if core.chat_state(&chat).is_some_and(|c| matches!(c.origin, Some(ChatOrigin::Tool { .. }))) {
             return Err(
@@ -288,7 +283,7 @@ pub fn turn_ended(tools: &HostTools, core: &mut Core, chat: &str, ended: &str) {
         drop_worktree(core, chat, &request);
         return;
     }
-    move_folder(core, chat, request);
+    move_folder(core, chat, ended, request);
 }
 
 /// The worktree cut for a request that is dropped goes, with nothing left of it.
@@ -315,8 +310,9 @@ fn take_request(tools: &HostTools, chat: &str, ended: &str) -> Option<WorkspaceR
 }
 
 /// Moves the chat's session (or the chat alone) to the requested folder: its record and state,
-/// the backends restarted there (a busy one when its turn ends), and the calling chat continued.
-fn move_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
+/// the backends restarted there (a busy one when its turn ends), and the calling chat continued as
+/// the person of the turn that asked for it.
+fn move_folder(core: &mut Core, chat: &str, ended: &str, request: WorkspaceRequest) {
     let Some(session) = core.chat(chat).map(|m| m.session.clone()) else { return };
     let new_uri = file_uri(&request.folder);
     let workspaces = core.workspaces();
@@ -350,7 +346,10 @@ fn move_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
         agent: None,
         meta: Some(meta),
     };
-    core.start_turn(chat, host_turn(message, None), None);
+    let sender = Sender::Host { person: core.sender_of(chat, ended) };
+    if let Err(why) = core.deliver(chat, host_turn(message, None), sender) {
+        tracing::warn!(chat, "the task could not be continued in its new folder: {why}");
+    }
 }
 
 // --- delete_session and move_session ---------------------------------------------------------
@@ -358,9 +357,9 @@ fn move_folder(core: &mut Core, chat: &str, request: WorkspaceRequest) {
 /// `delete_session`: as the person whose turn it was called in, or the calling session's owner —
 /// never the model, and never whichever connection started the session it names. Its worktree
 /// goes with it unless something in it is uncommitted or unmerged; the answer says which.
-pub async fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
+pub async fn delete_session(host: &Host, call: &ToolCall, args: DeleteSession) -> ToolResult {
     const TOOL: &str = "delete_session";
-    let asked = required_str(TOOL, &call.input, "session")?;
+    let asked = args.session.as_str();
     let session = {
         let mut core = host.lock();
         let target = resolve(host, &mut core, asked, &|| {
@@ -369,9 +368,8 @@ pub async fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
         if call.session.as_deref() == Some(target.session.as_str()) {
             return Err(format!("Invalid {TOOL} input: refusing to delete the current session.").into());
         }
-        authorize(&core, call, "session:write")?;
         // Deleting is the owner's own say, asked of the person the call acts as.
-        let principal = acting(call);
+        let principal = call.caller.principal();
         if principal == Principal::Nobody && core.has_users() {
             return Err("this turn may not session:write here".into());
         }
@@ -386,13 +384,10 @@ pub async fn delete_session(host: &Host, call: &ToolCall) -> ToolResult {
 }
 
 /// `move_session`: the host's `moveChat`, refused in its words while chat moves are off.
-pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
+pub fn move_session(host: &Host, _call: &ToolCall, args: MoveSession) -> ToolResult {
     const TOOL: &str = "move_session";
-    let input = &call.input;
-    let asked = required_str(TOOL, input, "session")?;
-    let into = optional_str(TOOL, input, "into")?;
-    let _after = optional_str(TOOL, input, "after")?;
-    let independent = match optional_str(TOOL, input, "relationship")? {
+    let (asked, into) = (args.session.as_str(), args.into.as_deref());
+    let independent = match args.relationship.as_deref() {
         None => false,
         Some("independent") => true,
         Some(_) => return Err(format!("Invalid {TOOL} input: relationship must be \"independent\".").into()),
@@ -417,6 +412,5 @@ pub fn move_session(host: &Host, call: &ToolCall) -> ToolResult {
             format!("Invalid {TOOL} input: into must match the URI of a known session (see list_sessions).")
         })?;
     }
-    authorize(&core, call, "session:write")?;
     Err(CHAT_MOVES_OFF.into())
 }

@@ -16,10 +16,10 @@ use ahp_types::state::{Message, MessageKind, SessionSummary};
 use serde_json::{json, Value};
 
 use super::super::limits::{depth_refusal, Budget, MAX_SPAWN_DEPTH};
-use super::super::{authorize, HostTools, Refusal, ToolCall, ToolResult};
-use super::spawn::{busy, check_agent, queued, resolve_model, tool_message, Account, CreateArgs, CREATE};
+use super::super::{HostTools, Refusal, ToolCall, ToolResult};
+use super::asks::{check_agent, resolve_model, tool_message, Account, CreateArgs, CREATE};
 use super::{link_of, links, Resolved};
-use crate::host::facade::{host_turn, new_id, Remotes};
+use crate::host::facade::{host_turn, new_id, queued_message, Remotes};
 use crate::host::{Core, Host};
 
 /// The remotes feature, when a remote holds `key` (a provider `<agent>@<remote>`, a channel).
@@ -104,8 +104,8 @@ pub struct Outgoing {
 pub fn outgoing(core: &Core, account: &Account<'_>, target: &Resolved, message: Message) -> Outgoing {
     account.spend(core, Budget::Messages);
     Outgoing {
-        action: queued(as_client(message)).1,
-        queued: busy(core, &target.chat),
+        action: queued_message(new_id(), as_client(message)).1,
+        queued: core.is_busy(&target.chat),
         link: link_of(core, &target.session, &target.chat),
     }
 }
@@ -144,7 +144,6 @@ pub async fn create_session(
     let uri = format!("ahp-session:/{}", new_id());
     let (account, model) = {
         let mut core = host.lock();
-        authorize(&core, call, "session:write")?;
         check_agent(&core, agent)?;
         let model = args.model.map(|asked| resolve_model(&core, CREATE, asked, Some(agent))).transpose()?.map(|m| m.1);
         let account = Account::of(tools, host, &mut core, call);

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use ahp_types::state::{ChatInteractivity, ChatOrigin, SessionChatSummary, SessionSummary};
 use serde_json::{json, Map, Value};
 
-use super::super::{authorize, optional_str, Refusal, ToolCall, ToolResult};
-use super::{calling_session, links, optional_bool, remote};
+use super::super::{Refusal, ToolCall, ToolResult};
+use super::{calling_session, links, remote, ListSessions};
 use crate::host::facade::status;
 use crate::host::{Core, Host};
 
@@ -46,12 +46,11 @@ fn status_words(bits: u32) -> String {
 
 /// `list_sessions`: this host's sessions and the remote hosts', newest first; a remote's row
 /// names its machine (`remote`) and its link the agent there (`<agent>@<remote>`).
-pub fn list_sessions(host: &Host, call: &ToolCall) -> ToolResult {
-    let filters = Filters::parse(&call.input)?;
+pub fn list_sessions(host: &Host, _call: &ToolCall, args: ListSessions) -> ToolResult {
+    let filters = Filters::parse(args)?;
     let elsewhere = remote::summaries(host);
     let remote_uris: HashSet<String> = elsewhere.iter().map(|s| s.resource.clone()).collect();
     let mut core = host.lock();
-    authorize(&core, call, "session:read")?;
     let mut summaries = catalogue(&core)?;
     summaries.extend(elsewhere);
     // The store pages newest first; the remotes' sessions take their places among them.
@@ -74,7 +73,6 @@ pub fn list_sessions(host: &Host, call: &ToolCall) -> ToolResult {
 pub fn get_current_session(host: &Host, call: &ToolCall) -> ToolResult {
     let session = calling_session(call, "get_current_session needs a calling session.")?;
     let mut core = host.lock();
-    authorize(&core, call, "session:read")?;
     let summary = core.summary_of(session).ok_or_else(|| "get_current_session needs a calling session.".to_owned())?;
     Ok(Value::Object(row(&mut core, host, &summary)).to_string())
 }
@@ -192,9 +190,9 @@ struct Filters {
 }
 
 impl Filters {
-    fn parse(input: &Value) -> Result<Self, Refusal> {
+    fn parse(args: ListSessions) -> Result<Self, Refusal> {
         const TOOL: &str = "list_sessions";
-        let status = match input.get("status") {
+        let status = match &args.status {
             None | Some(Value::Null) => None,
             Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
                 let names: Vec<String> = items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect();
@@ -213,15 +211,15 @@ impl Filters {
             Some(_) => return Err(format!("Invalid {TOOL} input: status must be an array of status names.").into()),
         };
         Ok(Self {
-            session: non_empty(TOOL, input, "session")?,
+            session: non_empty(TOOL, args.session, "session")?,
             status,
-            workspace: non_empty(TOOL, input, "workspace")?,
-            with_changes: optional_bool(TOOL, input, "withChanges")?.unwrap_or(false),
-            unread: optional_bool(TOOL, input, "unread")?.unwrap_or(false),
-            with_pull_request: optional_bool(TOOL, input, "withPullRequest")?.unwrap_or(false),
-            include_archived: optional_bool(TOOL, input, "includeArchived")?.unwrap_or(false),
-            created_after: timestamp(TOOL, input, "createdAfter")?,
-            created_before: timestamp(TOOL, input, "createdBefore")?,
+            workspace: non_empty(TOOL, args.workspace, "workspace")?,
+            with_changes: args.with_changes.unwrap_or(false),
+            unread: args.unread.unwrap_or(false),
+            with_pull_request: args.with_pull_request.unwrap_or(false),
+            include_archived: args.include_archived.unwrap_or(false),
+            created_after: timestamp(TOOL, args.created_after.as_ref(), "createdAfter")?,
+            created_before: timestamp(TOOL, args.created_before.as_ref(), "createdBefore")?,
         })
     }
 
@@ -273,15 +271,15 @@ fn has_changes(s: &SessionSummary) -> bool {
     s.changes.as_ref().and_then(|c| c.files).is_some_and(|n| n > 0)
 }
 
-fn non_empty(tool: &str, input: &Value, field: &str) -> Result<Option<String>, Refusal> {
-    match optional_str(tool, input, field)? {
-        Some("") => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
-        other => Ok(other.map(str::to_owned)),
+fn non_empty(tool: &str, given: Option<String>, field: &str) -> Result<Option<String>, Refusal> {
+    match given {
+        Some(s) if s.is_empty() => Err(format!("Invalid {tool} input: {field} must be a non-empty string.").into()),
+        other => Ok(other),
     }
 }
 
-fn timestamp(tool: &str, input: &Value, field: &str) -> Result<Option<i64>, Refusal> {
-    match input.get(field) {
+fn timestamp(tool: &str, given: Option<&Value>, field: &str) -> Result<Option<i64>, Refusal> {
+    match given {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => s.parse::<jiff::Timestamp>().map(|t| Some(t.as_millisecond())).map_err(|_| {
             format!("Invalid {tool} input: {field} must be a valid ISO-8601 timestamp (e.g. 2025-01-31T00:00:00Z).")
@@ -320,7 +318,8 @@ mod tests {
 
     #[test]
     fn a_bad_status_filter_names_the_valid_ones() {
-        let refused = Filters::parse(&json!({ "status": ["busy"] })).err().unwrap_or_default();
+        let args: ListSessions = serde_json::from_value(json!({ "status": ["busy"] })).expect("arguments");
+        let refused = Filters::parse(args).err().unwrap_or_default();
         assert_eq!(
             refused,
             "Invalid list_sessions input: unknown status value(s) busy. Valid values: idle, inProgress, inputNeeded, error, archived."

@@ -80,8 +80,8 @@ async fn fanout_bench(realistic: bool) -> anyhow::Result<()> {
     let load = load(realistic);
     let echo = json!({ "paceMs": load.pace_ms, "chunkWords": 1, "stamp": true });
     let mut config = json!({ "agents": {
-        "echo-process": { "kind": "echo", "options": echo },
-        "echo-inprocess": { "kind": "echo", "inProcess": true, "options": echo } } });
+        "echo-process": tests::agents::echo_with(echo.clone()),
+        "echo-inprocess": tests::agents::in_process(tests::agents::echo_with(echo.clone())) } });
     // The harness runs tests with every delta its own action; the realistic preset keeps the
     // daemon's default window unless told.
     let window = if realistic { arg("--delta-window-ms", 50) } else { arg("--delta-window-ms", 0) };
@@ -144,7 +144,8 @@ async fn remote_bench() -> anyhow::Result<()> {
     let load = load(has("realistic"));
     let echo = json!({ "paceMs": load.pace_ms, "chunkWords": 1, "stamp": true });
     let window = if has("realistic") { arg("--delta-window-ms", 50) } else { arg("--delta-window-ms", 0) };
-    let remote_config = json!({ "agents": { "echo": { "kind": "echo", "options": echo } }, "deltaWindowMs": window });
+    let remote_config =
+        json!({ "agents": { "echo": tests::agents::echo_with(echo.clone()) }, "deltaWindowMs": window });
     let remote = Daemon::start_with(DaemonOptions::with_config(remote_config)).await?;
     let token_file = tests::remotes::token_file(&remote.home);
     let local_config = json!({ "remotes": { "remote": { "url": remote.url.clone(), "tokenFile": token_file } },

@@ -75,7 +75,7 @@ async fn backends_bench(idle: u64) -> anyhow::Result<()> {
     let acp_home = tempfile::Builder::new().prefix("ahpd-bench-acp-").tempdir()?;
     let fake_acp = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent-acp/tests/fixtures/fake_acp_agent.py");
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("echo", json!({ "kind": "echo" }), "hello there"),
+        ("echo", tests::agents::echo(), "hello there"),
         ("claude", claude_entry(&anthropic), "hello there"),
         ("pi", pi_entry(&openai, pi_dir.path())?, "hello there"),
         (

@@ -35,6 +35,7 @@ pub fn seed_store(home: &std::path::Path, count: usize, turns: usize) -> anyhow:
                 depth: 0,
                 meta: None,
                 changes: None,
+                origin: None,
             };
             let summary = json!({ "provider": "echo", "title": record.title, "status": 1, "resource": uri,
                 "createdAt": at, "modifiedAt": at, "defaultChat": chat });

@@ -1,0 +1,197 @@
+//! `ahpd box-exec`: the launcher of a `container` session's processes. It runs on the daemon's
+//! machine as the child any process of the session would be (started by the one guard, its own
+//! group, its stderr tail kept), and runs the program after `--` inside the session's container
+//! through the engine's exec, with its stdin, stdout and stderr attached (`exec -i`): the worker
+//! protocol and a CLI's stream are stdio, so what runs inside is a child like any other.
+//!
+//! It first asks the daemon, on the session's gate socket, which container is the session's: the
+//! daemon answers once the container is made (an image may be built first), or says why it could
+//! not be. It then exits as the program did.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use super::engine::{Attach, ContainerEngine};
+
+/// The exit code of a program that could not be started in its container.
+const CANNOT_RUN: u8 = 126;
+
+/// What the daemon answers on a session's gate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Gate {
+    /// The session's container, made and running.
+    Container(String),
+    /// Why it could not be made.
+    Refused(String),
+}
+
+/// Variables of the daemon's machine that mean nothing inside a container (or would point its
+/// programs back at the machine), never carried in.
+const LEFT_OUTSIDE: [&str; 16] = [
+    "PATH",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "HOSTNAME",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "_",
+    "TMPDIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "MAIL",
+    "LS_COLORS",
+    "SSH_AUTH_SOCK",
+    "DOCKER_HOST",
+];
+
+/// Whether variable `key` is carried into the container.
+fn carried(key: &str) -> bool {
+    !LEFT_OUTSIDE.contains(&key) && !key.starts_with("XDG_") && !key.starts_with("DBUS_")
+}
+
+/// What `ahpd box-exec` was asked to do.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Plan {
+    engine: String,
+    gate: PathBuf,
+    command: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Plan, String> {
+    let mut plan = Plan::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--" => {
+                plan.command = rest.cloned().collect();
+                break;
+            }
+            "--engine" => plan.engine = rest.next().cloned().ok_or("--engine needs the engine's URL")?,
+            "--gate" => plan.gate = rest.next().map(PathBuf::from).ok_or("--gate needs a socket")?,
+            other => return Err(format!("ahpd box-exec does not know {other}")),
+        }
+    }
+    if plan.engine.is_empty() || plan.gate.as_os_str().is_empty() {
+        return Err("name --engine URL and --gate SOCKET".into());
+    }
+    if plan.command.is_empty() {
+        return Err("name a program after --".into());
+    }
+    Ok(plan)
+}
+
+/// Runs `ahpd box-exec ARGS`.
+pub fn run(args: &[String]) -> ExitCode {
+    let plan = match parse(args) {
+        Ok(plan) => plan,
+        Err(why) => {
+            eprintln!("ahpd box-exec: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ahpd box-exec: {e}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    };
+    let ran = runtime.block_on(relay(plan));
+    // The read of our stdin may still wait (a terminal never ends): it is not waited for.
+    runtime.shutdown_background();
+    match ran {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(why) => {
+            eprintln!("{why}");
+            ExitCode::from(CANNOT_RUN)
+        }
+    }
+}
+
+/// Asks the gate which container is the session's.
+async fn container(gate: &std::path::Path) -> Result<String, String> {
+    let gone = |e: std::io::Error| {
+        format!("This session's container is not there: the daemon that makes it does not answer ({e}).")
+    };
+    let mut stream = UnixStream::connect(gate).await.map_err(gone)?;
+    let mut said = String::new();
+    stream.read_to_string(&mut said).await.map_err(gone)?;
+    match serde_json::from_str(&said) {
+        Ok(Gate::Container(id)) => Ok(id),
+        Ok(Gate::Refused(why)) => Err(why),
+        Err(_) => Err("This session's container is not there: the daemon stopped before it was made.".into()),
+    }
+}
+
+/// Runs the program inside and relays its stdio; answers its exit code.
+async fn relay(plan: Plan) -> Result<i64, String> {
+    let id = container(&plan.gate).await?;
+    let engine = ContainerEngine::connect(&plan.engine, "")?;
+    let workdir = std::env::current_dir().ok().map(|d| d.display().to_string());
+    let env = std::env::vars().filter(|(k, _)| carried(k)).map(|(k, v)| format!("{k}={v}")).collect();
+    let tty = std::io::stdin().is_terminal();
+    let attached = engine.attach(&id, Attach { argv: plan.command, env, workdir, tty }).await?;
+    let mut input = attached.input;
+    // Its stdin, until ours ends: then its own ends too (a worker's parent is gone).
+    let feeding = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let _ = tokio::io::copy(&mut stdin, &mut input).await;
+        let _ = input.shutdown().await;
+    });
+    let mut output = attached.output;
+    let (mut stdout, mut stderr) = (tokio::io::stdout(), tokio::io::stderr());
+    while let Some(piece) = output.next().await {
+        use bollard::container::LogOutput;
+        let written = match piece.map_err(|e| format!("the engine at {} stopped answering: {e}", plan.engine))? {
+            LogOutput::StdErr { message } => stderr.write_all(&message).await.and(stderr.flush().await),
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                stdout.write_all(&message).await.and(stdout.flush().await)
+            }
+            LogOutput::StdIn { .. } => Ok(()),
+        };
+        if written.is_err() {
+            // Nobody reads it any more: the session let go of it.
+            break;
+        }
+    }
+    feeding.abort();
+    Ok(engine.exit_code(&attached.id).await.unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_engine_the_gate_and_the_program_are_read_from_the_command_line() {
+        let plan = parse(&strings(&["--engine", "unix:///e.sock", "--gate", "/g/gate.sock", "--", "sh", "-c", "x"]));
+        assert_eq!(
+            plan,
+            Ok(Plan {
+                engine: "unix:///e.sock".into(),
+                gate: "/g/gate.sock".into(),
+                command: strings(&["sh", "-c", "x"])
+            })
+        );
+        assert!(parse(&strings(&["--gate", "/g", "--", "sh"])).is_err());
+    }
+
+    #[test]
+    fn the_machines_own_variables_stay_outside() {
+        assert!(carried("ANTHROPIC_BASE_URL") && carried("HOME") && carried("IS_SANDBOX"));
+        assert!(!carried("PATH") && !carried("XDG_RUNTIME_DIR") && !carried("SSH_AUTH_SOCK"));
+    }
+}
