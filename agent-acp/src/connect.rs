@@ -210,10 +210,14 @@ impl Acp {
                 {
                     let mut state = engine.lock();
                     state.own.loading = true;
+                    state.own.replay_heard = std::time::Instant::now();
                     state.own.replayed.clear();
                 }
                 let load = acp::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(servers);
                 let loaded = self.step_value(engine, &link, AGENT_METHOD_NAMES.session_load, load).await;
+                if loaded.is_ok() {
+                    let_replay_end(engine).await;
+                }
                 let mut state = engine.lock();
                 state.own.loading = false;
                 let replayed = std::mem::take(&mut state.own.replayed);
@@ -280,10 +284,14 @@ impl Acp {
         {
             let mut state = engine.lock();
             state.own.loading = true;
+            state.own.replay_heard = std::time::Instant::now();
             state.own.history = Some(History::default());
         }
         let load = acp::LoadSessionRequest::new(cut.source.clone(), self.cwd.clone());
         let loaded = self.step_value(engine, link, AGENT_METHOD_NAMES.session_load, load).await;
+        if loaded.is_ok() {
+            let_replay_end(engine).await;
+        }
         let history = {
             let mut state = engine.lock();
             state.own.loading = false;
@@ -526,6 +534,27 @@ fn mcp_servers(
         None => {}
     }
     servers
+}
+
+/// How long the agent stays quiet after answering `session/load` before its replay is taken
+/// as ended, and the most a trailing replay is waited for.
+const REPLAY_QUIET: Duration = Duration::from_millis(150);
+const REPLAY_MOST: Duration = Duration::from_secs(10);
+
+/// Waits out a replay that trails the answer to `session/load`. The ACP spec has an agent answer
+/// the load once the whole conversation is replayed, but Gemini CLI (0.61) answers while its
+/// replay is still being written: read as live, its tail would land in the next prompt's reply.
+/// What arrives until the agent has been quiet a moment is the replay's.
+async fn let_replay_end(engine: &Engine<Acp>) {
+    let most = tokio::time::Instant::now() + REPLAY_MOST;
+    loop {
+        let heard = tokio::time::Instant::from_std(engine.lock().own.replay_heard);
+        let quiet_at = (heard + REPLAY_QUIET).min(most);
+        if tokio::time::Instant::now() >= quiet_at {
+            return;
+        }
+        tokio::time::sleep_until(quiet_at).await;
+    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,9 @@ pub(crate) struct AcpState {
     pub values: JsonObject,
     pub wanted: Wanted,
     pub loading: bool,
+    /// When the agent last said something while a `session/load` was being read, to tell when
+    /// a replay that trails the load's answer has ended (`crate::connect`).
+    pub replay_heard: std::time::Instant,
     /// The user text `session/load` replayed, to tell whether the conversation heard the
     /// session's instructions (a client's rule may have joined them since it began).
     pub replayed: String,
@@ -177,6 +180,7 @@ impl AcpSession {
             values: JsonObject::new(),
             wanted,
             loading: false,
+            replay_heard: std::time::Instant::now(),
             replayed: String::new(),
             history: None,
             fork_context: None,
@@ -272,8 +276,11 @@ impl Acp {
                 let (own, turn) = guard.own_and_turn();
                 let current = own.link.as_ref().is_some_and(|l| l.generation == generation);
                 // A subagent's words are its own chat's, never the conversation's history.
-                if own.loading && crate::subagents::parent_call(update).is_none() {
-                    replayed(own, update);
+                if own.loading {
+                    own.replay_heard = std::time::Instant::now();
+                    if crate::subagents::parent_call(update).is_none() {
+                        replayed(own, update);
+                    }
                 }
                 if own.loading || !current {
                     // The history session/load replays is the host's already.

@@ -1,9 +1,9 @@
 //! The ACP presets run for real, one table (tests::presets): every row through the same
 //! scenarios, each test named `<row>::<scenario>` (`cargo nextest run -p tests --test
-//! preset_table qwen::` runs one preset's). The last two rows are added here, to show what a new
+//! preset_table qwen::` runs one preset's). The last rows are added here, to show what a new
 //! agent costs: a small ACP agent of the test suite's own (tests/workers/mini_acp_agent.py) that
-//! asks the chat completions mock, and the same agent whose only "no" ends its prompt, as Codex's
-//! does.
+//! asks the chat completions mock, the same agent whose only "no" ends its prompt, as Codex's
+//! does, and the same agent answering `session/load` before its replay, as Gemini CLI does.
 
 use std::path::PathBuf;
 
@@ -57,6 +57,15 @@ const MINI_ABORTING: Row = Row {
     ..MINI
 };
 
+/// The same agent answering `session/load` before its replay, as Gemini CLI 0.61 does: the
+/// replay's tail is the conversation's, never the next prompt's reply.
+const MINI_LATE_REPLAY: Row = Row {
+    name: "mini-late-replay",
+    entry: |s| mini_entry(s, &["--replay-after-answer"]),
+    reaches: Reaches { args: &["mini_acp_agent.py --replay-after-answer"], env: &[], process: None },
+    ..MINI
+};
+
 /// One module of tests per row, one test per scenario it goes through.
 macro_rules! rows {
     ($($module:ident = $row:expr => [$($scenario:ident),* $(,)?];)*) => {$(
@@ -107,4 +116,5 @@ rows! {
         works_in_a_sandbox_without_asking, is_cancelled_mid_turn_and_answers_the_next, resumes_after_a_kill_9_and_loads_after_a_restart,
     ];
     mini_aborting = MINI_ABORTING => [asks_and_a_refusal_holds_though_side_calls_say_allow];
+    mini_late_replay = MINI_LATE_REPLAY => [resumes_after_a_kill_9_and_loads_after_a_restart];
 }

@@ -10,7 +10,9 @@ mode and one model, one command (`/review`), and keeps each conversation in $MIN
 `session/load` takes it up in a new process. `session/cancel` closes the model's stream.
 
 With `--abort-on-refusal` its only "no" to a command is `abort` ("No, and tell me what to do
-differently"), which ends the prompt `cancelled`, as Codex's does.
+differently"), which ends the prompt `cancelled`, as Codex's does. With `--replay-after-answer` it
+answers `session/load` before it replays the conversation, as Gemini CLI 0.61 does (the ACP spec
+has the answer come after).
 """
 import http.client
 import json
@@ -24,6 +26,8 @@ import urllib.request
 import uuid
 
 ABORT_ON_REFUSAL = "--abort-on-refusal" in sys.argv[1:]
+REPLAY_AFTER_ANSWER = "--replay-after-answer" in sys.argv[1:]
+after_answer = []  # what is said once the request in hand is answered
 STATE = os.environ.get("MINI_ACP_STATE", "")
 BASE = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:9/v1").rstrip("/")
 MODEL = os.environ.get("OPENAI_MODEL", "mock-model")
@@ -303,11 +307,18 @@ def load_session(params):
         kept = json.load(f)
     session = Session(params["sessionId"], params["cwd"], params.get("mcpServers"), kept["messages"])
     sessions[session.id] = session
-    for message in kept["messages"]:
-        if message["role"] == "user":
-            update(session.id, {"sessionUpdate": "user_message_chunk", "content": text_block(message["content"])})
-        elif message["role"] == "assistant" and message.get("content"):
-            update(session.id, {"sessionUpdate": "agent_message_chunk", "content": text_block(message["content"])})
+
+    def replay():
+        for message in kept["messages"]:
+            if message["role"] == "user":
+                update(session.id, {"sessionUpdate": "user_message_chunk", "content": text_block(message["content"])})
+            elif message["role"] == "assistant" and message.get("content"):
+                update(session.id, {"sessionUpdate": "agent_message_chunk", "content": text_block(message["content"])})
+
+    if REPLAY_AFTER_ANSWER:
+        after_answer.append(replay)
+    else:
+        replay()
     announce_commands(session.id)
     return {key: value for key, value in offers(session.id).items() if key != "sessionId"}
 
@@ -352,6 +363,8 @@ def main():
                 answer(msg_id, handlers[method](params))
             except Exception as error:
                 fail(msg_id, str(error))
+            while after_answer:
+                after_answer.pop(0)()
         elif msg_id is not None:
             send({"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32601, "message": f"no method {method}"}})
 
