@@ -204,7 +204,10 @@ class App {
       if (t && applyTerminal(t, a)) for (const view of this.terminalViews) if (view.uri === uri) { view.apply(a); view.changed(); }
     } else if (uri.startsWith('ahp-chat:')) {
       const c = this.chats.get(uri);
-      if (c && applyChat(c, a)) for (const pane of this.panes) if (pane.chat === uri) this.dirty.add(pane);
+      if (c && applyChat(c, a)) {
+        for (const pane of this.panes) if (pane.chat === uri) this.dirty.add(pane);
+        for (const view of this.changesViews?.values() ?? []) view.chatChanged(uri);
+      }
     }
     this.schedule();
   }

@@ -307,11 +307,35 @@ export class ChangesView {
 
   fillScopes(out, turns) {
     this.scopeChoices = out;
+    this.shownTurns = turns.length;
+    this.newestTurn = turns[turns.length - 1]?.id;
     this.scope.replaceChildren(...out.map((c, i) => h('option', { value: String(i), text: c.label })));
     const turnOptions = () => turns.map((t, i) => h('option', { value: t.id, text: `Turn ${i + 1}` }));
     this.compareA.replaceChildren(...turnOptions());
     this.compareB.replaceChildren(...turnOptions());
     if (turns.length >= 2) this.compareB.value = turns[turns.length - 1].id;
+  }
+
+  /**
+   * A chat of the session changed: a turn that ended since the view opened joins its scopes and
+   * the turns to compare, with what the person picked kept.
+   */
+  chatChanged(chat) {
+    const mine = this.chat ?? this.app.sessionStates.get(this.session)?.defaultChat;
+    if (chat !== mine || (this.app.chats.get(chat)?.turns?.length ?? 0) === this.shownTurns) return;
+    const { out, turns } = this.choices();
+    const [from, to, newest] = [this.compareA.value, this.compareB.value, this.newestTurn];
+    this.fillScopes(out, turns);
+    if (turns.some((t) => t.id === from)) this.compareA.value = from;
+    // "To" left on the newest turn follows the newest; one the person picked stays.
+    if (to !== newest && turns.some((t) => t.id === to)) this.compareB.value = to;
+    const choice = this.scopeOf(this.uri);
+    if (choice >= 0) this.scope.value = String(choice);
+  }
+
+  /** Which of the scope choices shows `uri` (a comparison of any two turns is the one choice). */
+  scopeOf(uri) {
+    return this.scopeChoices?.findIndex((c) => c.uri === uri || (c.kind === 'compare-turns' && uri?.includes('/compare/'))) ?? -1;
   }
 
   pickScope() {
@@ -332,7 +356,7 @@ export class ChangesView {
     this.selected = null;
     this.marked.clear();
     this.outcome.replaceChildren();
-    const choice = this.scopeChoices?.findIndex((c) => c.uri === uri || (c.kind === 'compare-turns' && uri.includes('/compare/')));
+    const choice = this.scopeOf(uri);
     if (choice >= 0) this.scope.value = String(choice);
     const c = this.scopeChoices?.[choice];
     this.about.textContent = c ? c.about ?? '' : '';
