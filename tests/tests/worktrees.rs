@@ -92,13 +92,6 @@ async fn refused_create(c: &TestClient, folder: &Path, config: Value) -> anyhow:
     }
 }
 
-/// The folder a session works in, as its folded state says.
-fn folder_of(c: &TestClient, session: &str) -> anyhow::Result<PathBuf> {
-    let dirs = c.mirror.session(session).and_then(|s| s.working_directories.clone()).unwrap_or_default();
-    let first = dirs.first().ok_or_else(|| anyhow!("{session} has no folder"))?;
-    Ok(PathBuf::from(first.strip_prefix("file://").unwrap_or(first)))
-}
-
 /// A changeset URI a session or chat advertises, by kind, with `{turnId}`-style variables
 /// filled from `vars`.
 fn changeset_uri(c: &TestClient, channel: &str, kind: &str, vars: &[(&str, &str)]) -> anyhow::Result<String> {
@@ -215,7 +208,7 @@ async fn two_isolated_sessions_write_the_same_file_apart() -> anyhow::Result<()>
     let mut c = TestClient::connect(&daemon.url, "a").await?;
     let (s1, c1) = isolated(&mut c, &repo.path).await?;
     let (s2, c2) = isolated(&mut c, &repo.path).await?;
-    let (w1, w2) = (folder_of(&c, &s1)?, folder_of(&c, &s2)?);
+    let (w1, w2) = (c.folder_of(&s1)?, c.folder_of(&s2)?);
     ensure!(w1 != w2 && w1.starts_with(root.path()) && w2.starts_with(root.path()), "{w1:?} {w2:?}");
 
     let t1 = c.send(&c1, "edit a.txt from the first").await?;
@@ -248,7 +241,7 @@ async fn changesets_show_what_changed_live_per_turn_and_per_branch() -> anyhow::
     let daemon = Daemon::start_with(options(root.path())).await?;
     let mut c = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = isolated(&mut c, &repo.path).await?;
-    let worktree = folder_of(&c, &session)?;
+    let worktree = c.folder_of(&session)?;
     let branch_uri = changeset_uri(&c, &session, "branch", &[])?;
     changeset_uri(&c, &session, "uncommitted", &[])?;
     c.subscribe(&branch_uri).await?;
@@ -348,7 +341,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     );
     let turn = c.send(&chat, &call).await?;
     c.until_questions(&chat, 1).await?;
-    assert_eq!(folder_of(&c, &session)?, repo.path, "nothing moves while the turn runs");
+    assert_eq!(c.folder_of(&session)?, repo.path, "nothing moves while the turn runs");
     answer_question(&mut c, &chat).await?;
     let ended = c.finished(&chat, &turn).await?;
     ensure!(tool_results(&ended)[0].1, "{:?}", tool_results(&ended));
@@ -358,7 +351,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
         m.session(&s).and_then(|st| st.working_directories.clone()).is_some_and(|d| d[0] != file_uri(&base))
     })
     .await?;
-    let moved = folder_of(&c, &session)?;
+    let moved = c.folder_of(&session)?;
     ensure!(moved.starts_with(root.path()), "{moved:?}");
     until_idle_after(&mut c, &chat, 2).await?;
     let said = turn_text(&c.turn(&chat, "where").await?);
@@ -374,7 +367,7 @@ async fn workspace_changes_wait_for_the_turn_and_go_when_it_is_cancelled() -> an
     c.dispatch(&other_chat, StateAction::ChatTurnCancelled(stop)).await?;
     c.finished(&other_chat, &turn).await?;
     daemon.wait_for_log("a worktree nobody took up was removed", PATIENCE).await?;
-    assert_eq!(folder_of(&c, &other)?, repo.path, "the cancelled turn moved nothing");
+    assert_eq!(c.folder_of(&other)?, repo.path, "the cancelled turn moved nothing");
     assert_eq!(git(&repo.path, &["worktree", "list", "--porcelain"]).matches("worktree ").count(), 2);
 
     // isolate_session moves the calling chat alone; the session's other chat keeps its folder.
@@ -454,7 +447,7 @@ async fn a_turn_cancelled_while_its_worktree_is_cut_leaves_no_worktree_and_the_n
     daemon.wait_for_log("a worktree nobody took up was removed", PATIENCE).await?;
     assert_eq!(git(&repo.path, &["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1);
     assert_eq!(git(&repo.path, &["branch", "--list", "ahpd/*"]).trim(), "", "the branch cut for it is gone");
-    assert_eq!(folder_of(&c, &session)?, repo.path, "the cancelled turn moved nothing");
+    assert_eq!(c.folder_of(&session)?, repo.path, "the cancelled turn moved nothing");
     assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", repo.path.display()));
     for channel in [&session, &chat] {
         c.check_against_snapshot(channel).await?;
@@ -482,7 +475,7 @@ async fn create_session_with_a_worktree_from_a_models_tool_call() -> anyhow::Res
         })
         .context("the new session was announced")?;
     c.subscribe(&made).await?;
-    let folder = folder_of(&c, &made)?;
+    let folder = c.folder_of(&made)?;
     ensure!(folder.starts_with(root.path()), "{folder:?}");
     let branches = git(&repo.path, &["branch", "--format=%(refname:short)"]);
     ensure!(branches.lines().any(|b| b.starts_with("ahpd/side-job-")), "{branches}");
@@ -520,7 +513,7 @@ async fn merging_back_lands_the_first_and_refuses_the_conflict() -> anyhow::Resu
     let (second, second_chat) = isolated(&mut c, &repo.path).await?;
     c.turn(&first_chat, "edit a.txt from the first").await?;
     c.turn(&second_chat, "edit a.txt from the second").await?;
-    let (w1, w2) = (folder_of(&c, &first)?, folder_of(&c, &second)?);
+    let (w1, w2) = (c.folder_of(&first)?, c.folder_of(&second)?);
     let first_branch = changeset_uri(&c, &first, "branch", &[])?;
     let second_branch = changeset_uri(&c, &second, "branch", &[])?;
     c.subscribe(&first_branch).await?;
@@ -592,7 +585,7 @@ async fn kill_nine_while_an_isolated_session_runs_loses_nothing() -> anyhow::Res
     let mut daemon = Daemon::start_in(home.path(), options(root.path())).await?;
     let mut c = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = isolated(&mut c, &repo.path).await?;
-    let worktree = folder_of(&c, &session)?;
+    let worktree = c.folder_of(&session)?;
     c.turn(&chat, "edit kept.txt before").await?;
     let running = c.send(&chat, "edit during.txt during; ask hold on?").await?;
     c.until_questions(&chat, 1).await?;
@@ -612,7 +605,7 @@ async fn kill_nine_while_an_isolated_session_runs_loses_nothing() -> anyhow::Res
     let mut c = TestClient::connect(&daemon.url, "b").await?;
     c.subscribe(&session).await?;
     c.subscribe(&chat).await?;
-    assert_eq!(folder_of(&c, &session)?, worktree, "the session resumes in its worktree");
+    assert_eq!(c.folder_of(&session)?, worktree, "the session resumes in its worktree");
     let turns = c.mirror.chat(&chat).map(|s| s.turns.clone()).unwrap_or_default();
     ensure!(turns.len() == 2 && turns[1].id == running && turns[1].state == TurnState::Error, "{turns:?}");
     assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", worktree.display()));
@@ -736,7 +729,7 @@ async fn two_isolated_claude_sessions_write_the_same_file_apart() -> anyhow::Res
     let config = json!({ "isolation": "worktree", "permissionMode": "acceptEdits" });
     let (s1, c1) = create(&mut c, "claude", &repo.path, config.clone()).await?;
     let (s2, c2) = create(&mut c, "claude", &repo.path, config).await?;
-    let (w1, w2) = (folder_of(&c, &s1)?, folder_of(&c, &s2)?);
+    let (w1, w2) = (c.folder_of(&s1)?, c.folder_of(&s2)?);
     ensure!(w1 != w2 && w1.starts_with(root.path()) && w2.starts_with(root.path()), "{w1:?} {w2:?}");
     // Both write the same file, each what it was told, through Claude's Write tool.
     let write = |folder: &Path, text: &str| {
@@ -770,7 +763,7 @@ async fn a_providers_sessions_start_in_a_worktree_by_default() -> anyhow::Result
     let daemon = Daemon::start_with(options).await?;
     let mut c = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
-    let folder = folder_of(&c, &session)?;
+    let folder = c.folder_of(&session)?;
     ensure!(folder.starts_with(root.path()), "{folder:?}");
     let config = c.mirror.session(&session).and_then(|s| s.config.clone()).context("config")?;
     assert_eq!(config.values["isolation"], "worktree");
@@ -779,7 +772,7 @@ async fn a_providers_sessions_start_in_a_worktree_by_default() -> anyhow::Result
     assert_eq!(property.session_mutable, Some(false), "fixed once the session is made");
     // A session that names folder works in the folder itself.
     let (plain, _) = create(&mut c, "notes", &repo.path, json!({ "isolation": "folder" })).await?;
-    assert_eq!(folder_of(&c, &plain)?, repo.path);
+    assert_eq!(c.folder_of(&plain)?, repo.path);
     // The host's own settings are not the agent's: it was started without them.
     assert_eq!(turn_text(&c.turn(&chat, "where").await?), format!("folder {}", folder.display()));
     c.check_against_snapshot(&session).await?;
@@ -808,7 +801,7 @@ async fn pi_and_an_acp_agent_run_in_their_worktrees() -> anyhow::Result<()> {
     let isolation = json!({ "isolation": "worktree" });
     let (pi, pi_chat) = create(&mut c, "pi", &repo.path, isolation.clone()).await?;
     let (acp, acp_chat) = create(&mut c, "scripted", &repo.path, isolation).await?;
-    let (pi_folder, acp_folder) = (folder_of(&c, &pi)?, folder_of(&c, &acp)?);
+    let (pi_folder, acp_folder) = (c.folder_of(&pi)?, c.folder_of(&acp)?);
     ensure!(pi_folder.starts_with(root.path()) && acp_folder.starts_with(root.path()), "{pi_folder:?} {acp_folder:?}");
 
     // Each writes a file by a path relative to where its program runs: it lands in its worktree.
@@ -918,7 +911,7 @@ async fn a_message_sent_as_soon_as_a_workspace_change_completes_runs_after_the_m
     let (session, chat) = create(&mut c, "notes", &repo.path, json!({ "ask": "never" })).await?;
     let call = format!(r#"call set_workspace {{"workspaceFolder": "{}", "isolation": true}}"#, repo.path.display());
     let said = send_as_soon_as_it_completes(&mut c, &chat, &call).await?;
-    let moved = folder_of(&c, &session)?;
+    let moved = c.folder_of(&session)?;
     ensure!(moved.starts_with(root.path()), "{moved:?}");
     assert_eq!(said, format!("folder {}", moved.display()));
 
@@ -961,7 +954,7 @@ async fn a_worktree_in_the_data_folder_is_its_persons_alone() -> anyhow::Result<
     let mut c = TestClient::connect(&daemon.url, "a").await?;
     let (session, chat) = isolated(&mut c, &repo.path).await?;
     let data = home.path().join("data").join("ahpd");
-    let folder = folder_of(&c, &session)?;
+    let folder = c.folder_of(&session)?;
     ensure!(folder.starts_with(data.join("worktrees")), "the worktree is in the data folder: {folder:?}");
     let turn = c.turn(&chat, "edit a.txt from the worktree").await?;
     ensure!(turn.state == TurnState::Complete, "{turn:?}");
