@@ -176,19 +176,11 @@ pub enum Verb {
     /// The first process inside a sandbox: relays the loopback ports the daemon allows, then runs
     /// the program after `--` (docs/security.md).
     #[command(hide = true, name = "box-run")]
-    BoxRun {
-        /// `--port N=SOCKET`, `--proxy N=SOCKET`, `--refuse SENTENCE`, then `-- PROGRAM ARGS…`.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    BoxRun(crate::confine::relay::Plan),
     /// The launcher of a container session's processes: runs the program after `--` in the
     /// session's container, its stdio attached (docs/security.md).
     #[command(hide = true, name = "box-exec")]
-    BoxExec {
-        /// `--engine URL`, `--gate SOCKET`, then `-- PROGRAM ARGS…`.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    BoxExec(crate::confine::exec::Plan),
 }
 
 /// How the client verbs reach a daemon.

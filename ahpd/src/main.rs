@@ -14,8 +14,8 @@ fn main() -> ExitCode {
             ahpd::daemon::run_foreground(cli.daemon, ahpd::verbs::bridge::run)
         }
         Some(Verb::Worker { kind }) => ahpd::worker::run(&kind),
-        Some(Verb::BoxRun { args }) => ahpd::confine::relay::run(&args),
-        Some(Verb::BoxExec { args }) => ahpd::confine::exec::run(&args),
+        Some(Verb::BoxRun(plan)) => ahpd::confine::relay::run(plan),
+        Some(Verb::BoxExec(plan)) => ahpd::confine::exec::run(plan),
         Some(verb) => ahpd::verbs::run(verb),
     }
 }

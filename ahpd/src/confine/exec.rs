@@ -58,46 +58,22 @@ fn carried(key: &str) -> bool {
     !LEFT_OUTSIDE.contains(&key) && !key.starts_with("XDG_") && !key.starts_with("DBUS_")
 }
 
-/// What `ahpd box-exec` was asked to do.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Plan {
+/// What `ahpd box-exec` was asked to do (its command line).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Plan {
+    /// The container engine's URL (`unix://`, `tcp://`, `ssh://`).
+    #[arg(long, value_name = "URL")]
     engine: String,
+    /// The session's gate socket, where the daemon says which container is the session's.
+    #[arg(long, value_name = "SOCKET")]
     gate: PathBuf,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM")]
     command: Vec<String>,
 }
 
-fn parse(args: &[String]) -> Result<Plan, String> {
-    let mut plan = Plan::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--" => {
-                plan.command = rest.cloned().collect();
-                break;
-            }
-            "--engine" => plan.engine = rest.next().cloned().ok_or("--engine needs the engine's URL")?,
-            "--gate" => plan.gate = rest.next().map(PathBuf::from).ok_or("--gate needs a socket")?,
-            other => return Err(format!("ahpd box-exec does not know {other}")),
-        }
-    }
-    if plan.engine.is_empty() || plan.gate.as_os_str().is_empty() {
-        return Err("name --engine URL and --gate SOCKET".into());
-    }
-    if plan.command.is_empty() {
-        return Err("name a program after --".into());
-    }
-    Ok(plan)
-}
-
 /// Runs `ahpd box-exec ARGS`.
-pub fn run(args: &[String]) -> ExitCode {
-    let plan = match parse(args) {
-        Ok(plan) => plan,
-        Err(why) => {
-            eprintln!("ahpd box-exec: {why}");
-            return ExitCode::from(2);
-        }
-    };
+pub fn run(plan: Plan) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -171,22 +147,32 @@ async fn relay(plan: Plan) -> Result<i64, String> {
 mod tests {
     use super::*;
 
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| (*s).to_owned()).collect()
+    use clap::Parser;
+
+    /// `ahpd box-exec`'s arguments, read as the binary reads them.
+    #[derive(Parser)]
+    struct BoxExec {
+        #[command(flatten)]
+        plan: Plan,
+    }
+
+    fn parse(args: &[&str]) -> Result<Plan, clap::Error> {
+        BoxExec::try_parse_from(std::iter::once("box-exec").chain(args.iter().copied())).map(|b| b.plan)
     }
 
     #[test]
     fn the_engine_the_gate_and_the_program_are_read_from_the_command_line() {
-        let plan = parse(&strings(&["--engine", "unix:///e.sock", "--gate", "/g/gate.sock", "--", "sh", "-c", "x"]));
+        let plan = parse(&["--engine", "unix:///e.sock", "--gate", "/g/gate.sock", "--", "sh", "-c", "x"]);
         assert_eq!(
-            plan,
-            Ok(Plan {
+            plan.ok(),
+            Some(Plan {
                 engine: "unix:///e.sock".into(),
                 gate: "/g/gate.sock".into(),
-                command: strings(&["sh", "-c", "x"])
+                command: vec!["sh".into(), "-c".into(), "x".into()]
             })
         );
-        assert!(parse(&strings(&["--gate", "/g", "--", "sh"])).is_err());
+        assert!(parse(&["--gate", "/g", "--", "sh"]).is_err());
+        assert!(parse(&["--engine", "unix:///e", "--gate", "/g"]).is_err());
     }
 
     #[test]

@@ -16,48 +16,33 @@ use tokio::net::{TcpListener, UnixStream};
 /// The exit code of a program that could not be started in its box (a shell's "cannot execute").
 const CANNOT_RUN: u8 = 126;
 
-/// What `ahpd box-run` was asked to do.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Plan {
-    /// Loopback ports and the sockets they lead to.
-    relays: Vec<(u16, PathBuf)>,
-    /// Why the box could not be made, when it could not.
+/// What `ahpd box-run` was asked to do (its command line).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct Plan {
+    /// A loopback port of the box and the socket outside it that it leads to (the model API, the
+    /// daemon's `/ahp-mcp`).
+    #[arg(long = "port", value_name = "PORT=SOCKET", value_parser = relay_of)]
+    ports: Vec<(u16, PathBuf)>,
+    /// The proxy's port in the box and its socket outside.
+    #[arg(long = "proxy", value_name = "PORT=SOCKET", value_parser = relay_of)]
+    proxies: Vec<(u16, PathBuf)>,
+    /// Why the box could not be made: said, and nothing runs.
+    #[arg(long, value_name = "SENTENCE", allow_hyphen_values = true)]
     refuse: Option<String>,
     /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM")]
     command: Vec<String>,
 }
 
-fn parse(args: &[String]) -> Result<Plan, String> {
-    let mut plan = Plan::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--" => {
-                plan.command = rest.cloned().collect();
-                break;
-            }
-            "--port" | "--proxy" => {
-                let value = rest.next().ok_or_else(|| format!("{arg} needs PORT=SOCKET"))?;
-                let (port, socket) = value.split_once('=').ok_or_else(|| format!("{arg} needs PORT=SOCKET"))?;
-                let port = port.parse().map_err(|_| format!("{port} is not a port"))?;
-                plan.relays.push((port, PathBuf::from(socket)));
-            }
-            "--refuse" => plan.refuse = Some(rest.next().cloned().unwrap_or_default()),
-            other => return Err(format!("ahpd box-run does not know {other}")),
-        }
-    }
-    Ok(plan)
+/// One `PORT=SOCKET` relay.
+fn relay_of(value: &str) -> Result<(u16, PathBuf), String> {
+    let (port, socket) = value.split_once('=').ok_or("a relay is PORT=SOCKET")?;
+    let port = port.parse().map_err(|_| format!("{port} is not a port"))?;
+    Ok((port, PathBuf::from(socket)))
 }
 
 /// Runs `ahpd box-run ARGS`.
-pub fn run(args: &[String]) -> ExitCode {
-    let plan = match parse(args) {
-        Ok(plan) => plan,
-        Err(why) => {
-            eprintln!("ahpd box-run: {why}");
-            return ExitCode::from(2);
-        }
-    };
+pub fn run(plan: Plan) -> ExitCode {
     if let Some(why) = plan.refuse {
         eprintln!("{why}");
         return ExitCode::from(CANNOT_RUN);
@@ -74,7 +59,7 @@ pub fn run(args: &[String]) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        for (port, socket) in plan.relays {
+        for (port, socket) in plan.ports.into_iter().chain(plan.proxies) {
             match TcpListener::bind(("127.0.0.1", port)).await {
                 Ok(listener) => {
                     tokio::spawn(forward(listener, socket));
@@ -120,21 +105,32 @@ async fn forward(listener: TcpListener, socket: PathBuf) {
 mod tests {
     use super::*;
 
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| (*s).to_owned()).collect()
+    use clap::Parser;
+
+    /// `ahpd box-run`'s arguments, read as the binary reads them.
+    #[derive(Parser)]
+    struct BoxRun {
+        #[command(flatten)]
+        plan: Plan,
+    }
+
+    fn parse(args: &[&str]) -> Result<Plan, clap::Error> {
+        BoxRun::try_parse_from(std::iter::once("box-run").chain(args.iter().copied())).map(|b| b.plan)
     }
 
     #[test]
     fn the_relays_and_the_program_are_read_from_the_command_line() {
-        let plan = parse(&strings(&["--port", "80=/s/a", "--proxy", "3128=/s/p", "--", "claude", "-p"]));
+        let plan = parse(&["--port", "80=/s/a", "--proxy", "3128=/s/p", "--", "claude", "-p"]);
         assert_eq!(
-            plan,
-            Ok(Plan {
-                relays: vec![(80, "/s/a".into()), (3128, "/s/p".into())],
+            plan.ok(),
+            Some(Plan {
+                ports: vec![(80, "/s/a".into())],
+                proxies: vec![(3128, "/s/p".into())],
                 refuse: None,
-                command: strings(&["claude", "-p"]),
+                command: vec!["claude".into(), "-p".into()],
             })
         );
-        assert!(parse(&strings(&["--port", "x=/s"])).is_err());
+        assert!(parse(&["--port", "x=/s"]).is_err());
+        assert!(parse(&["--nothing"]).is_err());
     }
 }

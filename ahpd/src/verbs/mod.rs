@@ -102,8 +102,8 @@ pub fn run(verb: Verb) -> ExitCode {
             | Verb::Completions { .. }
             | Verb::Logs { .. }
             | Verb::Worker { .. }
-            | Verb::BoxRun { .. }
-            | Verb::BoxExec { .. } => ExitCode::from(EXIT_USAGE),
+            | Verb::BoxRun(_)
+            | Verb::BoxExec(_) => ExitCode::from(EXIT_USAGE),
         }
     })
 }
