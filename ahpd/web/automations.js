@@ -1,7 +1,9 @@
 // automations.js: the Automations view. The catalogue (`ahp-automations://`) folded here as any
 // client folds it: each automation with its next run in the person's time zone and its last runs;
 // a form to create or edit one, whose schedule is previewed (the daemon computes the next
-// occurrences: `ahpd/automationSchedulePreview`, the same code that runs them); run now, turn on
+// occurrences: `ahpd/automationSchedulePreview`, the same code that runs them) and whose events
+// (a webhook, a branch that moved, a GitHub pull request, …) are the host's trigger definitions,
+// each with its settings as the host's schema names them; run now, turn on
 // or off, remove; a run cancelled, or its session opened beside the others, where its changes are
 // reviewed and merged as any session's.
 
@@ -49,6 +51,59 @@ function cronOf(kind, time, custom) {
     case 'custom': return custom.trim();
     default: return null;
   }
+}
+
+/**
+ * One event trigger in the form: what it listens to (a type the host defines), the events of it
+ * that start a run, and its settings as the type's schema names them (every one a text). `row.trigger()`
+ * answers the trigger to save, keeping what the form does not show of an edited one.
+ */
+function eventRow(definitions, trigger, n) {
+  const kind = h('select', { name: 'event-type' },
+    definitions.map((d) => h('option', { value: d.type, text: d.title, selected: d.type === trigger?.type })));
+  const about = h('p', { class: 'hint' });
+  const body = h('div', { class: 'event-body' });
+  const row = h('fieldset', { class: 'event-trigger', data: { n } },
+    h('legend', { text: `Event ${n}` }),
+    h('label', {}, h('span', { text: 'Listen to' }), kind), about, body,
+    h('button', { type: 'button', data: { action: 'remove-event' }, on: { click: () => row.remove() } }, 'Remove this event'));
+  const definition = () => definitions.find((d) => d.type === kind.value);
+  const draw = () => {
+    const d = definition();
+    const same = trigger?.type === d?.type;
+    about.textContent = d?.description ?? '';
+    const required = d?.configSchema?.required ?? [];
+    body.replaceChildren(
+      h('div', { class: 'events', role: 'group', 'aria-label': 'Which events' }, (d?.events ?? []).map((e) => h('label', { class: 'check', title: e.description ?? '' },
+        h('input', { type: 'checkbox', name: 'event', value: e.id, checked: same ? trigger.events.some((x) => x.id === e.id) : d.events.length === 1 }),
+        h('span', { text: e.title })))),
+      ...Object.entries(d?.configSchema?.properties ?? {}).map(([key, p]) => h('label', { title: p.description ?? '' },
+        h('span', { text: required.includes(key) ? p.title : `${p.title} (optional)` }),
+        h('input', { type: 'text', name: `config-${key}`, value: same ? String(trigger.config?.[key] ?? '') : '', placeholder: p.description ?? '' }))));
+  };
+  kind.addEventListener('change', draw);
+  draw();
+  /** What must be filled before it can be saved, said; or null. */
+  row.problem = () => {
+    const d = definition();
+    if (!d) return null;
+    if (!body.querySelector('input[name=event]:checked')) return `Event ${n}: pick which of its events start a run.`;
+    const missing = (d.configSchema?.required ?? []).find((key) => !body.querySelector(`input[name="config-${key}"]`)?.value.trim());
+    return missing ? `Event ${n}: ${d.configSchema.properties[missing]?.title ?? missing} is needed.` : null;
+  };
+  row.trigger = () => {
+    const d = definition();
+    if (!d) return null;
+    const same = trigger?.type === d.type;
+    const config = same ? { ...(trigger.config ?? {}) } : {};
+    for (const key of Object.keys(d.configSchema?.properties ?? {})) {
+      const value = body.querySelector(`input[name="config-${key}"]`).value.trim();
+      if (value) config[key] = value; else delete config[key];
+    }
+    const events = [...body.querySelectorAll('input[name=event]:checked')].map((c) => d.events.find((e) => e.id === c.value));
+    return { kind: 'event', id: same ? trigger.id : `${d.type}-${n}`, type: d.type, title: d.title, events, config };
+  };
+  return row;
 }
 
 export class Automations {
@@ -143,7 +198,7 @@ export class Automations {
         h('label', { class: 'onoff' }, toggle, h('span', { text: 'On' })),
         h('strong', { class: 'title', text: d.title }),
         h('span', { class: 'schedule', text: schedule }),
-        h('span', { class: 'next', text: entry.nextRunAt ? `Next: ${local(entry.nextRunAt)}` : (d.enabled ? 'No schedule' : 'Off') }),
+        h('span', { class: 'next', text: entry.nextRunAt ? `Next: ${local(entry.nextRunAt)}` : (d.enabled ? (d.triggers.length ? 'On an event' : 'No schedule') : 'Off') }),
         h('span', { class: 'spacer' }),
         h('button', { type: 'button', data: { action: 'run-now' }, on: { click: () => this.runNow(entry) } }, 'Run now'),
         h('button', { type: 'button', class: 'ghost', on: { click: () => this.edit(entry) } }, 'Edit'),
@@ -186,7 +241,7 @@ export class Automations {
     const folder = h('input', { name: 'folder', type: 'text', value: uriPath(d?.session.workingDirectories?.[0] ?? this.app.defaultDirectory ?? ''), placeholder: '/path/to/project' });
     const kind = h('select', { name: 'when' },
       [['daily', 'Every day'], ['weekdays', 'Weekdays'], ['hourly', 'Every hour'], ['custom', 'Cron expression'], ['none', 'Only when run']]
-        .map(([v, t]) => h('option', { value: v, text: t, selected: schedule ? v === 'custom' : v === 'daily' })));
+        .map(([v, t]) => h('option', { value: v, text: t, selected: schedule ? v === 'custom' : v === (d ? 'none' : 'daily') })));
     const time = h('input', { name: 'time', type: 'time', value: '09:00' });
     const custom = h('input', { name: 'cron', type: 'text', value: schedule?.schedule.expression ?? '', placeholder: '0 9 * * 1-5' });
     const preview = h('ol', { class: 'preview', 'aria-label': 'Next runs' });
@@ -196,13 +251,27 @@ export class Automations {
       time.closest('label').hidden = !['daily', 'weekdays', 'hourly'].includes(kind.value);
       custom.closest('label').hidden = kind.value !== 'custom';
       const expression = cronOf(kind.value, time.value, custom.value);
-      if (!expression) { preview.replaceChildren(h('li', { class: 'none', text: 'Runs only when you run it.' })); return; }
+      if (!expression) { preview.replaceChildren(h('li', { class: 'none', text: 'No schedule: it runs when you run it, or on an event below.' })); return; }
       try {
         const r = await this.app.conn.request('ahpd/automationSchedulePreview', { channel: CATALOGUE, schedule: { expression, timeZone: zone }, count: 3 });
         preview.replaceChildren(...r.occurrences.map((at) => h('li', { text: local(at) })));
         error.textContent = '';
       } catch (e) { preview.replaceChildren(); error.textContent = e.message; }
     };
+    // Events that start a run too, as the host defines them (listAutomationTriggerDefinitions).
+    const events = h('div', { class: 'event-triggers' });
+    const addEvent = h('button', { type: 'button', data: { action: 'add-event' }, disabled: true }, 'Add an event');
+    let definitions = [];
+    let added = 0;
+    const rowOf = (trigger) => eventRow(definitions, trigger, ++added);
+    addEvent.addEventListener('click', () => events.append(rowOf(null)));
+    this.app.conn.request('listAutomationTriggerDefinitions', { channel: CATALOGUE })
+      .then((r) => {
+        definitions = r.items ?? [];
+        events.replaceChildren(...(d?.triggers ?? []).filter((t) => t.kind === 'event').map(rowOf));
+        addEvent.disabled = !definitions.length;
+      })
+      .catch((e) => { error.textContent = `Events: ${e.message}`; });
     for (const el of [kind, time, custom]) el.addEventListener('input', refresh);
     kind.addEventListener('change', refresh);
     const save = h('button', { class: 'primary', type: 'button', data: { action: 'save-automation' } }, entry ? 'Save' : 'Create');
@@ -216,10 +285,14 @@ export class Automations {
       h('label', {}, h('span', { text: 'At' }), time),
       h('label', {}, h('span', { text: 'Cron' }), custom),
       h('div', { class: 'preview-box' }, h('span', { text: `Next runs (${zone})` }), preview),
+      h('div', { class: 'events-box' }, h('span', { text: 'Also when an event happens' }), events, addEvent),
       h('p', { class: 'hint', text: 'Each run is a new session in a worktree of its own; nobody answers its questions, so it decides; a confirmation waits for you.' }),
       error,
       h('div', { class: 'dialog-actions' }, h('button', { type: 'button', on: { click: () => this.editorEl.replaceChildren() } }, 'Cancel'), save));
     save.addEventListener('click', () => {
+      const rows = [...events.querySelectorAll('fieldset.event-trigger')];
+      const problem = rows.map((row) => row.problem()).find(Boolean);
+      if (problem) { error.textContent = problem; return; }
       const expression = cronOf(kind.value, time.value, custom.value);
       const definition = {
         title: title.value.trim(),
@@ -227,7 +300,7 @@ export class Automations {
         session: { provider: agent.value, ...(folder.value.trim() ? { workingDirectories: [pathUri(folder.value.trim())] } : {}) },
         enabled: d?.enabled ?? true,
         triggers: [
-          ...(d?.triggers.filter((t) => t.kind !== 'schedule') ?? []),
+          ...rows.map((row) => row.trigger()).filter(Boolean),
           ...(expression ? [{ kind: 'schedule', id: schedule?.id ?? 'schedule', schedule: { expression, timeZone: zone }, misfirePolicy: schedule?.misfirePolicy ?? 'runOnce' }] : []),
         ],
       };
