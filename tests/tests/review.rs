@@ -364,9 +364,16 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
         ))
         .await?;
 
-    // The page has every turn ended too (it may lag the test's own client).
+    // The page has every turn ended too (it may lag the test's own client), and the view, open
+    // since before the last one, lists it among its scopes without being opened again.
     let turns = c.mirror.chat(&chat).map(|s| s.turns.len()).unwrap_or_default();
     browser.wait_for(&format!("window.ahpd.chats.get({})?.turns?.length === {turns}", js_str(&chat))).await?;
+    browser
+        .wait_for(&format!(
+            "[...document.querySelectorAll({})].some((o) => o.textContent === 'Turn {turns}: edit b.txt written later')",
+            js_str(&format!("{} select.scope option", view(&session)))
+        ))
+        .await?;
     // One turn's changes, from the turn in the chat: the second turn wrote a.txt alone.
     let turn_link = format!(".pane[data-session=\"{session}\"] .turn:nth-of-type(2) button[data-action=turn-changes]");
     browser.click(&turn_link).await?;
