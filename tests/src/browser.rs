@@ -223,3 +223,23 @@ pub async fn announced_page(daemon: &crate::Daemon) -> anyhow::Result<String> {
 pub async fn online(browser: &mut Browser) -> anyhow::Result<()> {
     browser.wait_for("document.body.dataset.connection === 'online'").await.map(|_| ())
 }
+
+/// The selector of the page's pane that shows `chat`.
+pub fn pane(chat: &str) -> String {
+    format!(".pane[data-chat=\"{chat}\"]")
+}
+
+/// JavaScript that answers the text the page's terminal `uri` shows.
+pub fn screen_js(uri: &str) -> String {
+    format!("[...window.ahpd.terminalViews].find((v) => v.uri === {})?.text() ?? ''", js_str(uri))
+}
+
+/// The terminal the pane of `chat` shows, once the page holds its state.
+pub async fn shown_terminal(browser: &mut Browser, chat: &str) -> anyhow::Result<String> {
+    let js = format!(
+        "document.querySelector({})?.dataset.terminal",
+        js_str(&format!("{} .term-drawer:not([hidden]) .term-screen", pane(chat)))
+    );
+    let uri = browser.wait_for(&format!("window.ahpd.terminals.has({js}) && {js}")).await?;
+    uri.as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no terminal: {uri}"))
+}

@@ -29,6 +29,28 @@ fn lent_a_token(bin: &Path, github: &MockGitHub) -> anyhow::Result<DaemonOptions
     Ok(options)
 }
 
+/// A daemon lent the token, and a notes session in a repository of its own with Agent Merge
+/// turned on with `settings`: what most scenarios start from.
+struct Watching {
+    repo: tempfile::TempDir,
+    bin: tempfile::TempDir,
+    daemon: Daemon,
+    a: TestClient,
+    session: String,
+    chat: String,
+}
+
+async fn watching(github: &MockGitHub, settings: Value) -> anyhow::Result<Watching> {
+    let repo = tempfile::tempdir()?;
+    repository(repo.path());
+    let bin = tempfile::tempdir()?;
+    let daemon = Daemon::start_with(lent_a_token(bin.path(), github)?).await?;
+    let mut a = TestClient::connect(&daemon.url, "a").await?;
+    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
+    configure(&mut a, &chat, settings).await?;
+    Ok(Watching { repo, bin, daemon, a, session, chat })
+}
+
 /// `config` with Agent Merge asking `github`, every 50 ms.
 fn asking(mut config: Value, github: &MockGitHub) -> Value {
     config["agentMergeApiUrl"] = json!(github.api_url());
@@ -331,13 +353,8 @@ async fn without_a_token_enabling_is_refused_and_gh_lends_its_own() -> anyhow::R
 #[tokio::test]
 async fn the_token_is_in_no_log_status_or_config_output() -> anyhow::Result<()> {
     let github = MockGitHub::start(Script::default()).await?;
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon, a: _a, session: _session, chat: _chat } =
+        watching(&github, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
 
     let status = daemon.status().await?;
     assert_eq!(status["config"]["agentMergeToken"], "<set>", "the key shows as set");
@@ -482,13 +499,8 @@ async fn a_failed_check_begins_a_repair_turn_whose_tools_page_the_log_and_defer_
         ]);
         s.logs.insert(99, job_log());
     });
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon: _daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
 
     let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
     let prompt = &repair.message.text;
@@ -595,13 +607,8 @@ async fn a_review_thread_is_replied_to_then_resolved_and_a_pending_review_stays_
         open_pull(s, 7, "abc123");
         s.threads.push(thread("T_1", "Renamed."));
     });
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon, mut a, session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
 
     let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
     let call = json!({ "threadId": "T_1", "body": "Renamed." });
@@ -733,13 +740,8 @@ async fn a_green_approved_pull_request_is_merged_and_a_refusal_reaches_the_chat_
 #[tokio::test]
 async fn a_repair_turn_waits_behind_a_running_turn_and_acts_when_it_begins() -> anyhow::Result<()> {
     let github = MockGitHub::start(Script::default()).await?;
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon: _daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
 
     // The person's turn waits on a question while the check fails.
     let asking = a.send(&chat, "ask Shall I go on?").await?;
@@ -776,13 +778,8 @@ async fn the_session_header_in_the_web_window_says_what_agent_merge_does() -> an
     use tests::browser::{announced_page, js_str, online, Browser};
     let github = MockGitHub::start(Script::default()).await?;
     github.script(|s| open_pull(s, 7, "abc123"));
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true, "fixCI": false, "mergePullRequest": "always" })).await?;
+    let Watching { repo, bin: _bin, daemon, mut a, session, chat } =
+        watching(&github, json!({ "enabled": true, "fixCI": false, "mergePullRequest": "always" })).await?;
     // The session's `_meta` says it, as every client folds it.
     let shown = |m: &tests::Mirror| {
         m.session(&session).and_then(|s| s.meta.as_ref()).and_then(|m| m.get("ahpd.agentMerge")).cloned()
@@ -850,13 +847,8 @@ async fn a_repair_turn_acts_as_the_person_who_turned_agent_merge_on() -> anyhow:
 async fn an_outage_backs_the_watch_off_and_it_comes_back_when_github_does() -> anyhow::Result<()> {
     let github = MockGitHub::start(Script::default()).await?;
     github.script(|s| open_pull(s, 7, "abc123"));
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo, bin: _bin, daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
     github.until(|all| all.iter().any(|r| r.path == "/repos/owner/repo/pulls/7")).await;
 
     // GitHub fails: the watch says so and waits longer between tries, doubling from 50 ms.
@@ -900,13 +892,8 @@ async fn a_branch_that_conflicts_with_its_base_begins_a_repair_turn_once() -> an
         open_pull(s, 7, "abc123");
         s.pulls[0]["mergeable_state"] = json!("dirty");
     });
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon: _daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
     let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
     assert!(
         repair.message.text.contains("The branch conflicts with its base: merge the base branch into it, resolve the conflicts, then commit and push."),
@@ -987,13 +974,8 @@ async fn a_failed_check_past_githubs_first_page_begins_a_repair_and_every_page_i
         // A matrix of 120 jobs: the failed one is on the second page of a hundred.
         s.jobs.insert(42, matrix_jobs(42, 120, 112, "matrix (34)"));
     });
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon: _daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
 
     let repair = ended_turn(&mut a, &chat, "Agent Merge: pull request #7").await?;
     let prompt = &repair.message.text;
@@ -1301,13 +1283,8 @@ async fn a_refused_merge_is_asked_again_once_the_pull_request_changes() -> anyho
         s.pulls[0]["updated_at"] = json!("2026-01-01T00:00:00Z");
         s.merge_refusal = Some((405, reviews.to_owned()));
     });
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon: _daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true, "mergePullRequest": "always" })).await?;
 
     let refused = ended_turn(&mut a, &chat, "Agent Merge could not merge").await?;
     assert_eq!(
@@ -1374,13 +1351,8 @@ async fn three_reads_of_one_jobs_log_at_once_download_it_once() -> anyhow::Resul
         s.logs.insert(99, job_log());
     });
     github.hold_logs();
-    let repo = tempfile::tempdir()?;
-    repository(repo.path());
-    let bin = tempfile::tempdir()?;
-    let daemon = Daemon::start_with(lent_a_token(bin.path(), &github)?).await?;
-    let mut a = TestClient::connect(&daemon.url, "a").await?;
-    let (_session, chat) = a.create_session_in("notes", repo.path()).await?;
-    configure(&mut a, &chat, json!({ "enabled": true })).await?;
+    let Watching { repo: _repo, bin: _bin, daemon, mut a, session: _session, chat } =
+        watching(&github, json!({ "enabled": true })).await?;
 
     // The three reads are under way together while the log is on its way.
     a.until("three reads under way", |m| running_calls(m, &chat) == 3).await?;

@@ -140,7 +140,7 @@ async fn an_acp_agents_picture_is_kept_read_back_byte_for_byte_and_kept_after_a_
 #[tokio::test]
 async fn a_screenshot_an_mcp_tool_returns_through_the_real_claude_cli_is_kept_shown_and_read_back_after_a_kill_9(
 ) -> anyhow::Result<()> {
-    use tests::browser::{announced_page, js_str, online, Browser};
+    use tests::browser::{announced_page, js_str, online, pane, Browser};
     let mock = MockAnthropic::start().await?;
     let folder = tempfile::Builder::new().prefix("ahpd-kept-claude-").tempdir()?;
     let home = tempfile::Builder::new().prefix("ahpd-kept-claude-home-").tempdir()?;
@@ -218,10 +218,6 @@ async fn screenshot(client: &mut TestClient, chat: &str, picture: &Path) -> anyh
     client.finished(chat, &turn_id).await
 }
 
-fn pane(chat: &str) -> String {
-    format!(".pane[data-chat=\"{chat}\"]")
-}
-
 fn shots() -> anyhow::Result<std::path::PathBuf> {
     let dir = repo().join("target").join("window-shots");
     std::fs::create_dir_all(&dir)?;
@@ -249,7 +245,7 @@ fn drawn_js(selector: &str) -> String {
 #[tokio::test]
 async fn the_window_shows_a_kept_picture_inline_enlarges_it_on_a_click_and_offers_a_file_as_a_download(
 ) -> anyhow::Result<()> {
-    use tests::browser::{announced_page, js_str, online, Browser};
+    use tests::browser::{announced_page, js_str, online, pane, Browser};
     let folder = tempfile::Builder::new().prefix("ahpd-kept-window-").tempdir()?;
     let (shot, big) = (disc(480, 320), noise(64, 64, 5));
     anyhow::ensure!((shot.len() as u64) < BOUND, "the disc fits the bound: {} bytes", shot.len());

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use tests::browser::{announced_page, js_str, online, Browser};
+use tests::browser::{announced_page, js_str, online, pane, Browser};
 use tests::daemon::free_port;
 use tests::{turn_text, Daemon, DaemonOptions, Home, TestClient};
 
@@ -42,10 +42,6 @@ async fn new_session_in_page(browser: &mut Browser, agent: &str) -> anyhow::Resu
         ))
         .await?;
     Ok(chat)
-}
-
-fn pane(chat: &str) -> String {
-    format!(".pane[data-chat=\"{chat}\"]")
 }
 
 /// Puts `text` in the chat's composer and presses Enter there (typing long texts key by key would

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use tests::browser::{announced_page, js_str, online, Browser};
+use tests::browser::{announced_page, js_str, online, pane, screen_js, shown_terminal, Browser};
 use tests::git::git;
 use tests::{Daemon, DaemonOptions, TestClient};
 
@@ -20,10 +20,6 @@ fn shots() -> anyhow::Result<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("target").join("window-shots");
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-fn pane(chat: &str) -> String {
-    format!(".pane[data-chat=\"{chat}\"]")
 }
 
 /// Opens `session`'s chat from the session list (a click on its title) and waits until the chat
@@ -159,21 +155,6 @@ async fn the_chat_follows_new_output_unless_the_person_scrolled_up_and_then_a_ma
     assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
     assert_eq!(seen["violations"], json!([]), "the page keeps its own policy: {seen}");
     browser.close().await
-}
-
-/// The text the page's terminal `uri` shows.
-fn screen_js(uri: &str) -> String {
-    format!("[...window.ahpd.terminalViews].find((v) => v.uri === {})?.text() ?? ''", js_str(uri))
-}
-
-/// The terminal shown in the pane of `chat`, once the page holds its state.
-async fn shown_terminal(browser: &mut Browser, chat: &str) -> anyhow::Result<String> {
-    let js = format!(
-        "document.querySelector({})?.dataset.terminal",
-        js_str(&format!("{} .term-drawer:not([hidden]) .term-screen", pane(chat)))
-    );
-    let uri = browser.wait_for(&format!("window.ahpd.terminals.has({js}) && {js}")).await?;
-    uri.as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no terminal: {uri}"))
 }
 
 #[tokio::test]

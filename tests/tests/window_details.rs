@@ -12,16 +12,12 @@ use std::path::PathBuf;
 
 use ahp_types::state::{ResponsePart, ToolCallState, TurnState};
 use serde_json::json;
-use tests::browser::{announced_page, js_str, online, Browser};
+use tests::browser::{announced_page, js_str, online, pane, screen_js, shown_terminal, Browser};
 use tests::client::terminal_output;
 use tests::git::git;
 use tests::installed::claude_entry;
 use tests::mocks::anthropic::MockAnthropic;
 use tests::{turn_text, Daemon, DaemonOptions, TestClient};
-
-fn pane(chat: &str) -> String {
-    format!(".pane[data-chat=\"{chat}\"]")
-}
 
 /// Opens `session`'s chat in the page and waits until its state is drawn.
 async fn open_in_page(browser: &mut Browser, session: &str, chat: &str) -> anyhow::Result<()> {
@@ -176,21 +172,6 @@ async fn the_claude_clis_long_permission_options_stay_in_sight_and_deny_from_the
     let seen = browser.observations().await?;
     assert_eq!(seen["errors"], json!([]), "no uncaught error: {seen}");
     browser.close().await
-}
-
-/// The text the page's terminal `uri` shows.
-fn screen_js(uri: &str) -> String {
-    format!("[...window.ahpd.terminalViews].find((v) => v.uri === {})?.text() ?? ''", js_str(uri))
-}
-
-/// The terminal the pane of `chat` shows.
-async fn shown_terminal(browser: &mut Browser, chat: &str) -> anyhow::Result<String> {
-    let js = format!(
-        "document.querySelector({})?.dataset.terminal",
-        js_str(&format!("{} .term-drawer:not([hidden]) .term-screen", pane(chat)))
-    );
-    let uri = browser.wait_for(&format!("window.ahpd.terminals.has({js}) && {js}")).await?;
-    uri.as_str().map(str::to_owned).ok_or_else(|| anyhow::anyhow!("no terminal: {uri}"))
 }
 
 #[tokio::test]
