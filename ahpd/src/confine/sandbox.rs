@@ -54,6 +54,9 @@ pub fn bwrap_args(bwrap: &Path, layout: &Layout) -> Vec<String> {
     let mut args = vec![path(bwrap)];
     push(&mut args, &["--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-uts"]);
     push(&mut args, &["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    // The launcher runs first inside: where it sits under /tmp (a checkout built there), it comes
+    // back, read-only, over the empty /tmp.
+    args.extend(["--ro-bind".into(), path(&layout.ahpd), path(&layout.ahpd)]);
     if let Some(home) = &layout.home {
         // Home may sit under /tmp (a test's): it comes back, read-only.
         args.extend(["--ro-bind-try".into(), path(home), path(home)]);
@@ -129,7 +132,7 @@ mod tests {
             hidden: Vec::new(),
             writable: Vec::new(),
             sockets: "/tmp/ahpd-box-1".into(),
-            ahpd: "/bin/ahpd".into(),
+            ahpd: "/tmp/build/ahpd".into(),
             ports: vec![(4000, "/tmp/ahpd-box-1/port-4000.sock".into())],
             proxy: (3128, "/tmp/ahpd-box-1/proxy.sock".into()),
         };
@@ -137,6 +140,7 @@ mod tests {
         let at = |word: &str| args.iter().position(|a| a == word).unwrap_or_else(|| panic!("{word} in {args:?}"));
         assert!(at("/repo/.git/hooks") > at("/repo/.git"), "hooks read-only over the writable .git");
         assert!(at("--unshare-net") < at("--ro-bind"));
+        assert!(at("/tmp/build/ahpd") > at("/tmp"), "the launcher is there over the empty /tmp");
         let tail: Vec<&str> = args[args.len() - 5..].iter().map(String::as_str).collect();
         assert_eq!(
             tail,
