@@ -256,6 +256,68 @@ async fn without_an_engine_the_level_is_not_offered_and_a_lost_engine_is_named()
     Ok(())
 }
 
+/// What a `!` command leaves running in its container ends with it, as it would on the machine
+/// (where the command's process group goes with it): a program it put in the background, and the
+/// program of a command the person stopped. An engine's exec cannot end what it started; each
+/// launcher's processes carry its mark, and what carries it is ended once the launcher is gone.
+#[tokio::test]
+async fn what_a_command_leaves_running_in_its_container_ends_with_it() -> anyhow::Result<()> {
+    let Some(podman) = tests::skip::or_skip(podman()) else { return Ok(()) };
+    let image = image(&podman)?;
+    let engine = Engine::start(&podman).await?;
+    let (_project_dir, project) = repo();
+    let daemon = Daemon::start_with(DaemonOptions::with_config(config(&engine.url, image))).await?;
+    let _leftovers = engine.leaves_nothing_of(&podman, &daemon.home);
+    let mut c = TestClient::connect(&daemon.url, "a").await?;
+    let (_session, chat) = container_session(&mut c, &project).await?;
+
+    // Put in the background, its output elsewhere: the command ends at once, and so does it (its
+    // terminal's hangup ends it as on the machine; what runs without a terminal, as a worker's
+    // children do, only the sweep ends).
+    let shown = bang(&mut c, &chat, "sleep 6011 </dev/null >/dev/null 2>&1 & echo started").await?;
+    assert!(shown.contains("started"), "{shown}");
+    until_none_runs(&["sleep", "6011"]).await.with_context(|| daemon.log())?;
+
+    // Stopped by the person while it runs in the container.
+    let turn_id = c.send(&chat, "!sleep 6013").await?;
+    let deadline = std::time::Instant::now() + tests::PATIENCE;
+    while !runs(&["sleep", "6013"]) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(runs(&["sleep", "6013"]), "the command runs in the container");
+    c.dispatch(&chat, tests::turns::stop(&turn_id)).await?;
+    let turn = c.finished(&chat, &turn_id).await?;
+    assert_eq!(turn.state, ahp_types::state::TurnState::Cancelled, "{turn:?}");
+    until_none_runs(&["sleep", "6013"]).await.with_context(|| daemon.log())?;
+
+    // What the person is shown of the container's processes names neither.
+    let shown = bang(&mut c, &chat, "cat /proc/[0-9]*/cmdline; echo listed").await?;
+    assert!(shown.contains("listed") && shown.contains("infinity"), "{shown}");
+    assert!(!shown.contains("6011") && !shown.contains("6013"), "{shown}");
+    Ok(())
+}
+
+/// Whether a live process runs with exactly `argv` (a container's processes are this machine's,
+/// seen in its `/proc`).
+fn runs(argv: &[&str]) -> bool {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| !s.contains(") Z ")))
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|line| line == want))
+}
+
+/// Until no process runs `argv` (a failure names it).
+async fn until_none_runs(argv: &[&str]) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + tests::PATIENCE;
+    while runs(argv) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(!runs(argv), "{argv:?} is left running in the container");
+    Ok(())
+}
+
 /// Commits `files` (path, text) to `repo`.
 fn commit(repo: &Path, files: &[(&str, String)]) {
     for (path, text) in files {

@@ -7,14 +7,15 @@
 //!
 //! Every process of the session starts through the launcher `ahpd box-exec` (`exec.rs`), which
 //! asks the session's gate (a socket the daemon serves here) for the container and runs the
-//! program in it with its stdio attached.
+//! program in it with its stdio attached. The gate gives each launcher a mark and, when the
+//! launcher lets go of it, ends in the container what it left (`sweep.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agent_runner::sync::lock;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use super::engine::{ContainerEngine, Make, LABEL_KIND, LABEL_SESSION};
 use super::exec::Gate;
+use super::sweep;
 use super::{Engine, Opened};
 
 /// What the `container` level is made from, from the config.
@@ -144,7 +146,8 @@ impl Engine for Container {
             made: made_tx,
         };
         self.tracker.spawn(keeping.run(cancel.clone()));
-        self.tracker.spawn(serve_gate(listener, made, cancel.clone()));
+        let sweeps = Sweeps { engine: engine.clone(), tracker: self.tracker.clone() };
+        self.tracker.spawn(serve_gate(listener, made, sweeps, cancel.clone()));
         let confined = protocol::Confined {
             level: "container".into(),
             wrap: vec![
@@ -211,8 +214,11 @@ struct Keeping {
     /// The image when it names none.
     default_image: Option<String>,
     described: Arc<Mutex<Value>>,
-    made: watch::Sender<Option<Gate>>,
+    made: watch::Sender<Option<Made>>,
 }
+
+/// The session's container once it is made (its id), or why it could not be.
+type Made = Result<String, String>;
 
 impl Keeping {
     async fn run(mut self, cancel: CancellationToken) {
@@ -236,11 +242,11 @@ impl Keeping {
                 let mut described = lock(&self.described);
                 described["container"] = Value::from(id.as_str());
                 described["image"] = Value::from(self.make.image.as_str());
-                Gate::Container(id.clone())
+                Ok(id.clone())
             }
             Err(why) => {
                 tracing::warn!(session, "the session's container could not be made: {why}");
-                Gate::Refused(format!("This session's container could not be made, so nothing of it runs: {why}"))
+                Err(format!("This session's container could not be made, so nothing of it runs: {why}"))
             }
         };
         self.made.send_replace(Some(said));
@@ -263,10 +269,34 @@ async fn image(engine: &ContainerEngine, worktree: &Path, default: Option<&str>)
     Ok(image)
 }
 
-/// Answers every `ahpd box-exec` that asks the gate, once the container is made (or not).
-async fn serve_gate(listener: UnixListener, made: watch::Receiver<Option<Gate>>, cancel: CancellationToken) {
+/// What ends, in a session's container, what a launcher left there.
+#[derive(Clone)]
+struct Sweeps {
+    engine: ContainerEngine,
+    tracker: TaskTracker,
+}
+
+impl Sweeps {
+    /// Ends in container `id` what carries `mark`.
+    async fn sweep(&self, id: &str, mark: &str) {
+        match self.engine.exec(id, sweep::argv(mark), 4096).await {
+            Ok((said, 0)) => tracing::debug!(container = id, "a launcher's leftovers: {}", said.trim()),
+            Ok((said, code)) => tracing::warn!(container = id, code, "a launcher's leftovers were not ended: {said}"),
+            Err(e) => tracing::warn!(container = id, "a launcher's leftovers were not ended: {e}"),
+        }
+    }
+}
+
+/// Answers every `ahpd box-exec` that asks the gate, once the container is made (or not), each
+/// with a mark of its own; when a launcher lets go of its connection, what it left is swept.
+async fn serve_gate(
+    listener: UnixListener,
+    made: watch::Receiver<Option<Made>>,
+    sweeps: Sweeps,
+    cancel: CancellationToken,
+) {
     loop {
-        let (mut stream, _) = tokio::select! {
+        let (stream, _) = tokio::select! {
             () = cancel.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -276,21 +306,47 @@ async fn serve_gate(listener: UnixListener, made: watch::Receiver<Option<Gate>>,
                 }
             },
         };
-        let mut made = made.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let said = tokio::select! {
-                () = cancel.cancelled() => return,
-                said = made.wait_for(Option::is_some) => match said {
-                    Ok(said) => said.clone(),
-                    Err(_) => return,
-                },
-            };
-            if let Ok(line) = serde_json::to_vec(&said) {
-                let _ = stream.write_all(&line).await;
-            }
-        });
+        let admitting = admit(stream, made.clone(), sweeps.clone(), cancel.clone());
+        sweeps.tracker.spawn(admitting);
     }
+}
+
+/// Answers one launcher; holds its connection until it ends, then sweeps what it left (unless
+/// the session's box is going, and its container with it).
+async fn admit(
+    mut stream: tokio::net::UnixStream,
+    mut made: watch::Receiver<Option<Made>>,
+    sweeps: Sweeps,
+    cancel: CancellationToken,
+) {
+    let said = tokio::select! {
+        () = cancel.cancelled() => return,
+        said = made.wait_for(Option::is_some) => match said.as_deref() {
+            Ok(Some(made)) => made.clone(),
+            _ => return,
+        },
+    };
+    let gate = match said {
+        Ok(id) => Gate::Container { id, mark: sweep::new_mark() },
+        Err(why) => Gate::Refused(why),
+    };
+    let Ok(mut line) = serde_json::to_vec(&gate) else { return };
+    line.push(b'\n');
+    if stream.write_all(&line).await.is_err() {
+        return;
+    }
+    let Gate::Container { id, mark } = gate else { return };
+    tokio::select! {
+        () = cancel.cancelled() => return,
+        () = until_let_go(&mut stream) => {}
+    }
+    sweeps.sweep(&id, &mark).await;
+}
+
+/// Until the other end of `stream` closes it (a launcher never writes on it).
+async fn until_let_go(stream: &mut tokio::net::UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
 }
 
 /// Adds to each container session's box, as `ahpd status` shows it, what its container uses now

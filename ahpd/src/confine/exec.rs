@@ -6,7 +6,9 @@
 //!
 //! It first asks the daemon, on the session's gate socket, which container is the session's: the
 //! daemon answers once the container is made (an image may be built first), or says why it could
-//! not be. It then exits as the program did.
+//! not be. It then exits as the program did. It holds the gate's connection while it lives, and
+//! everything it starts carries the mark the gate gave it: when the connection ends (an exit and
+//! a `kill -9` alike), the daemon ends what is left of it in the container (`sweep.rs`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
 use super::engine::{Attach, ContainerEngine};
@@ -22,12 +24,13 @@ use super::engine::{Attach, ContainerEngine};
 /// The exit code of a program that could not be started in its container.
 const CANNOT_RUN: u8 = 126;
 
-/// What the daemon answers on a session's gate.
+/// What the daemon answers on a session's gate, one JSON line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Gate {
-    /// The session's container, made and running.
-    Container(String),
+    /// The session's container, made and running, and the mark of this launcher (what it starts
+    /// carries it in `AHPD_EXEC_MARK`).
+    Container { id: String, mark: String },
     /// Why it could not be made.
     Refused(String),
 }
@@ -53,9 +56,9 @@ const LEFT_OUTSIDE: [&str; 16] = [
     "DOCKER_HOST",
 ];
 
-/// Whether variable `key` is carried into the container.
+/// Whether variable `key` is carried into the container (the mark is this launcher's own).
 fn carried(key: &str) -> bool {
-    !LEFT_OUTSIDE.contains(&key) && !key.starts_with("XDG_") && !key.starts_with("DBUS_")
+    !LEFT_OUTSIDE.contains(&key) && key != super::sweep::MARK && !key.starts_with("XDG_") && !key.starts_with("DBUS_")
 }
 
 /// What `ahpd box-exec` was asked to do (its command line).
@@ -93,16 +96,24 @@ pub fn run(plan: Plan) -> ExitCode {
     }
 }
 
+/// The session's container as the gate names it: its id, this launcher's mark, and the gate's
+/// connection, to be held while this launcher lives.
+struct Admitted {
+    id: String,
+    mark: String,
+    _held: BufReader<UnixStream>,
+}
+
 /// Asks the gate which container is the session's.
-async fn container(gate: &std::path::Path) -> Result<String, String> {
+async fn container(gate: &std::path::Path) -> Result<Admitted, String> {
     let gone = |e: std::io::Error| {
         format!("This session's container is not there: the daemon that makes it does not answer ({e}).")
     };
-    let mut stream = UnixStream::connect(gate).await.map_err(gone)?;
+    let mut stream = BufReader::new(UnixStream::connect(gate).await.map_err(gone)?);
     let mut said = String::new();
-    stream.read_to_string(&mut said).await.map_err(gone)?;
+    stream.read_line(&mut said).await.map_err(gone)?;
     match serde_json::from_str(&said) {
-        Ok(Gate::Container(id)) => Ok(id),
+        Ok(Gate::Container { id, mark }) => Ok(Admitted { id, mark, _held: stream }),
         Ok(Gate::Refused(why)) => Err(why),
         Err(_) => Err("This session's container is not there: the daemon stopped before it was made.".into()),
     }
@@ -110,12 +121,13 @@ async fn container(gate: &std::path::Path) -> Result<String, String> {
 
 /// Runs the program inside and relays its stdio; answers its exit code.
 async fn relay(plan: Plan) -> Result<i64, String> {
-    let id = container(&plan.gate).await?;
+    let admitted = container(&plan.gate).await?;
     let engine = ContainerEngine::connect(&plan.engine, "")?;
     let workdir = std::env::current_dir().ok().map(|d| d.display().to_string());
-    let env = std::env::vars().filter(|(k, _)| carried(k)).map(|(k, v)| format!("{k}={v}")).collect();
+    let mut env: Vec<String> = std::env::vars().filter(|(k, _)| carried(k)).map(|(k, v)| format!("{k}={v}")).collect();
+    env.push(format!("{}={}", super::sweep::MARK, admitted.mark));
     let tty = std::io::stdin().is_terminal();
-    let attached = engine.attach(&id, Attach { argv: plan.command, env, workdir, tty }).await?;
+    let attached = engine.attach(&admitted.id, Attach { argv: plan.command, env, workdir, tty }).await?;
     let mut input = attached.input;
     // Its stdin, until ours ends: then its own ends too (a worker's parent is gone).
     let feeding = tokio::spawn(async move {
@@ -179,5 +191,6 @@ mod tests {
     fn the_machines_own_variables_stay_outside() {
         assert!(carried("ANTHROPIC_BASE_URL") && carried("HOME") && carried("IS_SANDBOX"));
         assert!(!carried("PATH") && !carried("XDG_RUNTIME_DIR") && !carried("SSH_AUTH_SOCK"));
+        assert!(!carried("AHPD_EXEC_MARK"), "a launcher's mark is its own, never one it inherited");
     }
 }

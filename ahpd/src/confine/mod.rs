@@ -15,8 +15,10 @@
 //!   SSH, `ssh.rs`: an `ssh` child per connection, as the docker CLI does), with labels so a daemon
 //!   sweeps at start what a past run left;
 //! - `container.rs`: the `container` level on that engine (a container per session), and
-//!   `exec.rs`, `ahpd box-exec`, its launcher (an `exec -i` into the session's container), and
-//!   `devcontainer.rs`, the image it runs (the repository's own dev container, else the config's);
+//!   `exec.rs`, `ahpd box-exec`, its launcher (an `exec -i` into the session's container),
+//!   `sweep.rs`, which ends inside the container what a launcher left running,
+//!   and `devcontainer.rs`, the image it runs (the repository's own dev container, else the
+//!   config's);
 //! - `computer.rs`: the computer plugin's disposable computers on that engine.
 //!
 //! A cluster (a pod per session) is one more [`Engine`]: it answers the same launcher (an
@@ -31,6 +33,7 @@ pub mod net;
 pub mod relay;
 pub mod sandbox;
 pub mod ssh;
+pub mod sweep;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
