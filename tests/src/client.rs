@@ -365,10 +365,17 @@ impl TestClient {
         self.request("createSession", params).await.map_err(|e| anyhow!("createSession: {e}"))?;
         self.subscribe(&session).await?;
         let s = session.clone();
-        self.until("the session to be ready", move |m| {
-            m.session(&s).is_some_and(|st| st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
+        self.until("the session to be ready (or its creation to fail)", move |m| {
+            m.session(&s).is_some_and(|st| {
+                st.lifecycle == SessionLifecycle::Failed
+                    || (st.lifecycle == SessionLifecycle::Ready && st.default_chat.is_some())
+            })
         })
         .await?;
+        if let Some(failed) = self.mirror.session(&session).filter(|st| st.lifecycle == SessionLifecycle::Failed) {
+            let why = failed.creation_error.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+            anyhow::bail!("the session could not be made: {why}");
+        }
         let chat = self
             .mirror
             .session(&session)
