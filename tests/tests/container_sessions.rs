@@ -276,19 +276,15 @@ async fn what_a_command_leaves_running_in_its_container_ends_with_it() -> anyhow
     // children do, only the sweep ends).
     let shown = bang(&mut c, &chat, "sleep 6011 </dev/null >/dev/null 2>&1 & echo started").await?;
     assert!(shown.contains("started"), "{shown}");
-    until_none_runs(&["sleep", "6011"]).await.with_context(|| daemon.log())?;
+    until("no sleep 6011", || !runs(&["sleep", "6011"])).await.with_context(|| daemon.log())?;
 
     // Stopped by the person while it runs in the container.
     let turn_id = c.send(&chat, "!sleep 6013").await?;
-    let deadline = std::time::Instant::now() + tests::PATIENCE;
-    while !runs(&["sleep", "6013"]) && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(runs(&["sleep", "6013"]), "the command runs in the container");
+    until("sleep 6013 to run in the container", || runs(&["sleep", "6013"])).await?;
     c.dispatch(&chat, tests::turns::stop(&turn_id)).await?;
     let turn = c.finished(&chat, &turn_id).await?;
     assert_eq!(turn.state, ahp_types::state::TurnState::Cancelled, "{turn:?}");
-    until_none_runs(&["sleep", "6013"]).await.with_context(|| daemon.log())?;
+    until("no sleep 6013", || !runs(&["sleep", "6013"])).await.with_context(|| daemon.log())?;
 
     // What the person is shown of the container's processes names neither.
     let shown = bang(&mut c, &chat, "cat /proc/[0-9]*/cmdline; echo listed").await?;
@@ -301,20 +297,17 @@ async fn what_a_command_leaves_running_in_its_container_ends_with_it() -> anyhow
 /// seen in its `/proc`).
 fn runs(argv: &[&str]) -> bool {
     let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
-    entries
-        .flatten()
-        .filter(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| !s.contains(") Z ")))
-        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|line| line == want))
+    live_command_lines().contains(&want)
 }
 
-/// Until no process runs `argv` (a failure names it).
-async fn until_none_runs(argv: &[&str]) -> anyhow::Result<()> {
+/// Until `holds` is true, looked at every 50 ms, at most the tests' patience (a failure names
+/// `what`).
+async fn until(what: &str, holds: impl Fn() -> bool) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + tests::PATIENCE;
-    while runs(argv) && std::time::Instant::now() < deadline {
+    while !holds() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    anyhow::ensure!(!runs(argv), "{argv:?} is left running in the container");
+    anyhow::ensure!(holds(), "waited {:?} for {what}", tests::PATIENCE);
     Ok(())
 }
 
@@ -523,23 +516,27 @@ async fn a_container_session_runs_on_a_remote_engine_reached_over_ssh() -> anyho
     // `ssh` went with its connection, or with the daemon killed above.
     drop(daemon);
     let key = sshd.ssh_argv()[4].clone();
-    let deadline = std::time::Instant::now() + tests::PATIENCE;
-    while !processes_naming(&key).is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let _ = until("no ssh of the engine's", || processes_naming(&key).is_empty()).await;
     assert_eq!(processes_naming(&key), Vec::<String>::new(), "no ssh of the engine's is left");
     Ok(())
 }
 
 /// The command lines of the live processes (not zombies) that name `word`.
 fn processes_naming(word: &str) -> Vec<String> {
+    live_command_lines()
+        .into_iter()
+        .map(|line| String::from_utf8_lossy(&line).replace('\0', " "))
+        .filter(|line| line.contains(word))
+        .collect()
+}
+
+/// The command lines (NUL after each argument) of this machine's live processes, zombies left out.
+fn live_command_lines() -> Vec<Vec<u8>> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .flatten()
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
         .filter(|e| std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| !s.contains(") Z ")))
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|line| String::from_utf8_lossy(&line).replace('\0', " "))
-        .filter(|line| line.contains(word))
         .collect()
 }

@@ -159,17 +159,8 @@ async fn relay(plan: Plan) -> Result<i64, String> {
 mod tests {
     use super::*;
 
-    use clap::Parser;
-
-    /// `ahpd box-exec`'s arguments, read as the binary reads them.
-    #[derive(Parser)]
-    struct BoxExec {
-        #[command(flatten)]
-        plan: Plan,
-    }
-
     fn parse(args: &[&str]) -> Result<Plan, clap::Error> {
-        BoxExec::try_parse_from(std::iter::once("box-exec").chain(args.iter().copied())).map(|b| b.plan)
+        super::super::parse_verb("box-exec", args)
     }
 
     #[test]

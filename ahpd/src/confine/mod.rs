@@ -372,6 +372,18 @@ fn is_executable(path: &Path) -> bool {
     path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// A hidden verb's arguments (`box-run`, `box-exec`), read as the binary reads them.
+#[cfg(test)]
+fn parse_verb<P: clap::Args>(verb: &str, args: &[&str]) -> Result<P, clap::Error> {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Verb<P: clap::Args> {
+        #[command(flatten)]
+        plan: P,
+    }
+    Verb::<P>::try_parse_from(std::iter::once(verb).chain(args.iter().copied())).map(|v| v.plan)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

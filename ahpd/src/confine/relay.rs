@@ -105,17 +105,8 @@ async fn forward(listener: TcpListener, socket: PathBuf) {
 mod tests {
     use super::*;
 
-    use clap::Parser;
-
-    /// `ahpd box-run`'s arguments, read as the binary reads them.
-    #[derive(Parser)]
-    struct BoxRun {
-        #[command(flatten)]
-        plan: Plan,
-    }
-
     fn parse(args: &[&str]) -> Result<Plan, clap::Error> {
-        BoxRun::try_parse_from(std::iter::once("box-run").chain(args.iter().copied())).map(|b| b.plan)
+        super::super::parse_verb("box-run", args)
     }
 
     #[test]
