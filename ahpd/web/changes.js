@@ -363,10 +363,13 @@ export class ChangesView {
     const title = this.app.titleOf(this.session);
     this.heading.textContent = `Changes: ${title}`;
     this.heading.title = title;
-    this.watch = new Watched(this.app, uri, applyChangeset, (a) => this.changesetChanged(a));
+    // A changeset left for another before its snapshot came says nothing more here.
+    const watch = new Watched(this.app, uri, applyChangeset, (a) => { if (this.watch === watch) this.changesetChanged(a); });
+    this.watch = watch;
     try {
-      await this.watch.start();
+      await watch.start();
     } catch (e) {
+      if (this.watch !== watch) return;
       this.changeset = null;
       this.filesEl.replaceChildren(h('li', { class: 'none', text: e.message }));
       this.diffBody.replaceChildren();

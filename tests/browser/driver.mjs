@@ -154,7 +154,14 @@ const ops = {
     return null;
   },
   goto: async ({ url }) => ({ status: (await page.goto(url, { waitUntil: 'domcontentloaded' }))?.status() ?? 0 }),
-  click: async ({ selector }) => { await page.waitForSelector(selector, { visible: true, timeout: 30_000 }); await page.click(selector); return null; },
+  click: async ({ selector }) => {
+    // A list drawn again between finding the element and clicking it detaches the one found (no
+    // click reached the page): the selector is looked up again.
+    for (let tries = 1; ; tries++) {
+      await page.waitForSelector(selector, { visible: true, timeout: 30_000 });
+      try { await page.click(selector); return null; } catch (e) { if (tries >= 20 || !/detached/i.test(e.message)) throw e; }
+    }
+  },
   type: async ({ selector, text }) => { await page.waitForSelector(selector, { timeout: 30_000 }); await page.type(selector, text); return null; },
   press: async ({ key, modifiers = [] }) => {
     for (const m of modifiers) await page.keyboard.down(m);

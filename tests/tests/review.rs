@@ -394,12 +394,22 @@ async fn a_comment_written_in_the_page_is_what_the_agents_list_comments_answers_
             js_str(&view(&session))
         ))
         .await?;
-    browser
+    let compared = browser
         .wait_for(&format!(
             "document.querySelector({}).dataset.changes.includes('/compare/') && {files_of_view} === 'b.txt'",
             js_str(&view(&session))
         ))
-        .await?;
+        .await;
+    if let Err(e) = compared {
+        let shown = browser
+            .eval(&format!(
+                "(() => {{ const v = document.querySelector({}); return JSON.stringify({{ changes: v.dataset.changes, files: {files_of_view}, listed: v.querySelector('ul.files, .files')?.textContent, from: v.querySelector('select[data-role=compare-from]').value, to: v.querySelector('select[data-role=compare-to]').value, turns: window.ahpd.chats.get({})?.turns?.map((t) => t.id) }}); }})()",
+                js_str(&view(&session)),
+                js_str(&chat)
+            ))
+            .await;
+        anyhow::bail!("{e}: the view shows {shown:?}");
+    }
     browser.screenshot(&shots()?.join("review-compare-turns.png")).await?;
 
     // What the page wrote is what any client folds from the channel (VS Code's view of it).
